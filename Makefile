@@ -1,0 +1,27 @@
+# Set-up and jobs; README's two commands are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test java bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP) java
+
+java:
+	@scripts/check_java.sh || echo "(continuing: Java is only needed for the Spark bridge)"
+
+demo: setup
+	$(VENV)/bin/cqlstream demo
+
+test: setup
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,308 @@
+"""The CQL abstract syntax tree: frozen dataclasses, exactly what the user wrote (no defaults applied).
+
+Every node carries an optional source position that does not take part in equality, so two
+parses of equivalent text compare equal (the round-trip property the tests check).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cql.errors import Pos
+
+
+def _pos():
+    return field(default=None, compare=False, repr=False, kw_only=True)
+
+
+class Node:
+    """Base of all AST nodes."""
+
+    pos: Pos | None
+
+
+# ---------------------------------------------------------------- types and DDL
+
+
+@dataclass(frozen=True)
+class TypeName(Node):
+    """A type as written: `integer`, `char(4)`, ... (resolved by cql.types)."""
+
+    name: str
+    length: int | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class AttrDef(Node):
+    name: str
+    type: TypeName
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class RegisterSource(Node):
+    """`register [static] stream|relation Name (attrs, [primary] key (..)) [with (opt = v, ..)]`."""
+
+    kind: str  # 'stream' | 'relation'
+    name: str
+    attrs: tuple[AttrDef, ...]
+    keys: tuple[tuple[str, ...], ...] = ()
+    static: bool = False
+    options: tuple[tuple[str, object], ...] = ()
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class RegisterView(Node):
+    """`register view Name [(a, b)] as <query>`."""
+
+    name: str
+    columns: tuple[str, ...] | None
+    query: "Query"
+    pos: Pos | None = _pos()
+
+
+# ---------------------------------------------------------------- expressions
+
+
+class Expr(Node):
+    """Base of scalar expressions."""
+
+
+@dataclass(frozen=True)
+class Literal(Expr):
+    """A constant; `kind` is 'int', 'float', 'string', 'bool' or 'null'."""
+
+    value: object
+    kind: str
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Column(Expr):
+    """`name` or `qualifier.name`; a bare name may also denote a whole tuple (`S0 in (...)`)."""
+
+    qualifier: str | None
+    name: str
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Star(Expr):
+    """`*` or `T.*` in a select list."""
+
+    qualifier: str | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str  # '-', '+', 'not'
+    operand: Expr
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    """Arithmetic, comparison, `||`, `and`, `or`."""
+
+    op: str
+    left: Expr
+    right: Expr
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Between(Expr):
+    operand: Expr
+    low: Expr
+    high: Expr
+    negated: bool = False
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class InList(Expr):
+    operand: Expr
+    items: tuple[Expr, ...]
+    negated: bool = False
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class InQuery(Expr):
+    operand: Expr
+    query: "Query"
+    negated: bool = False
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Exists(Expr):
+    query: "Query"
+    negated: bool = False
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Like(Expr):
+    operand: Expr
+    pattern: Expr
+    negated: bool = False
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class IsNull(Expr):
+    operand: Expr
+    negated: bool = False
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Case(Expr):
+    """`CASE [operand] WHEN a THEN b ... [ELSE c] END`."""
+
+    operand: Expr | None
+    whens: tuple[tuple[Expr, Expr], ...]
+    default: Expr | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    operand: Expr
+    type: TypeName
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    """A scalar or aggregate function call; `star` for `count(*)`."""
+
+    name: str
+    args: tuple[Expr, ...] = ()
+    distinct: bool = False
+    star: bool = False
+    pos: Pos | None = _pos()
+
+
+# ---------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True)
+class Duration(Node):
+    """`amount [unit]`; unit None means the stream's own time unit."""
+
+    amount: int
+    unit: str | None = None
+    pos: Pos | None = _pos()
+
+
+class Window(Node):
+    """Base of stream-to-relation windows; `where` filters before the window's cut-off."""
+
+    where: Expr | None
+
+
+@dataclass(frozen=True)
+class RangeWindow(Window):
+    """`[Range N unit [Slide M unit]]`; size None is `[Range Unbounded]`."""
+
+    size: Duration | None
+    slide: Duration | None = None
+    where: Expr | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class RowsWindow(Window):
+    """`[Rows N [Slide M]]`; size None is `[Rows Unbounded]`."""
+
+    size: int | None
+    slide: int | None = None
+    where: Expr | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class NowWindow(Window):
+    where: Expr | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class PartitionWindow(Window):
+    """`[Partition By a, b Rows N]`."""
+
+    by: tuple[Column, ...]
+    rows: int
+    where: Expr | None = None
+    pos: Pos | None = _pos()
+
+
+# ---------------------------------------------------------------- queries
+
+
+class Query(Node):
+    """Base of query expressions."""
+
+
+@dataclass(frozen=True)
+class SelectItem(Node):
+    expr: Expr
+    alias: str | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class FromItem(Node):
+    """A FROM entry: a named source or a subquery, with optional window, sample and alias."""
+
+    source: "str | Query"
+    window: Window | None = None
+    sample: float | None = None
+    alias: str | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class Select(Query):
+    items: tuple[SelectItem, ...]
+    from_: tuple[FromItem, ...]
+    where: Expr | None = None
+    group_by: tuple[Expr, ...] = ()
+    having: Expr | None = None
+    distinct: bool = False
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class TableQuery(Query):
+    """A bare source or view name used as a query (`V1 union V2`, `Istream(V)`)."""
+
+    name: str
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class SetOp(Query):
+    """`union`, `except`, `intersect` with or without ALL (`minus` is read as `except`)."""
+
+    op: str
+    all: bool
+    left: Query
+    right: Query
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True)
+class RelToStream(Query):
+    """`Istream(q)`, `Dstream(q)`, `Rstream(q)`; also written `select Istream(...) from ...`."""
+
+    op: str  # 'istream' | 'dstream' | 'rstream'
+    query: Query
+    pos: Pos | None = _pos()
+
+
+Statement = RegisterSource | RegisterView | Query

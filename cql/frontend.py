@@ -1,0 +1,58 @@
+"""The front end in one call: CQL text → parsed, analyzed, optimized query, and its EXPLAIN text."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cql import ast
+from cql.analyzer import AnalyzedQuery, AnalyzeOptions, analyze
+from cql.catalog import Catalog
+from cql.errors import CqlError
+from cql.logical.explain import explain_plan
+from cql.logical.nodes import Plan
+from cql.logical.rewrites import optimize
+from cql.parser import parse_query
+from cql.printer import to_cql
+
+
+@dataclass
+class CompiledQuery:
+    analyzed: AnalyzedQuery
+    plan: Plan  # after rewrites
+
+    @property
+    def kind(self) -> str:
+        return "stream" if self.plan.is_stream else "relation"
+
+    @property
+    def schema(self):
+        return self.plan.schema
+
+    def explain(self) -> str:
+        a = self.analyzed
+        cols = ", ".join(f"{x.name} {x.type}" for x in self.schema)
+        out = ["Analyzed query:", _indent(to_cql(a.normalized)), f"Result: {self.kind} ({cols})"]
+        if a.notes:
+            out.append("Notes:")
+            out.extend(f"  - {n}" for n in dict.fromkeys(a.notes))
+        out.append("Logical plan:")
+        out.append(_indent(explain_plan(self.plan)))
+        return "\n".join(out)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def compile_query(query: str | ast.Query, catalog: Catalog, *, options: AnalyzeOptions | None = None) -> CompiledQuery:
+    """Parse (if text), analyze and optimize one query. Raises CqlError only."""
+    text = query if isinstance(query, str) else None
+    q = parse_query(query) if isinstance(query, str) else query
+    analyzed = analyze(q, catalog, text=text, options=options)
+    return CompiledQuery(analyzed, optimize(analyzed.plan))
+
+
+def explain(query: str, catalog: Catalog, *, options: AnalyzeOptions | None = None) -> str:
+    return compile_query(query, catalog, options=options).explain()
+
+
+__all__ = ["CompiledQuery", "CqlError", "compile_query", "explain"]

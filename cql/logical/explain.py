@@ -1,0 +1,69 @@
+"""EXPLAIN: logical plans print themselves as an indented tree, one operator per line."""
+from __future__ import annotations
+
+from cql.logical import nodes as L
+
+
+def _cols(attrs) -> str:
+    return ", ".join(f"{a.name} {a.type}" for a in attrs)
+
+
+def _window(n: L.Window) -> str:
+    spec = n.spec
+    if isinstance(spec, L.PartitionSpec):
+        keys = ", ".join(n.input.schema[k].display() for k in spec.keys)
+        text = f"PARTITION BY {keys} ROWS {spec.rows}"
+    else:
+        text = spec.sql()
+    return f"WINDOW [{text}]" + (" (default)" if n.default else "")
+
+
+def _label(n: L.Plan) -> str:
+    match n:
+        case L.StreamSource():
+            unit = "" if n.time_unit == "second" else f" unit={n.time_unit}"
+            return f"STREAM {n.name} ({_cols(n.attrs)}){unit}"
+        case L.RelationSource():
+            return f"{'STATIC ' if n.static else ''}RELATION {n.name} ({_cols(n.attrs)})"
+        case L.Window():
+            return _window(n)
+        case L.Sample():
+            return f"SAMPLE {n.percent:g}%"
+        case L.Filter():
+            return f"FILTER {n.predicate.sql()}"
+        case L.Project():
+            items = [e.sql() if e.sql() == name or e.sql().endswith("." + name) else f"{e.sql()} AS {name}"
+                     for e, name in zip(n.exprs, n.names)]
+            return "PROJECT " + ", ".join(items)
+        case L.Join():
+            return "JOIN" + (f" ON {n.predicate.sql()}" if n.predicate is not None else " (cross product)")
+        case L.Aggregate():
+            keys = ", ".join(k.sql() for k in n.keys)
+            aggs = ", ".join(a.sql() for a in n.aggs)
+            return "AGGREGATE" + (f" GROUP BY {keys}" if keys else "") + (f": {aggs}" if aggs else "")
+        case L.Distinct():
+            return "DISTINCT"
+        case L.SetOp():
+            return n.op.upper() + (" ALL" if n.all else "")
+        case L.SemiJoin():
+            kind = "ANTIJOIN" if n.anti else "SEMIJOIN"
+            return f"{kind}{' (null-aware)' if n.null_aware else ''} ON {n.predicate.sql()}"
+        case L.RelToStream():
+            return n.op.upper()
+    return type(n).__name__.upper()
+
+
+def explain_plan(plan: L.Plan) -> str:
+    """The plan as a tree; each line ends with the kind of its output (stream or relation)."""
+    lines: list[str] = []
+
+    def visit(n: L.Plan, prefix: str, child_prefix: str):
+        kind = "stream" if n.is_stream else "relation"
+        lines.append(f"{prefix}{_label(n)}  → {kind}")
+        kids = n.inputs
+        for i, k in enumerate(kids):
+            last = i == len(kids) - 1
+            visit(k, child_prefix + ("└─ " if last else "├─ "), child_prefix + ("   " if last else "│  "))
+
+    visit(plan, "", "")
+    return "\n".join(lines)

@@ -1,0 +1,456 @@
+"""Logical plan nodes: frozen, typed, deriving their schema and checking invariants on construction.
+
+Relational operators plus the CQL stream↔relation operators (Window, RelToStream). Equal subplans
+compare and hash equal, which is what plan sharing keys on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from cql.logical.expr import AggCall, Expr, columns
+from cql.types import BOOL, DataType
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """A column of a plan's output: name, type and (for display/resolution) the source alias."""
+
+    name: str
+    type: DataType
+    qualifier: str | None = field(default=None, compare=False)
+
+    def display(self) -> str:
+        return f"{self.qualifier}.{self.name}" if self.qualifier else self.name
+
+
+class PlanError(Exception):
+    """An invariant of a plan node was violated (a front-end bug, not a user error)."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise PlanError(msg)
+
+
+class Plan:
+    """Base: `inputs`, `schema`, `is_stream`; `monotonic` means the relation only ever grows."""
+
+    @property
+    def inputs(self) -> tuple["Plan", ...]:
+        return ()
+
+    schema: tuple[Attribute, ...]
+    is_stream: bool
+
+    @property
+    def monotonic(self) -> bool:
+        return all(i.monotonic for i in self.inputs)
+
+    def _check_expr(self, e: Expr, width: int, what: str) -> None:
+        bad = [i for i in columns(e) if not 0 <= i < width]
+        _check(not bad, f"{type(self).__name__}: {what} reads column(s) {bad} outside 0..{width - 1}")
+
+
+def _relations(node: Plan, inputs) -> None:
+    for i in inputs:
+        _check(not i.is_stream, f"{type(node).__name__} needs relations; input {type(i).__name__} is a stream")
+
+
+# ------------------------------------------------------------------ sources
+
+
+@dataclass(frozen=True)
+class StreamSource(Plan):
+    name: str
+    attrs: tuple[Attribute, ...]
+    time_unit: str = "second"
+
+    @property
+    def schema(self):
+        return self.attrs
+
+    is_stream = True
+
+    @property
+    def monotonic(self):
+        return True
+
+
+@dataclass(frozen=True)
+class RelationSource(Plan):
+    name: str
+    attrs: tuple[Attribute, ...]
+    static: bool = False
+
+    @property
+    def schema(self):
+        return self.attrs
+
+    is_stream = False
+
+    @property
+    def monotonic(self):
+        return self.static
+
+
+# ------------------------------------------------------------------ stream → relation
+
+
+@dataclass(frozen=True)
+class RangeSpec:
+    """Time-based window in the stream's units: size None = Unbounded, 0 = Now; optional slide."""
+
+    size: int | None
+    slide: int | None = None
+
+    @property
+    def time_based(self) -> bool:
+        return True
+
+    def sql(self) -> str:
+        if self.size is None:
+            return "RANGE UNBOUNDED"
+        if self.size == 0 and self.slide is None:
+            return "NOW"
+        return f"RANGE {self.size}" + (f" SLIDE {self.slide}" if self.slide else "")
+
+
+@dataclass(frozen=True)
+class RowsSpec:
+    """Tuple-based window: the last `size` tuples (None = Unbounded); optional slide."""
+
+    size: int | None
+    slide: int | None = None
+
+    @property
+    def time_based(self) -> bool:
+        return self.size is None  # Rows Unbounded holds every tuple: as a time window
+
+    def sql(self) -> str:
+        if self.size is None:
+            return "ROWS UNBOUNDED"
+        return f"ROWS {self.size}" + (f" SLIDE {self.slide}" if self.slide else "")
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """The last `rows` tuples per distinct value of the key columns."""
+
+    keys: tuple[int, ...]
+    rows: int
+
+    @property
+    def time_based(self) -> bool:
+        return False
+
+    def sql(self) -> str:
+        return f"PARTITION BY {', '.join('#%d' % k for k in self.keys)} ROWS {self.rows}"
+
+
+WindowSpec = RangeSpec | RowsSpec | PartitionSpec
+
+
+@dataclass(frozen=True)
+class Window(Plan):
+    """Stream → relation. `default` marks the implicit Unbounded window (display and CQL defaults)."""
+
+    input: Plan
+    spec: WindowSpec
+    default: bool = field(default=False, compare=False)
+
+    def __post_init__(self):
+        _check(self.input.is_stream, "Window needs a stream input")
+        if isinstance(self.spec, PartitionSpec):
+            for k in self.spec.keys:
+                _check(0 <= k < len(self.input.schema), "partition key out of range")
+
+    @property
+    def inputs(self):
+        return (self.input,)
+
+    @property
+    def schema(self):
+        return self.input.schema
+
+    is_stream = False
+
+    @property
+    def unbounded(self) -> bool:
+        return getattr(self.spec, "size", 0) is None
+
+    @property
+    def monotonic(self):
+        return self.unbounded and self.input.monotonic
+
+
+@dataclass(frozen=True)
+class Sample(Plan):
+    """Keep each stream element with probability percent/100 (before any window)."""
+
+    input: Plan
+    percent: float
+
+    def __post_init__(self):
+        _check(self.input.is_stream, "Sample needs a stream input")
+        _check(0 < self.percent <= 100, "sample percentage must be in (0, 100]")
+
+    @property
+    def inputs(self):
+        return (self.input,)
+
+    @property
+    def schema(self):
+        return self.input.schema
+
+    is_stream = True
+
+
+# ------------------------------------------------------------------ relation → relation (and stateless stream ops)
+
+
+@dataclass(frozen=True)
+class Filter(Plan):
+    """Selection; valid on relations and (stateless) on streams."""
+
+    input: Plan
+    predicate: Expr
+
+    def __post_init__(self):
+        _check(self.predicate.type in (BOOL,) or self.predicate.type.kind == "null", "Filter predicate must be boolean")
+        self._check_expr(self.predicate, len(self.input.schema), "predicate")
+
+    @property
+    def inputs(self):
+        return (self.input,)
+
+    @property
+    def schema(self):
+        return self.input.schema
+
+    @property
+    def is_stream(self):
+        return self.input.is_stream
+
+
+@dataclass(frozen=True)
+class Project(Plan):
+    """Generalized projection (expressions); valid on relations and on streams."""
+
+    input: Plan
+    exprs: tuple[Expr, ...]
+    names: tuple[str, ...]
+    qualifiers: tuple[str | None, ...] = field(default=(), compare=False)
+
+    def __post_init__(self):
+        _check(len(self.exprs) == len(self.names), "Project needs a name per expression")
+        for e in self.exprs:
+            self._check_expr(e, len(self.input.schema), "expression")
+
+    @property
+    def inputs(self):
+        return (self.input,)
+
+    @cached_property
+    def schema(self):
+        quals = self.qualifiers or (None,) * len(self.names)
+        return tuple(Attribute(n, e.type, q) for n, e, q in zip(self.names, self.exprs, quals))
+
+    @property
+    def is_stream(self):
+        return self.input.is_stream
+
+
+@dataclass(frozen=True)
+class Join(Plan):
+    """N-ary join (MJoin) of relations; output is the concatenation of input schemas."""
+
+    inputs_: tuple[Plan, ...]
+    predicate: Expr | None = None
+
+    def __post_init__(self):
+        _check(len(self.inputs_) >= 2, "Join needs at least two inputs")
+        _relations(self, self.inputs_)
+        if self.predicate is not None:
+            self._check_expr(self.predicate, len(self.schema), "predicate")
+
+    @property
+    def inputs(self):
+        return self.inputs_
+
+    @cached_property
+    def schema(self):
+        return tuple(a for i in self.inputs_ for a in i.schema)
+
+    is_stream = False
+
+    def offsets(self) -> list[int]:
+        out, off = [], 0
+        for i in self.inputs_:
+            out.append(off)
+            off += len(i.schema)
+        return out
+
+
+@dataclass(frozen=True)
+class Aggregate(Plan):
+    """Group by `keys` and compute `aggs`; output = keys then aggregates. No keys: one row always."""
+
+    input: Plan
+    keys: tuple[Expr, ...]
+    aggs: tuple[AggCall, ...]
+    names: tuple[str, ...]
+
+    def __post_init__(self):
+        _relations(self, (self.input,))
+        _check(len(self.names) == len(self.keys) + len(self.aggs), "Aggregate needs a name per output")
+        w = len(self.input.schema)
+        for k in self.keys:
+            self._check_expr(k, w, "group key")
+        for a in self.aggs:
+            if a.arg is not None:
+                self._check_expr(a.arg, w, "aggregate argument")
+
+    @property
+    def inputs(self):
+        return (self.input,)
+
+    @cached_property
+    def schema(self):
+        types = [k.type for k in self.keys] + [a.type for a in self.aggs]
+        return tuple(Attribute(n, t) for n, t in zip(self.names, types))
+
+    is_stream = False
+
+    @property
+    def monotonic(self):
+        return False
+
+
+@dataclass(frozen=True)
+class Distinct(Plan):
+    input: Plan
+
+    def __post_init__(self):
+        _relations(self, (self.input,))
+
+    @property
+    def inputs(self):
+        return (self.input,)
+
+    @property
+    def schema(self):
+        return self.input.schema
+
+    is_stream = False
+
+
+@dataclass(frozen=True)
+class SetOp(Plan):
+    """union / except / intersect; `all` keeps bag multiplicities, otherwise the result is a set."""
+
+    op: str
+    all: bool
+    left: Plan
+    right: Plan
+
+    def __post_init__(self):
+        _relations(self, (self.left, self.right))
+        _check(self.op in ("union", "except", "intersect"), f"unknown set operation {self.op}")
+        _check(len(self.left.schema) == len(self.right.schema), "set operation inputs differ in width")
+
+    @property
+    def inputs(self):
+        return (self.left, self.right)
+
+    @property
+    def schema(self):
+        return self.left.schema
+
+    is_stream = False
+
+    @property
+    def monotonic(self):
+        return self.op != "except" and super().monotonic
+
+
+@dataclass(frozen=True)
+class SemiJoin(Plan):
+    """Left tuples with (anti: without) a right match; predicate over left ++ right columns.
+
+    `null_aware` gives NOT IN its SQL meaning: no left row qualifies when the right side holds a
+    NULL in a compared column.
+    """
+
+    left: Plan
+    right: Plan
+    predicate: Expr
+    anti: bool = False
+    null_aware: bool = False
+
+    def __post_init__(self):
+        _relations(self, (self.left, self.right))
+        self._check_expr(self.predicate, len(self.left.schema) + len(self.right.schema), "predicate")
+
+    @property
+    def inputs(self):
+        return (self.left, self.right)
+
+    @property
+    def schema(self):
+        return self.left.schema
+
+    is_stream = False
+
+    @property
+    def monotonic(self):
+        return not self.anti and super().monotonic
+
+
+# ------------------------------------------------------------------ relation → stream
+
+
+@dataclass(frozen=True)
+class RelToStream(Plan):
+    """Istream / Dstream / Rstream (thesis §2.1.2)."""
+
+    op: str
+    input: Plan
+
+    def __post_init__(self):
+        _check(self.op in ("istream", "dstream", "rstream"), f"unknown relation-to-stream op {self.op}")
+        _relations(self, (self.input,))
+
+    @property
+    def inputs(self):
+        return (self.input,)
+
+    @property
+    def schema(self):
+        return self.input.schema
+
+    is_stream = True
+
+    @property
+    def monotonic(self):
+        return True
+
+
+def with_inputs(node: Plan, new: tuple[Plan, ...]) -> Plan:
+    """The same node over new inputs (rewrite rules use this to rebuild trees)."""
+    from dataclasses import replace
+
+    if isinstance(node, Join):
+        return replace(node, inputs_=tuple(new))
+    if isinstance(node, (SetOp, SemiJoin)):
+        return replace(node, left=new[0], right=new[1])
+    if node.inputs:
+        return replace(node, input=new[0])
+    return node
+
+
+def walk(node: Plan):
+    """Pre-order traversal."""
+    yield node
+    for i in node.inputs:
+        yield from walk(i)

@@ -1,0 +1,36 @@
+"""Rule-based rewrites of logical plans, one rule per module, applied bottom-up to a fixpoint.
+
+Each rule is a function `rule(node) -> node | None` that looks only at the node and its inputs
+and returns a replacement, or None when it does not apply. Every rule preserves CQL semantics.
+"""
+from __future__ import annotations
+
+from cql.logical.nodes import Plan, with_inputs
+from cql.logical.rewrites.istream_unbounded import istream_unbounded
+from cql.logical.rewrites.push_selections import push_selections
+from cql.logical.rewrites.remove_projections import remove_projections
+from cql.logical.rewrites.rstream_now import rstream_now
+from cql.logical.rewrites.static_unbounded_to_now import static_unbounded_to_now
+
+RULES = (push_selections, remove_projections, istream_unbounded, static_unbounded_to_now, rstream_now)
+
+
+def optimize(plan: Plan, rules=RULES, max_passes: int = 50) -> Plan:
+    """Apply `rules` bottom-up until nothing changes."""
+    for _ in range(max_passes):
+        new = _pass(plan, rules)
+        if new == plan:
+            return new
+        plan = new
+    return plan
+
+
+def _pass(node: Plan, rules) -> Plan:
+    kids = tuple(_pass(i, rules) for i in node.inputs)
+    if kids != node.inputs:
+        node = with_inputs(node, kids)
+    for rule in rules:
+        out = rule(node)
+        if out is not None:
+            return out
+    return node

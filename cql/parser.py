@@ -1,0 +1,479 @@
+"""CQL text → AST: the Lark LALR parser over grammar/cql.lark and a transformer to cql.ast nodes.
+
+Every syntax error becomes a CqlError with line, column and the tokens the parser expected.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from cql import ast
+from cql.errors import CqlError, Pos
+
+_GRAMMAR_CANDIDATES = (
+    Path(__file__).resolve().parent.parent / "grammar" / "cql.lark",  # source checkout / editable
+    Path(__file__).resolve().parent / "grammar" / "cql.lark",  # wheel (package data)
+)
+
+# Friendly names of terminals for "expected ..." messages.
+_TOKEN_NAMES = {
+    "NAME": "a name",
+    "INT": "an integer",
+    "GROUPED_INT": "an integer",
+    "FLOAT": "a number",
+    "STRING": "a string",
+    "COMP_OP": "a comparison",
+    "ADD_OP": "'+' or '-'",
+    "MUL_OP": "'*', '/' or '%'",
+    "CONCAT_OP": "'||'",
+    "TIME_UNIT": "a time unit",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "COMMA": "','",
+    "DOT": "'.'",
+    "STAR": "'*'",
+    "EQUAL": "'='",
+    "MINUS": "'-'",
+    "_SEMI": "';'",
+    "$END": "end of input",
+}
+
+
+def _grammar_path() -> Path:
+    for p in _GRAMMAR_CANDIDATES:
+        if p.exists():
+            return p
+    raise FileNotFoundError("grammar/cql.lark not found next to the cql package")
+
+
+@functools.lru_cache(maxsize=1)
+def _lark() -> Lark:
+    return Lark(
+        _grammar_path().read_text(),
+        parser="lalr",
+        start=["script", "single"],
+        propagate_positions=True,
+        maybe_placeholders=False,
+    )
+
+
+def _meta_pos(meta) -> Pos | None:
+    if getattr(meta, "empty", True):
+        return None
+    return Pos(meta.line, meta.column, meta.end_line, meta.end_column)
+
+
+def _tok_pos(tok: Token) -> Pos:
+    return Pos(tok.line, tok.column, tok.end_line, tok.end_column)
+
+
+def _unquote(text: str) -> str:
+    q = text[0]
+    return text[1:-1].replace(q + q, q)
+
+
+def _name(tok: Token) -> str:
+    s = str(tok)
+    return s[1:-1] if s.startswith("`") else s
+
+
+def _count(tok: Token) -> int:
+    return int(str(tok).replace(",", ""))
+
+
+_UNIT_CANON = {
+    "ms": "millisecond", "msec": "millisecond", "msecs": "millisecond",
+    "millisecond": "millisecond", "milliseconds": "millisecond",
+    "sec": "second", "secs": "second", "second": "second", "seconds": "second",
+    "min": "minute", "mins": "minute", "minute": "minute", "minutes": "minute",
+    "hour": "hour", "hours": "hour", "day": "day", "days": "day",
+}
+
+
+def _is(tok, type_: str) -> bool:
+    return isinstance(tok, Token) and tok.type == type_
+
+
+@v_args(meta=True)
+class _ToAst(Transformer):
+    """Lark parse tree → cql.ast nodes (positions kept in `pos`)."""
+
+    # ------------------------------------------------------------ statements
+    def script(self, meta, items):
+        return list(items)
+
+    def single(self, meta, items):
+        return items[0]
+
+    def register_source(self, meta, items):
+        static = any(_is(t, "STATIC") for t in items)
+        items = [t for t in items if not _is(t, "STATIC")]
+        kind, name, *rest = items
+        attrs, keys, options = [], [], ()
+        for r in rest:
+            if isinstance(r, ast.AttrDef):
+                attrs.append(r)
+            elif isinstance(r, tuple) and r and r[0] == "key":
+                keys.append(r[1])
+            else:
+                options = r
+        return ast.RegisterSource(kind, _name(name), tuple(attrs), tuple(keys), static, options, pos=_meta_pos(meta))
+
+    def source_kind(self, meta, items):
+        k = str(items[0]).lower()
+        return "relation" if k == "table" else k
+
+    def attr_def(self, meta, items):
+        return ast.AttrDef(_name(items[0]), items[1], pos=_meta_pos(meta))
+
+    def key_def(self, meta, items):
+        return ("key", tuple(_name(t) for t in items if _is(t, "NAME")))
+
+    def type_spec(self, meta, items):
+        length = int(items[1]) if len(items) > 1 else None
+        return ast.TypeName(str(items[0]).lower(), length, pos=_meta_pos(meta))
+
+    def with_options(self, meta, items):
+        return tuple(items)
+
+    def option(self, meta, items):
+        value = items[1]
+        if isinstance(value, ast.Literal):
+            value = value.value
+        return (str(items[0]).lower(), value)
+
+    def option_name(self, meta, items):
+        return str(items[0]).lower()
+
+    def option_negative(self, meta, items):
+        return -items[0].value
+
+    def register_view(self, meta, items):
+        items = [t for t in items if not _is(t, "VIEW")]  # VIEW is a kept (non-underscore) terminal
+        name = _name(items[0])
+        cols = items[1] if len(items) == 3 else None
+        return ast.RegisterView(name, cols, items[-1], pos=_meta_pos(meta))
+
+    def view_attrs(self, meta, items):
+        return tuple(_name(t) for t in items)
+
+    # ------------------------------------------------------------ queries
+    def set_chain(self, meta, items):
+        # items: operand, op, operand, op, operand ...; INTERSECT binds tighter (SQL), others left-assoc.
+        operands, ops = [items[0]], []
+        for op, rhs in zip(items[1::2], items[2::2]):
+            if op[0] == "intersect":
+                operands[-1] = ast.SetOp("intersect", op[1], operands[-1], rhs, pos=op[2])
+            else:
+                ops.append(op)
+                operands.append(rhs)
+        result = operands[0]
+        for op, rhs in zip(ops, operands[1:]):
+            result = ast.SetOp(op[0], op[1], result, rhs, pos=op[2])
+        return result
+
+    def set_op(self, meta, items):
+        op = str(items[0]).lower()
+        return ("except" if op == "minus" else op, len(items) > 1, _tok_pos(items[0]))
+
+    def table_query(self, meta, items):
+        return ast.TableQuery(_name(items[0]), pos=_tok_pos(items[0]))
+
+    def r2s(self, meta, items):
+        return str(items[0]).lower()
+
+    def r2s_query(self, meta, items):
+        return ast.RelToStream(items[0], items[1], pos=_meta_pos(meta))
+
+    def select_stmt(self, meta, items):
+        (distinct, sel_items, r2s), from_, *rest = items
+        parts = dict(rest)
+        q = ast.Select(
+            tuple(sel_items), tuple(from_), parts.get("where"), tuple(parts.get("group", ())),
+            parts.get("having"), distinct, pos=_meta_pos(meta),
+        )
+        return ast.RelToStream(r2s, q, pos=_meta_pos(meta)) if r2s else q
+
+    def select_body(self, meta, items):
+        distinct = any(_is(t, "DISTINCT") for t in items)
+        return (distinct, items[-1], None)
+
+    def r2s_select_body(self, meta, items):
+        distinct = any(_is(t, "DISTINCT") for t in items)
+        return (distinct, items[-1], items[0])
+
+    def select_list(self, meta, items):
+        return list(items)
+
+    def star_item(self, meta, items):
+        return ast.SelectItem(ast.Star(None, pos=_meta_pos(meta)), pos=_meta_pos(meta))
+
+    def qualified_star_item(self, meta, items):
+        return ast.SelectItem(ast.Star(_name(items[0]), pos=_meta_pos(meta)), pos=_meta_pos(meta))
+
+    def expr_item(self, meta, items):
+        alias = _name(items[1]) if len(items) > 1 else None
+        return ast.SelectItem(items[0], alias, pos=_meta_pos(meta))
+
+    def from_list(self, meta, items):
+        return list(items)
+
+    def from_item(self, meta, items):
+        source, window = items[0]
+        sample, alias = None, None
+        for it in items[1:]:
+            if isinstance(it, tuple) and it[0] == "window_part":
+                window, sample = it[1] or window, it[2]
+            else:
+                alias = it
+        return ast.FromItem(source, window, sample, alias, pos=_meta_pos(meta))
+
+    def table_source(self, meta, items):
+        return (_name(items[0]), None)
+
+    def subquery_source(self, meta, items):
+        return (items[0], None)
+
+    def paren_table_source(self, meta, items):
+        return (_name(items[0]), items[1])
+
+    def window_part(self, meta, items):
+        window = next((i for i in items if isinstance(i, ast.Window)), None)
+        sample = next((i for i in items if isinstance(i, float)), None)
+        return ("window_part", window, sample)
+
+    def alias(self, meta, items):
+        return _name(items[0])
+
+    def sample(self, meta, items):
+        return float(items[1].value)
+
+    def where_clause(self, meta, items):
+        return ("where", items[0])
+
+    def group_clause(self, meta, items):
+        return ("group", list(items))
+
+    def having_clause(self, meta, items):
+        return ("having", items[0])
+
+    # ------------------------------------------------------------ windows
+    def window(self, meta, items):
+        w = items[0]
+        if len(items) > 1:
+            w = type(w)(**{**{f: getattr(w, f) for f in w.__dataclass_fields__ if f != "pos"}, "where": items[1]}, pos=w.pos)
+        return w
+
+    def window_filter(self, meta, items):
+        return items[0]
+
+    def range_window(self, meta, items):
+        durs = [i for i in items if isinstance(i, ast.Duration)]
+        return ast.RangeWindow(durs[0], durs[1] if len(durs) > 1 else None, pos=_meta_pos(meta))
+
+    def range_unbounded(self, meta, items):
+        return ast.RangeWindow(None, pos=_meta_pos(meta))
+
+    def rows_window(self, meta, items):
+        counts = [i for i in items if isinstance(i, int)]
+        return ast.RowsWindow(counts[0], counts[1] if len(counts) > 1 else None, pos=_meta_pos(meta))
+
+    def rows_unbounded(self, meta, items):
+        return ast.RowsWindow(None, pos=_meta_pos(meta))
+
+    def now_window(self, meta, items):
+        return ast.NowWindow(pos=_meta_pos(meta))
+
+    def partition_window(self, meta, items):
+        cols = tuple(i for i in items if isinstance(i, ast.Column))
+        rows = next(i for i in items if isinstance(i, int) and not isinstance(i, bool))
+        return ast.PartitionWindow(cols, rows, pos=_meta_pos(meta))
+
+    def duration(self, meta, items):
+        unit = items[1] if len(items) > 1 else None
+        return ast.Duration(items[0], unit, pos=_meta_pos(meta))
+
+    def count(self, meta, items):
+        return _count(items[0])
+
+    def time_unit(self, meta, items):
+        return _UNIT_CANON[str(items[0]).lower()]
+
+    # ------------------------------------------------------------ expressions
+    def or_(self, meta, items):
+        return ast.Binary("or", items[0], items[1], pos=_meta_pos(meta))
+
+    def and_(self, meta, items):
+        return ast.Binary("and", items[0], items[1], pos=_meta_pos(meta))
+
+    def not_(self, meta, items):
+        return ast.Unary("not", items[1], pos=_meta_pos(meta))
+
+    def compare(self, meta, items):
+        op = {"==": "=", "!=": "<>"}.get(str(items[1]), str(items[1]))
+        return ast.Binary(op, items[0], items[2], pos=_meta_pos(meta))
+
+    def binary(self, meta, items):
+        return ast.Binary(str(items[1]), items[0], items[2], pos=_meta_pos(meta))
+
+    def unary(self, meta, items):
+        op, operand = str(items[0]), items[1]
+        # Fold a sign into a numeric literal so `-3` prints and re-parses as the same node.
+        if op == "-" and isinstance(operand, ast.Literal) and operand.kind in ("int", "float") and operand.value >= 0:
+            return ast.Literal(-operand.value, operand.kind, pos=_meta_pos(meta))
+        return ast.Unary(op, operand, pos=_meta_pos(meta))
+
+    def _negated(self, items):
+        neg = any(_is(t, "NOT") for t in items)
+        rest = [t for t in items if not (isinstance(t, Token) and t.type in ("NOT", "BETWEEN", "IN", "LIKE", "IS", "NULL", "EXISTS"))]
+        return neg, rest
+
+    def between(self, meta, items):
+        neg, (a, lo, hi) = self._negated(items)
+        return ast.Between(a, lo, hi, neg, pos=_meta_pos(meta))
+
+    def in_list(self, meta, items):
+        neg, (a, *vals) = self._negated(items)
+        return ast.InList(a, tuple(vals), neg, pos=_meta_pos(meta))
+
+    def in_query(self, meta, items):
+        neg, (a, q) = self._negated(items)
+        return ast.InQuery(a, q, neg, pos=_meta_pos(meta))
+
+    def like(self, meta, items):
+        neg, (a, p) = self._negated(items)
+        return ast.Like(a, p, neg, pos=_meta_pos(meta))
+
+    def is_null(self, meta, items):
+        neg, (a,) = self._negated(items)
+        return ast.IsNull(a, neg, pos=_meta_pos(meta))
+
+    def exists(self, meta, items):
+        _, (q,) = self._negated(items)
+        return ast.Exists(q, False, pos=_meta_pos(meta))
+
+    def call(self, meta, items):
+        name = _name(items[0]).lower()
+        if len(items) == 1:
+            return ast.Call(name, (), pos=_meta_pos(meta))
+        args = items[1]
+        if args == "*":
+            return ast.Call(name, (), star=True, pos=_meta_pos(meta))
+        distinct, exprs = args
+        return ast.Call(name, tuple(exprs), distinct, pos=_meta_pos(meta))
+
+    def call_args(self, meta, items):
+        distinct = any(_is(t, "DISTINCT") for t in items)
+        return (distinct, [i for i in items if not _is(i, "DISTINCT")])
+
+    def star_arg(self, meta, items):
+        return "*"
+
+    def case(self, meta, items):
+        items = [i for i in items if not (isinstance(i, Token) and i.type in ("CASE", "END"))]
+        operand = None
+        if items and not (isinstance(items[0], tuple) and items[0][0] == "when"):
+            operand, items = items[0], items[1:]
+        whens = tuple((w[1], w[2]) for w in items if w[0] == "when")
+        default = next((w[1] for w in items if w[0] == "else"), None)
+        return ast.Case(operand, whens, default, pos=_meta_pos(meta))
+
+    def when_clause(self, meta, items):
+        return ("when", items[1], items[3])
+
+    def else_clause(self, meta, items):
+        return ("else", items[1])
+
+    def cast(self, meta, items):
+        return ast.Cast(items[1], items[2], pos=_meta_pos(meta))
+
+    def column(self, meta, items):
+        if len(items) == 2:
+            return ast.Column(_name(items[0]), _name(items[1]), pos=_meta_pos(meta))
+        return ast.Column(None, _name(items[0]), pos=_meta_pos(meta))
+
+    def int_lit(self, meta, items):
+        return ast.Literal(int(items[0]), "int", pos=_meta_pos(meta))
+
+    def float_lit(self, meta, items):
+        return ast.Literal(float(items[0]), "float", pos=_meta_pos(meta))
+
+    def string(self, meta, items):
+        return ast.Literal(_unquote(str(items[0])), "string", pos=_meta_pos(meta))
+
+    def true(self, meta, items):
+        return ast.Literal(True, "bool", pos=_meta_pos(meta))
+
+    def false(self, meta, items):
+        return ast.Literal(False, "bool", pos=_meta_pos(meta))
+
+    def null(self, meta, items):
+        return ast.Literal(None, "null", pos=_meta_pos(meta))
+
+
+def _describe(tok: Token | None) -> str:
+    if tok is None or tok.type == "$END":
+        return "end of input"
+    return repr(str(tok))
+
+
+def _expected(names) -> str:
+    friendly = sorted({_TOKEN_NAMES.get(n, repr(n.lower().lstrip("_"))) for n in names})
+    if len(friendly) > 8:
+        friendly = friendly[:8] + ["..."]
+    return ", ".join(friendly)
+
+
+def _syntax_error(e: UnexpectedInput, text: str) -> CqlError:
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        if tok.type == "$END":
+            lines = text.splitlines() or [""]
+            pos = Pos(len(lines), len(lines[-1]) + 1)
+            return CqlError("syntax", f"unexpected end of input; expected {_expected(e.expected)}", pos, text)
+        return CqlError("syntax", f"unexpected {_describe(tok)}; expected {_expected(e.expected)}", _tok_pos(tok), text)
+    if isinstance(e, UnexpectedCharacters):
+        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        reason = "unterminated string" if ch in "'\"" else f"unexpected character {ch!r}"
+        return CqlError("syntax", reason, Pos(e.line, e.column, e.line, e.column + 1), text)
+    if isinstance(e, UnexpectedEOF):
+        return CqlError("syntax", f"unexpected end of input; expected {_expected(e.expected)}", None, text)
+    return CqlError("syntax", str(e).splitlines()[0], None, text)
+
+
+def _parse(text: str, start: str):
+    if not isinstance(text, str):
+        raise CqlError("syntax", "query text must be a string")
+    try:
+        tree = _lark().parse(text, start=start)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, text) from None
+    try:
+        return _ToAst().transform(tree)
+    except VisitError as e:
+        if isinstance(e.orig_exc, CqlError):
+            raise e.orig_exc.with_text(text) from None
+        raise CqlError("syntax", f"malformed construct ({e.orig_exc})", _meta_pos(e.obj.meta), text) from None
+
+
+def parse_statement(text: str) -> ast.Statement:
+    """Parse one statement (a query, a view or a source registration), `;` optional."""
+    return _parse(text, "single")
+
+
+def parse_query(text: str) -> ast.Query:
+    """Parse one query; DDL here is an error."""
+    stmt = parse_statement(text)
+    if not isinstance(stmt, ast.Query):
+        raise CqlError("not_a_query", "expected a query, found a registration statement", stmt.pos, text)
+    return stmt
+
+
+def parse_script(text: str) -> list[ast.Statement]:
+    """Parse `;`-separated statements."""
+    return _parse(text, "script")

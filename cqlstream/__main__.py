@@ -1,0 +1,3 @@
+from cqlstream.cli import main
+
+raise SystemExit(main())
