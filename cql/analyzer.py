@@ -145,10 +145,12 @@ class _Binder:
             raise CqlError("unsupported", f"{type(e).__name__} is not supported here", _span(e))
         return method(e)
 
-    def bool(self, e: ast.Expr) -> X.Expr:
+    def bool(self, e: ast.Expr, operator: str | None = None) -> X.Expr:
+        """Bind a condition: a whole clause (`WHERE`), or the operand of `operator` (AND, CASE WHEN)."""
         b = self.bind(e)
         if b.type.kind not in ("bool", "null"):
-            raise CqlError("type_mismatch", f"{self.where} must be a boolean condition, got {b.type}", _span(e))
+            what = f"{operator} needs a boolean" if operator else f"{self.where} must be a boolean condition"
+            raise CqlError("type_mismatch", f"{what}, got {b.type}", _span(e))
         return b
 
     # --- post-aggregation references
@@ -178,7 +180,10 @@ class _Binder:
         hit = self.scope.lookup(e)
         if hit is not None:
             i, attr = hit
-            return X.ColRef(i, attr.type, attr.display() if len(self.scope.entries) > 1 else attr.name)
+            # Qualify names when they could be confused with another block's (joins; subqueries, whose
+            # columns end up next to the enclosing query's in a semijoin predicate).
+            qualify = len(self.scope.entries) > 1 or self.scope.outer is not None
+            return X.ColRef(i, attr.type, attr.display() if qualify else attr.name)
         outer = self.scope.outer
         if outer is not None:
             hit = outer.lookup(e)
@@ -186,6 +191,9 @@ class _Binder:
                 self.correlated = True
                 i, attr = hit
                 return OuterRef(i, attr.type, attr.display())
+        if any(s.lookup(e) is not None for s in self.a.enclosing):
+            raise CqlError("unsupported_correlation", f"'{_display(e)}' refers to an enclosing query; a subquery may "
+                           "refer only to the query immediately around it, and only in its own WHERE", e.pos)
         if e.qualifier is not None and self.scope.entry(e.qualifier) is None:
             raise CqlError("unknown_source", f"unknown table or alias '{e.qualifier}' in {self.where}", e.pos)
         if e.qualifier is None and self.scope.entry(e.name) is not None:
@@ -209,7 +217,7 @@ class _Binder:
 
     def _Binary(self, e: ast.Binary) -> X.Expr:
         if e.op in ("and", "or"):
-            l, r = self.bool(e.left), self.bool(e.right)
+            l, r = self.bool(e.left, e.op.upper()), self.bool(e.right, e.op.upper())
             return X.Op(e.op, (l, r), T.BOOL)
         l, r = self.bind(e.left), self.bind(e.right)
         if e.op in X.COMPARISONS:
@@ -262,7 +270,7 @@ class _Binder:
                     raise CqlError("type_mismatch", f"CASE compares {operand.type} with {c.type}", _span(cond))
                 c = X.Op("=", (operand, c), T.BOOL)
             else:
-                c = self.bool(cond)
+                c = self.bool(cond, "CASE WHEN")
             whens.append((c, self.bind(res)))
         default = self.bind(e.default) if e.default is not None else X.Const(None, T.NULL)
         rt = default.type
@@ -397,6 +405,9 @@ class Analyzer:
         self.options = options or AnalyzeOptions()
         self.notes: list[str] = []
         self._anon = 0
+        # Scopes of the queries around the one being analyzed (IN/EXISTS nesting); only to explain
+        # references that resolve there but cannot be decorrelated.
+        self.enclosing: list[_Scope] = []
 
     # --- entry
     def analyze(self, q: ast.Query) -> tuple[L.Plan, ast.Query]:
@@ -436,12 +447,31 @@ class Analyzer:
         sides = [self.query(s, implicit=False) for s in (q.left, q.right)]
         plans = [self.as_relation(s.plan) for s in sides]
         l, r = plans
+        op = q.op.upper()
+        self.check_units([(l, f"the left side of {op}", None), (r, f"the right side of {op}", _span(q.right) or q.pos)])
         if len(l.schema) != len(r.schema):
             raise CqlError("set_width", f"{q.op.upper()} inputs have {len(l.schema)} and {len(r.schema)} columns", q.pos)
+        types = []
         for a, b in zip(l.schema, r.schema):
-            if T.common(a.type, b.type) is None:
+            t = T.common(a.type, b.type)
+            if t is None:
                 raise CqlError("type_mismatch", f"{q.op.upper()} column '{a.name}': {a.type} vs {b.type}", q.pos)
+            types.append(t)
+        l, r = _cast_to(l, types), _cast_to(r, types)
         return _Block(L.SetOp(q.op, q.all, l, r), ast.SetOp(q.op, q.all, sides[0].normalized, sides[1].normalized))
+
+    def check_units(self, parts) -> None:
+        """`parts`: (plan, description, pos) combined by one operator; their streams must share a time unit."""
+        first = None
+        for plan, what, pos in parts:
+            unit = _time_unit(plan)
+            if unit is None:
+                continue
+            if first is None:
+                first = (unit, what)
+            elif unit != first[0]:
+                raise CqlError("time_unit_mismatch", f"{what} is timed in {unit}s but {first[1]} in {first[0]}s: "
+                               "streams with different time units cannot be combined in one query", pos)
 
     def as_relation(self, plan: L.Plan) -> L.Plan:
         return L.Window(plan, L.RangeSpec(None), default=True) if plan.is_stream else plan
@@ -481,12 +511,12 @@ class Analyzer:
             else:
                 plan = self.window(plan, window, alias, source_name)
         else:
-            what = f"'{source_name}'" if source_name else "a subquery"
+            what = f"relation '{source_name}'" if source_name else "a subquery whose result is a relation"
             if window is not None:
-                raise CqlError("window_on_relation", f"window on relation {what}: windows apply to streams only",
+                raise CqlError("window_on_relation", f"window on {what}: windows apply to streams only",
                                _span(window) or item.pos)
             if sample is not None:
-                raise CqlError("sample_on_relation", f"SAMPLE on relation {what}: sampling applies to streams only",
+                raise CqlError("sample_on_relation", f"SAMPLE on {what}: sampling applies to streams only",
                                item.pos)
         attrs = tuple(L.Attribute(a.name, a.type, alias) for a in plan.schema)
         norm = ast.FromItem(norm_source, window, sample, alias if alias != item.source else None)
@@ -548,10 +578,7 @@ class Analyzer:
             plans.append(plan)
             norm_from.append(norm)
             offset += len(entry.attrs)
-        units = {_time_unit(p) for p in plans if _time_unit(p)}
-        if len(units) > 1:
-            raise CqlError("time_unit_mismatch", f"streams with different time units ({', '.join(sorted(units))}) "
-                           "cannot be combined in one query", q.pos)
+        self.check_units([(p, f"'{e.alias}'", i.pos) for p, e, i in zip(plans, entries, q.from_)])
         scope = _Scope(entries, outer)
         plan = plans[0] if len(plans) == 1 else L.Join(tuple(plans))
 
@@ -607,7 +634,7 @@ class Analyzer:
                     chosen = scope.entries
                 for entry in chosen:
                     for a in entry.attrs:
-                        col = ast.Column(entry.alias, a.name)
+                        col = ast.Column(entry.alias, a.name, pos=e.pos)
                         exprs.append(col)
                         names.append(a.name)
                         norm.append(ast.SelectItem(col))
@@ -660,7 +687,12 @@ class Analyzer:
     def subquery_predicate(self, plan: L.Plan, scope: _Scope, node, anti: bool) -> L.Plan:
         width = len(plan.schema)
         inner_scope_outer = _Scope(scope.entries, None)
-        sub = self.query(node.query, implicit=False, outer=inner_scope_outer)
+        self.enclosing.append(scope)
+        try:
+            sub = self.query(node.query, implicit=False, outer=inner_scope_outer)
+        finally:
+            self.enclosing.pop()
+        self.check_units([(plan, "the outer query", None), (sub.plan, "the subquery", _span(node))])
         if isinstance(node, ast.InQuery):
             lhs = self.in_operand(node.operand, scope)
         else:
@@ -705,6 +737,15 @@ def _agg_calls(e, catalog: Catalog):
         return
     for c in _children(e):
         yield from _agg_calls(c, catalog)
+
+
+def _cast_to(plan: L.Plan, types: list[T.DataType]) -> L.Plan:
+    """Widen a set-operation input to the common column types (e.g. INTEGER → FLOAT)."""
+    if all(a.type == t for a, t in zip(plan.schema, types)):
+        return plan
+    exprs = tuple(X.ColRef(i, a.type, a.name) if a.type == t else X.Cast(X.ColRef(i, a.type, a.name), t)
+                  for i, (a, t) in enumerate(zip(plan.schema, types)))
+    return L.Project(plan, exprs, tuple(a.name for a in plan.schema))
 
 
 def _default_name(e: ast.Expr, n: int) -> str:

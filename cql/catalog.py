@@ -129,6 +129,8 @@ class Catalog:
             if name not in _OPTIONS:
                 raise CqlError("unknown_option", f"unknown option '{name}' (known: unit, slack, timestamp)", stmt.pos)
             field_name, check = _OPTIONS[name]
+            if field_name in opts:
+                raise CqlError("duplicate_option", f"option '{name}' is given twice", stmt.pos)
             try:
                 opts[field_name] = check(value)
             except ValueError as e:
@@ -154,8 +156,9 @@ class Catalog:
         seen = set()
         for a in plan.schema:
             if a.name.lower() in seen:
+                fix = "rename them with AS or a column list" if stmt.columns is None else "give each a different name"
                 raise CqlError("duplicate_column", f"view '{stmt.name}' would have two columns named '{a.name}'; "
-                               "rename them with AS or a column list", stmt.pos)
+                               f"{fix}", stmt.pos)
             seen.add(a.name.lower())
         v = ViewDef(stmt.name, stmt.query, plan)
         self._entries[stmt.name.lower()] = v

@@ -48,7 +48,7 @@ def compile_query(query: str | ast.Query, catalog: Catalog, *, options: AnalyzeO
     text = query if isinstance(query, str) else None
     q = parse_query(query) if isinstance(query, str) else query
     analyzed = analyze(q, catalog, text=text, options=options)
-    return CompiledQuery(analyzed, optimize(analyzed.plan))
+    return CompiledQuery(analyzed, optimize(analyzed.plan, compat=bool(options and options.stream_compat)))
 
 
 def explain(query: str, catalog: Catalog, *, options: AnalyzeOptions | None = None) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from cql import ast
@@ -38,7 +38,6 @@ _TOKEN_NAMES = {
     "DOT": "'.'",
     "STAR": "'*'",
     "EQUAL": "'='",
-    "MINUS": "'-'",
     "_SEMI": "';'",
     "$END": "end of input",
 }
@@ -100,8 +99,12 @@ def _is(tok, type_: str) -> bool:
 
 
 @v_args(meta=True)
-class _ToAst(Transformer):
-    """Lark parse tree → cql.ast nodes (positions kept in `pos`)."""
+class _ToAst(Transformer_NonRecursive):
+    """Lark parse tree → cql.ast nodes (positions kept in `pos`).
+
+    Non-recursive so long left-deep chains (`a and b and ...` with thousands of terms) do not
+    exhaust the Python stack.
+    """
 
     # ------------------------------------------------------------ statements
     def script(self, meta, items):
@@ -422,8 +425,19 @@ def _describe(tok: Token | None) -> str:
     return repr(str(tok))
 
 
+def _terminal_text(name: str) -> str:
+    """Friendly name of a terminal: the table above, else its literal text (keywords, and
+    anonymous terminals such as `__ANON_0` for the option value's "-"), else its name."""
+    if name in _TOKEN_NAMES:
+        return _TOKEN_NAMES[name]
+    term = next((t for t in _lark().terminals if t.name == name), None)
+    if term is not None and type(term.pattern).__name__ == "PatternStr":
+        return repr(term.pattern.value.lower())
+    return repr(name.lower().lstrip("_"))
+
+
 def _expected(names) -> str:
-    friendly = sorted({_TOKEN_NAMES.get(n, repr(n.lower().lstrip("_"))) for n in names})
+    friendly = sorted({_terminal_text(n) for n in names})
     if len(friendly) > 8:
         friendly = friendly[:8] + ["..."]
     return ", ".join(friendly)
@@ -433,13 +447,23 @@ def _syntax_error(e: UnexpectedInput, text: str) -> CqlError:
     if isinstance(e, UnexpectedToken):
         tok = e.token
         if tok.type == "$END":
-            lines = text.splitlines() or [""]
-            pos = Pos(len(lines), len(lines[-1]) + 1)
+            # Just after the last token; lines counted by '\n' like Lark (not str.splitlines).
+            head = text.rstrip(" \t\f\r\n")
+            pos = Pos(head.count("\n") + 1, len(head) - head.rfind("\n"))
             return CqlError("syntax", f"unexpected end of input; expected {_expected(e.expected)}", pos, text)
+        if text.startswith("/*", tok.start_pos or 0):  # a closed comment would have been skipped
+            return CqlError("syntax", "unterminated comment", _tok_pos(tok), text)
         return CqlError("syntax", f"unexpected {_describe(tok)}; expected {_expected(e.expected)}", _tok_pos(tok), text)
     if isinstance(e, UnexpectedCharacters):
         ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
-        reason = "unterminated string" if ch in "'\"" else f"unexpected character {ch!r}"
+        if ch in "'\"":
+            reason = "unterminated string"
+        elif ch == "`":
+            reason = "unterminated quoted name"
+        elif text.startswith("/*", e.pos_in_stream):
+            reason = "unterminated comment"
+        else:
+            reason = f"unexpected character {ch!r}"
         return CqlError("syntax", reason, Pos(e.line, e.column, e.line, e.column + 1), text)
     if isinstance(e, UnexpectedEOF):
         return CqlError("syntax", f"unexpected end of input; expected {_expected(e.expected)}", None, text)
@@ -455,9 +479,13 @@ def _parse(text: str, start: str):
         raise _syntax_error(e, text) from None
     try:
         return _ToAst().transform(tree)
+    except RecursionError:
+        raise CqlError("too_complex", "statement is nested too deeply", None, text) from None
     except VisitError as e:
         if isinstance(e.orig_exc, CqlError):
             raise e.orig_exc.with_text(text) from None
+        if isinstance(e.orig_exc, RecursionError):
+            raise CqlError("too_complex", "statement is nested too deeply", None, text) from None
         raise CqlError("syntax", f"malformed construct ({e.orig_exc})", _meta_pos(e.obj.meta), text) from None
 
 

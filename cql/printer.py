@@ -20,23 +20,32 @@ structural, so a newline inside a string literal or a backticked name is never r
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from cql import ast
 
-__all__ = ["to_cql", "quote_name", "KEYWORDS"]
+__all__ = ["to_cql", "quote_name", "keywords"]
 
-# Every keyword terminal of grammar/cql.lark. Keywords are only reserved where the parser
-# state accepts them, but quoting all of them keeps the printer independent of that subtlety.
-KEYWORDS = frozenset(
+
+@functools.cache
+def keywords() -> frozenset[str]:
+    """Every keyword of grammar/cql.lark (lower case), read off the grammar's literal terminals.
+
+    Keywords are only reserved where the parser state accepts them, but quoting all of them
+    keeps the printer independent of that subtlety. Time units (`day`, `min`, ...) are lexed
+    only right after a window count, so they are not keywords here and print bare.
     """
-    register static stream relation table view primary key with as select distinct from where
-    group by having union except minus intersect all istream dstream rstream range rows now
-    slide partition unbounded preceding sample and or not between in like is null true false
-    exists case when then else end cast
-    """.split()
-)
+    from cql.parser import _lark  # the cached grammar the parser itself uses
 
+    return frozenset(
+        t.pattern.value.lower()
+        for t in _lark().terminals
+        if type(t.pattern).__name__ == "PatternStr" and _WORD.match(t.pattern.value)
+    )
+
+
+_WORD = re.compile(r"[A-Za-z]+\Z")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 _LINE_WIDTH = 80
@@ -45,7 +54,7 @@ _INLINE_WIDTH = 60  # a nested query this short stays on one line
 
 def quote_name(name: str) -> str:
     """A name as CQL text: bare if it is a plain, non-keyword identifier, else in backticks."""
-    if _IDENT.match(name) and name.lower() not in KEYWORDS:
+    if _IDENT.match(name) and name.lower() not in keywords():
         return name
     if "`" in name or not name:
         raise ValueError(f"name {name!r} cannot be written in CQL")
@@ -154,7 +163,7 @@ def _doc(node) -> Doc:
     if isinstance(node, ast.SelectItem):
         return _select_item(node)
     if isinstance(node, ast.FromItem):
-        return _from_item(node, 0)
+        return _from_item(node)
     if isinstance(node, list | tuple):  # a script
         return [";\n\n".join(to_cql(s) for s in node) + (";" if node else "")]
     raise TypeError(f"to_cql: not a CQL AST node: {node!r}")
@@ -245,7 +254,7 @@ def _setop(q: ast.SetOp) -> Doc:
 def _select(q: ast.Select) -> Doc:
     head = "SELECT DISTINCT " if q.distinct else "SELECT "
     lines = _cat(head, _list([_select_item(i) for i in q.items], len(head)))
-    lines += _cat("FROM ", _list([_from_item(f, 5) for f in q.from_], 5))
+    lines += _cat("FROM ", _list([_from_item(f) for f in q.from_], 5))
     if q.where is not None:
         lines += _cat("WHERE ", _condition(q.where, 6))
     if q.group_by:
@@ -266,7 +275,7 @@ def _select_item(item: ast.SelectItem) -> Doc:
     return doc
 
 
-def _from_item(f: ast.FromItem, col: int) -> Doc:
+def _from_item(f: ast.FromItem) -> Doc:
     src = [quote_name(f.source)] if isinstance(f.source, str) else _paren_query(f.source)
     parts: list = [src]
     if f.sample is not None:
@@ -456,8 +465,11 @@ def _string(s: str) -> str:
 
 
 def _float(x: float) -> str:
-    if x != x or x in (float("inf"), float("-inf")):
-        raise ValueError(f"to_cql: {x!r} has no CQL literal")
+    if x != x:
+        raise ValueError("to_cql: NaN has no CQL literal")
+    if x in (float("inf"), float("-inf")):
+        # The parser reads an overflowing literal such as 1e999 as infinity; print one back.
+        return "1e999" if x > 0 else "-1e999"
     text = repr(x)
     if not any(c in text for c in ".eE"):
         text += ".0"

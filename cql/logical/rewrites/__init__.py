@@ -13,10 +13,14 @@ from cql.logical.rewrites.rstream_now import rstream_now
 from cql.logical.rewrites.static_unbounded_to_now import static_unbounded_to_now
 
 RULES = (push_selections, remove_projections, istream_unbounded, static_unbounded_to_now, rstream_now)
+# STREAM 0.6 emits no Istream/Rstream output at the last instant; removing those operators
+# would change that, so compat mode keeps them.
+COMPAT_RULES = (push_selections, remove_projections, static_unbounded_to_now)
 
 
-def optimize(plan: Plan, rules=RULES, max_passes: int = 50) -> Plan:
-    """Apply `rules` bottom-up until nothing changes."""
+def optimize(plan: Plan, rules=None, max_passes: int = 50, *, compat: bool = False) -> Plan:
+    """Apply `rules` (default: all, or the compat-safe ones) bottom-up until nothing changes."""
+    rules = rules or (COMPAT_RULES if compat else RULES)
     for _ in range(max_passes):
         new = _pass(plan, rules)
         if new == plan:
