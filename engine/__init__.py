@@ -1,0 +1,1 @@
+"""The execution engine: delta batches, operators, queues, synopses, scheduler, and the `Dsms` facade."""

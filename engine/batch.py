@@ -1,0 +1,147 @@
+"""Delta batches: the unit that flows through queues (shared/DESIGN.md, execution model).
+
+Columnar: one numpy array per attribute (+ an optional NULL mask), and per element a timestamp,
+a sign (+1 insert / −1 delete) and a tuple-instance id (a delete carries the id of the insert it
+retracts). Elements are sorted by ts; within one ts, arrival order is kept.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cql.types import DataType
+
+_DTYPES = {"int": np.int64, "timestamp": np.int64, "float": np.float64, "bool": np.bool_}
+
+
+def dtype_of(t: DataType):
+    """numpy dtype holding a column of type `t` (strings are object arrays of str)."""
+    return _DTYPES.get(t.kind, object)
+
+
+def empty_column(t: DataType, n: int = 0) -> np.ndarray:
+    return np.zeros(n, dtype=dtype_of(t)) if t.kind in _DTYPES else np.full(n, "", dtype=object)
+
+
+@dataclass
+class Batch:
+    cols: list[np.ndarray]
+    nulls: list[np.ndarray | None]
+    ts: np.ndarray  # int64
+    sign: np.ndarray  # int8
+    id: np.ndarray  # uint64
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def width(self) -> int:
+        return len(self.cols)
+
+    @staticmethod
+    def empty(types: list[DataType] | tuple) -> "Batch":
+        return Batch([empty_column(t) for t in types], [None] * len(types), np.zeros(0, np.int64),
+                     np.zeros(0, np.int8), np.zeros(0, np.uint64))
+
+    def take(self, idx) -> "Batch":
+        """Rows at positions/mask `idx` (numpy fancy index)."""
+        return Batch([c[idx] for c in self.cols], [None if m is None else m[idx] for m in self.nulls],
+                     self.ts[idx], self.sign[idx], self.id[idx])
+
+    def slice(self, start: int, stop: int) -> "Batch":
+        return self.take(slice(start, stop))
+
+    def with_columns(self, cols, nulls) -> "Batch":
+        return Batch(list(cols), list(nulls), self.ts, self.sign, self.id)
+
+    def null_mask(self, i: int) -> np.ndarray:
+        m = self.nulls[i]
+        return np.zeros(len(self), bool) if m is None else m
+
+    def rows(self) -> list[tuple]:
+        """Python tuples with None for NULL (tests, text output of small results)."""
+        cols = [c.tolist() for c in self.cols]
+        masks = [None if m is None else m.tolist() for m in self.nulls]
+        out = []
+        for r in range(len(self)):
+            out.append(tuple(None if (masks[i] is not None and masks[i][r]) else cols[i][r]
+                             for i in range(len(cols))))
+        return out
+
+    def nbytes(self) -> int:
+        n = self.ts.nbytes + self.sign.nbytes + self.id.nbytes
+        for c in self.cols:
+            n += c.nbytes if c.dtype != object else 8 * len(c) + sum(map(len, c[:64])) * max(len(c) // 64, 1)
+        return n
+
+
+def concat(batches: list[Batch], types=None) -> Batch:
+    batches = [b for b in batches if len(b)]
+    if not batches:
+        if types is None:
+            raise ValueError("concat of no batches needs the column types")
+        return Batch.empty(types)
+    if len(batches) == 1:
+        return batches[0]
+    width = batches[0].width
+    cols = [np.concatenate([b.cols[i] for b in batches]) for i in range(width)]
+    nulls = []
+    for i in range(width):
+        if all(b.nulls[i] is None for b in batches):
+            nulls.append(None)
+        else:
+            nulls.append(np.concatenate([b.null_mask(i) for b in batches]))
+    return Batch(cols, nulls, np.concatenate([b.ts for b in batches]), np.concatenate([b.sign for b in batches]),
+                 np.concatenate([b.id for b in batches]))
+
+
+def sort_by_ts(b: Batch) -> Batch:
+    """Stable sort by ts (keeps arrival order within an instant); no-op if already sorted."""
+    if len(b) < 2 or bool(np.all(b.ts[1:] >= b.ts[:-1])):
+        return b
+    return b.take(np.argsort(b.ts, kind="stable"))
+
+
+def from_rows(rows, types, ts, sign=None, ids=None) -> Batch:
+    """Build a batch from Python tuples (None = NULL)."""
+    n = len(rows)
+    cols, nulls = [], []
+    for i, t in enumerate(types):
+        vals = [r[i] for r in rows]
+        mask = np.array([v is None for v in vals], bool) if n else np.zeros(0, bool)
+        if t.kind in _DTYPES:
+            filler = False if t.kind == "bool" else 0
+            arr = np.array([filler if v is None else v for v in vals], dtype=dtype_of(t)) if n else empty_column(t)
+        else:
+            arr = np.empty(n, dtype=object)
+            arr[:] = ["" if v is None else v for v in vals]
+        cols.append(arr)
+        nulls.append(mask if mask.any() else None)
+    ts = np.asarray(ts, np.int64)
+    sign = np.ones(n, np.int8) if sign is None else np.asarray(sign, np.int8)
+    ids = np.zeros(n, np.uint64) if ids is None else np.asarray(ids, np.uint64)
+    return Batch(cols, nulls, ts, sign, ids)
+
+
+# ---------------------------------------------------------------- tuple-instance ids
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplittableRandom's mixer over uint64 arrays (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+def combine_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Id of a joined tuple instance from its parts' ids (same inputs → same id, so the
+    delete of a join result carries the id of its insert)."""
+    with np.errstate(over="ignore"):
+        return splitmix64(splitmix64(a) ^ (b.astype(np.uint64) * _GOLDEN))

@@ -1,0 +1,207 @@
+"""Input managers (thesis §2.2.5): validate pushed tuples, order them, stamp ids and watermarks.
+
+A stream input accepts non-decreasing timestamps; with a declared slack it buffers and re-orders
+tuples within the slack and counts (and reports) the ones later than that. A relation input
+accepts signed updates and matches each delete to a live insert of the same value.
+"""
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+import numpy as np
+
+from cql.catalog import SourceDef
+from engine.batch import Batch, concat, from_rows
+from engine.operators.base import IdSource
+from engine.queues import Queue
+
+
+class InputError(ValueError):
+    """Rejected input; `row` is the 0-based offending row of the push (None if not row-specific)."""
+
+    def __init__(self, message: str, row: int | None = None, field: str | None = None):
+        super().__init__(message)
+        self.row = row
+        self.field = field
+
+
+class StreamInput:
+    def __init__(self, d: SourceDef, queue: Queue, ids: IdSource):
+        self.d = d
+        self.queue = queue
+        self.ids = ids
+        self.types = [a.type for a in d.attrs]
+        self.max_ts: int | None = None  # largest ts accepted
+        self.floor: int | None = None  # slack mode: everything below is released; older tuples are late
+        self.pending: list[Batch] = []  # slack buffer
+        self.late = 0  # tuples dropped for arriving later than the slack
+        self.accepted = 0
+        self.first: int | None = None
+
+    def push(self, batch: Batch) -> int:
+        """Accept a batch (whole, or not at all when out of order without slack)."""
+        n = len(batch)
+        if n == 0:
+            return 0
+        ts = batch.ts
+        slack = self.d.slack
+        floor = self.max_ts if self.max_ts is not None else None
+        if slack == 0:
+            bad = np.nonzero(ts[1:] < ts[:-1])[0]
+            if len(bad):
+                i = int(bad[0]) + 1
+                raise InputError(f"timestamp {int(ts[i])} is smaller than the previous one ({int(ts[i - 1])}); "
+                                 f"stream '{self.d.name}' needs non-decreasing timestamps (or declare a slack)", i, "ts")
+            if floor is not None and int(ts[0]) < floor:
+                raise InputError(f"timestamp {int(ts[0])} is smaller than {floor}, already accepted on stream "
+                                 f"'{self.d.name}'", 0, "ts")
+            self._note_first(int(ts[0]))
+            batch.id = self.ids.take(n)
+            self.max_ts = int(ts[-1])
+            self.accepted += n
+            self.queue.push(batch, watermark=self.max_ts - 1)
+            return n
+        # with slack: tuples older than the floor (everything up to it is released) are late
+        keep = np.ones(n, bool) if self.floor is None else ts >= self.floor
+        self.late += int(n - keep.sum())
+        batch = batch.take(keep)
+        if not len(batch):
+            return 0
+        self._note_first(int(batch.ts.min()))
+        batch.id = self.ids.take(len(batch))
+        self.pending.append(batch)
+        self.accepted += len(batch)
+        top = int(batch.ts.max())
+        self.max_ts = top if self.max_ts is None else max(self.max_ts, top)
+        self._release(self.max_ts - slack - 1)
+        return len(batch)
+
+    def _note_first(self, t: int) -> None:
+        if self.first is None:
+            self.first = t
+
+    def _release(self, through: int) -> None:
+        """Hand every buffered tuple with ts ≤ through to the queue, in (ts, arrival) order."""
+        if self.floor is not None and through < self.floor - 1:
+            return
+        self.floor = through + 1
+        if self.pending:
+            allb = concat(self.pending)
+            allb = allb.take(np.argsort(allb.ts, kind="stable"))
+            k = int(np.searchsorted(allb.ts, through, side="right"))
+            out, rest = allb.slice(0, k), allb.slice(k, len(allb))
+            self.pending = [rest] if len(rest) else []
+            self.queue.push(out, watermark=through)
+        else:
+            self.queue.push(None, watermark=through)
+
+    def heartbeat(self, t: int) -> None:
+        """Time reached t: no tuple with ts < t will come (the input is complete through t−1)."""
+        self._note_first(t)
+        if self.queue.start is None:
+            self.queue.start = t
+        self.max_ts = t if self.max_ts is None else max(self.max_ts, t)
+        if self.d.slack:
+            self._release(t - 1)
+        else:
+            self.queue.push(None, watermark=t - 1)
+
+    def end(self, last: int) -> None:
+        if self.pending:
+            self._release(last)
+        self.queue.ended = True
+        self.queue.push(None, watermark=last)
+
+
+class RelationInput:
+    """Signed updates; a delete carries the id of a live insert of the same value (FIFO)."""
+
+    def __init__(self, d: SourceDef, queue: Queue, ids: IdSource, clock=None):
+        self.d = d
+        self.queue = queue
+        self.ids = ids
+        self.types = [a.type for a in d.attrs]
+        self.live: dict[tuple, deque] = defaultdict(deque)
+        self.max_ts: int | None = None
+        self.accepted = 0
+        self.first: int | None = None
+        self.clock = clock  # callable → the engine's t0 (static relations are fixed after it)
+
+    def push(self, batch: Batch) -> int:
+        n = len(batch)
+        if n == 0:
+            return 0
+        ts = batch.ts
+        bad = np.nonzero(ts[1:] < ts[:-1])[0]
+        if len(bad):
+            i = int(bad[0]) + 1
+            raise InputError(f"timestamp {int(ts[i])} is smaller than the previous one ({int(ts[i - 1])})", i, "ts")
+        if self.max_ts is not None and int(ts[0]) < self.max_ts:
+            raise InputError(f"timestamp {int(ts[0])} is smaller than {self.max_ts}, already accepted on relation "
+                             f"'{self.d.name}'", 0, "ts")
+        if self.d.static and self.clock is not None:
+            t0 = self.clock()
+            if t0 is not None and int(ts[-1]) > t0:
+                i = int(np.argmax(ts > t0))
+                raise InputError(f"relation '{self.d.name}' is static: updates must not come after time starts "
+                                 f"(instant {t0})", i, "ts")
+        # match deletes to live inserts by value; validate everything before changing state
+        rows = batch.rows()
+        signs = batch.sign.tolist()
+        ids = self.ids.take(n)
+        staged: dict[tuple, deque] = {}
+        for i, (row, s) in enumerate(zip(rows, signs)):
+            q = staged.get(row)
+            if q is None:
+                q = staged[row] = deque(self.live.get(row, ()))
+            if s > 0:
+                q.append(int(ids[i]))
+            else:
+                if not q:
+                    raise InputError(f"delete of {row} which is not in relation '{self.d.name}'", i)
+                ids[i] = q.popleft()
+        for row, q in staged.items():
+            if q:
+                self.live[row] = q
+            else:
+                self.live.pop(row, None)
+        batch.id = ids
+        if self.first is None:
+            self.first = int(ts[0])
+        self.max_ts = int(ts[-1])
+        self.accepted += n
+        self.queue.push(batch, watermark=self.max_ts - 1)
+        return n
+
+    def heartbeat(self, t: int) -> None:
+        if self.first is None:
+            self.first = t
+        if self.queue.start is None:
+            self.queue.start = t
+        self.max_ts = t if self.max_ts is None else max(self.max_ts, t)
+        self.queue.push(None, watermark=t - 1)
+
+    def end(self, last: int) -> None:
+        self.queue.ended = True
+        self.queue.push(None, watermark=last)
+
+
+def rows_to_batch(rows, types, ts, signs=None) -> Batch:
+    """Python rows → batch, checking width and types; errors name the row and field."""
+    out = []
+    for i, r in enumerate(rows):
+        if len(r) != len(types):
+            raise InputError(f"row {i} has {len(r)} values, expected {len(types)}", i)
+        out.append(r)
+    for i, t in enumerate(types):
+        for j, r in enumerate(out):
+            v = r[i]
+            if v is None:
+                continue
+            ok = {"int": lambda x: isinstance(x, int) and not isinstance(x, bool),
+                  "timestamp": lambda x: isinstance(x, int) and not isinstance(x, bool),
+                  "float": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
+                  "bool": lambda x: isinstance(x, bool)}.get(t.kind, lambda x: isinstance(x, str))(v)
+            if not ok:
+                raise InputError(f"row {j} column {i + 1}: {v!r} is not a {t}", j, str(i))
+    return from_rows(out, types, ts, signs)

@@ -1,0 +1,1 @@
+"""Physical operators over delta batches, one family per module."""

@@ -1,0 +1,99 @@
+"""Run a query on the engine and on the reference evaluator with the same input, for comparison.
+
+Inputs use the reference's shape: stream events `(ts, tuple)`, relation events `(ts, sign, tuple)`;
+a `None` tuple is a heartbeat. The engine is fed in chunks of `chunk` events per source (round
+robin across sources in global ts order), running the scheduler after each chunk.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from cql.analyzer import AnalyzeOptions
+from cql.catalog import Catalog
+from cql.frontend import compile_query
+from engine.dsms import Dsms
+from tests.reference import evaluate
+
+
+def net_by_instant(batch) -> dict[int, Counter]:
+    """Engine output → {t: Counter(tuple → net count)} without zero entries (reference shape)."""
+    out: dict[int, Counter] = {}
+    for row, t, s in zip(batch.rows(), batch.ts.tolist(), batch.sign.tolist()):
+        c = out.setdefault(t, Counter())
+        c[row] += s
+    clean = {}
+    for t, c in out.items():
+        c = Counter({k: v for k, v in c.items() if v})
+        if c:
+            clean[t] = c
+    return clean
+
+
+def _merge_events(inputs: dict[str, list]):
+    """All events in global (ts, source order, arrival) order, tagged with their source."""
+    tagged = []
+    for si, (name, evs) in enumerate(inputs.items()):
+        for k, ev in enumerate(evs):
+            tagged.append((ev[0], si, k, name, ev))
+    tagged.sort(key=lambda x: (x[0], x[1], x[2]))
+    return [(name, ev) for _, _, _, name, ev in tagged]
+
+
+def run_engine(ddl: str, query: str, inputs: dict[str, list], *, chunk: int | None = None, compat=False,
+               functions_setup=None):
+    d = Dsms(compat=compat)
+    if functions_setup:
+        functions_setup(d.catalog.functions)
+    d.execute(ddl)
+    h = d.register_query(query)
+    sub = d.subscribe(h.id)
+    events = _merge_events(inputs)
+    step = chunk or max(len(events), 1)
+    parts = []
+    for i in range(0, len(events), step):
+        group = events[i:i + step]
+        # consecutive events of one source go in one push
+        j = 0
+        while j < len(group):
+            name, ev = group[j]
+            k = j
+            while k < len(group) and group[k][0] == name and group[k][1][-1] is not None:
+                k += 1
+            if k == j:  # a heartbeat
+                d.heartbeat(name, ev[0])
+                j += 1
+                continue
+            evs = [e for _, e in group[j:k]]
+            if len(evs[0]) == 3:
+                d.push(name, [e[2] for e in evs], ts=[e[0] for e in evs], signs=[e[1] for e in evs])
+            else:
+                d.push(name, [e[1] for e in evs], ts=[e[0] for e in evs])
+            j = k
+        d.run()
+        parts.append(sub.poll())
+    d.end()
+    parts.append(sub.poll())
+    result: dict[int, Counter] = {}
+    for p in parts:
+        for t, c in net_by_instant(p).items():
+            result.setdefault(t, Counter()).update(c)
+    return {t: Counter({k: v for k, v in c.items() if v}) for t, c in result.items()
+            if any(v for v in c.values())}, h
+
+
+def run_reference(ddl: str, query: str, inputs, *, compat=False, functions_setup=None):
+    cat = Catalog()
+    if functions_setup:
+        functions_setup(cat.functions)
+    cat.execute_ddl(ddl)
+    q = compile_query(query, cat, options=AnalyzeOptions(stream_compat=compat))
+    return evaluate(q.analyzed.plan, inputs, compat=compat, functions=cat.functions)
+
+
+def assert_same(ddl: str, query: str, inputs, *, chunks=(1, 7, None), compat=False, functions_setup=None):
+    """Engine result equals the reference for every chunking."""
+    expected = run_reference(ddl, query, inputs, compat=compat, functions_setup=functions_setup)
+    for chunk in chunks:
+        got, h = run_engine(ddl, query, inputs, chunk=chunk, compat=compat, functions_setup=functions_setup)
+        assert got == expected, (f"chunk={chunk}\n{h.explain()}\nengine:    {dict(sorted(got.items()))}\n"
+                                 f"reference: {dict(sorted(expected.items()))}")
