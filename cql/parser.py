@@ -231,7 +231,12 @@ class _ToAst(Transformer_NonRecursive):
         sample, alias = None, None
         for it in items[1:]:
             if isinstance(it, tuple) and it[0] == "window_part":
+                if window is not None and it[1] is not None:
+                    raise CqlError("syntax", "a FROM item may have only one window", _meta_pos(meta))
                 window, sample = it[1] or window, it[2]
+            elif alias is not None:
+                raise CqlError("syntax", f"a FROM item may have only one alias (found '{alias}' and '{it}')",
+                               _meta_pos(meta))
             else:
                 alias = it
         return ast.FromItem(source, window, sample, alias, pos=_meta_pos(meta))

@@ -77,11 +77,14 @@ class Batch:
 
 
 def concat(batches: list[Batch], types=None) -> Batch:
-    batches = [b for b in batches if len(b)]
-    if not batches:
+    nonempty = [b for b in batches if len(b)]
+    if not nonempty:
+        if batches:
+            return batches[0]
         if types is None:
             raise ValueError("concat of no batches needs the column types")
         return Batch.empty(types)
+    batches = nonempty
     if len(batches) == 1:
         return batches[0]
     width = batches[0].width

@@ -6,13 +6,14 @@ deregister; explain. Input is accepted or rejected whole, with the offending row
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from cql import ast
 from cql.analyzer import AnalyzeOptions
-from cql.catalog import Catalog, SourceDef, ViewDef
+from cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
 from cql.errors import CqlError
 from cql.frontend import CompiledQuery, compile_query
 from cql.functions import FunctionRegistry
@@ -59,7 +60,11 @@ class Subscription:
     closed: bool = field(default=False)
 
     def poll(self) -> Batch:
-        return self.reader.take(np.iinfo(np.int64).max)
+        """Results that are final (ts ≤ the queue's watermark) and not yet returned."""
+        wm = self.query.queue.watermark
+        if wm is None:
+            return Batch.empty([a.type for a in self.query.schema])
+        return self.reader.take(wm)
 
     @property
     def final_through(self) -> int | None:
@@ -67,7 +72,17 @@ class Subscription:
 
 
 class Dsms:
-    def __init__(self, *, compat: bool = False, functions: FunctionRegistry | None = None, scheduler=None):
+    def __init__(self, *, compat: bool = False, functions: FunctionRegistry | None = None, scheduler=None,
+                 clock=time.time, silence_timeout: float | None = None, skew: int | None = None):
+        """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
+        `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
+        `skew`: streams are known to be at most this many units apart (thesis §2.2.5), so each
+        source is complete through (largest ts on any source) − skew − 1."""
+        self.clock = clock
+        self.silence_timeout = silence_timeout
+        self.skew = skew
+        self.notices: list[str] = []
+        self._last_seen: dict[str, float] = {}
         self.catalog = Catalog(functions)
         self.compat = compat
         self.ids = IdSource()
@@ -142,9 +157,21 @@ class Dsms:
             raise InputError("input has ended")
         return inp
 
-    def push(self, name: str, rows, ts, signs=None) -> int:
-        """Push Python rows with their timestamps (and signs for relations); all or nothing."""
+    def _now_units(self, d: SourceDef) -> int:
+        return int(self.clock() * 1000) // UNIT_MS[d.time_unit]
+
+    def push(self, name: str, rows, ts=None, signs=None) -> int:
+        """Push Python rows with their timestamps (and signs for relations); all or nothing.
+
+        A system-timestamped stream (`with (timestamp = system)`) takes no `ts`: arrivals are
+        stamped with the clock in the stream's time unit."""
         inp = self._input(name)
+        if inp.d.timestamp == "system":
+            if ts is not None:
+                raise InputError(f"stream '{inp.d.name}' is system-timestamped: push rows without timestamps")
+            ts = [self._now_units(inp.d)] * len(rows)
+        elif ts is None:
+            raise InputError(f"'{inp.d.name}' is application-timestamped: every row needs a timestamp")
         ts = np.asarray(ts, dtype=np.int64)
         if len(ts) != len(rows):
             raise InputError(f"{len(rows)} rows but {len(ts)} timestamps")
@@ -156,14 +183,49 @@ class Dsms:
             signs = np.asarray(signs)
             if not np.all((signs == 1) | (signs == -1)):
                 raise InputError("signs must be +1 or -1", int(np.argmax((signs != 1) & (signs != -1))), "sign")
-        return inp.push(rows_to_batch(rows, inp.types, ts, signs))
+        n = inp.push(rows_to_batch(rows, inp.types, ts, signs))
+        self._after_input(name)
+        return n
 
     def push_batch(self, name: str, batch: Batch) -> int:
         """Push a columnar batch (already typed: the fast path used by file readers and Arrow)."""
-        return self._input(name).push(batch)
+        n = self._input(name).push(batch)
+        self._after_input(name)
+        return n
 
     def heartbeat(self, name: str, t: int) -> None:
+        """Time on source `name` reached t: no element with ts < t will come."""
         self._input(name).heartbeat(int(t))
+        self._after_input(name)
+
+    def _after_input(self, name: str) -> None:
+        self._last_seen[name.lower()] = self.clock()
+        if self.skew is not None:
+            top = max((i.max_ts for i in self.inputs.values() if i.max_ts is not None), default=None)
+            if top is not None:
+                for key, i in self.inputs.items():
+                    if key != name.lower() and (i.max_ts is None or i.max_ts < top - self.skew):
+                        i.heartbeat(top - self.skew)
+
+    def tick(self) -> None:
+        """Clock-driven time: heartbeats for system-timestamped streams, and the silence timeout
+        for application-timestamped sources (each advance is recorded in `notices`)."""
+        now = self.clock()
+        for key, i in self.inputs.items():
+            if i.d.timestamp == "system":
+                i.heartbeat(self._now_units(i.d))
+        if self.silence_timeout is None:
+            return
+        top = max((i.max_ts for i in self.inputs.values() if i.max_ts is not None), default=None)
+        for key, i in self.inputs.items():
+            if i.d.timestamp == "system" or top is None:
+                continue
+            last = self._last_seen.get(key)
+            if (last is None or now - last >= self.silence_timeout) and (i.max_ts is None or i.max_ts < top):
+                i.heartbeat(top)
+                self._last_seen[key] = now
+                self.notices.append(f"source '{i.d.name}' silent for {self.silence_timeout:g} s: its time was "
+                                    f"advanced to {top}")
 
     def t0(self) -> int | None:
         firsts = [i.first for i in self.inputs.values() if i.first is not None]
