@@ -74,9 +74,13 @@ class Evaluator:
         return _call_udf(fn, e, args, len(b))
 
     def _CaseWhen(self, e: X.CaseWhen, b: Batch) -> Col:
-        out, mask = self.eval(e.default, b)
-        out = out.astype(dtype_of(e.type), copy=True)
-        mask = np.zeros(len(b), bool) if mask is None else mask.copy()
+        if e.default.type.kind == "null":  # no ELSE: NULL of the CASE's own type
+            out = _full(len(b), 0 if dtype_of(e.type) is not object else "", e.type)
+            mask = np.ones(len(b), bool)
+        else:
+            out, mask = self.eval(e.default, b)
+            out = out.astype(dtype_of(e.type), copy=True)
+            mask = np.zeros(len(b), bool) if mask is None else mask.copy()
         for cond, res in reversed(e.whens):
             hit = self.predicate(cond, b)
             rv, rm = self.eval(res, b)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests.engine_harness import assert_same
 
-DDL = ("register stream S (a int, b int); register stream T (a int, c int); "
+DDL = ("register stream S (a int, b int); register stream T (a int, b int); "
        "register relation R (a int, b int);")
 
 WINDOWS = ["", "[Range 2]", "[Now]", "[Range Unbounded]", "[Rows 2]", "[Rows 3 Slide 2]", "[Range 3 Slide 2]",

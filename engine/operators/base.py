@@ -78,7 +78,9 @@ class Operator:
                 return 0  # an input has not started: its time is unknown
             starts = [q.start for q in self.inputs if q.start is not None]
             self.t0 = min(starts) if starts else b
-            if self.output.start is None or self.t0 < self.output.start:
+            # no input ever started (all ended empty): the output has no start either, so
+            # operators downstream know their sources never began (no scalar aggregate row)
+            if starts and (self.output.start is None or self.t0 < self.output.start):
                 self.output.start = self.t0
         if budget is not None:
             b = min(r.cut(b, budget) for r in self.readers)

@@ -1,0 +1,1 @@
+"""Benchmarks: data generators, per-operator-family throughput, and STREAM comparison queries."""

@@ -1,0 +1,535 @@
+"""N-ary join of relations (MJoin, thesis §1 / Table 2.1; seed 002): exact bilinear deltas, vectorized.
+
+Semantics of one call. All input events of the call are put in one global order: by ts, then input
+index, then arrival (`seq` = position in that order). An event e of input i with sign s joins with
+the instances of every other input that are *alive* at e's position (inserted before e, not yet
+deleted before e, counting state carried from earlier calls) and emits s·(e ⋈ partners) at ts(e).
+Summed over an instant these deltas telescope to J(t) − J(t−1) whatever order is used inside the
+instant, so the result never depends on how input was split into calls.
+
+Instances. Per input, a call works on a *table*: the carried state rows (alive at the start of the
+call, seq −1) followed by the call's events. Deletes are matched to inserts by id (the k-th delete
+of an id retracts the k-th insert of that id, in seq order), giving every instance an interval
+(lo, hi) of seqs: alive at seq s iff lo < s < hi (hi = INF if it survives the call). A delete
+ordered before its own insert (both inside one instant) makes an empty instance: dropped.
+
+Probing. Input i's events probe the other inputs in `probe_orders[i]` (data; an adaptive component
+may change it between calls). Each step uses the equi conjuncts linking the probed input j to the
+inputs bound so far as a sort index over j's instances: keys are factorized to int64 codes, the
+instances sorted by (key, lo, hi) and split into *chains* in which hi is also non-decreasing (one
+greedy vectorized pass per chain; FIFO lifetimes — Range/Rows/Now windows, surviving instances —
+need one or two). In a chain the instances alive at s with key k are one contiguous range found by
+two np.searchsorted calls on (rank(k)·M + seq) composites. Instances left over after a couple of
+chain rounds (lifetimes in no useful order, e.g. arbitrary relation deletes) go to a dyadic
+(segment-tree) index: each alive range is cut into ≤ 2 aligned blocks per level, and a probe
+looks up its block on every level. Either way candidate pairs are exactly the matches, and the
+cost does not grow with the number of instants in the batch. Other conjuncts are evaluated on the partial concatenated rows as
+soon as their inputs are bound; conjuncts reading one input filter that input's events up front
+(a tuple failing them never joins); NULL keys never match.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cql.logical import expr as X
+from engine.batch import Batch, combine_ids, concat
+from engine.operators.base import Operator
+
+INF = np.iinfo(np.int64).max
+MAX_CHAIN_ROUNDS = 2  # chain passes before the remaining instances go to the dyadic index
+
+
+# ------------------------------------------------------------------ conjunct analysis
+
+
+def input_layout(input_types) -> tuple[list[int], list[int]]:
+    widths = [len(t) for t in input_types]
+    offsets = list(np.cumsum([0] + widths[:-1]))
+    return [int(o) for o in offsets], widths
+
+
+def owners(e: X.Expr, offsets, widths) -> frozenset:
+    """Indexes of the inputs whose columns `e` reads."""
+    return frozenset(k for c in X.columns(e) for k, (o, w) in enumerate(zip(offsets, widths)) if o <= c < o + w)
+
+
+class Equi:
+    """An equality conjunct whose sides each read exactly one (different) input."""
+
+    def __init__(self, cid, a: int, ea: X.Expr, b: int, eb: X.Expr):
+        self.cid, self.a, self.ea, self.b, self.eb = cid, a, ea, b, eb
+
+    def other(self, k: int) -> int:
+        return self.b if k == self.a else self.a
+
+
+def as_equi(cid, c: X.Expr, offsets, widths) -> Equi | None:
+    if not (isinstance(c, X.Op) and c.op == "=" and len(c.args) == 2):
+        return None
+    oa, ob = owners(c.args[0], offsets, widths), owners(c.args[1], offsets, widths)
+    if len(oa) != 1 or len(ob) != 1 or oa == ob:
+        return None
+    a, b = next(iter(oa)), next(iter(ob))
+    return Equi(cid, a, X.shift(c.args[0], -offsets[a]), b, X.shift(c.args[1], -offsets[b]))
+
+
+# ------------------------------------------------------------------ per-call tables of instances
+
+
+class Table:
+    """One input during one call: carried state rows, then the call's events.
+
+    `seq` per row (−1 for state rows), `ev` the live event rows, `inst`/`lo`/`hi` the instances (rows
+    with their alive interval), `survivors` the rows alive at the end of the call (= the
+    instances with hi = INF, in row order).
+    """
+
+    def __init__(self, state: Batch, events: Batch, ev_seq: np.ndarray, types):
+        ns = len(state)
+        self.b = concat([state, events], types) if len(events) else state
+        self.n_state = ns
+        n = len(self.b)
+        self.seq = np.concatenate([np.full(ns, -1, np.int64), ev_seq.astype(np.int64)])
+        dead = np.zeros(n, bool)
+        sign = self.b.sign
+        is_ins = np.ones(n, bool)
+        is_ins[ns:] = sign[ns:] > 0
+        ins = np.flatnonzero(is_ins)
+        dels = np.flatnonzero(~is_ins)
+        lo = self.seq[ins]
+        hi = np.full(len(ins), INF, np.int64)
+        keep = np.ones(len(ins), bool)
+        self.unmatched_deletes = 0
+        if len(dels):
+            ids = self.b.id
+            # rows are in seq order, so a stable sort by id sorts by (id, seq)
+            io = np.argsort(ids[ins], kind="stable")
+            iid = ids[ins][io]
+            dseq = self.seq[dels]
+            do = np.argsort(ids[dels], kind="stable")
+            did = ids[dels][do]
+            drank = np.arange(len(did)) - np.searchsorted(did, did, side="left")
+            pos = np.searchsorted(iid, did, side="left") + drank
+            ok = pos < len(iid)
+            ok[ok] = iid[pos[ok]] == did[ok]
+            self.unmatched_deletes = int((~ok).sum())
+            x = io[pos[ok]]  # index into `ins`
+            d = dseq[do][ok]
+            hi[x] = d
+            keep[x] = d > lo[x]
+            # a delete ordered before its own insert (one instant): an empty instance, and both
+            # events cancel exactly (nothing of another input lies between them), so drop them
+            dead[ins[x[~keep[x]]]] = True
+            dead[dels[do][ok][~keep[x]]] = True
+        self.inst = ins[keep]
+        self.lo = lo[keep]
+        self.hi = hi[keep]
+        self.survivors = self.inst[self.hi == INF]
+        self.ev = np.flatnonzero(~dead[ns:]) + ns  # the event rows that act (probe, count)
+
+
+# ------------------------------------------------------------------ keys
+
+
+def key_codes(parts):
+    """Joint int64 codes for value arrays [(values, nulls)]: equal values ↔ equal codes.
+
+    Returns per part (codes, valid, null): valid excludes NULL and NaN (NaN = x is false, not
+    unknown, so it is not `null`)."""
+    kinds = {v.dtype.kind for v, _ in parts}
+    out_codes = []
+    if kinds <= {"i", "u", "b"}:
+        out_codes = [v.astype(np.int64, copy=False) for v, _ in parts]
+        nan = [None] * len(parts)
+    elif kinds <= {"i", "u", "b", "f"}:
+        fl = [v.astype(np.float64) + 0.0 for v, _ in parts]  # −0.0 → 0.0
+        nan = [np.isnan(f) for f in fl]
+        out_codes = [np.where(m, 0.0, f).view(np.int64) for f, m in zip(fl, nan)]
+    else:
+        allv = np.concatenate([np.asarray(v, dtype=object) for v, _ in parts]) if parts else np.zeros(0, object)
+        codes = _factorize_objects(allv)
+        cuts = np.cumsum([len(v) for v, _ in parts])[:-1]
+        out_codes = np.split(codes, cuts)
+        nan = [None] * len(parts)
+    res = []
+    for (v, m), c, bad in zip(parts, out_codes, nan):
+        null = np.zeros(len(v), bool) if m is None else m
+        res.append((c, ~(null if bad is None else (null | bad)), null))
+    return res
+
+
+def _factorize_objects(v: np.ndarray) -> np.ndarray:
+    if not len(v):
+        return np.zeros(0, np.int64)
+    try:
+        import pyarrow as pa
+
+        arr = pa.array(v, type=pa.string())
+        return np.asarray(arr.dictionary_encode().indices.to_numpy(zero_copy_only=False), np.int64)
+    except Exception:  # non-str objects: a dict, one lookup per value
+        d: dict = {}
+        return np.fromiter((d.setdefault(x, len(d)) for x in v.tolist()), np.int64, len(v))
+
+
+def dense(*arrays):
+    """Dense joint codes (0..n−1) for int64 arrays, and n."""
+    allv = np.concatenate(arrays)
+    u, inv = np.unique(allv, return_inverse=True)
+    cuts = np.cumsum([len(a) for a in arrays])[:-1]
+    return np.split(inv.astype(np.int64), cuts), len(u)
+
+
+def combine_keys(inst_parts, probe_parts):
+    """Combine per-conjunct codes [(codes, valid)] of both sides into one int64 key per side."""
+    if len(inst_parts) == 1:
+        return inst_parts[0], probe_parts[0]
+    ik = np.zeros(len(inst_parts[0][0]), np.int64)
+    pk = np.zeros(len(probe_parts[0][0]), np.int64)
+    iv = np.ones(len(ik), bool)
+    pv = np.ones(len(pk), bool)
+    size = 1
+    for (ic, ivc), (pc, pvc) in zip(inst_parts, probe_parts):
+        (di, dp), n = dense(ic, pc)
+        if size * n >= 2 ** 62:
+            (ik, pk), size = dense(ik, pk)
+        ik, pk, size = ik * n + di, pk * n + dp, size * n
+        iv &= ivc
+        pv &= pvc
+    return (ik, iv), (pk, pv)
+
+
+# ------------------------------------------------------------------ the stabbing index
+
+
+def expand(start: np.ndarray, cnt: np.ndarray):
+    """Pairs (i, start[i] + k) for k < cnt[i]: returns (rep, pos)."""
+    cnt = np.maximum(cnt, 0)
+    tot = int(cnt.sum())
+    rep = np.repeat(np.arange(len(cnt)), cnt)
+    if not tot:
+        return rep, rep.copy()
+    first = np.cumsum(cnt) - cnt
+    pos = start[rep] + (np.arange(tot) - first[rep])
+    return rep, pos
+
+
+class StabIndex:
+    """Instances (rows, key, lo, hi) answering: which are alive at seq s with key k (lo < s < hi).
+
+    `m` > every seq + 2, so (rank(key)·m + seq + 1) composites sort by key then seq.
+    """
+
+    def __init__(self, rows, key, lo, hi, m: int):
+        self.m = m
+        if len(lo) > 1 and bool(np.all(lo[1:] >= lo[:-1])):
+            # the usual case (rows in table order): a stable sort by key gives (key, lo) order;
+            # ties of lo are carried rows only, their hi order just makes fewer chains
+            order = np.argsort(key, kind="stable")
+        else:
+            order = np.lexsort((hi, lo, key))
+        rows, key, lo, hi = rows[order], key[order], lo[order], hi[order]
+        n = len(rows)
+        if n:
+            new = np.empty(n, bool)
+            new[0] = True
+            np.not_equal(key[1:], key[:-1], out=new[1:])
+            rank = np.cumsum(new) - 1
+            self.uniq = key[new]
+        else:
+            rank = np.zeros(0, np.int64)
+            self.uniq = np.zeros(0, np.int64)
+        base = rank * m
+        c_lo = base + lo + 1
+        c_hi = base + np.minimum(hi, m - 3) + 1
+        self.chains = []
+        alive_end = hi == INF
+        if alive_end.any():
+            self.chains.append((rows[alive_end], c_lo[alive_end], c_hi[alive_end]))
+        rest = np.flatnonzero(~alive_end)
+        for _ in range(MAX_CHAIN_ROUNDS):
+            if not len(rest):
+                break
+            ch = c_hi[rest]
+            prev = np.maximum.accumulate(ch)
+            rec = np.empty(len(ch), bool)
+            rec[0] = True
+            rec[1:] = ch[1:] >= prev[:-1]
+            take = rest[rec]
+            self.chains.append((rows[take], c_lo[take], c_hi[take]))
+            rest = rest[~rec]
+        self.levels = _dyadic(rows[rest], rank[rest], lo[rest], hi[rest], m)
+        self.examined = 0  # candidate pairs produced by probes
+
+    def probe(self, key, valid, seq):
+        """Pairs (probe position, instance row) with equal key and the instance alive at seq."""
+        u = self.uniq
+        if not len(u) or not len(key):
+            z = np.zeros(0, np.int64)
+            return z, z
+        # binary searches run much faster on sorted needles (cache locality, numpy reuses bounds)
+        by_key = np.argsort(key, kind="stable") if len(key) > 64 else None
+        skey = key if by_key is None else key[by_key]
+        r = np.searchsorted(u, skey)
+        rc = np.minimum(r, len(u) - 1)
+        found = (valid if by_key is None else valid[by_key]) & (u[rc] == skey)
+        p = np.flatnonzero(found)
+        target = r[p] * self.m + (seq if by_key is None else seq[by_key])[p] + 1
+        if by_key is not None:
+            o = np.argsort(target, kind="stable")
+            p, target = by_key[p[o]], target[o]
+        r = (target - 1) // self.m  # rank of each probe (aligned with p)
+        seq_p = target - 1 - r * self.m
+        ps, rs = [], []
+        for rows, c_lo, c_hi in self.chains:
+            start = np.searchsorted(c_hi, target, side="right")
+            end = np.searchsorted(c_lo, target, side="left")
+            rep, pos = expand(start, end - start)
+            self.examined += len(pos)
+            ps.append(p[rep])
+            rs.append(rows[pos])
+        for level, rows, comp in self.levels:
+            t = r * self.m + (seq_p >> level)
+            start = np.searchsorted(comp, t, side="left")
+            end = np.searchsorted(comp, t, side="right")
+            rep, pos = expand(start, end - start)
+            self.examined += len(pos)
+            ps.append(p[rep])
+            rs.append(rows[pos])
+        if len(ps) <= 1:
+            return (ps[0], rs[0]) if ps else (p[:0], p[:0])
+        return np.concatenate(ps), np.concatenate(rs)
+
+
+def _dyadic(rows, rank, lo, hi, m):
+    """Interval stabbing for lifetimes in no useful order: each alive range [lo+1, hi) of seqs is
+    cut into its canonical dyadic blocks (≤ 2 per level, as in a bottom-up segment tree); a probe
+    at seq s looks up block s >> L on every level L, and every instance found is alive at s.
+    Returns [(level, rows, composites rank·m + block)] sorted by composite."""
+    l, r = lo + 1, hi.copy()
+    idx = np.arange(len(rows))
+    go = l < r  # (an instance deleted right after its insert is alive at no other seq)
+    idx, l, r = idx[go], l[go], r[go]
+    out = []
+    level = 0
+    while len(idx):
+        parts_i, parts_n = [], []
+        odd = (l & 1) == 1
+        parts_i.append(idx[odd])
+        parts_n.append(l[odd])
+        l = l + odd
+        odd = (r & 1) == 1
+        r = r - odd
+        parts_i.append(idx[odd])
+        parts_n.append(r[odd])
+        sel = np.concatenate(parts_i)
+        if len(sel):
+            comp = rank[sel] * m + np.concatenate(parts_n)
+            o = np.argsort(comp, kind="stable")
+            out.append((level, rows[sel[o]], comp[o]))
+        l, r = l >> 1, r >> 1
+        go = l < r
+        idx, l, r = idx[go], l[go], r[go]
+        level += 1
+    return out
+
+
+def global_seqs(batches) -> tuple[list[np.ndarray], int]:
+    """Positions of every event in the (ts, input index, arrival) order of the call."""
+    ts = np.concatenate([b.ts for b in batches])
+    order = np.argsort(ts, kind="stable")
+    seq = np.empty(len(ts), np.int64)
+    seq[order] = np.arange(len(ts))
+    cuts = np.cumsum([len(b) for b in batches])[:-1]
+    return np.split(seq, cuts), len(ts)
+
+
+def gather_batch(width, needed, offsets, widths, tables, idx, ts) -> Batch:
+    """A Batch over the concatenated columns with only `needed` (global indexes) filled in."""
+    cols: list = [None] * width
+    nulls: list = [None] * width
+    for c in needed:
+        k = next(k for k, (o, w) in enumerate(zip(offsets, widths)) if o <= c < o + w)
+        b, r = tables[k].b, idx[k]
+        cols[c] = b.cols[c - offsets[k]][r]
+        m = b.nulls[c - offsets[k]]
+        nulls[c] = None if m is None else m[r]
+    n = len(ts)
+    return Batch(cols, nulls, ts, np.ones(n, np.int8), np.zeros(n, np.uint64))
+
+
+# ------------------------------------------------------------------ the operator
+
+
+class JoinOp(Operator):
+    kind = "join"
+
+    def __init__(self, inputs, output, ids, predicate: X.Expr | None, input_types, evaluator, options=None):
+        super().__init__(inputs, output, ids, options)
+        self.ev = evaluator
+        self.input_types = [list(t) for t in input_types]
+        self.n = len(self.input_types)
+        self.out_types = [t for ts in self.input_types for t in ts]
+        self.offsets, self.widths = input_layout(self.input_types)
+        self.width = sum(self.widths)
+        self.predicate = predicate
+        self.local: list[list[X.Expr]] = [[] for _ in range(self.n)]  # conjuncts on one input (shifted)
+        self.const: list[X.Expr] = []
+        self.equi: list[Equi] = []
+        self.theta: list[tuple[X.Expr, frozenset]] = []
+        for cid, c in enumerate(X.conjuncts(predicate)):
+            own = owners(c, self.offsets, self.widths)
+            eq = as_equi(cid, c, self.offsets, self.widths)
+            if eq is not None:
+                self.equi.append(eq)
+            elif not own:
+                self.const.append(c)
+            elif len(own) == 1:
+                k = next(iter(own))
+                self.local[k].append(X.shift(c, -self.offsets[k]))
+            else:
+                self.theta.append((c, own))
+        self.state: list[Batch] = [Batch.empty(t) for t in self.input_types]
+        self.probe_orders: list[list[int]] = [self.default_order(i) for i in range(self.n)]
+        self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
+
+    # -------------------------------------------------------------- planning of probes
+    def default_order(self, i: int) -> list[int]:
+        """Inputs linked by an equi conjunct to those already bound first (lowest index on ties)."""
+        bound, order = {i}, []
+        while len(order) < self.n - 1:
+            rest = [j for j in range(self.n) if j not in bound]
+            linked = [j for j in rest if any(e.other(j) in bound for e in self.equi if j in (e.a, e.b))]
+            j = (linked or rest)[0]
+            order.append(j)
+            bound.add(j)
+        return order
+
+    def _order(self, i: int) -> list[int]:
+        o = list(self.probe_orders[i])
+        if sorted(o) != [j for j in range(self.n) if j != i]:
+            o = self.default_order(i)
+        return o
+
+    def state_bytes(self) -> int:
+        return sum(s.nbytes() for s in self.state)
+
+    # -------------------------------------------------------------- one call
+    def process(self, inputs, bound):
+        if not any(len(b) for b in inputs):
+            return Batch.empty(self.out_types)
+        evs = []
+        for k, b in enumerate(inputs):
+            for c in self.local[k]:
+                if len(b):
+                    b = b.take(self.ev.predicate(c, b))
+            evs.append(b)
+        seqs, total = global_seqs(evs)
+        m = total + 3
+        tables = [Table(self.state[k], evs[k], seqs[k], self.input_types[k]) for k in range(self.n)]
+        self._codes: dict = {}
+        self._indexes: dict = {}
+        parts = []
+        if self._const_ok():
+            for i in range(self.n):
+                if len(evs[i]):
+                    res = self._probe_from(i, tables, m)
+                    if res is not None:
+                        parts.append(res)
+        for k, t in enumerate(tables):
+            self.state[k] = t.b.take(t.survivors) if len(t.survivors) != len(t.b) else t.b
+            self.counters.extra["unmatched_deletes"] += t.unmatched_deletes
+        self.counters.extra["state_tuples"] = sum(len(s) for s in self.state)
+        self._codes = self._indexes = {}
+        return self._assemble(parts, tables)
+
+    def _const_ok(self) -> bool:
+        if not self.const:
+            return True
+        one = Batch([], [], np.zeros(1, np.int64), np.ones(1, np.int8), np.zeros(1, np.uint64))
+        return all(bool(self.ev.predicate(c, one)[0]) for c in self.const)
+
+    def _side_codes(self, e: Equi, tables):
+        """Codes of both sides of an equi conjunct over the whole tables (cached per call)."""
+        got = self._codes.get(e.cid)
+        if got is None:
+            va = self.ev.eval(e.ea, tables[e.a].b)
+            vb = self.ev.eval(e.eb, tables[e.b].b)
+            (ca, oka, _), (cb, okb, _) = key_codes([va, vb])
+            got = self._codes[e.cid] = {e.a: (ca, oka), e.b: (cb, okb)}
+        return got
+
+    def _probe_from(self, i: int, tables, m: int):
+        ti = tables[i]
+        idx = {i: ti.ev}
+        seq = ti.seq[ti.ev]
+        bound = {i}
+        applied: set[int] = set()
+        for j in self._order(i):
+            links = [e for e in self.equi if j in (e.a, e.b) and e.other(j) in bound]
+            tj = tables[j]
+            if links:
+                inst_parts, probe_parts = [], []
+                for e in links:
+                    codes = self._side_codes(e, tables)
+                    cj, okj = codes[j]
+                    k = e.other(j)
+                    ck, okk = codes[k]
+                    inst_parts.append((cj[tj.inst], okj[tj.inst]))
+                    probe_parts.append((ck[idx[k]], okk[idx[k]]))
+                cache_key = (j, tuple(e.cid for e in links)) if len(links) == 1 else None
+                (ikey, ivalid), (pkey, pvalid) = combine_keys(inst_parts, probe_parts)
+            else:
+                cache_key = (j, ())
+                ikey = np.zeros(len(tj.inst), np.int64)
+                ivalid = np.ones(len(tj.inst), bool)
+                pkey = np.zeros(len(seq), np.int64)
+                pvalid = np.ones(len(seq), bool)
+            index = self._indexes.get(cache_key) if cache_key is not None else None
+            if index is None:
+                index = StabIndex(tj.inst[ivalid], ikey[ivalid], tj.lo[ivalid], tj.hi[ivalid], m)
+                if cache_key is not None:
+                    self._indexes[cache_key] = index
+            before = index.examined
+            p, rows = index.probe(pkey, pvalid, seq)
+            self.counters.extra["candidate_pairs"] += index.examined - before
+            idx = {k: v[p] for k, v in idx.items()}
+            idx[j] = rows
+            seq = seq[p]
+            bound.add(j)
+            for t, (c, own) in enumerate(self.theta):
+                if t in applied or not own <= bound or not len(seq):
+                    continue
+                applied.add(t)
+                b = gather_batch(self.width, sorted(X.columns(c)), self.offsets, self.widths, tables, idx,
+                                 ti.b.ts[idx[i]])
+                keep = self.ev.predicate(c, b)
+                idx = {k: v[keep] for k, v in idx.items()}
+                seq = seq[keep]
+            if not len(seq):
+                return None
+        return i, idx, seq
+
+    def _assemble(self, parts, tables) -> Batch:
+        if not parts:
+            return Batch.empty(self.out_types)
+        idx = {k: np.concatenate([p[k] for _, p, _ in parts]) for k in range(self.n)}
+        # each result is stamped with the ts and sign of the event (of input i) that produced it
+        ts = np.concatenate([tables[i].b.ts[p[i]] for i, p, _ in parts])
+        sign = np.concatenate([tables[i].b.sign[p[i]] for i, p, _ in parts])
+        seq = np.concatenate([q for _, _, q in parts])
+        cols, nulls = [], []
+        for k, t in enumerate(tables):
+            r = idx[k]
+            for c in range(self.widths[k]):
+                cols.append(t.b.cols[c][r])
+                msk = t.b.nulls[c]
+                msk = None if msk is None else msk[r]
+                nulls.append(msk if msk is not None and msk.any() else None)
+        oid = tables[0].b.id[idx[0]]
+        for k in range(1, self.n):
+            oid = combine_ids(oid, tables[k].b.id[idx[k]])
+        out = Batch(cols, nulls, ts, sign.astype(np.int8), oid)
+        if len(out) > 1 and not bool(np.all(seq[1:] >= seq[:-1])):
+            # in the order of the events that caused them (sorts by ts; a result's `−` follows its `+`)
+            out = out.take(np.argsort(seq, kind="stable"))
+        return out

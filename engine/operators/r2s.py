@@ -1,0 +1,119 @@
+"""Relation → stream: Istream, Dstream, Rstream (docs/semantics.md).
+
+With m_v(t) the multiplicity of value v at the end of instant t (net over the instant, by
+whole-tuple value, NULL equal to NULL; m_v(t0 − 1) = 0):
+
+    Istream at t: max(0, m_v(t) − m_v(t−1)) copies of v
+    Dstream at t: max(0, m_v(t−1) − m_v(t)) copies of v
+    Rstream at t: m_v(t) copies of every v, at every integer instant t0..L
+
+Istream/Dstream only look at the (value, instant) pairs a batch touches (`ValueTable.changes`);
+the copies emitted are the value's newest inserts (Istream) / oldest deletes (Dstream) at that
+instant, in arrival order, which is the reference's tie order over windows.
+
+Rstream keeps the live elements in insertion order (the reference lists R(t) in that order, which
+matters to a Rows window over the Rstream). A call covering the instants (last_done, bound] gives
+every element a lifetime [max(insert, lo), delete) and expands lifetimes × instants with
+np.repeat, so long runs of unchanged instants cost output size, never Python loops.
+
+Compat (STREAM 0.6): nothing at the last input instant L, i.e. in the call that processes the
+final bound of ended inputs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.batch import Batch, concat
+from engine.operators.base import Operator
+from engine.operators.valuecount import ValueTable, pick_rows
+
+INF = np.iinfo(np.int64).max
+
+
+class RelToStreamOp(Operator):
+    def __init__(self, inputs, output, ids, op: str, compat: bool = False, options=None):
+        super().__init__(inputs, output, ids, options)
+        if op not in ("istream", "dstream", "rstream"):
+            raise ValueError(op)
+        self.op = op
+        self.kind = op
+        self.compat = compat
+        self.types = list(output.types)
+        self.table = ValueTable(inputs[0].types, ids) if op != "rstream" else None
+        # Rstream: the live elements of the relation, in insertion order (seq)
+        self.live: Batch = Batch.empty(inputs[0].types)
+        self.live_seq = np.zeros(0, np.int64)
+        self.seq = 0
+        self.last_done: int | None = None  # Rstream: output covers instants through this
+
+    def state_bytes(self) -> int:
+        return self.table.nbytes() if self.table is not None else self.live.nbytes() + self.live_seq.nbytes
+
+    def _final(self, bound: int) -> bool:
+        """This call processes the last instant L of the input (ended inputs, full bound)."""
+        return self.ending and bound >= min(q.watermark for q in self.inputs)
+
+    def process(self, inputs, bound):
+        b = inputs[0]
+        final = self.compat and self._final(bound)
+        if self.op == "rstream":
+            return self._rstream(b, bound, final)
+        if not len(b):
+            return b
+        t = self.table
+        enc = t.encode(b)
+        ch = t.changes(enc, b.ts, b.sign.astype(np.int64)[None, :])
+        t.finish(enc)
+        d = ch.after[0] - ch.before[0]
+        copies = np.maximum(d, 0) if self.op == "istream" else np.maximum(-d, 0)
+        if final:
+            copies[ch.ts >= bound] = 0  # STREAM 0.6: no output at the last instant
+        # Istream: the newest inserts of each value at the instant; Dstream: its oldest deletes.
+        # Both in the order they came (positions in the ts-sorted batch, so ts order); over a
+        # window that is the reference's order: newest/oldest occurrences in arrival order.
+        if self.op == "istream":
+            pos = pick_rows(ch, b.sign > 0, copies, newest=True)
+        else:
+            pos = pick_rows(ch, b.sign < 0, copies, newest=False)
+        out = b.take(pos)
+        out.sign = np.ones(len(pos), np.int8)
+        out.id = self.ids.take(len(pos))
+        return out
+
+    def _rstream(self, b: Batch, bound: int, final: bool) -> Batch:
+        """Every live element, at every instant of its lifetime within [lo, hi], instants in
+        order and, within one, elements in insertion order. Deletes end the lifetime of the
+        insert with their id (ids of live elements are distinct)."""
+        lo = self.t0 if self.last_done is None else max(self.last_done + 1, self.t0)
+        hi = bound - 1 if final else bound
+        self.last_done = bound
+        ins = b.sign > 0
+        nin = int(ins.sum())
+        cand = concat([self.live, b.take(ins)], self.types) if nin else self.live
+        seq = np.concatenate([self.live_seq, np.arange(self.seq, self.seq + nin, dtype=np.int64)])
+        self.seq += nin
+        start = np.concatenate([np.full(len(self.live), lo, np.int64), b.ts[ins]])
+        end = np.full(len(cand), INF, np.int64)  # exclusive
+        dele = ~ins
+        if dele.any():
+            by_id = np.argsort(cand.id, kind="stable")
+            del_id = b.id[dele]
+            at = by_id[np.minimum(np.searchsorted(cand.id[by_id], del_id), max(len(cand) - 1, 0))]
+            hit = cand.id[at] == del_id if len(cand) else np.zeros(len(del_id), bool)
+            end[at[hit]] = b.ts[dele][hit]  # (a delete of no live element would be a producer bug)
+        keep = end == INF
+        self.live, self.live_seq = cand.take(keep), seq[keep]
+        s = np.maximum(start, lo)
+        e = np.minimum(end - 1, hi)
+        n_inst = np.maximum(e - s + 1, 0)
+        total = int(n_inst.sum())
+        if total == 0:
+            return Batch.empty(self.types)
+        el = np.repeat(np.arange(len(cand)), n_inst)
+        inst = s[el] + (np.arange(total, dtype=np.int64) - (np.cumsum(n_inst) - n_inst)[el])
+        order = np.lexsort((seq[el], inst))
+        out = cand.take(el[order])
+        out.ts = inst[order]
+        out.sign = np.ones(total, np.int8)
+        out.id = self.ids.take(total)
+        return out

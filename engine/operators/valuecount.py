@@ -1,0 +1,331 @@
+"""Multiplicities by whole-tuple value (NULL equals NULL), shared by Distinct, the set operations
+and Istream/Dstream (docs/semantics.md: they compare whole tuples).
+
+`ValueTable` maps every value with a live count to a *slot* (a small int) through a persistent dict
+row-tuple → slot. A delta batch is factorized to batch-local codes (per-column codes: value − min
+for integers, np.unique for floats and strings; combined into one dense key), so Python only
+touches each distinct value of the batch once (one dict lookup), never each tuple. Per slot the
+table carries, as numpy arrays, the count of every input side, a `vkey` (a fresh engine id taken
+when the slot is assigned: the seed of derived output ids) and FIFO serials of output copies
+inserted/deleted so far. A slot is freed when all its counts and live output copies are zero, so
+memory follows the live values, not the history.
+
+`ValueTable.changes` then gives, per (value, instant) the batch touches, the multiplicity before
+and after the instant (net over the instant): the rows are grouped by value with ts order kept
+(one radix or plain argsort), per-group deltas come from np.add.reduceat and a segmented
+cumulative sum over each value's groups adds them to the carried counts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import repeat
+
+import numpy as np
+
+from engine.batch import Batch, combine_ids
+
+_EMPTY_I = np.zeros(0, np.int64)
+_BIG = 1 << 62
+_NAN = float("nan")
+
+
+def _dense(key: np.ndarray, width: int) -> tuple[np.ndarray, int]:
+    """Renumber non-negative keys < width densely (0..k−1, in key order); returns (codes, k)."""
+    n = len(key)
+    if width <= 4 * n + 1024:  # small key range: a presence table instead of a sort
+        present = np.zeros(width, bool)
+        present[key] = True
+        rank = np.cumsum(present) - 1
+        return rank[key], int(rank[-1]) + 1 if width else 0
+    uniq, inv = np.unique(key, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64, copy=False), len(uniq)
+
+
+def _column_code(col: np.ndarray, m: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """Per-row code of one column (equal values ↔ equal codes, NULL its own code 0) and the
+    number of possible codes. Integers use value − min when the range is small enough;
+    floats and strings (as fixed-width unicode, sorted in C) go through np.unique."""
+    has_null = m is not None and bool(m.any())
+    if col.dtype.kind in "iub":
+        v = col.astype(np.int64, copy=False)
+        live = v[~m] if has_null else v
+        if len(live) == 0:
+            return np.zeros(len(v), np.int64), 1
+        lo, hi = int(live.min()), int(live.max())
+        if hi - lo < (1 << 40):
+            code = v - lo
+            if has_null:
+                return np.where(m, 0, code + 1), hi - lo + 2
+            return code, hi - lo + 1
+    elif col.dtype == object:
+        try:
+            col = col.astype(str)
+        except (TypeError, ValueError):  # pragma: no cover - non-str objects: numpy's object sort
+            pass
+    uniq, inv = np.unique(col, return_inverse=True)
+    inv = inv.reshape(-1).astype(np.int64, copy=False)
+    if has_null:
+        return np.where(m, 0, inv + 1), len(uniq) + 1
+    return inv, len(uniq)
+
+
+def row_codes(cols: list[np.ndarray], nulls: list[np.ndarray | None]) -> tuple[np.ndarray, int]:
+    """Batch-local dense code per row (0..k−1) and k: equal whole-tuple values (NULL equal to
+    NULL) get equal codes."""
+    n = len(cols[0])
+    key, width = np.zeros(n, np.int64), 1
+    for col, m in zip(cols, nulls):
+        code, w = _column_code(col, m)
+        if width * w >= _BIG:
+            key, width = _dense(key, width)  # re-densify: then width ≤ n, so no overflow
+            if width * w >= _BIG:  # a wide integer range over a huge batch
+                code, w = _dense(code, w)
+        key = key * w + code
+        width *= w
+    return _dense(key, width)
+
+
+def group_order(code: np.ndarray, k: int) -> np.ndarray:
+    """Row positions grouped by code, ascending positions (= arrival, ts order) within a code:
+    a stable sort (radix for < 2^16 codes; else a plain sort on the unique key code·n + pos)."""
+    n = len(code)
+    if k <= 1 << 16:
+        return np.argsort(code.astype(np.uint16), kind="stable")
+    return np.argsort(code * n + np.arange(n, dtype=np.int64))
+
+
+def py_rows(cols, nulls, idx: np.ndarray) -> list[tuple]:
+    """Python tuples (None for NULL) of the rows at `idx`; one tuple per distinct value only."""
+    lists = []
+    for col, m in zip(cols, nulls):
+        sel = col[idx]
+        vals = sel.tolist()
+        if sel.dtype.kind == "f":
+            nan = np.isnan(sel)
+            if nan.any():  # one NaN object: NaN equals NaN as a tuple value, as in np.unique
+                vals = [_NAN if z else v for v, z in zip(vals, nan.tolist())]
+        if m is not None:
+            mm = m[idx]
+            if mm.any():
+                vals = [None if z else v for v, z in zip(vals, mm.tolist())]
+        lists.append(vals)
+    if not lists:
+        return [()] * len(idx)
+    return list(zip(*lists))
+
+
+@dataclass
+class Encoded:
+    """A batch's rows as value slots; `order` lists the rows grouped by value, ascending
+    positions (so ts order) within each value."""
+
+    slot: np.ndarray  # per row
+    order: np.ndarray
+    value_slot: np.ndarray  # per distinct value of the batch
+    rows: list  # per distinct value: its Python tuple (the dict key)
+    new: np.ndarray  # indexes (into value_slot) of the values first seen in this batch
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+
+@dataclass
+class Changes:
+    """Per (slot, instant) group touched by a batch; a slot's groups are adjacent, in ts order."""
+
+    slot: np.ndarray  # int64
+    ts: np.ndarray  # int64
+    before: np.ndarray  # (sides, g) int64: multiplicity at the end of the previous instant
+    after: np.ndarray  # (sides, g) int64: multiplicity at the end of this instant
+    first: np.ndarray  # position (in the batch) of the group's first element
+    last: np.ndarray  # position of the group's last element
+    slot_start: np.ndarray  # bool: first group of its slot
+    slot_end: np.ndarray  # bool: last group of its slot
+    order: np.ndarray  # the batch's rows grouped by value (Encoded.order)
+    start: np.ndarray  # offset in `order` of each group's first row
+    end: np.ndarray  # offset in `order` of each group's last row
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+
+def pick_rows(ch: Changes, mask: np.ndarray, k: np.ndarray, newest: bool) -> np.ndarray:
+    """Positions (ascending) of, per group g, the k[g] newest (or oldest) rows with mask set
+    (mask and positions index the batch)."""
+    if not len(ch):
+        return _EMPTY_I
+    m = mask[ch.order].astype(np.int64)
+    cm = np.cumsum(m)
+    gid = np.repeat(np.arange(len(ch)), ch.end - ch.start + 1)
+    if newest:
+        rank = cm[ch.end][gid] - cm  # masked rows after this one in its group
+    else:
+        rank = cm - m - (cm - m)[ch.start][gid]  # masked rows before this one in its group
+    return np.sort(ch.order[(m > 0) & (rank < k[gid])])
+
+
+def seg_exclusive_cumsum(x: np.ndarray, slot_start: np.ndarray) -> np.ndarray:
+    """Exclusive cumulative sum of x restarting at every True of slot_start."""
+    cs = np.cumsum(x)
+    excl = cs - x
+    heads = np.flatnonzero(slot_start)
+    seg = np.cumsum(slot_start) - 1
+    return excl - excl[heads][seg]
+
+
+class ValueTable:
+    """Live values → slots, with per-slot counts for `sides` inputs (see module docstring).
+
+    Use per batch: `enc = encode(b)`, `ch = changes(enc, ...)`, then `finish(enc)`, which frees
+    the slots that became dead. A value first seen in a batch enters the dict only if it is
+    still live at the end of the batch, so short-lived values cost no dict insert/delete."""
+
+    def __init__(self, types, ids, sides: int = 1):
+        self.types = list(types)
+        self.ids = ids
+        self.sides = sides
+        self.index: dict[tuple, int] = {}
+        self.free = _EMPTY_I
+        self.cap = 0
+        self._high = 0  # slots [0, _high) have been used
+        self.count = np.zeros((sides, 0), np.int64)
+        self.vkey = np.zeros(0, np.uint64)
+        self.n_ins = np.zeros(0, np.int64)  # output copies inserted so far (serials 0..n_ins-1)
+        self.n_del = np.zeros(0, np.int64)  # output copies deleted so far (FIFO: the oldest)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def nbytes(self) -> int:
+        return self.cap * 8 * (self.sides + 3) + len(self.index) * (120 + 40 * len(self.types))
+
+    # ------------------------------------------------------------ slots
+    def _grow(self, need: int) -> None:
+        if need <= self.cap:
+            return
+        cap = max(need, 2 * self.cap, 64)
+        extra = cap - self.cap
+        self.count = np.concatenate([self.count, np.zeros((self.sides, extra), np.int64)], axis=1)
+        self.vkey = np.concatenate([self.vkey, np.zeros(extra, np.uint64)])
+        self.n_ins = np.concatenate([self.n_ins, np.zeros(extra, np.int64)])
+        self.n_del = np.concatenate([self.n_del, np.zeros(extra, np.int64)])
+        self.cap = cap
+
+    def _alloc(self, k: int) -> np.ndarray:
+        """k slots: freed ones first, then never-used ones."""
+        reuse = min(k, len(self.free))
+        reused = self.free[len(self.free) - reuse:]
+        self.free = self.free[: len(self.free) - reuse]
+        fresh = np.arange(self._high, self._high + (k - reuse), dtype=np.int64)
+        self._high += k - reuse
+        self._grow(self._high)
+        return np.concatenate([reused, fresh]) if reuse else fresh
+
+    def encode(self, b: Batch) -> "Encoded":
+        """Slot per row of `b` (values not seen before get new slots, in first-arrival order)
+        and the rows grouped by value (the sort `changes` needs)."""
+        n = len(b)
+        if n == 0:
+            return Encoded(_EMPTY_I, _EMPTY_I, _EMPTY_I, [], _EMPTY_I)
+        code, k = row_codes(b.cols, b.nulls)
+        order = group_order(code, k)
+        heads = np.empty(n, bool)
+        heads[0] = True
+        sc = code[order]
+        np.not_equal(sc[1:], sc[:-1], out=heads[1:])
+        first = order[heads]  # first row of each distinct value (code order)
+        rows = py_rows(b.cols, b.nulls, first)
+        get = self.index.get
+        slot_of = np.fromiter(map(get, rows, repeat(-1)), np.int64, len(rows))  # per distinct value (C loop)
+        new = np.flatnonzero(slot_of < 0)
+        if len(new):
+            new = new[np.argsort(first[new])]  # first-arrival order → increasing vkey
+            slots = self._alloc(len(new))
+            slot_of[new] = slots
+            self.vkey[slots] = self.ids.take(len(slots))
+            self.n_ins[slots] = 0
+            self.n_del[slots] = 0
+            self.count[:, slots] = 0
+        return Encoded(slot_of[code], order, slot_of, rows, new)
+
+    def finish(self, enc: "Encoded") -> None:
+        """After a batch: values whose counts and live output copies are all zero give up their
+        slot (and leave the dict); new values still live enter the dict."""
+        touched = enc.value_slot
+        if not len(touched):
+            return
+        dead = ~self.count[:, touched].any(axis=0) & (self.n_ins[touched] == self.n_del[touched])
+        is_new = np.zeros(len(touched), bool)
+        is_new[enc.new] = True
+        rows, idx = enc.rows, self.index
+        for i in np.flatnonzero(dead & ~is_new).tolist():  # per distinct value that died
+            del idx[rows[i]]
+        born = np.flatnonzero(~dead & is_new)
+        if len(born):
+            idx.update(zip([rows[i] for i in born.tolist()], touched[born].tolist()))
+        if dead.any():
+            self.free = np.concatenate([self.free, touched[dead]])
+
+    # ------------------------------------------------------------ per-instant multiplicities
+    def changes(self, enc: "Encoded", ts: np.ndarray, deltas: np.ndarray) -> Changes:
+        """Rows given by their encoding, ts (non-decreasing) and signed deltas (sides × n) →
+        per (slot, instant) multiplicity before/after; the carried counts are advanced past
+        the batch."""
+        n = len(enc)
+        sides = self.sides
+        if n == 0:
+            z = _EMPTY_I
+            zz = np.zeros((sides, 0), np.int64)
+            zb = np.zeros(0, bool)
+            return Changes(z, z, zz, zz, z, z, zb, zb, z, z, z)
+        order = enc.order
+        sc, st = enc.slot[order], ts[order]
+        brk = np.empty(n, bool)
+        brk[0] = True
+        np.not_equal(sc[1:], sc[:-1], out=brk[1:])
+        brk[1:] |= st[1:] != st[:-1]
+        starts = np.flatnonzero(brk)
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:] - 1
+        ends[-1] = n - 1
+        gd = np.add.reduceat(deltas[:, order], starts, axis=1)
+        gslot, gts = sc[starts], st[starts]
+        g = len(starts)
+        sstart = np.empty(g, bool)
+        sstart[0] = True
+        np.not_equal(gslot[1:], gslot[:-1], out=sstart[1:])
+        send = np.empty(g, bool)
+        send[-1] = True
+        send[:-1] = sstart[1:]
+        cs = np.cumsum(gd, axis=1)
+        heads = np.flatnonzero(sstart)
+        seg = np.cumsum(sstart) - 1
+        base = (cs[:, heads] - gd[:, heads])[:, seg]
+        after = self.count[:, gslot] + cs - base
+        before = after - gd
+        self.count[:, gslot[send]] = after[:, send]
+        return Changes(gslot, gts, before, after, order[starts], order[ends], sstart, send, order, starts, ends)
+
+    def output_ids(self, ch: Changes, delta: np.ndarray):
+        """Ids for an output multiplicity change `delta` per group (FIFO copies per value: the
+        k-th copy ever inserted of a value has id combine_ids(vkey, k); a delete retracts the
+        oldest live copy). Returns (group index per output element, sign, id), in group order;
+        advances the per-slot serials."""
+        plus = np.maximum(delta, 0)
+        minus = np.maximum(-delta, 0)
+        ins0 = self.n_ins[ch.slot] + seg_exclusive_cumsum(plus, ch.slot_start)
+        del0 = self.n_del[ch.slot] + seg_exclusive_cumsum(minus, ch.slot_start)
+        heads = np.flatnonzero(ch.slot_start)
+        if len(heads):
+            self.n_ins[ch.slot[heads]] += np.add.reduceat(plus, heads)
+            self.n_del[ch.slot[heads]] += np.add.reduceat(minus, heads)
+        k = np.abs(delta)
+        total = int(k.sum())
+        gidx = np.repeat(np.arange(len(delta)), k)
+        offs = np.cumsum(k) - k
+        within = np.arange(total, dtype=np.int64) - offs[gidx]
+        pos = delta[gidx] > 0
+        serial = np.where(pos, ins0[gidx], del0[gidx]) + within
+        sign = np.where(pos, 1, -1).astype(np.int8)
+        ids = combine_ids(self.vkey[ch.slot[gidx]], serial.astype(np.uint64))
+        return gidx, sign, ids

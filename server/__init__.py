@@ -1,0 +1,1 @@
+"""HTTP layer (FastAPI): API, result encoders, catalog persistence, web UI — built in the server issue."""
