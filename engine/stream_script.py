@@ -383,8 +383,6 @@ class _Registrar:
                 h = compile_query(step.text, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
         except CqlError as e:
             raise self._err(e, step.line, step.col) from None
-        except (ImportError, NotImplementedError) as e:  # an operator this engine does not have yet
-            raise ScriptError(self.script.path, step.line, f"this engine cannot run the query yet ({e})") from None
         self.queries.append((step, h))
 
 

@@ -124,3 +124,27 @@ def assert_same(ddl: str, query: str, inputs, *, chunks=(1, 7, None), compat=Fal
             got = round_floats(got, float_digits)
         assert got == expected, (f"chunk={chunk}\n{h.explain()}\nengine:    {dict(sorted(got.items()))}\n"
                                  f"reference: {dict(sorted(expected.items()))}")
+
+
+def engine_raw(ddl: str, query: str, inputs, chunk, compat: bool = False):
+    """The engine's raw output batches, one event per push, `chunk` events per scheduler run."""
+    d = Dsms(compat=compat)
+    d.execute(ddl)
+    h = d.register_query(query)
+    sub = d.subscribe(h.id)
+    events = _merge_events(inputs)
+    step = chunk or max(len(events), 1)
+    out = []
+    for i in range(0, len(events), step):
+        for name, ev in events[i:i + step]:
+            if ev[-1] is None:
+                d.heartbeat(name, ev[0])
+            elif len(ev) == 3:
+                d.push(name, [ev[2]], ts=[ev[0]], signs=[ev[1]])
+            else:
+                d.push(name, [ev[1]], ts=[ev[0]])
+        d.run()
+        out.append(sub.poll())
+    d.end()
+    out.append(sub.poll())
+    return out, h, d

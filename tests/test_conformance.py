@@ -145,13 +145,6 @@ def test_reference(case: Path):
     assert not failures, f"{case.name} (compat={compat})\n" + "\n".join(failures)
 
 
-def _supports_batch_rows() -> bool:
-    import inspect
-
-    return "batch_rows" in inspect.signature(run_script).parameters
-
-
-@pytest.mark.skipif(not _supports_batch_rows(), reason="run_script has no batch_rows knob")
 @pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_engine_small_rounds(case: Path, rows: int, tmp_path):

@@ -51,7 +51,7 @@ def stream_item(draw, name, alias):
 
 @st.composite
 def predicate(draw, cols):
-    a, b = draw(st.sampled_from(cols)), draw(st.sampled_from(cols))
+    a = draw(st.sampled_from(cols))
     op = draw(st.sampled_from(["=", "<>", "<", ">=", "is null", "is not null", "between"]))
     if op.startswith("is"):
         return f"{a} {op}"

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.dsms import Dsms
-from tests.engine_harness import _merge_events, assert_same, run_reference
+from tests.engine_harness import _merge_events, assert_same, engine_raw, run_reference
 
 DDL = ("register stream S (a int, b int); register stream T (a int, c int); "
        "register relation R (a int, b int); register relation Q (a int, d int);")
@@ -70,27 +70,6 @@ def win(w: str, stream: str) -> str:
 # ------------------------------------------------------------------ running and id invariants
 
 
-def engine_raw(ddl, query, inputs, chunk):
-    d = Dsms()
-    d.execute(ddl)
-    h = d.register_query(query)
-    sub = d.subscribe(h.id)
-    events = _merge_events(inputs)
-    step = chunk or max(len(events), 1)
-    out = []
-    for i in range(0, len(events), step):
-        for name, ev in events[i:i + step]:
-            if ev[-1] is None:
-                d.heartbeat(name, ev[0])
-            elif len(ev) == 3:
-                d.push(name, [ev[2]], ts=[ev[0]], signs=[ev[1]])
-            else:
-                d.push(name, [ev[1]], ts=[ev[0]])
-        d.run()
-        out.append(sub.poll())
-    d.end()
-    out.append(sub.poll())
-    return out, h, d
 
 
 def check_ids(batches, is_stream: bool):

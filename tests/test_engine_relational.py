@@ -15,7 +15,7 @@ from engine.batch import from_rows
 from engine.dsms import Dsms
 from engine.operators.base import IdSource
 from engine.operators.valuecount import ValueTable, row_codes
-from tests.engine_harness import _merge_events, assert_same, run_reference
+from tests.engine_harness import assert_same, engine_raw, run_reference
 
 DDL = ("register stream S (a int, b int); register stream T (a int, c int); "
        "register relation R (a int, b int); register relation Q (a int, b int);")
@@ -69,28 +69,6 @@ def source(draw, stream="S", rel="R"):
 # ------------------------------------------------------------------ running and id invariants
 
 
-def engine_raw(ddl, query, inputs, chunk, compat=False):
-    """The engine's raw output batches (feeding as tests/engine_harness.run_engine does)."""
-    d = Dsms(compat=compat)
-    d.execute(ddl)
-    h = d.register_query(query)
-    sub = d.subscribe(h.id)
-    events = _merge_events(inputs)
-    step = chunk or max(len(events), 1)
-    out = []
-    for i in range(0, len(events), step):
-        for name, ev in events[i:i + step]:
-            if ev[-1] is None:
-                d.heartbeat(name, ev[0])
-            elif len(ev) == 3:
-                d.push(name, [ev[2]], ts=[ev[0]], signs=[ev[1]])
-            else:
-                d.push(name, [ev[1]], ts=[ev[0]])
-        d.run()
-        out.append(sub.poll())
-    d.end()
-    out.append(sub.poll())
-    return out, h
 
 
 def check_ids(batches, is_stream: bool):
@@ -117,7 +95,7 @@ def check_ids(batches, is_stream: bool):
 def check(query, inputs, ddl=DDL, compat=False):
     assert_same(ddl, query, inputs, compat=compat)
     for chunk in (1, None):
-        batches, h = engine_raw(ddl, query, inputs, chunk, compat)
+        batches, h, _ = engine_raw(ddl, query, inputs, chunk, compat)
         check_ids(batches, h.compiled.plan.is_stream)
 
 
@@ -216,12 +194,12 @@ def test_rstream_over_gaps():
 def test_compat_no_output_at_last_instant():
     s = [(1, (1, 1)), (2, (2, 2)), (3, (3, 3))]
     for op in ("Istream", "Rstream"):
-        batches, _ = engine_raw(DDL, f"{op}(select * from S [Rows 2])", {"S": s}, None, compat=True)
+        batches, _, _ = engine_raw(DDL, f"{op}(select * from S [Rows 2])", {"S": s}, None, compat=True)
         ts = {t for b in batches for t in b.ts.tolist()}
         assert 3 not in ts and 2 in ts
-        batches, _ = engine_raw(DDL, f"{op}(select * from S [Rows 2])", {"S": s}, None, compat=False)
+        batches, _, _ = engine_raw(DDL, f"{op}(select * from S [Rows 2])", {"S": s}, None, compat=False)
         assert 3 in {t for b in batches for t in b.ts.tolist()}
-    batches, _ = engine_raw(DDL, "Dstream(select * from S [Rows 1])", {"S": s}, 1, compat=True)
+    batches, _, _ = engine_raw(DDL, "Dstream(select * from S [Rows 1])", {"S": s}, 1, compat=True)
     assert {t for b in batches for t in b.ts.tolist()} == {2}
     # the last instant is L over all sources, even one this query does not read
     check("Istream(select * from S [Rows 2])", {"S": s, "T": [(5, (0, 0))]}, compat=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from cql.logical import expr as X
-from engine.batch import Batch, splitmix64
+from engine.batch import splitmix64
 from engine.exprs import Evaluator
 from engine.operators.base import Operator
 

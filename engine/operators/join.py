@@ -73,6 +73,28 @@ def as_equi(cid, c: X.Expr, offsets, widths) -> Equi | None:
     return Equi(cid, a, X.shift(c.args[0], -offsets[a]), b, X.shift(c.args[1], -offsets[b]))
 
 
+def classify(predicate: X.Expr | None, offsets, widths):
+    """Split a join predicate into equi conjuncts (key lookups), constant ones, conjuncts reading
+    one input (shifted to that input's columns), and the rest (with the inputs they read)."""
+    equi: list[Equi] = []
+    const: list[X.Expr] = []
+    local: list[list[X.Expr]] = [[] for _ in widths]
+    theta: list[tuple[X.Expr, frozenset]] = []
+    for cid, c in enumerate(X.conjuncts(predicate)):
+        own = owners(c, offsets, widths)
+        eq = as_equi(cid, c, offsets, widths)
+        if eq is not None:
+            equi.append(eq)
+        elif not own:
+            const.append(c)
+        elif len(own) == 1:
+            k = next(iter(own))
+            local[k].append(X.shift(c, -offsets[k]))
+        else:
+            theta.append((c, own))
+    return equi, const, local, theta
+
+
 # ------------------------------------------------------------------ per-call tables of instances
 
 
@@ -372,22 +394,7 @@ class JoinOp(Operator):
         self.offsets, self.widths = input_layout(self.input_types)
         self.width = sum(self.widths)
         self.predicate = predicate
-        self.local: list[list[X.Expr]] = [[] for _ in range(self.n)]  # conjuncts on one input (shifted)
-        self.const: list[X.Expr] = []
-        self.equi: list[Equi] = []
-        self.theta: list[tuple[X.Expr, frozenset]] = []
-        for cid, c in enumerate(X.conjuncts(predicate)):
-            own = owners(c, self.offsets, self.widths)
-            eq = as_equi(cid, c, self.offsets, self.widths)
-            if eq is not None:
-                self.equi.append(eq)
-            elif not own:
-                self.const.append(c)
-            elif len(own) == 1:
-                k = next(iter(own))
-                self.local[k].append(X.shift(c, -self.offsets[k]))
-            else:
-                self.theta.append((c, own))
+        self.equi, self.const, self.local, self.theta = classify(predicate, self.offsets, self.widths)
         self.state: list[Batch] = [Batch.empty(t) for t in self.input_types]
         self.probe_orders: list[list[int]] = [self.default_order(i) for i in range(self.n)]
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)

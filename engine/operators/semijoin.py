@@ -35,8 +35,8 @@ import numpy as np
 from cql.logical import expr as X
 from engine.batch import Batch
 from engine.operators.base import Operator
-from engine.operators.join import (INF, StabIndex, Table, key_codes, as_equi, combine_keys, gather_batch,
-                                   global_seqs, owners)
+from engine.operators.join import (INF, StabIndex, Table, key_codes, classify, combine_keys, gather_batch,
+                                   global_seqs)
 
 
 class SemiJoinOp(Operator):
@@ -53,23 +53,13 @@ class SemiJoinOp(Operator):
         self.offsets = [0, left_width]
         self.widths = [left_width, len(self.rtypes)]
         self.width = left_width + len(self.rtypes)
-        self.const, self.equi, self.equi_exprs, self.theta = [], [], [], []
-        self.local: list[list[X.Expr]] = [[], []]
-        for cid, c in enumerate(X.conjuncts(predicate)):
-            own = owners(c, self.offsets, self.widths)
-            eq = as_equi(cid, c, self.offsets, self.widths)
-            if eq is not None:
-                if eq.a != 0:  # left side first
-                    eq.a, eq.ea, eq.b, eq.eb = eq.b, eq.eb, eq.a, eq.ea
-                self.equi.append(eq)
-                self.equi_exprs.append(c)
-            elif not own:
-                self.const.append(c)
-            elif len(own) == 1:
-                k = next(iter(own))
-                self.local[k].append(X.shift(c, -self.offsets[k]))
-            else:
-                self.theta.append(c)
+        self.equi, self.const, self.local, theta = classify(predicate, self.offsets, self.widths)
+        self.theta = [c for c, _ in theta]
+        for eq in self.equi:
+            if eq.a != 0:  # left side first
+                eq.a, eq.ea, eq.b, eq.eb = eq.b, eq.eb, eq.a, eq.ea
+        cids = {eq.cid for eq in self.equi}
+        self.equi_exprs = [c for cid, c in enumerate(X.conjuncts(predicate)) if cid in cids]
         self.fast = not self.nonfalse and not self.theta
         self.lstate = Batch.empty(self.ltypes)
         self.lelig = np.zeros(0, bool)  # per left state row: can it have partners at all
