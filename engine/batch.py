@@ -69,6 +69,10 @@ class Batch:
                              for i in range(len(cols))))
         return out
 
+    def elements(self) -> list[tuple[int, int, tuple]]:
+        """(ts, sign, row) per element, for tests and small results."""
+        return list(zip(self.ts.tolist(), self.sign.tolist(), self.rows()))
+
     def nbytes(self) -> int:
         n = self.ts.nbytes + self.sign.nbytes + self.id.nbytes
         for c in self.cols:

@@ -73,7 +73,8 @@ class Subscription:
 
 class Dsms:
     def __init__(self, *, compat: bool = False, functions: FunctionRegistry | None = None, scheduler=None,
-                 clock=time.time, silence_timeout: float | None = None, skew: int | None = None):
+                 clock=time.time, silence_timeout: float | None = None, skew: int | None = None,
+                 binary_joins: bool = False):
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
         `skew`: streams are known to be at most this many units apart (thesis §2.2.5), so each
@@ -86,7 +87,8 @@ class Dsms:
         self.catalog = Catalog(functions)
         self.compat = compat
         self.ids = IdSource()
-        self.plan = PhysicalPlan(self.ids, Evaluator(self.catalog.functions), EngineOptions(compat=compat))
+        options = EngineOptions(compat=compat, binary_joins=binary_joins)
+        self.plan = PhysicalPlan(self.ids, Evaluator(self.catalog.functions), options)
         self.inputs: dict[str, StreamInput | RelationInput] = {}
         self.queries: dict[int, QueryHandle] = {}
         self._next_query = itertools.count(1)

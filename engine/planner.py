@@ -17,9 +17,11 @@ from engine.queues import Queue
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """`compat`: STREAM 0.6 behaviour (docs/semantics.md)."""
+    """`compat`: STREAM 0.6 behaviour (docs/semantics.md). `binary_joins`: run joins of 3+
+    inputs as left-deep trees of binary joins (XJoin style, thesis Table 2.1) instead of one MJoin."""
 
     compat: bool = False
+    binary_joins: bool = False
 
 
 def _types(node: L.Plan):
@@ -111,10 +113,34 @@ class PhysicalPlan:
         if isinstance(node, (L.StreamSource, L.RelationSource)):
             return self.source_queue(node)
         inputs = [self.build(i) for i in node.inputs]
+        if isinstance(node, L.Join) and self.options.binary_joins and len(inputs) > 2:
+            q = self._binary_tree(node, inputs)
+        else:
+            q = self._add(node, BUILDERS[type(node)], inputs)
+        self.queues[node] = q
+        return q
+
+    def _add(self, node: L.Plan, builder, inputs: list[Queue]) -> Queue:
         q = Queue(_types(node), name=type(node).__name__)
-        op = BUILDERS[type(node)](node, inputs, q, self.ids, self.ev, self.options)
+        op = builder(node, inputs, q, self.ids, self.ev, self.options)
         op.node = node
         self.operators.append(op)
         self.producer[id(q)] = op
-        self.queues[node] = q
         return q
+
+    def _binary_tree(self, node: L.Join, inputs: list[Queue]) -> Queue:
+        """((I0 ⋈ I1) ⋈ I2) ⋈ ...: each conjunct is applied at the first join that has its columns.
+        The columns keep their positions (each step's output is a prefix of the full schema)."""
+        from cql.logical import expr as X
+
+        widths = [len(i.schema) for i in node.inputs_]
+        pending = X.conjuncts(node.predicate)
+        left, left_node = inputs[0], node.inputs_[0]
+        for k in range(1, len(inputs)):
+            width = sum(widths[:k + 1])
+            here = [c for c in pending if max(X.columns(c), default=-1) < width]
+            pending = [c for c in pending if c not in here]
+            step = L.Join((left_node, node.inputs_[k]), X.conjoin(here))
+            left = self._add(step, _join, [left, inputs[k]])
+            left_node = step
+        return left

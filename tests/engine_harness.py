@@ -40,8 +40,8 @@ def _merge_events(inputs: dict[str, list]):
 
 
 def run_engine(ddl: str, query: str, inputs: dict[str, list], *, chunk: int | None = None, compat=False,
-               functions_setup=None):
-    d = Dsms(compat=compat)
+               functions_setup=None, **dsms_options):
+    d = Dsms(compat=compat, **dsms_options)
     if functions_setup:
         functions_setup(d.catalog.functions)
     d.execute(ddl)
@@ -112,14 +112,15 @@ def round_floats(result: dict[int, Counter], digits: int = 9, zero_below: float 
 
 
 def assert_same(ddl: str, query: str, inputs, *, chunks=(1, 7, None), compat=False, functions_setup=None,
-                float_digits: int | None = None):
+                float_digits: int | None = None, **dsms_options):
     """Engine result equals the reference for every chunking (floats compared to `float_digits`
     significant digits when given)."""
     expected = run_reference(ddl, query, inputs, compat=compat, functions_setup=functions_setup)
     if float_digits is not None:
         expected = round_floats(expected, float_digits)
     for chunk in chunks:
-        got, h = run_engine(ddl, query, inputs, chunk=chunk, compat=compat, functions_setup=functions_setup)
+        got, h = run_engine(ddl, query, inputs, chunk=chunk, compat=compat, functions_setup=functions_setup,
+                            **dsms_options)
         if float_digits is not None:
             got = round_floats(got, float_digits)
         assert got == expected, (f"chunk={chunk}\n{h.explain()}\nengine:    {dict(sorted(got.items()))}\n"

@@ -120,3 +120,28 @@ def test_engine_equals_reference(q, s, t, r):
 @given(q=single_source(), s=stream_events())
 def test_engine_equals_reference_stream_compat(q, s):
     assert_same(DDL, q, {"S": s}, compat=True)
+
+
+@st.composite
+def three_way(draw):
+    items = [draw(stream_item("S", "x")), draw(stream_item("T", "y")),
+             draw(st.sampled_from(["R as z", "S [Rows 2] as z"]))]
+    pred = draw(st.sampled_from(["x.a = y.a and y.b = z.b", "x.a = z.a and x.b < y.b", "x.a = y.a and y.a = z.a"]))
+    return f"select x.a, y.b, z.a from {', '.join(items)} where {pred}"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(q=three_way(), s=stream_events(), t=stream_events(), r=relation_events(), binary=st.booleans())
+def test_three_way_joins_as_mjoin_or_binary_tree(q, s, t, r, binary):
+    assert_same(DDL, q, {"S": s, "T": t, "R": r}, binary_joins=binary)
+
+
+def test_binary_join_tree_builds_one_join_per_extra_input():
+    from engine.dsms import Dsms
+    from engine.operators.join import JoinOp
+
+    for binary, joins in ((False, 1), (True, 2)):
+        d = Dsms(binary_joins=binary)
+        d.execute(DDL)
+        d.register_query("select * from S [Rows 2] as x, T [Rows 2] as y, R as z where x.a = y.a and y.b = z.b")
+        assert sum(isinstance(op, JoinOp) for op in d.plan.operators) == joins
