@@ -13,6 +13,7 @@ from engine.operators.base import IdSource, Operator
 from engine.operators.basic import FilterOp, ProjectOp, SampleOp
 from engine.operators.window import WindowOp
 from engine.queues import Queue
+from engine.synopses import RelationStore
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,10 @@ def _sample(n, qs, out, ids, ev, opt):
 
 
 # Builders of stateful relational operators import their module when first used.
-def _join(n, qs, out, ids, ev, opt):
+def _join(n, qs, out, ids, ev, opt, stores=None):
     from engine.operators.join import JoinOp
 
-    return JoinOp(qs, out, ids, n.predicate, [_types(i) for i in n.inputs], ev)
+    return JoinOp(qs, out, ids, n.predicate, [_types(i) for i in n.inputs], ev, stores=stores)
 
 
 def _aggregate(n, qs, out, ids, ev, opt):
@@ -98,6 +99,14 @@ class PhysicalPlan:
         self.queues: dict[L.Plan, Queue] = {}  # source and operator output queues by subplan
         self.operators: list[Operator] = []
         self.producer: dict[int, Operator] = {}  # id(queue) → operator writing it
+        self.stores: dict[int, RelationStore] = {}  # id(queue) → the synopsis of that relation
+
+    def store(self, q: Queue) -> RelationStore:
+        """The one shared store of a relation-valued queue (created on first use)."""
+        st = self.stores.get(id(q))
+        if st is None:
+            st = self.stores[id(q)] = RelationStore(q)
+        return st
 
     def source_queue(self, node: L.Plan) -> Queue:
         q = self.queues.get(node)
@@ -122,7 +131,10 @@ class PhysicalPlan:
 
     def _add(self, node: L.Plan, builder, inputs: list[Queue]) -> Queue:
         q = Queue(_types(node), name=type(node).__name__)
-        op = builder(node, inputs, q, self.ids, self.ev, self.options)
+        if builder is _join:  # joins read their inputs' state from shared synopses
+            op = _join(node, inputs, q, self.ids, self.ev, self.options, stores=[self.store(i) for i in inputs])
+        else:
+            op = builder(node, inputs, q, self.ids, self.ev, self.options)
         op.node = node
         self.operators.append(op)
         self.producer[id(q)] = op

@@ -385,9 +385,15 @@ def gather_batch(width, needed, offsets, widths, tables, idx, ts) -> Batch:
 class JoinOp(Operator):
     kind = "join"
 
-    def __init__(self, inputs, output, ids, predicate: X.Expr | None, input_types, evaluator, options=None):
+    def __init__(self, inputs, output, ids, predicate: X.Expr | None, input_types, evaluator, options=None,
+                 stores=None):
+        """`stores`: one shared engine.synopses.RelationStore per input, read instead of a private
+        copy of that input's state (None: private state)."""
         super().__init__(inputs, output, ids, options)
         self.ev = evaluator
+        self.stores = stores
+        for st in stores or ():
+            st.users.append(self)
         self.input_types = [list(t) for t in input_types]
         self.n = len(self.input_types)
         self.out_types = [t for ts in self.input_types for t in ts]
@@ -418,10 +424,25 @@ class JoinOp(Operator):
         return o
 
     def state_bytes(self) -> int:
-        return sum(s.nbytes() for s in self.state)
+        return 0 if self.stores else sum(s.nbytes() for s in self.state)  # shared stores count at plan level
+
+    def _carried_state(self, bound) -> list[Batch]:
+        """Each input's instances alive at the start of this call (as of the last instant done)."""
+        if not self.stores:
+            return self.state
+        out = []
+        for k, st in enumerate(self.stores):
+            st.advance(bound)
+            b = st.alive_at(self.done_through)
+            for c in self.local[k]:
+                if len(b):
+                    b = b.take(self.ev.predicate(c, b))
+            out.append(b)
+        return out
 
     # -------------------------------------------------------------- one call
     def process(self, inputs, bound):
+        state = self._carried_state(bound)
         if not any(len(b) for b in inputs):
             return Batch.empty(self.out_types)
         evs = []
@@ -432,7 +453,7 @@ class JoinOp(Operator):
             evs.append(b)
         seqs, total = global_seqs(evs)
         m = total + 3
-        tables = [Table(self.state[k], evs[k], seqs[k], self.input_types[k]) for k in range(self.n)]
+        tables = [Table(state[k], evs[k], seqs[k], self.input_types[k]) for k in range(self.n)]
         self._codes: dict = {}
         self._indexes: dict = {}
         parts = []
@@ -443,9 +464,10 @@ class JoinOp(Operator):
                     if res is not None:
                         parts.append(res)
         for k, t in enumerate(tables):
-            self.state[k] = t.b.take(t.survivors) if len(t.survivors) != len(t.b) else t.b
+            if not self.stores:
+                self.state[k] = t.b.take(t.survivors) if len(t.survivors) != len(t.b) else t.b
             self.counters.extra["unmatched_deletes"] += t.unmatched_deletes
-        self.counters.extra["state_tuples"] = sum(len(s) for s in self.state)
+        self.counters.extra["state_tuples"] = sum(len(s) for s in (self.state if not self.stores else state))
         self._codes = self._indexes = {}
         return self._assemble(parts, tables)
 

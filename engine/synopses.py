@@ -1,0 +1,84 @@
+"""Synopses shared between operators (STREAM's stores and stubs, IEEE DE Bulletin §2.2).
+
+A `RelationStore` holds the live instances of one relation-valued queue with their lifetimes
+[ins, del), so every operator that needs that relation's state (e.g. two joins over the same
+window) reads one copy "as of" its own progress instead of keeping its own. Instances are purged
+once no reader can see them any more.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.batch import Batch, concat
+from engine.queues import Queue
+
+INF = np.iinfo(np.int64).max
+
+
+class RelationStore:
+    def __init__(self, queue: Queue):
+        self.queue = queue
+        self.reader = queue.reader()
+        self.rows = Batch.empty(queue.types)
+        self.ins = np.zeros(0, np.int64)
+        self.dels = np.zeros(0, np.int64)
+        self.through: int | None = None  # deltas applied through this instant
+        self.users: list = []  # operators reading the store (their progress bounds purging)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def nbytes(self) -> int:
+        return self.rows.nbytes() + self.ins.nbytes + self.dels.nbytes
+
+    def advance(self, bound: int) -> None:
+        """Apply the queue's deltas through `bound`: inserts open a lifetime, a delete closes the
+        oldest open lifetime with its id (at the delete's instant)."""
+        if self.through is not None and bound <= self.through:
+            return
+        d = self.reader.take(bound)
+        self.through = bound
+        if len(d):
+            plus = d.sign > 0
+            new = d.take(plus)
+            self.rows = concat([self.rows, new])
+            self.ins = np.concatenate([self.ins, new.ts])
+            self.dels = np.concatenate([self.dels, np.full(len(new), INF, np.int64)])
+            if not plus.all():
+                self._close(d.take(~plus))
+        self._purge()
+
+    def _close(self, deletes: Batch) -> None:
+        # The k-th delete of an id closes the k-th open instance of that id (in insertion order).
+        open_idx = np.nonzero(self.dels == INF)[0]
+        cand_ids = self.rows.id[open_idx]
+        order = np.lexsort((open_idx, cand_ids))
+        cand_sorted, open_sorted = cand_ids[order], open_idx[order]
+        del_order = np.lexsort((np.arange(len(deletes)), deletes.id))
+        del_ids = deletes.id[del_order]
+        first_c = np.searchsorted(cand_sorted, del_ids, side="left")
+        # rank of each delete among the deletes of its id
+        starts = np.searchsorted(del_ids, del_ids, side="left")
+        rank = np.arange(len(del_ids)) - starts
+        pos = first_c + rank
+        ok = pos < len(cand_sorted)
+        ok[ok] = cand_sorted[pos[ok]] == del_ids[ok]
+        self.dels[open_sorted[pos[ok]]] = deletes.ts[del_order][ok]
+
+    def _purge(self) -> None:
+        done = [u.done_through for u in self.users]
+        if not done or any(b is None for b in done):
+            return
+        low = min(done)
+        keep = self.dels > low
+        if not keep.all():
+            self.rows, self.ins, self.dels = self.rows.take(keep), self.ins[keep], self.dels[keep]
+
+    def alive_at(self, t: int | None) -> Batch:
+        """The instances in the relation at instant t (inserted at or before t, deleted after t)."""
+        if t is None or not len(self.rows):
+            return Batch.empty(self.queue.types)
+        if self.through is None or t > self.through:
+            raise ValueError(f"store has deltas only through {self.through}, asked for {t}")
+        mask = (self.ins <= t) & (self.dels > t)
+        return self.rows if mask.all() else self.rows.take(mask)
