@@ -74,6 +74,17 @@ class _Reference:
         self.t0 = min(firsts) if firsts else None
         self.L = end if end is not None else (max(lasts) if lasts else None)
 
+    def t0_of(self, node) -> int | None:
+        """A subplan's first instant: the smallest first event over the sources it reads
+        (docs/semantics.md: time starts per subplan, so a shared subplan means one thing)."""
+        key = ("t0", id(node))
+        if key not in self._relations:
+            self._keep.append(node)
+            names = {n.name for n in L.walk(node) if isinstance(n, (L.StreamSource, L.RelationSource))}
+            firsts = [evs[0][0] for name, evs in self.inputs.items() if name in names and evs]
+            self._relations[key] = min(firsts) if firsts else None
+        return self._relations[key]
+
     # ------------------------------------------------------------ driver
     def run(self) -> dict[int, Counter]:
         out: dict[int, Counter] = {}
@@ -118,7 +129,8 @@ class _Reference:
             return [el for i, el in enumerate(self.stream(n.input)) if sample_keeps(i, n.percent)]
         if isinstance(n, L.RelToStream):
             out = []
-            for t in range(self.t0, self.L + 1):
+            start = self.t0_of(n.input)
+            for t in range(start if start is not None else self.L + 1, self.L + 1):
                 if self.compat and t == self.L:
                     break  # STREAM 0.6: nothing at the last instant
                 now, before = self.relation(n.input, t), self.relation(n.input, t - 1)
@@ -145,8 +157,9 @@ class _Reference:
 
     def relation(self, node, t: int) -> list[tuple]:
         """The bag R(t) as a list with one entry per tuple occurrence, in provenance order."""
-        if t < self.t0:
-            return []  # R(t0 − 1) is empty, whatever the operator
+        start = self.t0_of(node)
+        if start is None or t < start:
+            return []  # R(t0 − 1) is empty, whatever the operator (t0 of this subplan's sources)
         key = (id(node), t)
         if key not in self._relations:
             self._keep.append(node)
