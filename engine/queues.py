@@ -24,7 +24,8 @@ class Queue:
 
     def push(self, batch: Batch | None, watermark: int | None = None) -> None:
         if batch is not None and len(batch):
-            self.batches.append(batch)
+            if self.readers:  # a reader created later starts at the end: with none, keep nothing
+                self.batches.append(batch)
             self.tuples_in += len(batch)
             if self.start is None:
                 self.start = int(batch.ts[0])

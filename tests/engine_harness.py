@@ -112,10 +112,11 @@ def round_floats(result: dict[int, Counter], digits: int = 9, zero_below: float 
 
 
 def assert_same(ddl: str, query: str, inputs, *, chunks=(1, 7, None), compat=False, functions_setup=None,
-                float_digits: int | None = None, **dsms_options):
+                float_digits: int | None = None, reference_functions_setup=None, **dsms_options):
     """Engine result equals the reference for every chunking (floats compared to `float_digits`
     significant digits when given)."""
-    expected = run_reference(ddl, query, inputs, compat=compat, functions_setup=functions_setup)
+    expected = run_reference(ddl, query, inputs, compat=compat,
+                             functions_setup=reference_functions_setup or functions_setup)
     if float_digits is not None:
         expected = round_floats(expected, float_digits)
     for chunk in chunks:

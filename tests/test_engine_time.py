@@ -162,3 +162,13 @@ def test_work_budget_does_not_change_results(budget):
         d.end()
         results.append(net_by_instant(sub.poll()))
     assert results[0] == results[1]
+
+
+def test_a_query_nobody_reads_keeps_no_results():
+    d = Dsms()
+    d.execute("register stream S (a int, b int);")
+    h = d.register_query("select a, count(*) from S [Rows 5] group by a")
+    for t in range(1, 200):
+        d.push("S", [(t % 7, t)], ts=[t])
+        d.run()
+    assert h.queue.batches == [] and h.queue.tuples_in > 0
