@@ -13,6 +13,7 @@ from cql.catalog import Catalog
 from cql.frontend import compile_query
 from engine.dsms import Dsms
 from tests.reference import evaluate
+from tests.reference.io import canonical
 
 
 def net_by_instant(batch) -> dict[int, Counter]:
@@ -95,20 +96,7 @@ def round_floats(result: dict[int, Counter], digits: int = 9, zero_below: float 
     `zero_below` in magnitude taken as 0.0 (per instant, counts of rows that become equal are added
     and zero counts dropped): float aggregates may differ from the reference's exactly rounded ones
     in the last bits (e.g. a compensated sum over 1e16 and -1e16 leaving 1e-18 instead of 0.0)."""
-    def r(v):
-        if not isinstance(v, float):
-            return v
-        return 0.0 if abs(v) < zero_below else float(f"{v:.{digits}g}")
-
-    out = {}
-    for t, c in result.items():
-        cc = Counter()
-        for row, k in c.items():
-            cc[tuple(r(v) for v in row)] += k
-        cc = Counter({k: v for k, v in cc.items() if v})
-        if cc:
-            out[t] = cc
-    return out
+    return canonical(result, digits, zero_below)
 
 
 def assert_same(ddl: str, query: str, inputs, *, chunks=(1, 7, None), compat=False, functions_setup=None,

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.dsms import Dsms
+from tests import strategies
 from tests.engine_harness import _merge_events, assert_same, engine_raw, run_reference
 
 DDL = ("register stream S (a int, b int); register stream T (a int, c int); "
@@ -39,23 +40,8 @@ def stream_events(draw, n=9, values=small):
     return events
 
 
-@st.composite
-def relation_events(draw, n=8, values=small):
-    """Bag updates with duplicates, NULLs, deletes in any order, deletes re-inserted at one instant."""
-    events, live, t = [], [], draw(st.integers(0, 2))
-    for _ in range(draw(st.integers(0, n))):
-        t += draw(st.sampled_from([0, 0, 1, 2, 3]))
-        if live and draw(st.booleans()):
-            row = live.pop(draw(st.integers(0, len(live) - 1)))
-            events.append((t, -1, row))
-            if draw(st.integers(0, 3)) == 0:
-                live.append(row)
-                events.append((t, +1, row))
-        else:
-            row = (draw(values), draw(small))
-            live.append(row)
-            events.append((t, +1, row))
-    return events
+def relation_events(n=8, values=small):
+    return strategies.relation_events(n=n, first=values)
 
 
 def source(stream, rel):

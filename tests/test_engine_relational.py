@@ -15,6 +15,7 @@ from engine.batch import from_rows
 from engine.dsms import Dsms
 from engine.operators.base import IdSource
 from engine.operators.valuecount import ValueTable, row_codes
+from tests import strategies
 from tests.engine_harness import assert_same, engine_raw, run_reference
 
 DDL = ("register stream S (a int, b int); register stream T (a int, c int); "
@@ -39,23 +40,8 @@ def stream_events(draw, width=2, n=10):
     return events
 
 
-@st.composite
-def relation_events(draw, n=9):
-    """Bag updates with duplicates, NULLs, deletes, and deletes re-inserted at the same instant."""
-    events, live, t = [], [], draw(st.integers(0, 2))
-    for _ in range(draw(st.integers(0, n))):
-        t += draw(st.sampled_from([0, 0, 1, 2, 3]))
-        if live and draw(st.booleans()):
-            row = live.pop(draw(st.integers(0, len(live) - 1)))
-            events.append((t, -1, row))
-            if draw(st.integers(0, 3)) == 0:
-                live.append(row)
-                events.append((t, +1, row))  # deleted and re-inserted at one instant
-        else:
-            row = (draw(small), draw(st.integers(0, 2)))
-            live.append(row)
-            events.append((t, +1, row))
-    return events
+def relation_events(n=9):
+    return strategies.relation_events(n=n, second=st.integers(0, 2))
 
 
 @st.composite

@@ -27,12 +27,13 @@ def format_result(result: dict[int, Counter]) -> list[str]:
     return out
 
 
-def canonical(result: dict[int, Counter], digits: int = 9) -> dict[int, Counter]:
-    """The result with floats rounded to `digits` significant digits (and -0.0 as 0.0), zero
-    counts and empty instants dropped: compare canonical(engine) == canonical(reference)."""
+def canonical(result: dict[int, Counter], digits: int = 9, zero_below: float = 0.0) -> dict[int, Counter]:
+    """The result with floats rounded to `digits` significant digits (-0.0 as 0.0, and magnitudes
+    below `zero_below` as 0.0), zero counts and empty instants dropped: compare
+    canonical(engine) == canonical(reference)."""
     def norm(v):
         if isinstance(v, float) and v == v and v not in (float("inf"), float("-inf")):
-            return float(f"{v:.{digits}g}") + 0.0
+            return 0.0 if abs(v) < zero_below else float(f"{v:.{digits}g}") + 0.0
         return v
 
     out = {}
