@@ -152,3 +152,24 @@ def combine_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     delete of a join result carries the id of its insert)."""
     with np.errstate(over="ignore"):
         return splitmix64(splitmix64(a) ^ (b.astype(np.uint64) * _GOLDEN))
+
+
+def _is_sorted(a: np.ndarray) -> bool:
+    return len(a) < 2 or bool(np.all(a[1:] >= a[:-1]))
+
+
+def match_deletes(cand_ids: np.ndarray, del_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pair deletes with the instances they retract: the k-th delete of an id (in delete order)
+    retracts the k-th candidate with that id (in candidate order). Returns (candidate positions,
+    delete positions) of the matched pairs; unmatched deletes are left out."""
+    cand_order = (np.arange(len(cand_ids)) if _is_sorted(cand_ids)
+                  else np.lexsort((np.arange(len(cand_ids)), cand_ids)))
+    cand_sorted = cand_ids[cand_order]
+    del_order = np.arange(len(del_ids)) if _is_sorted(del_ids) else np.lexsort((np.arange(len(del_ids)), del_ids))
+    dsorted = del_ids[del_order]
+    pos = np.searchsorted(cand_sorted, dsorted, side="left")
+    if len(dsorted) > 1 and not bool(np.all(dsorted[1:] != dsorted[:-1])):
+        pos = pos + (np.arange(len(dsorted)) - np.searchsorted(dsorted, dsorted, side="left"))
+    ok = pos < len(cand_sorted)
+    ok[ok] = cand_sorted[pos[ok]] == dsorted[ok]
+    return cand_order[pos[ok]], del_order[ok]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.batch import Batch, concat
+from engine.batch import Batch, concat, match_deletes
 from engine.queues import Queue
 
 INF = np.iinfo(np.int64).max
@@ -49,21 +49,10 @@ class RelationStore:
         self._purge()
 
     def _close(self, deletes: Batch) -> None:
-        # The k-th delete of an id closes the k-th open instance of that id (in insertion order).
+        """The k-th delete of an id closes the k-th open instance of that id (insertion order)."""
         open_idx = np.nonzero(self.dels == INF)[0]
-        cand_ids = self.rows.id[open_idx]
-        order = np.lexsort((open_idx, cand_ids))
-        cand_sorted, open_sorted = cand_ids[order], open_idx[order]
-        del_order = np.lexsort((np.arange(len(deletes)), deletes.id))
-        del_ids = deletes.id[del_order]
-        first_c = np.searchsorted(cand_sorted, del_ids, side="left")
-        # rank of each delete among the deletes of its id
-        starts = np.searchsorted(del_ids, del_ids, side="left")
-        rank = np.arange(len(del_ids)) - starts
-        pos = first_c + rank
-        ok = pos < len(cand_sorted)
-        ok[ok] = cand_sorted[pos[ok]] == del_ids[ok]
-        self.dels[open_sorted[pos[ok]]] = deletes.ts[del_order][ok]
+        cand, dpos = match_deletes(self.rows.id[open_idx], deletes.id)
+        self.dels[open_idx[cand]] = deletes.ts[dpos]
 
     def _purge(self) -> None:
         done = [u.done_through for u in self.users]

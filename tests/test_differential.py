@@ -154,3 +154,10 @@ def test_subquery_time_starts_with_its_own_sources(s, t, wrap):
     # even when the enclosing query reads a stream that starts earlier (docs/semantics.md).
     q = "select c.n, y.a from (select count(*) as n from S [Range 2]) as c, T [Range 3] as y"
     assert_same(DDL, f"{wrap}({q})" if wrap else q, {"S": s, "T": t})
+
+
+def test_rstream_over_an_id_deleted_and_reinserted_in_one_call():
+    # The antijoin retracts and re-emits the same tuple instance (same id) at successive
+    # instants; Rstream must pair the k-th delete of an id with its k-th insert.
+    q = "rstream(select * from S as x where x.a not in (select y.a from T [Now] as y))"
+    assert_same(DDL, q, {"S": [(0, (2, 0))], "T": [(0, (None, 0)), (1, (2, 0))]})

@@ -125,24 +125,35 @@ class Table:
         if len(dels):
             ids = self.b.id
             # rows are in seq order, so a stable sort by id sorts by (id, seq)
-            io = np.argsort(ids[ins], kind="stable")
-            iid = ids[ins][io]
-            dseq = self.seq[dels]
-            do = np.argsort(ids[dels], kind="stable")
-            did = ids[dels][do]
-            drank = np.arange(len(did)) - np.searchsorted(did, did, side="left")
-            pos = np.searchsorted(iid, did, side="left") + drank
+            # (ids usually arrive in increasing order: then no sort is needed, io/do = identity)
+            iid = ids[ins]
+            io = None if is_sorted(iid) else np.argsort(iid, kind="stable")
+            if io is not None:
+                iid = iid[io]
+            did = ids[dels]
+            do = None if is_sorted(did) else np.argsort(did, kind="stable")
+            dels_o = dels if do is None else dels[do]
+            if do is not None:
+                did = did[do]
+            pos = np.searchsorted(iid, did, side="left")
+            if len(did) > 1 and not bool(np.all(did[1:] != did[:-1])):
+                pos += np.arange(len(did)) - np.searchsorted(did, did, side="left")
             ok = pos < len(iid)
             ok[ok] = iid[pos[ok]] == did[ok]
-            self.unmatched_deletes = int((~ok).sum())
-            x = io[pos[ok]]  # index into `ins`
-            d = dseq[do][ok]
+            n_ok = int(ok.sum())
+            self.unmatched_deletes = len(ok) - n_ok
+            if n_ok < len(ok):
+                pos, dels_o = pos[ok], dels_o[ok]
+            x = pos if io is None else io[pos]  # index into `ins`
+            d = self.seq[dels_o]
             hi[x] = d
-            keep[x] = d > lo[x]
-            # a delete ordered before its own insert (one instant): an empty instance, and both
-            # events cancel exactly (nothing of another input lies between them), so drop them
-            dead[ins[x[~keep[x]]]] = True
-            dead[dels[do][ok][~keep[x]]] = True
+            empty = d <= lo[x]
+            if empty.any():
+                keep[x[empty]] = False
+                # a delete ordered before its own insert (one instant): an empty instance, and
+                # both events cancel exactly (nothing of another input lies between them): drop
+                dead[ins[x[empty]]] = True
+                dead[dels_o[empty]] = True
         self.inst = ins[keep]
         self.lo = lo[keep]
         self.hi = hi[keep]
@@ -235,6 +246,42 @@ def expand(start: np.ndarray, cnt: np.ndarray):
     return rep, pos
 
 
+def is_sorted(a: np.ndarray) -> bool:
+    return len(a) < 2 or bool(np.all(a[1:] >= a[:-1]))
+
+
+def stable_order(values: np.ndarray, vmin: int | None = None, vmax: int | None = None) -> np.ndarray:
+    """`np.argsort(values, kind="stable")` for int64 values, computed with one (SIMD) np.sort of
+    packed (value − min) << b | position words when they fit in 63 bits (else the argsort)."""
+    n = len(values)
+    if n < 2:
+        return np.arange(n)
+    if vmin is None:
+        vmin, vmax = int(values.min()), int(values.max())
+    nb = (n - 1).bit_length()
+    if (vmax - vmin).bit_length() + nb > 62:
+        return np.argsort(values, kind="stable")
+    packed = values - np.int64(vmin) if vmin else values.astype(np.int64, copy=True)
+    packed <<= nb
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    packed &= (1 << nb) - 1
+    return packed
+
+
+def expand_pairs(p: np.ndarray, rows: np.ndarray, start: np.ndarray, cnt: np.ndarray):
+    """(p[i], rows[start[i] + k]) for k < cnt[i], in order: `expand` without the gathers by rep."""
+    cnt = np.maximum(cnt, 0)
+    tot = int(cnt.sum())
+    if not tot:
+        return p[:0], rows[:0]
+    first = np.cumsum(cnt)
+    first -= cnt
+    pos = np.repeat(start - first, cnt)
+    pos += np.arange(tot)
+    return np.repeat(p, cnt), rows[pos]
+
+
 class StabIndex:
     """Instances (rows, key, lo, hi) answering: which are alive at seq s with key k (lo < s < hi).
 
@@ -246,7 +293,7 @@ class StabIndex:
         if len(lo) > 1 and bool(np.all(lo[1:] >= lo[:-1])):
             # the usual case (rows in table order): a stable sort by key gives (key, lo) order;
             # ties of lo are carried rows only, their hi order just makes fewer chains
-            order = np.argsort(key, kind="stable")
+            order = stable_order(key)
         else:
             order = np.lexsort((hi, lo, key))
         rows, key, lo, hi = rows[order], key[order], lo[order], hi[order]
@@ -264,10 +311,15 @@ class StabIndex:
         c_lo = base + lo + 1
         c_hi = base + np.minimum(hi, m - 3) + 1
         self.chains = []
-        alive_end = hi == INF
-        if alive_end.any():
-            self.chains.append((rows[alive_end], c_lo[alive_end], c_hi[alive_end]))
-        rest = np.flatnonzero(~alive_end)
+        if is_sorted(c_hi):
+            # lifetimes in FIFO order per key (windows; survivors sort last): one chain holds all
+            self.chains.append((rows, c_lo, c_hi))
+            rest = np.zeros(0, np.int64)
+        else:
+            alive_end = hi == INF
+            if alive_end.any():
+                self.chains.append((rows[alive_end], c_lo[alive_end], c_hi[alive_end]))
+            rest = np.flatnonzero(~alive_end)
         for _ in range(MAX_CHAIN_ROUNDS):
             if not len(rest):
                 break
@@ -288,6 +340,27 @@ class StabIndex:
         if not len(u) or not len(key):
             z = np.zeros(0, np.int64)
             return z, z
+        m = self.m
+        if len(key) > 64:
+            # binary searches run much faster on sorted needles (cache locality, numpy reuses
+            # bounds): the valid probes in (key, seq, position) order, by one packed sort
+            p = np.flatnonzero(valid)
+            if len(p):
+                kv = key[p]
+                kmin, kmax = int(kv.min()), int(kv.max())
+                span = (kmax - kmin + 1) * m
+                if span.bit_length() + (len(p) - 1).bit_length() <= 62:
+                    comp = (kv - np.int64(kmin)) * m
+                    comp += seq[p]
+                    p = p[stable_order(comp, 0, span)]
+                    skey = key[p]
+                    r = np.searchsorted(u, skey)
+                    rc = np.minimum(r, len(u) - 1)
+                    found = u[rc] == skey
+                    if not found.all():
+                        p, r = p[found], r[found]
+                    target = r * m + seq[p] + 1
+                    return self._stab(p, target)
         # binary searches run much faster on sorted needles (cache locality, numpy reuses bounds)
         by_key = np.argsort(key, kind="stable") if len(key) > 64 else None
         skey = key if by_key is None else key[by_key]
@@ -299,16 +372,20 @@ class StabIndex:
         if by_key is not None:
             o = np.argsort(target, kind="stable")
             p, target = by_key[p[o]], target[o]
-        r = (target - 1) // self.m  # rank of each probe (aligned with p)
-        seq_p = target - 1 - r * self.m
+        return self._stab(p, target)
+
+    def _stab(self, p, target):
         ps, rs = [], []
         for rows, c_lo, c_hi in self.chains:
             start = np.searchsorted(c_hi, target, side="right")
             end = np.searchsorted(c_lo, target, side="left")
-            rep, pos = expand(start, end - start)
-            self.examined += len(pos)
-            ps.append(p[rep])
-            rs.append(rows[pos])
+            pp, rr = expand_pairs(p, rows, start, end - start)
+            self.examined += len(pp)
+            ps.append(pp)
+            rs.append(rr)
+        if self.levels:
+            r = (target - 1) // self.m  # rank of each probe (aligned with p)
+            seq_p = target - 1 - r * self.m
         for level, rows, comp in self.levels:
             t = r * self.m + (seq_p >> level)
             start = np.searchsorted(comp, t, side="left")
@@ -546,6 +623,12 @@ class JoinOp(Operator):
         ts = np.concatenate([tables[i].b.ts[p[i]] for i, p, _ in parts])
         sign = np.concatenate([tables[i].b.sign[p[i]] for i, p, _ in parts])
         seq = np.concatenate([q for _, _, q in parts])
+        if not is_sorted(seq):
+            # in the order of the events that caused them (sorts by ts; a result's `−` follows its
+            # `+`): reorder the row indexes once, before any column is gathered
+            o = stable_order(seq)
+            idx = {k: v[o] for k, v in idx.items()}
+            ts, sign = ts[o], sign[o]
         cols, nulls = [], []
         for k, t in enumerate(tables):
             r = idx[k]
@@ -557,8 +640,4 @@ class JoinOp(Operator):
         oid = tables[0].b.id[idx[0]]
         for k in range(1, self.n):
             oid = combine_ids(oid, tables[k].b.id[idx[k]])
-        out = Batch(cols, nulls, ts, sign.astype(np.int8), oid)
-        if len(out) > 1 and not bool(np.all(seq[1:] >= seq[:-1])):
-            # in the order of the events that caused them (sorts by ts; a result's `−` follows its `+`)
-            out = out.take(np.argsort(seq, kind="stable"))
-        return out
+        return Batch(cols, nulls, ts, sign.astype(np.int8), oid)

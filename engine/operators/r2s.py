@@ -7,8 +7,9 @@ whole-tuple value, NULL equal to NULL; m_v(t0 − 1) = 0):
     Dstream at t: max(0, m_v(t−1) − m_v(t)) copies of v
     Rstream at t: m_v(t) copies of every v, at every integer instant t0..L
 
-Istream/Dstream only look at the (value, instant) pairs a batch touches (`ValueTable.changes`);
-the copies emitted are the value's newest inserts (Istream) / oldest deletes (Dstream) at that
+Istream/Dstream only look at the (value, instant) pairs a batch touches: m_v(t) − m_v(t−1) is the
+net sign of v's elements at t and a batch holds whole instants, so no counts are carried between
+calls (one sort of the batch by (instant, value), `instant_value_groups`); the copies emitted are the value's newest inserts (Istream) / oldest deletes (Dstream) at that
 instant, in arrival order, which is the reference's tie order over windows.
 
 Rstream keeps the live elements in insertion order (the reference lists R(t) in that order, which
@@ -23,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.batch import Batch, concat
+from engine.batch import Batch, concat, match_deletes
 from engine.operators.base import Operator
-from engine.operators.valuecount import ValueTable, pick_rows
+from engine.operators.valuecount import ValueTable, instant_value_groups
 
 INF = np.iinfo(np.int64).max
 
@@ -39,6 +40,7 @@ class RelToStreamOp(Operator):
         self.kind = op
         self.compat = compat
         self.types = list(output.types)
+        # Istream/Dstream carry no per-value state (see process); the table stays empty
         self.table = ValueTable(inputs[0].types, ids) if op != "rstream" else None
         # Rstream: the live elements of the relation, in insertion order (seq)
         self.live: Batch = Batch.empty(inputs[0].types)
@@ -60,24 +62,41 @@ class RelToStreamOp(Operator):
             return self._rstream(b, bound, final)
         if not len(b):
             return b
-        t = self.table
-        enc = t.encode(b)
-        ch = t.changes(enc, b.ts, b.sign.astype(np.int64)[None, :])
-        t.finish(enc)
-        d = ch.after[0] - ch.before[0]
-        copies = np.maximum(d, 0) if self.op == "istream" else np.maximum(-d, 0)
+        # m_v(t) − m_v(t−1) is the net sign of v's elements at t (a batch holds whole instants),
+        # so Istream/Dstream need no carried counts: group by (instant, value) within the batch.
+        n = len(b)
+        order, brk = instant_value_groups(b.ts, b.cols, b.nulls)
+        starts = np.flatnonzero(brk)
+        sizes = np.empty_like(starts)
+        sizes[:-1] = starts[1:] - starts[:-1]
+        sizes[-1] = n - starts[-1]
+        want = b.sign[order] > 0 if self.op == "istream" else b.sign[order] < 0
+        c = np.empty(n + 1, np.int64)  # c[i]: wanted (insert/delete) rows before offset i
+        c[0] = 0
+        np.cumsum(want, out=c[1:])
+        c_start = c[starts]
+        c_end = np.empty_like(c_start)
+        c_end[:-1] = c_start[1:]
+        c_end[-1] = c[n]
+        copies = (c_end - c_start) * 2 - sizes  # Istream: #ins − #del; Dstream: #del − #ins
+        np.maximum(copies, 0, out=copies)
         if final:
-            copies[ch.ts >= bound] = 0  # STREAM 0.6: no output at the last instant
+            copies[b.ts[order[starts]] >= bound] = 0  # STREAM 0.6: no output at the last instant
         # Istream: the newest inserts of each value at the instant; Dstream: its oldest deletes.
         # Both in the order they came (positions in the ts-sorted batch, so ts order); over a
         # window that is the reference's order: newest/oldest occurrences in arrival order.
-        if self.op == "istream":
-            pos = pick_rows(ch, b.sign > 0, copies, newest=True)
-        else:
-            pos = pick_rows(ch, b.sign < 0, copies, newest=False)
-        out = b.take(pos)
-        out.sign = np.ones(len(pos), np.int8)
-        out.id = self.ids.take(len(pos))
+        if self.op == "istream":  # the wanted row at offset i is among the newest `copies`
+            thr = np.repeat(c_end - copies, sizes)
+            chosen = c[1:] > thr
+        else:  # among the oldest `copies`
+            thr = np.repeat(c_start + copies, sizes)
+            chosen = c[1:] <= thr
+        chosen &= want
+        keep = np.empty(n, bool)  # chosen rows back in batch (ts, arrival) order
+        keep[order] = chosen
+        out = b.take(np.flatnonzero(keep))
+        out.sign = np.ones(len(out), np.int8)
+        out.id = self.ids.take(len(out))
         return out
 
     def _rstream(self, b: Batch, bound: int, final: bool) -> Batch:
@@ -96,11 +115,10 @@ class RelToStreamOp(Operator):
         end = np.full(len(cand), INF, np.int64)  # exclusive
         dele = ~ins
         if dele.any():
-            by_id = np.argsort(cand.id, kind="stable")
-            del_id = b.id[dele]
-            at = by_id[np.minimum(np.searchsorted(cand.id[by_id], del_id), max(len(cand) - 1, 0))]
-            hit = cand.id[at] == del_id if len(cand) else np.zeros(len(del_id), bool)
-            end[at[hit]] = b.ts[dele][hit]  # (a delete of no live element would be a producer bug)
+            # an id may be deleted and re-inserted within one call: pair the k-th delete of an id
+            # with its k-th instance
+            at, dpos = match_deletes(cand.id, b.id[dele])
+            end[at] = b.ts[dele][dpos]
         keep = end == INF
         self.live, self.live_seq = cand.take(keep), seq[keep]
         s = np.maximum(start, lo)
