@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.batch import Batch, concat, match_deletes
 from engine.operators.base import Operator
-from engine.operators.valuecount import ValueTable, instant_value_groups
+from engine.operators.valuecount import instant_value_groups
 
 INF = np.iinfo(np.int64).max
 
@@ -40,8 +40,7 @@ class RelToStreamOp(Operator):
         self.kind = op
         self.compat = compat
         self.types = list(output.types)
-        # Istream/Dstream carry no per-value state (see process); the table stays empty
-        self.table = ValueTable(inputs[0].types, ids) if op != "rstream" else None
+        # Istream/Dstream carry no state between calls (see process)
         # Rstream: the live elements of the relation, in insertion order (seq)
         self.live: Batch = Batch.empty(inputs[0].types)
         self.live_seq = np.zeros(0, np.int64)
@@ -49,7 +48,7 @@ class RelToStreamOp(Operator):
         self.last_done: int | None = None  # Rstream: output covers instants through this
 
     def state_bytes(self) -> int:
-        return self.table.nbytes() if self.table is not None else self.live.nbytes() + self.live_seq.nbytes
+        return self.live.nbytes() + self.live_seq.nbytes  # Rstream only; Istream/Dstream keep nothing
 
     def _final(self, bound: int) -> bool:
         """This call processes the last instant L of the input (ended inputs, full bound)."""
