@@ -40,14 +40,19 @@ def _merge_events(inputs: dict[str, list]):
     return [(name, ev) for _, _, _, name, ev in tagged]
 
 
-def run_engine(ddl: str, query: str, inputs: dict[str, list], *, chunk: int | None = None, compat=False,
-               functions_setup=None, **dsms_options):
+def _start(ddl: str, query: str, compat: bool, functions_setup=None, **dsms_options):
+    """A Dsms with the DDL executed, the query registered and a subscription to it."""
     d = Dsms(compat=compat, **dsms_options)
     if functions_setup:
         functions_setup(d.catalog.functions)
     d.execute(ddl)
     h = d.register_query(query)
-    sub = d.subscribe(h.id)
+    return d, h, d.subscribe(h.id)
+
+
+def run_engine(ddl: str, query: str, inputs: dict[str, list], *, chunk: int | None = None, compat=False,
+               functions_setup=None, **dsms_options):
+    d, h, sub = _start(ddl, query, compat, functions_setup, **dsms_options)
     events = _merge_events(inputs)
     step = chunk or max(len(events), 1)
     parts = []
@@ -118,10 +123,7 @@ def assert_same(ddl: str, query: str, inputs, *, chunks=(1, 7, None), compat=Fal
 
 def engine_raw(ddl: str, query: str, inputs, chunk, compat: bool = False):
     """The engine's raw output batches, one event per push, `chunk` events per scheduler run."""
-    d = Dsms(compat=compat)
-    d.execute(ddl)
-    h = d.register_query(query)
-    sub = d.subscribe(h.id)
+    d, h, sub = _start(ddl, query, compat)
     events = _merge_events(inputs)
     step = chunk or max(len(events), 1)
     out = []

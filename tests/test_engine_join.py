@@ -28,16 +28,8 @@ text = st.one_of(st.sampled_from(["x", "y", "", "xy"]), st.just(None))
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
-@st.composite
-def stream_events(draw, n=9, values=small):
-    events, t = [], draw(st.integers(0, 2))
-    for _ in range(draw(st.integers(0, n))):
-        t += draw(st.sampled_from([0, 0, 1, 1, 2, 4]))
-        if draw(st.integers(0, 9)) == 0:
-            events.append((t, None))  # heartbeat
-        else:
-            events.append((t, (draw(values), draw(small))))
-    return events
+def stream_events(n=9, values=small):
+    return strategies.stream_events(n=n, first=values)
 
 
 def relation_events(n=8, values=small):

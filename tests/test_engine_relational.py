@@ -28,16 +28,8 @@ small = st.one_of(st.integers(0, 2), st.just(None))
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
-@st.composite
-def stream_events(draw, width=2, n=10):
-    events, t = [], draw(st.integers(0, 2))
-    for _ in range(draw(st.integers(0, n))):
-        t += draw(st.sampled_from([0, 0, 1, 1, 2, 4]))
-        if draw(st.integers(0, 9)) == 0:
-            events.append((t, None))  # heartbeat
-        else:
-            events.append((t, tuple(draw(small) for _ in range(width))))
-    return events
+def stream_events(width=2, n=10):
+    return strategies.stream_events(n=n, width=width)
 
 
 def relation_events(n=9):
