@@ -8,6 +8,7 @@ depend on how input was batched or how often the scheduler runs it.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +40,7 @@ class Counters:
     extra: dict = field(default_factory=dict)
 
 
-class Operator:
+class Operator(ABC):
     """Base class; subclasses implement `process(inputs, bound) -> Batch | None`."""
 
     kind = "operator"
@@ -98,8 +99,9 @@ class Operator:
         c.seconds += time.perf_counter() - began
         return max(n_in, 1)
 
+    @abstractmethod
     def process(self, inputs: list[Batch], bound: int) -> Batch | None:
-        raise NotImplementedError
+        """Every input element with ts ≤ bound → the output elements with ts ≤ bound, ts-sorted."""
 
     def state_bytes(self) -> int:
         return 0
