@@ -1,13 +1,16 @@
 """The `Dsms` facade: the one entry point of the engine (server, Spark bridge, CLI and tests use it).
 
-Register streams, relations, views and queries; push input; heartbeat; run; subscribe to results;
-deregister; explain. Input is accepted or rejected whole, with the offending row named.
+Register streams, relations, views and queries at any time (each query merges into the one shared
+global plan, `engine.planner`); push input; heartbeat; run; subscribe to results (optionally
+starting from the current relation); activate, deactivate, weigh and deregister queries; read and
+set control tables (`engine.control`); persist the catalog and plans (`engine.persist`).
+Input is accepted or rejected whole, with the offending row named.
 """
 from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 import numpy as np
 
@@ -17,27 +20,38 @@ from cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
 from cql.errors import CqlError
 from cql.frontend import CompiledQuery, compile_query
 from cql.functions import FunctionRegistry
-from cql.parser import parse_script
-from engine.batch import Batch, from_rows
+from cql.parser import parse_query, parse_script
+from cql.printer import to_cql
+from engine.batch import Batch, from_rows, splitmix64
+from engine.errors import InUseError, KnobError
 from engine.exprs import Evaluator
 from engine.inputs import InputError, RelationInput, StreamInput, rows_to_batch
 from engine.operators.base import IdSource
-from engine.planner import EngineOptions, PhysicalPlan
+from engine.planner import INF, EngineOptions, PhysicalPlan, PNode
+from engine.sharing import lift_filters
 from engine.queues import Queue, Reader
 from engine.scheduler import RoundRobin
 
 
 @dataclass
 class QueryHandle:
-    """A registered continuous query."""
+    """A registered continuous query (or a view's subplan kept running for queries reading it)."""
 
     id: int
     text: str
     compiled: CompiledQuery
-    queue: Queue
+    pnode: PNode | None
     name: str | None = None
     active: bool = True
     weight: float = 1.0
+    share: bool = True
+    complete_from: float | None = None  # results are exact from this instant (None: from the start)
+    subscriptions: list = field(default_factory=list)
+    ast: object = None  # the parsed query (what it reads: drop checks)
+
+    @property
+    def queue(self) -> Queue | None:
+        return None if self.pnode is None else self.pnode.queue
 
     @property
     def kind(self) -> str:
@@ -47,38 +61,68 @@ class QueryHandle:
     def schema(self):
         return self.compiled.schema
 
+    @property
+    def complete(self) -> bool:
+        """False when the query started late over a window that needs history it cannot have
+        (Rows/Partition/Unbounded): its results then reflect only the data since registration."""
+        return self.complete_from != INF
+
+    def completeness(self) -> dict:
+        cf = self.complete_from
+        return {"complete_from": None if cf is None or cf == INF else int(cf), "complete": cf != INF}
+
     def explain(self) -> str:
         return self.compiled.explain()
 
 
 @dataclass
 class Subscription:
-    """A cursor on a query's result queue; `poll()` returns the results made final since last call."""
+    """A cursor on a query's result queue; `poll()` returns the results made final since last call.
+
+    With `snapshot=True` the first poll starts with the current relation as `+` rows at the
+    current instant. A subscription ends (`closed`, with `reason`) when its query is deactivated
+    or deregistered, or when `close()` is called."""
 
     query: QueryHandle
-    reader: Reader
+    reader: Reader | None
     closed: bool = field(default=False)
+    reason: str = ""
 
     def poll(self) -> Batch:
         """Results that are final (ts ≤ the queue's watermark) and not yet returned."""
-        wm = self.query.queue.watermark
-        if wm is None:
+        q = None if self.reader is None else self.reader.q
+        if q is None or q.watermark is None:
             return Batch.empty([a.type for a in self.query.schema])
-        return self.reader.take(wm)
+        return self.reader.take(q.watermark)
 
     @property
     def final_through(self) -> int | None:
-        return self.query.queue.watermark
+        return None if self.reader is None else self.reader.q.watermark
+
+    def close(self, reason: str = "closed by the subscriber") -> None:
+        if self.reader is not None:
+            self.reader.q.detach(self.reader)
+            self.reader = None
+        if not self.closed:
+            self.closed, self.reason = True, reason
+        if self in self.query.subscriptions:
+            self.query.subscriptions.remove(self)
+
+
+SYS_STREAM = "SysStream"
 
 
 class Dsms:
     def __init__(self, *, compat: bool = False, functions: FunctionRegistry | None = None, scheduler=None,
                  clock=time.time, silence_timeout: float | None = None, skew: int | None = None,
-                 binary_joins: bool = False):
+                 binary_joins: bool = False, share: bool = True, data_dir=None, sys_stream: bool = True):
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
         `skew`: streams are known to be at most this many units apart (thesis §2.2.5), so each
-        source is complete through (largest ts on any source) − skew − 1."""
+        source is complete through (largest ts on any source) − skew − 1;
+        `share`: queries share common subplans (off: each query gets its own operators);
+        `data_dir`: the catalog and plans persist in `data_dir/plan.json` and are restored here;
+        `sys_stream`: register `SysStream`, on which entities publish their control tables."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew
@@ -86,14 +130,28 @@ class Dsms:
         self._last_seen: dict[str, float] = {}
         self.catalog = Catalog(functions)
         self.compat = compat
+        self.share = share
         self.ids = IdSource()
         options = EngineOptions(compat=compat, binary_joins=binary_joins)
         self.plan = PhysicalPlan(self.ids, Evaluator(self.catalog.functions), options)
         self.inputs: dict[str, StreamInput | RelationInput] = {}
         self.queries: dict[int, QueryHandle] = {}
+        self.ddl: dict[str, str] = {}  # source/view name (lower) → its register statement, for persistence
+        self.knobs: dict[str, dict] = {}  # entity id → knob values set through set_knob (persisted)
         self._next_query = itertools.count(1)
         self.scheduler = scheduler or RoundRobin()
         self.ended = False
+        self.sys = None
+        if sys_stream:
+            from engine.sysstream import SysPublisher
+
+            self.sys = SysPublisher(self)
+        self.store = None
+        if data_dir is not None:
+            from engine.persist import PlanFile
+
+            self.store = PlanFile(data_dir)
+            self.store.restore(self)
 
     # ------------------------------------------------------------ registration
     def execute(self, text: str) -> list:
@@ -110,45 +168,229 @@ class Dsms:
         if isinstance(stmt, ast.RegisterSource):
             return self.register_source(stmt)
         if isinstance(stmt, ast.RegisterView):
-            return self.catalog.register_view(stmt, text)
+            return self.register_view(stmt)
         return self.register_query(stmt, text=text)
 
     def register_source(self, stmt: ast.RegisterSource | str) -> SourceDef:
         if isinstance(stmt, str):
+            text = stmt
             (stmt,) = parse_script(stmt)
             if not isinstance(stmt, ast.RegisterSource):
                 raise CqlError("not_ddl", "expected register stream/relation")
+            try:
+                return self.register_source(stmt)
+            except CqlError as e:
+                raise e.with_text(text) from None
         d = self.catalog.register_source(stmt)
-        q = self.plan.source_queue(d.plan())
         if d.kind == "stream":
+            q = self.plan.source_queue(d.plan())
             self.inputs[d.name.lower()] = StreamInput(d, q, self.ids)
         else:
-            self.inputs[d.name.lower()] = RelationInput(d, q, self.ids, clock=self.t0)
+            inp = RelationInput(d, None, self.ids, clock=self.t0)
+            inp.queue = self.plan.source_queue(d.plan(), snapshot=inp.snapshot)
+            self.inputs[d.name.lower()] = inp
+        self.ddl[d.name.lower()] = to_cql(stmt)
+        self._save()
         return d
 
-    def register_view(self, text: str) -> ViewDef:
-        (stmt,) = parse_script(text)
-        return self.catalog.register_view(stmt, text)
+    def register_view(self, view: str | ast.RegisterView) -> ViewDef:
+        text = view if isinstance(view, str) else None
+        stmt = view
+        if isinstance(view, str):
+            (stmt,) = parse_script(view)
+            if not isinstance(stmt, ast.RegisterView):
+                raise CqlError("not_ddl", "expected register view")
+        try:
+            v = self.catalog.register_view(stmt, text)
+        except CqlError as e:
+            raise (e.with_text(text) if text else e) from None
+        self.ddl[v.name.lower()] = to_cql(stmt)
+        self._save()
+        return v
 
-    def register_query(self, query: str | ast.Query, *, name: str | None = None, text: str | None = None) -> QueryHandle:
-        text = query if isinstance(query, str) else (text or "")
-        compiled = compile_query(query, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
-        queue = self.plan.build(compiled.plan)
-        h = QueryHandle(next(self._next_query), text, compiled, queue, name)
+    def _users_of(self, name: str) -> list[str]:
+        """Queries and views that read source or view `name`."""
+        low = name.lower()
+        users = [f"query {h.id}" for h in self.queries.values() if low in names_read(h.ast)]
+        users += [f"view {e.name}" for e in self.catalog.entries()
+                  if isinstance(e, ViewDef) and e.name.lower() != low and low in names_read(e.query)]
+        return users
+
+    def drop_source(self, name: str) -> None:
+        """Unregister a stream or relation; refused (InUseError) while queries or views read it."""
+        d = self.catalog.get(name)
+        if not isinstance(d, SourceDef) or d.name == SYS_STREAM and self.sys is not None:
+            raise KeyError(f"no stream or relation '{name}'")
+        users = self._users_of(d.name)
+        if users:
+            raise InUseError(f"'{d.name}' is used by {', '.join(users)}", users)
+        self.catalog.drop(d.name)
+        self.inputs.pop(d.name.lower(), None)
+        self.plan.drop_source(d.plan())
+        self.ddl.pop(d.name.lower(), None)
+        self._save()
+
+    def drop_view(self, name: str) -> None:
+        v = self.catalog.get(name)
+        if not isinstance(v, ViewDef):
+            raise KeyError(f"no view '{name}'")
+        users = self._users_of(v.name)
+        if users:
+            raise InUseError(f"view '{v.name}' is used by {', '.join(users)}", users)
+        self.catalog.drop(v.name)
+        self.ddl.pop(v.name.lower(), None)
+        self._save()
+
+    def compile(self, query: str | ast.Query) -> CompiledQuery:
+        return compile_query(query, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
+
+    def register_query(self, query: str | ast.Query, *, name: str | None = None, text: str | None = None,
+                       active: bool = True, weight: float = 1.0, share: bool | None = None,
+                       query_id: int | None = None) -> QueryHandle:
+        """Compile `query` and merge it into the running plan. The handle's `complete_from` says
+        from which instant its results are exact (None: from the start; a late query over a
+        shared window starts from the window's current contents)."""
+        text = query if isinstance(query, str) else (text or to_cql(query))
+        tree = parse_query(query) if isinstance(query, str) else query
+        try:
+            compiled = compile_query(tree, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
+        except CqlError as e:
+            raise (e.with_text(query) if isinstance(query, str) else e) from None
+        if query_id is None:
+            query_id = next(self._next_query)
+        else:
+            self._next_query = itertools.count(max(query_id + 1, next(self._next_query)))
+        if query_id in self.queries:
+            raise ValueError(f"query id {query_id} is taken")
+        h = QueryHandle(query_id, text, compiled, None, name, active, float(weight),
+                        self.share if share is None else bool(share), ast=tree)
         self.queries[h.id] = h
+        if active:
+            self._attach(h)
+        self._save()
         return h
 
-    def deregister(self, query_id: int) -> None:
-        self.queries.pop(query_id)
+    def _physical_plan(self, h: QueryHandle):
+        """The logical plan the engine runs for h: with sharing, selections sit above windows."""
+        return lift_filters(h.compiled.plan) if h.share else h.compiled.plan
 
-    def subscribe(self, query_id: int) -> Subscription:
+    def _attach(self, h: QueryHandle) -> None:
+        if any(i.first is not None for i in self.inputs.values()):
+            self._quiesce()
+        pn = self.plan.build(self._physical_plan(h), h.id, share=h.share)
+        existed = pn.flowed
+        pn = self.plan.attachable(pn, h.id, h.share)
+        h.pnode = pn
+        h.complete_from = self.plan.late_complete_from(pn) if existed else pn.complete_from
+        if not pn.is_stream and not pn.flowed:
+            self.plan.add_result_store(pn)
+
+    def _quiesce(self) -> None:
+        """Run every operator through its inputs' watermarks, so that all state is consistent
+        with the queues' ends (what a late query's snapshot relies on)."""
+        budget = getattr(self.scheduler, "budget", None)
+        if budget is not None:
+            self.scheduler.budget = None
+        try:
+            self.run()
+        finally:
+            if budget is not None:
+                self.scheduler.budget = budget
+
+    def deregister(self, query_id: int) -> None:
+        """Remove a query; every operator, queue and synopsis no other query uses is freed."""
+        h = self.queries.pop(query_id)
+        self._detach(h, "query deregistered")
+        self._save()
+
+    def _detach(self, h: QueryHandle, reason: str) -> None:
+        for sub in list(h.subscriptions):
+            sub.close(reason)
+        self.plan.release(h.id)
+        h.pnode = None
+
+    def set_active(self, query_id: int, active: bool) -> QueryHandle:
+        """An inactive query keeps its compiled plan but no operators: it produces nothing and
+        costs nothing; reactivating merges it again (its `complete_from` says from when)."""
         h = self.queries[query_id]
-        return Subscription(h, h.queue.reader())
+        active = bool(active)
+        if active != h.active:
+            h.active = active
+            if active:
+                self._attach(h)
+            else:
+                self._detach(h, "query deactivated")
+            self._save()
+        return h
+
+    def set_weight(self, query_id: int, weight: float) -> QueryHandle:
+        w = float(weight)
+        if not w > 0 or w == float("inf"):
+            raise KnobError("weight must be a positive number")
+        h = self.queries[query_id]
+        h.weight = w
+        self._save()
+        return h
+
+    def subscribe(self, query_id: int, snapshot: bool = False) -> Subscription:
+        """A cursor on the query's results from now on; with `snapshot`, first the current
+        relation (a relation-valued query) as `+` rows at the current instant."""
+        h = self.queries[query_id]
+        if h.pnode is None:
+            sub = Subscription(h, None, True, "query is inactive")
+            return sub
+        pn = h.pnode
+        prefix = None
+        if snapshot and not pn.is_stream and pn.flowed:
+            self._quiesce()
+            snap = self.plan.snapshot(pn)
+            prefix = None if snap is None else snap[0]
+        sub = Subscription(h, pn.queue.reader(prefix=prefix))
+        h.subscriptions.append(sub)
+        return sub
 
     def explain(self, query: int | str) -> str:
         if isinstance(query, int):
             return self.queries[query].explain()
-        return compile_query(query, self.catalog, options=AnalyzeOptions(stream_compat=self.compat)).explain()
+        return self.compile(query).explain()
+
+    def explain_plan(self, fmt: str = "text"):
+        """The global plan: text, or a JSON-able graph (nodes = entities with their control
+        tables, edges = queues)."""
+        from engine import control
+
+        return control.explain_plan(self, fmt)
+
+    def control_tables(self) -> list[dict]:
+        from engine import control
+
+        return control.tables(self)
+
+    def control_table(self, entity_id: str) -> dict:
+        from engine import control
+
+        return control.table(self, entity_id)
+
+    def set_knob(self, entity_id: str, knob: str, value) -> dict:
+        from engine import control
+
+        out = control.set_knob(self, entity_id, knob, value)
+        self._save()
+        return out
+
+    def attribution(self) -> dict:
+        from engine import control
+
+        return control.attribution(self)
+
+    def peek(self, entity_id: str, n: int = 20) -> dict:
+        from engine import control
+
+        return control.peek(self, entity_id, n)
+
+    def _save(self) -> None:
+        if self.store is not None and not self.store.restoring:
+            self.store.save(self)
 
     # ------------------------------------------------------------ input
     def _input(self, name: str):
@@ -185,13 +427,23 @@ class Dsms:
             signs = np.asarray(signs)
             if not np.all((signs == 1) | (signs == -1)):
                 raise InputError("signs must be +1 or -1", int(np.argmax((signs != 1) & (signs != -1))), "sign")
-        n = inp.push(rows_to_batch(rows, inp.types, ts, signs))
-        self._after_input(name)
-        return n
+        return self.push_batch(name, rows_to_batch(rows, inp.types, ts, signs))
 
     def push_batch(self, name: str, batch: Batch) -> int:
-        """Push a columnar batch (already typed: the fast path used by file readers and Arrow)."""
-        n = self._input(name).push(batch)
+        """Push a columnar batch (already typed: the fast path used by file readers and Arrow).
+        Returns the number of tuples accepted (load shedding by a source's `sampling_rate`
+        knob drops some of them afterwards, counted as `shed`)."""
+        inp = self._input(name)
+        rate = getattr(inp, "sampling_rate", 1.0)
+        n = len(batch)
+        if rate < 1.0 and n:
+            seen = getattr(inp, "offered", 0)
+            inp.offered = seen + n
+            u = (splitmix64(np.arange(seen, seen + n, dtype=np.uint64)) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+            keep = u < rate
+            inp.shed = getattr(inp, "shed", 0) + int(n - keep.sum())
+            batch = batch.take(keep)
+        inp.push(batch)
         self._after_input(name)
         return n
 
@@ -216,6 +468,9 @@ class Dsms:
         for key, i in self.inputs.items():
             if i.d.timestamp == "system":
                 i.heartbeat(self._now_units(i.d))
+        if self.sys is not None:
+            self.sys.publish()
+            self.sys.heartbeat()
         if self.silence_timeout is None:
             return
         top = max((i.max_ts for i in self.inputs.values() if i.max_ts is not None), default=None)
@@ -240,16 +495,37 @@ class Dsms:
             last = max(lasts)
             for i in self.inputs.values():
                 i.end(last)
+        if self.sys is not None and self.sys.input.max_ts is not None:
+            self.sys.input.end(self.sys.input.max_ts)
         self.ended = True
         self.run()
 
     # ------------------------------------------------------------ execution
     def run(self, max_passes: int | None = None) -> int:
         """Run the scheduler until no operator can make progress."""
-        return self.scheduler.run(self.plan.operators, max_passes)
+        n = self.scheduler.run(self.plan.operators, max_passes)
+        self.plan.advance_result_stores()
+        return n
 
     def rows(self, batch: Batch) -> list[tuple]:
         return batch.rows()
 
 
 __all__ = ["Dsms", "InputError", "QueryHandle", "Subscription", "from_rows"]
+
+
+def names_read(node) -> set[str]:
+    """Lower-case names of the sources and views a query AST reads (FROM items, bare names)."""
+    out: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.FromItem) and isinstance(n.source, str):
+            out.add(n.source.lower())
+        elif isinstance(n, ast.TableQuery):
+            out.add(n.name.lower())
+        if isinstance(n, (list, tuple)):
+            stack.extend(n)
+        elif is_dataclass(n) and not isinstance(n, type):
+            stack.extend(getattr(n, f.name) for f in fields(n) if f.name != "pos")
+    return out

@@ -173,6 +173,22 @@ class RelationInput:
         self.queue.push(batch, watermark=self.max_ts - 1)
         return n
 
+    def snapshot(self):
+        """(the relation now, as `+` rows with their instance ids at the latest instant, that
+        instant): what a query registered while data flows starts from."""
+        at = self.max_ts if self.max_ts is not None else self.queue.watermark
+        if at is None:
+            return None
+        rows, ids = [], []
+        for row, q in self.live.items():
+            for i in q:
+                rows.append(row)
+                ids.append(i)
+        order = np.argsort(np.asarray(ids, np.uint64), kind="stable")
+        b = from_rows([rows[i] for i in order], self.types, [at] * len(rows))
+        b.id = np.asarray(ids, np.uint64)[order]
+        return b, at
+
     def heartbeat(self, t: int) -> None:
         if self.first is None:
             self.first = t

@@ -1,18 +1,30 @@
-"""Physical planning: logical plan → operators and queues, one builder per logical node type.
+"""Physical planning and the plan manager: logical plan → operators, queues and synopses of one
+global plan shared by every query (STREAM, IEEE DE Bulletin §2.2; CIDR §3).
 
-Equal logical subplans hash equal, so the memo dict makes every query share the operators of
-subplans it has in common with queries registered before it.
+Equal logical subplans hash equal (after `engine.sharing.share_key` normalizes predicates), so a
+memo dict makes every query share the operators of the subplans it has in common with the queries
+already running. Each physical node counts the queries using it; releasing a query frees the
+nodes no other query uses. A query registered while data flows attaches to running queues with a
+snapshot of their relation (or, for a window, a sibling window's contents) and records from which
+instant its results are complete (`PNode.complete_from`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from cql.logical import nodes as L
+from engine.batch import Batch
 from engine.exprs import Evaluator
 from engine.operators.base import IdSource, Operator
-from engine.operators.basic import FilterOp, ProjectOp, SampleOp
-from engine.operators.window import WindowOp
-from engine.queues import Queue
+from engine.operators.basic import FilterOp, PassOp, ProjectOp, SampleOp
+from engine.operators.window import WindowOp, seed_from
+from engine.operators.window import snapshot as window_snapshot
+from engine.queues import Queue, Reader
+from engine.sharing import share_key
 from engine.synopses import RelationStore
 
 
@@ -89,70 +101,373 @@ BUILDERS = {
 }
 
 
+INF = math.inf  # "never complete" (e.g. an Unbounded window started late)
+
+
+@dataclass(eq=False)
+class PNode:
+    """One physical node of the global plan: the queue carrying a subplan's output, the operator
+    writing it (None for a source), and the queries using it (sources belong to the catalog)."""
+
+    key: object
+    node: L.Plan
+    queue: Queue
+    op: Operator | None = None
+    inputs: list["PNode"] = field(default_factory=list)
+    users: set = field(default_factory=set)
+    complete_from: float | None = None  # None: complete from the start
+    store: RelationStore | None = None  # a result store (relation-valued query outputs)
+    note: str = ""
+
+    @property
+    def is_stream(self) -> bool:
+        return self.node.is_stream
+
+    @property
+    def flowed(self) -> bool:
+        q = self.queue
+        return q.watermark is not None or q.start is not None or q.last_ts is not None
+
+
+def _max_cf(values):
+    vals = [v for v in values if v is not None]
+    return max(vals) if vals else None
+
+
 class PhysicalPlan:
-    """The global plan: operators in producer-before-consumer order, queues memoized by subplan."""
+    """The global plan: operators in producer-before-consumer order, physical nodes memoized by
+    shared subplan, each with the set of queries using it."""
 
     def __init__(self, ids: IdSource, evaluator: Evaluator, options: EngineOptions):
         self.ids = ids
         self.ev = evaluator
         self.options = options
-        self.queues: dict[L.Plan, Queue] = {}  # source and operator output queues by subplan
+        self.nodes: dict[object, PNode] = {}
         self.operators: list[Operator] = []
-        self.producer: dict[int, Operator] = {}  # id(queue) → operator writing it
         self.stores: dict[int, RelationStore] = {}  # id(queue) → the synopsis of that relation
+        self.source_snapshots: dict[object, object] = {}  # source key → callable() -> Batch | None
+        self._eids = {k: itertools.count(1) for k in ("op", "q", "syn")}
+
+    # ------------------------------------------------------------ compatibility views
+    @property
+    def queues(self) -> dict:
+        return {k: pn.queue for k, pn in self.nodes.items()}
+
+    @property
+    def producer(self) -> dict:
+        return {id(pn.queue): pn.op for pn in self.nodes.values() if pn.op is not None}
+
+    def _eid(self, kind: str) -> str:
+        return f"{kind}:{next(self._eids[kind])}"
 
     def store(self, q: Queue) -> RelationStore:
         """The one shared store of a relation-valued queue (created on first use)."""
         st = self.stores.get(id(q))
         if st is None:
             st = self.stores[id(q)] = RelationStore(q)
+            st.eid = self._eid("syn")
         return st
 
-    def source_queue(self, node: L.Plan) -> Queue:
-        q = self.queues.get(node)
-        if q is None:
-            q = self.queues[node] = Queue(_types(node), name=getattr(node, "name", ""))
+    def _store_for(self, pn: PNode) -> RelationStore:
+        """pn's shared store; one created while data flows starts from pn's snapshot."""
+        fresh = id(pn.queue) not in self.stores
+        st = self.store(pn.queue)
+        if fresh and pn.flowed:
+            snap = self.snapshot(pn)
+            if snap is not None:
+                pn.queue.detach(st.reader)
+                st.reader = pn.queue.reader(prefix=snap[0])
+        return st
+
+    def _new_queue(self, types, name: str) -> Queue:
+        q = Queue(types, name=name)
+        q.eid = self._eid("q")
         return q
 
-    def build(self, node: L.Plan) -> Queue:
-        """The queue carrying `node`'s output, creating operators for subplans not yet present."""
-        q = self.queues.get(node)
-        if q is not None:
-            return q
+    def source_queue(self, node: L.Plan, snapshot=None) -> Queue:
+        key = share_key(node)
+        pn = self.nodes.get(key)
+        if pn is None:
+            pn = self.nodes[key] = PNode(key, node, self._new_queue(_types(node), getattr(node, "name", "")))
+            pn.users.add("catalog")
+        if snapshot is not None:
+            self.source_snapshots[key] = snapshot
+        return pn.queue
+
+    def drop_source(self, node: L.Plan) -> None:
+        key = share_key(node)
+        pn = self.nodes.get(key)
+        if pn is not None:
+            pn.users.discard("catalog")
+            if not pn.users:
+                del self.nodes[key]
+                self.source_snapshots.pop(key, None)
+
+    # ------------------------------------------------------------ building
+    def build(self, node: L.Plan, user=None, *, share: bool = True) -> PNode:
+        """The physical node computing `node` for query `user`, creating what is not present."""
+        key = share_key(node)
         if isinstance(node, (L.StreamSource, L.RelationSource)):
-            return self.source_queue(node)
-        inputs = [self.build(i) for i in node.inputs]
-        if isinstance(node, L.Join) and self.options.binary_joins and len(inputs) > 2:
-            q = self._binary_tree(node, inputs)
-        else:
-            q = self._add(node, BUILDERS[type(node)], inputs)
-        self.queues[node] = q
-        return q
+            pn = self.nodes.get(key)
+            if pn is None:
+                self.source_queue(node)
+                pn = self.nodes[key]
+            return pn
+        if not share:
+            key = ("private", user, key)
+        pn = self.nodes.get(key)
+        if pn is not None:
+            self._use(pn, user)
+            return pn
+        return self._create(node, key, user, share)
 
-    def _add(self, node: L.Plan, builder, inputs: list[Queue]) -> Queue:
-        q = Queue(_types(node), name=type(node).__name__)
+    def _create(self, node: L.Plan, key, user, share: bool) -> PNode:
+        kids = [self.attachable(self.build(i, user, share=share), user, share) for i in node.inputs]
+        if isinstance(node, L.Join) and self.options.binary_joins and len(kids) > 2:
+            pn = self._binary_tree(node, key, kids, user, share)
+        else:
+            pn = self._add(node, key, BUILDERS[type(node)], kids, user)
+        self.nodes[key] = pn
+        return pn
+
+    def attachable(self, pn: PNode, user, share: bool = True) -> PNode:
+        """`pn` if a new consumer can start from it now; otherwise a private copy of it that can
+        (a relation already flowing whose state no snapshot can give)."""
+        if pn.op is None or pn.is_stream or not pn.flowed or self.snapshot(pn) is not None:
+            return pn
+        self.unuse(pn, user)
+        key = ("late", user, pn.key)
+        old = self.nodes.get(key)
+        if old is not None:
+            self._use(old, user)
+            return old
+        kids = [self.attachable(self.build(i, user, share=share), user, share) for i in pn.node.inputs]
+        fresh = self._add(pn.node, key, BUILDERS[type(pn.node)], kids, user)
+        fresh.note = "private copy: the shared operator's state cannot be snapshotted for a late start"
+        self.nodes[key] = fresh
+        return fresh
+
+    def _use(self, pn: PNode, user) -> None:
+        if user is None or user in pn.users:
+            return
+        pn.users.add(user)
+        for i in pn.inputs:
+            self._use(i, user)
+
+    def _reader(self, pn: PNode, sibling: Reader | None = None):
+        """A reader on pn's queue for a new consumer, and the instant from which it sees pn's
+        output exactly (None: from the start)."""
+        q = pn.queue
+        if sibling is not None:
+            return q.reader(at=sibling), pn.complete_from
+        if not pn.flowed:
+            return q.reader(), pn.complete_from
+        if pn.is_stream:
+            seen = [v for v in (q.watermark, q.last_ts) if v is not None]
+            return q.reader(), _max_cf([pn.complete_from, max(seen) + 1 if seen else None])
+        snap = self.snapshot(pn)
+        if snap is None:
+            raise RuntimeError(f"no snapshot of {q.eid}")  # attachable() prevents this
+        batch, at = snap
+        return q.reader(prefix=batch), _max_cf([pn.complete_from, at])
+
+    def late_complete_from(self, pn: PNode):
+        """From which instant a new consumer starting now sees pn's output exactly."""
+        q = pn.queue
+        if not pn.flowed:
+            return pn.complete_from
+        if pn.is_stream:
+            seen = [v for v in (q.watermark, q.last_ts) if v is not None]
+            return _max_cf([pn.complete_from, max(seen) + 1 if seen else None])
+        snap = self.snapshot(pn)
+        return INF if snap is None else _max_cf([pn.complete_from, snap[1]])
+
+    def snapshot(self, pn: PNode):
+        """(pn's relation at its last complete instant as inserts, that instant), or None."""
+        q = pn.queue
+        if pn.op is None:
+            fn = self.source_snapshots.get(pn.key)
+            return None if fn is None else fn()
+        op = pn.op
+        at = op.done_through
+        if at is None:
+            return None
+        if isinstance(op, WindowOp):
+            b = window_snapshot(op)
+            return None if b is None else (b, at)
+        if isinstance(op, (FilterOp, ProjectOp, PassOp)) and not pn.is_stream:
+            inner = self.snapshot(pn.inputs[0])
+            if inner is None or inner[1] != at:
+                return None
+            return op.process([inner[0]], at), at
+        st = self.stores.get(id(q)) or pn.store
+        if st is not None:
+            st.advance(at)
+            b = st.alive_at(at)
+            return Batch(b.cols, b.nulls, np.full(len(b), at, np.int64), np.ones(len(b), np.int8), b.id), at
+        return None
+
+    def _add(self, node: L.Plan, key, builder, kids: list[PNode], user) -> PNode:
+        q = self._new_queue(_types(node), type(node).__name__)
+        inputs = [k.queue for k in kids]
         if builder is _join:  # joins read their inputs' state from shared synopses
-            op = _join(node, inputs, q, self.ids, self.ev, self.options, stores=[self.store(i) for i in inputs])
+            op = _join(node, inputs, q, self.ids, self.ev, self.options, stores=[self._store_for(k) for k in kids])
         else:
             op = builder(node, inputs, q, self.ids, self.ev, self.options)
         op.node = node
-        self.operators.append(op)
-        self.producer[id(q)] = op
-        return q
+        op.eid = self._eid("op")
+        pn = PNode(key, node, q, op, list(kids))
+        # attach to running inputs: a window may start from a sibling window's contents
+        sib = self._sibling_window(op, kids[0]) if isinstance(op, WindowOp) and kids[0].flowed else None
+        readers, cfs = [], []
+        for k in kids:
+            r, cf = self._reader(k, sib.readers[0] if sib is not None else None)
+            readers.append(r)
+            cfs.append(cf)
+        for r in op.readers:  # replace the constructor's plain readers
+            r.q.detach(r)
+        op.readers = readers
+        if sib is not None:
+            op.done_through, op.t0 = sib.done_through, sib.t0
+            q.start, q.watermark = sib.output.start, sib.done_through
+            pn.complete_from = self._pnode_of(sib).complete_from
+            pn.note = f"started from the contents of {sib.eid}"
+        else:
+            pn.complete_from = self._own_cf(op, node, _max_cf(cfs))
+        self._use(pn, user)
+        self._insert_op(op, kids)
+        return pn
 
-    def _binary_tree(self, node: L.Join, inputs: list[Queue]) -> Queue:
+    def _pnode_of(self, op: Operator) -> PNode:
+        return next(pn for pn in self.nodes.values() if pn.op is op)
+
+    def _sibling_window(self, op: WindowOp, kid: PNode) -> WindowOp | None:
+        for other in self.operators:
+            if isinstance(other, WindowOp) and other.inputs[0] is kid.queue and seed_from(op, other):
+                return other
+        return None
+
+    @staticmethod
+    def _own_cf(op: Operator, node: L.Plan, cf):
+        """First complete instant of op's output given its inputs are complete from `cf`."""
+        if cf is None or cf == INF:
+            return cf
+        if isinstance(node, L.Window):
+            s = node.spec
+            if isinstance(s, L.RangeSpec) and s.size is not None and not s.slide:
+                life = s.size + 1 if not op.compat or s.size == 0 else s.size
+                return cf + life - 1
+            return INF  # Rows/Partition/Unbounded/slides need history from before cf
+        if isinstance(node, L.RelToStream) and node.op != "rstream":
+            return cf + 1  # Istream/Dstream at t compare R(t) with R(t-1)
+        return cf
+
+    def _insert_op(self, op: Operator, kids: list[PNode]) -> None:
+        """Keep `operators` producer-before-consumer: a new operator goes after its producers."""
+        producers = {id(k.op) for k in kids if k.op is not None}
+        pos = 0
+        for i, o in enumerate(self.operators):
+            if id(o) in producers:
+                pos = i + 1
+        self.operators.insert(pos, op) if pos < len(self.operators) else self.operators.append(op)
+
+    def _binary_tree(self, node: L.Join, key, kids: list[PNode], user, share: bool) -> PNode:
         """((I0 ⋈ I1) ⋈ I2) ⋈ ...: each conjunct is applied at the first join that has its columns.
         The columns keep their positions (each step's output is a prefix of the full schema)."""
         from cql.logical import expr as X
 
         widths = [len(i.schema) for i in node.inputs_]
         pending = X.conjuncts(node.predicate)
-        left, left_node = inputs[0], node.inputs_[0]
-        for k in range(1, len(inputs)):
+        left, left_node = kids[0], node.inputs_[0]
+        for k in range(1, len(kids)):
             width = sum(widths[:k + 1])
             here = [c for c in pending if max(X.columns(c), default=-1) < width]
             pending = [c for c in pending if c not in here]
             step = L.Join((left_node, node.inputs_[k]), X.conjoin(here))
-            left = self._add(step, _join, [left, inputs[k]])
+            last = k == len(kids) - 1
+            skey = key if last else (share_key(step) if share else ("private", user, share_key(step)))
+            existing = None if last else self.nodes.get(skey)
+            if existing is not None:
+                self._use(existing, user)
+                left = self.attachable(existing, user, share)
+            else:
+                left = self._add(step, skey, _join, [left, kids[k]], user)
+                if not last:
+                    self.nodes[skey] = left
             left_node = step
         return left
+
+    # ------------------------------------------------------------ releasing
+    def unuse(self, pn: PNode, user) -> None:
+        """`user` no longer needs pn (nor, through it, its inputs); frees what nobody uses."""
+        if user not in pn.users:
+            return
+        pn.users.discard(user)
+        for i in pn.inputs:
+            if not any(user in o.users for o in self._consumers(i)):
+                self.unuse(i, user)
+        if not pn.users:
+            self._free(pn)
+
+    def release(self, user) -> None:
+        """Drop every use of `user` (a query deregistered or deactivated)."""
+        for pn in list(self.nodes.values()):
+            if user in pn.users and pn.key in self.nodes:
+                pn.users.discard(user)
+        for pn in list(self.nodes.values()):
+            if not pn.users and pn.op is not None:
+                self._free(pn)
+
+    def _consumers(self, pn: PNode):
+        return [o for o in self.nodes.values() if pn in o.inputs]
+
+    def _free(self, pn: PNode) -> None:
+        self.nodes.pop(pn.key, None)
+        op = pn.op
+        if op is None:
+            return
+        if op in self.operators:
+            self.operators.remove(op)
+        for r in op.readers:
+            r.q.detach(r)
+        for st in getattr(op, "stores", None) or ():
+            if op in st.users:
+                st.users.remove(op)
+            if not st.users:
+                st.queue.detach(st.reader)
+                self.stores.pop(id(st.queue), None)
+        if pn.store is not None:
+            pn.queue.detach(pn.store.reader)
+            pn.store = None
+        for r in list(pn.queue.readers):  # subscriptions of the freed output end here
+            pn.queue.detach(r)
+
+    def add_result_store(self, pn: PNode) -> None:
+        """Keep the current relation of a query's output (for late subscribers and late identical
+        queries) when its producer cannot give a snapshot."""
+        if pn.is_stream or pn.store is not None or self.stores.get(id(pn.queue)) is not None:
+            return
+        if pn.op is None or isinstance(pn.op, WindowOp) or isinstance(pn.op, (FilterOp, ProjectOp, PassOp)):
+            return
+        pn.store = RelationStore(pn.queue)
+        pn.store.eid = self._eid("syn")
+        pn.store.kind = "result store"
+
+    def advance_result_stores(self) -> None:
+        for pn in self.nodes.values():
+            if pn.store is not None and pn.queue.watermark is not None:
+                pn.store.advance(pn.queue.watermark)
+
+    def entities(self):
+        """(kind, object, PNode) for every operator, queue and synopsis of the plan."""
+        for pn in self.nodes.values():
+            yield "queue", pn.queue, pn
+            if pn.op is not None:
+                yield "operator", pn.op, pn
+            if pn.store is not None:
+                yield "store", pn.store, pn
+        seen = set()
+        for st in self.stores.values():
+            if id(st) not in seen:
+                seen.add(id(st))
+                yield "store", st, None

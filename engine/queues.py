@@ -2,12 +2,19 @@
 
 A queue is *complete through* its watermark: no element with ts ≤ watermark will be appended
 later. `start` is the first instant of the data flowing through it (docs/semantics.md).
+A reader attached while data flows can start at another reader's position and carry a
+*prefix* (a snapshot of the relation so far, as inserts) that it returns before the queue's
+own elements: that is how a query registered late starts from shared state (plan manager, #5).
 """
 from __future__ import annotations
+
+from collections import deque
 
 import numpy as np
 
 from engine.batch import Batch, concat
+
+RECENT = 32  # elements kept per queue for `peek` (the UI's "recent tuples")
 
 
 class Queue:
@@ -18,9 +25,12 @@ class Queue:
         self.base = 0  # absolute index of batches[0]
         self.watermark: int | None = None
         self.start: int | None = None
+        self.last_ts: int | None = None  # largest ts appended
         self.ended = False
         self.readers: list[Reader] = []
         self.tuples_in = 0
+        self.recent: deque[Batch] = deque(maxlen=4)
+        self.eid: str | None = None  # entity id in the control tables
 
     def push(self, batch: Batch | None, watermark: int | None = None) -> None:
         if batch is not None and len(batch):
@@ -29,13 +39,25 @@ class Queue:
             self.tuples_in += len(batch)
             if self.start is None:
                 self.start = int(batch.ts[0])
+            self.last_ts = int(batch.ts[-1])
+            self.recent.append(batch if len(batch) <= RECENT else batch.slice(len(batch) - RECENT, len(batch)))
         if watermark is not None and (self.watermark is None or watermark > self.watermark):
             self.watermark = watermark
 
-    def reader(self) -> "Reader":
-        r = Reader(self)
+    def reader(self, at: "Reader | None" = None, prefix: Batch | None = None) -> "Reader":
+        r = Reader(self, at, prefix)
         self.readers.append(r)
         return r
+
+    def detach(self, r: "Reader") -> None:
+        """Remove a reader (its consumer is gone); batches only it still needed are freed."""
+        if r in self.readers:
+            self.readers.remove(r)
+            if not self.readers:
+                self.base += len(self.batches)
+                self.batches.clear()
+            else:
+                self._gc()
 
     def length(self) -> int:
         """Elements not yet consumed by the slowest reader."""
@@ -55,26 +77,34 @@ class Queue:
     def nbytes(self) -> int:
         return sum(b.nbytes() for b in self.batches)
 
+    def recent_rows(self, n: int) -> Batch:
+        """The last n elements appended (at most RECENT)."""
+        b = concat(list(self.recent), self.types)
+        return b.slice(max(len(b) - n, 0), len(b))
+
 
 class Reader:
-    """A cursor into a queue: (absolute batch index, row offset)."""
+    """A cursor into a queue: (absolute batch index, row offset), plus an optional prefix."""
 
-    def __init__(self, q: Queue):
+    def __init__(self, q: Queue, at: "Reader | None" = None, prefix: Batch | None = None):
         self.q = q
-        self.batch = q.base + len(q.batches)  # new readers see only what arrives from now on
-        self.row = 0
+        if at is None:  # new readers see only what arrives from now on
+            self.batch, self.row = q.base + len(q.batches), 0
+        else:
+            self.batch, self.row = at.batch, at.row
+        self.prefix = prefix if prefix is not None and len(prefix) else None
 
     def rewind_to_start(self) -> None:
         self.batch, self.row = self.q.base, 0
 
     def pending_count(self) -> int:
-        n = 0
+        n = 0 if self.prefix is None else len(self.prefix)
         for i in range(self.batch - self.q.base, len(self.q.batches)):
             n += len(self.q.batches[i]) - (self.row if i == self.batch - self.q.base else 0)
         return n
 
     def _pending(self):
-        out = []
+        out = [] if self.prefix is None else [self.prefix]
         for i in range(self.batch - self.q.base, len(self.q.batches)):
             b = self.q.batches[i]
             out.append(b if i != self.batch - self.q.base or self.row == 0 else b.slice(self.row, len(b)))
@@ -97,6 +127,13 @@ class Reader:
     def take(self, bound: int) -> Batch:
         """Every pending row with ts ≤ bound, advancing the cursor."""
         parts = []
+        if self.prefix is not None:
+            k = int(np.searchsorted(self.prefix.ts, bound, side="right"))
+            if k:
+                parts.append(self.prefix.slice(0, k))
+            self.prefix = self.prefix.slice(k, len(self.prefix)) if k < len(self.prefix) else None
+            if self.prefix is not None:
+                return concat(parts, self.q.types)
         qb = self.q.batches
         while self.batch - self.q.base < len(qb):
             b = qb[self.batch - self.q.base]

@@ -22,3 +22,32 @@ class RoundRobin:
             passes += 1
             if not done or (max_passes is not None and passes >= max_passes):
                 return total
+
+
+class Weighted(RoundRobin):
+    """Round robin whose per-call budget for an operator scales with the largest weight of the
+    queries using it (seed 004 §2.4): heavier queries get more work per pass. Results never
+    depend on it (operators process whole instants)."""
+
+    name = "weighted"
+
+    def __init__(self, budget: int | None = None, weights=None):
+        super().__init__(budget)
+        self.weights = weights or (lambda: {})  # callable → {id(operator): weight}
+
+    def run(self, operators, max_passes: int | None = None) -> int:
+        total, passes = 0, 0
+        w = self.weights() if self.budget is not None else {}
+        while True:
+            done = 0
+            for op in operators:
+                if op.active:
+                    b = None if self.budget is None else max(1, int(self.budget * w.get(id(op), 1.0)))
+                    done += op.step(b)
+            total += done
+            passes += 1
+            if not done or (max_passes is not None and passes >= max_passes):
+                return total
+
+
+SCHEDULERS = {"round-robin": RoundRobin, "weighted": Weighted}

@@ -24,6 +24,8 @@ class RelationStore:
         self.dels = np.zeros(0, np.int64)
         self.through: int | None = None  # deltas applied through this instant
         self.users: list = []  # operators reading the store (their progress bounds purging)
+        self.eid: str | None = None  # entity id in the control tables
+        self.kind = "relation store"
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -56,9 +58,9 @@ class RelationStore:
 
     def _purge(self) -> None:
         done = [u.done_through for u in self.users]
-        if not done or any(b is None for b in done):
+        if any(b is None for b in done) or (not done and self.through is None):
             return
-        low = min(done)
+        low = min(done) if done else self.through  # no readers: keep only the current relation
         keep = self.dels > low
         if not keep.all():
             self.rows, self.ins, self.dels = self.rows.take(keep), self.ins[keep], self.dels[keep]

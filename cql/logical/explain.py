@@ -18,7 +18,7 @@ def _window(n: L.Window) -> str:
     return f"WINDOW [{text}]" + (" (default)" if n.default else "")
 
 
-def _label(n: L.Plan) -> str:
+def node_label(n: L.Plan) -> str:
     match n:
         case L.StreamSource():
             unit = "" if n.time_unit == "second" else f" unit={n.time_unit}"
@@ -59,7 +59,7 @@ def explain_plan(plan: L.Plan) -> str:
 
     def visit(n: L.Plan, prefix: str, child_prefix: str):
         kind = "stream" if n.is_stream else "relation"
-        lines.append(f"{prefix}{_label(n)}  → {kind}")
+        lines.append(f"{prefix}{node_label(n)}  → {kind}")
         kids = n.inputs
         for i, k in enumerate(kids):
             last = i == len(kids) - 1

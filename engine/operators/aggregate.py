@@ -917,45 +917,57 @@ class AggregateOp(Operator):
     def _emit(self, cell_g, cell_ts, chg, del_mask, ins_mask, old_id, nid, outs, prevs) -> Batch:
         """Rows for the changed cells `chg`: `−` (old row, old id) where the group existed before
         the cell, `+` (new row, new id) where it exists after, in ts order. The changed cells are
-        ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
-        (del, ins) pair, and the slots of missing rows squeezed out once at the end."""
+        ordered by ts (stable, so per instant by group); each cell has two row slots (del, ins),
+        the missing ones squeezed out. Every output column is then one gather: from the
+        concatenation (old values of all cells, new values of all cells) at a source index
+        computed once per batch."""
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
+        ncells = len(cell_g)
         cts = cell_ts[chg]
         tmin = int(cts.min())
         o = _stable_order(cts - tmin, int(cts.max()) - tmin + 1)
-        c = chg[o]
-        keep = np.empty((k, 2), bool)
-        keep[:, 0] = del_mask[o]
-        keep[:, 1] = ins_mask[o]
-        keep = keep.reshape(-1)
-        squeeze = not keep.all()
-
-        def pairs(a, b, dt):
-            out = np.empty((k, 2), dt)
-            out[:, 0] = a
-            out[:, 1] = b
-            out = out.reshape(-1)
-            return out[keep] if squeeze else out
-
-        g = cell_g[c]
-        gg = pairs(g, g, np.int64)
-        ts = pairs(cts[o], cts[o], np.int64)
-        sign = pairs(-1, 1, np.int8)
-        ids = pairs(old_id[o], nid[o], np.uint64)
+        c = chg[o]  # changed cells in output order
+        dm, im = del_mask[o], ins_mask[o]
+        if dm.all() and im.all():  # every cell has both rows: slots 2j (del), 2j + 1 (ins)
+            j = None
+            src = np.empty((k, 2), np.int64)
+            src[:, 0] = c
+            src[:, 1] = c + ncells
+            src = src.reshape(-1)
+            ts = np.repeat(cts[o], 2)
+            sign = np.empty((k, 2), np.int8)
+            sign[:, 0] = -1
+            sign[:, 1] = 1
+            sign = sign.reshape(-1)
+            ids = np.empty((k, 2), np.uint64)
+            ids[:, 0] = old_id[o]
+            ids[:, 1] = nid[o]
+            ids = ids.reshape(-1)
+        else:
+            keep = np.empty((k, 2), bool)
+            keep[:, 0] = dm
+            keep[:, 1] = im
+            slot = np.flatnonzero(keep.reshape(-1))
+            j = slot >> 1  # the changed cell (in output order) of every row
+            isins = (slot & 1).astype(bool)
+            src = c[j] + np.where(isins, ncells, 0)
+            ts = cts[o][j]
+            sign = np.where(isins, np.int8(1), np.int8(-1))
+            ids = np.where(isins, nid[o][j], old_id[o][j])
         cols, nulls = [], []
-        for i in range(len(self.keys)):
-            cols.append(self.pg[f"k_val{i}"][gg])
-            m = self.pg[f"k_null{i}"][gg]
-            nulls.append(m if m.any() else None)
+        if self.keys:
+            g = cell_g[c]
+            gg = np.repeat(g, 2) if j is None else g[j]
+            for i in range(len(self.keys)):
+                cols.append(self.pg[f"k_val{i}"][gg])
+                m = self.pg[f"k_null{i}"][gg]
+                nulls.append(m if m.any() else None)
         for (v, nl), (pv, pn) in zip(outs, prevs):
-            cols.append(pairs(pv[c], v[c], v.dtype))
-            pm, nm = pn[c], nl[c]
-            if squeeze:
-                pm = pm & keep[0::2]
-                nm = nm & keep[1::2]
-            nulls.append(pairs(pm, nm, bool) if (pm.any() or nm.any()) else None)
+            cols.append(np.concatenate([pv, v])[src])
+            m = np.concatenate([pn, nl])[src] if (pn.any() or nl.any()) else None
+            nulls.append(m if m is not None and m.any() else None)
         return Batch(cols, nulls, ts, sign, ids)
 
     # ------------------------------------------------------------ compaction of dead groups

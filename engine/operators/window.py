@@ -170,3 +170,63 @@ class WindowOp(Operator):
         self.buf = comb.take(alive)
         _ = old
         return out
+
+
+# ---------------------------------------------------------------- late start (plan manager, #5)
+def _plain(spec) -> str | None:
+    """'range' / 'rows' for windows whose contents a sibling can seed; None otherwise."""
+    if isinstance(spec, RangeSpec) and spec.size is not None and not spec.slide:
+        return "range"
+    if isinstance(spec, RowsSpec) and spec.size is not None and spec.slide is None:
+        return "rows"
+    return None
+
+
+def contents(op: WindowOp) -> Batch | None:
+    """The elements in the window after the last processed instant, with their own ts (None when
+    the operator keeps no state to tell, e.g. Unbounded windows)."""
+    if op.buf is None:
+        return Batch.empty(op.output.types) if op.done_through is not None and _has_state(op.spec) else None
+    if isinstance(op.spec, RangeSpec) or (isinstance(op.spec, RowsSpec) and op.spec.slide):
+        return op.buf.take(op.buf_entered)
+    if isinstance(op.spec, (RowsSpec, PartitionSpec)) and _has_state(op.spec):
+        return op.buf
+    return None
+
+
+def _has_state(spec) -> bool:
+    return not ((isinstance(spec, RangeSpec) and spec.size is None and not spec.slide)
+                or (isinstance(spec, RowsSpec) and spec.size is None))
+
+
+def snapshot(op: WindowOp) -> Batch | None:
+    """The window's relation at its last processed instant, as inserts at that instant."""
+    c = contents(op)
+    if c is None or op.done_through is None:
+        return None
+    return Batch(c.cols, c.nulls, np.full(len(c), op.done_through, np.int64), np.ones(len(c), np.int8), c.id)
+
+
+def seed_from(op: WindowOp, sibling: WindowOp) -> bool:
+    """Start `op` (new, over the same input queue) from `sibling`'s contents: a smaller or equal
+    window of the same kind holds a subset of the sibling's elements. Returns False when it cannot."""
+    kind = _plain(op.spec)
+    if kind is None or kind != _plain(sibling.spec) or op.compat != sibling.compat or sibling.done_through is None:
+        return False
+    c = contents(sibling)
+    if c is None:
+        return False
+    at = sibling.done_through
+    if kind == "range":
+        life = lambda s: s.size + 1 if not op.compat or s.size == 0 else s.size  # noqa: E731
+        if life(op.spec) > life(sibling.spec):
+            return False
+        c = c.take(c.ts + life(op.spec) > at)
+        op.buf, op.buf_in, op.buf_out = c, c.ts.copy(), c.ts + life(op.spec)
+        op.buf_entered = np.ones(len(c), bool)
+    else:
+        if op.spec.size > sibling.spec.size:
+            return False
+        c = c.slice(max(len(c) - op.spec.size, 0), len(c))
+        op.buf = c
+    return True

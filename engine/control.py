@@ -1,0 +1,380 @@
+"""Control tables (STREAM §6.1; DESIGN.md execution model): every operator, queue, synopsis,
+source and query is an *entity* with live counters and settable knobs, read and written through
+one API (the server, the web UI, SysStream and the re-optimizer all use it).
+
+Entity ids: `op:N`, `q:N`, `syn:N` (plan entities, numbered in creation order), `src:NAME`,
+`query:N`, and `engine` (scheduler and sharing knobs).
+"""
+from __future__ import annotations
+
+from cql.logical.explain import node_label
+from engine.errors import KnobError
+from engine.planner import INF
+
+
+# ---------------------------------------------------------------- the entities
+def _queries(users) -> list[int]:
+    return sorted(u for u in users if isinstance(u, int))
+
+
+def _plan_entities(d):
+    """eid → (kind, object, PNode | None, users)."""
+    out = {}
+    for pn in d.plan.nodes.values():
+        users = _queries(pn.users)
+        out[pn.queue.eid] = ("queue", pn.queue, pn, users)
+        if pn.op is not None:
+            out[pn.op.eid] = ("operator", pn.op, pn, users)
+        if pn.store is not None:
+            out[pn.store.eid] = ("store", pn.store, pn, users)
+    for st in d.plan.stores.values():
+        users = sorted({u for op in st.users for pn in d.plan.nodes.values() if pn.op is op for u in _queries(pn.users)})
+        out[st.eid] = ("store", st, None, users)
+    return out
+
+
+def _op_table(op, pn, users):
+    c = op.counters
+    state = op.state_bytes()
+    limit = op.knobs.get("memory_limit") if hasattr(op, "knobs") else None
+    counters = {"tuples_in": c.tuples_in, "tuples_out": c.tuples_out,
+                "selectivity": round(c.tuples_out / c.tuples_in, 6) if c.tuples_in else None,
+                "calls": c.calls, "seconds": round(c.seconds, 6), "state_bytes": state,
+                "done_through": op.done_through, "over_memory_limit": bool(limit is not None and state > limit)}
+    counters.update({k: v for k, v in c.extra.items() if isinstance(v, (int, float))})
+    knobs = {"memory_limit": limit}
+    if op.kind == "join":
+        knobs["probe_orders"] = [list(o) for o in op.probe_orders]
+    if op.kind == "select":
+        knobs["conjunct_order"] = list(range(len(op.conjuncts)))
+    return {"kind": "operator", "type": op.kind, "name": f"{op.kind} {node_label(op.node)}".strip(),
+            "inputs": [q.eid for q in op.inputs], "output": op.output.eid,
+            "counters": counters, "knobs": knobs, "queries": users,
+            "note": pn.note if pn is not None else ""}
+
+
+def _queue_table(q, pn, users):
+    producer = pn.op.eid if pn is not None and pn.op is not None else (f"src:{q.name}" if q.name else None)
+    return {"kind": "queue", "name": q.name, "producer": producer,
+            "counters": {"length": q.length(), "bytes": q.nbytes(), "tuples_in": q.tuples_in,
+                         "readers": len(q.readers), "watermark": q.watermark},
+            "knobs": {}, "queries": users}
+
+
+def _store_table(st, pn, users):
+    return {"kind": "store", "name": st.kind, "queue": st.queue.eid,
+            "counters": {"rows": len(st), "bytes": st.nbytes(), "users": len(st.users) + (pn is not None),
+                         "through": st.through},
+            "knobs": {"memory_limit": getattr(st, "memory_limit", None)}, "queries": users}
+
+
+def _source_table(d, name, inp):
+    q = inp.queue
+    return {"kind": "source", "name": inp.d.name, "type": inp.d.kind, "queue": q.eid,
+            "counters": {"accepted": inp.accepted, "late": getattr(inp, "late", 0), "shed": getattr(inp, "shed", 0),
+                         "max_ts": inp.max_ts, "queue_length": q.length(), "watermark": q.watermark},
+            "knobs": {"sampling_rate": getattr(inp, "sampling_rate", 1.0)},
+            "queries": sorted(h.id for h in d.queries.values() if name in _reads(h))}
+
+
+def _reads(h) -> set[str]:
+    from engine.dsms import names_read
+
+    return names_read(h.ast)
+
+
+def _query_table(d, h, attr):
+    a = attr.get(h.id, {"memory_bytes": 0.0, "cpu_seconds": 0.0})
+    counters = {"memory_bytes": a["memory_bytes"], "cpu_seconds": a["cpu_seconds"],
+                "subscribers": len(h.subscriptions), **h.completeness()}
+    pn = h.pnode
+    if pn is not None:
+        counters["results"] = pn.queue.tuples_in
+        counters["watermark"] = pn.queue.watermark
+    return {"kind": "query", "name": h.name or "", "text": h.text, "result": h.kind,
+            "output": None if pn is None else pn.queue.eid,
+            "counters": counters, "knobs": {"active": h.active, "weight": h.weight, "share": h.share},
+            "queries": [h.id]}
+
+
+def _engine_table(d):
+    s = d.scheduler
+    return {"kind": "engine", "name": "engine",
+            "counters": {"operators": len(d.plan.operators), "queues": len(d.plan.nodes),
+                         "stores": len(d.plan.stores) + sum(pn.store is not None for pn in d.plan.nodes.values()),
+                         "queries": len(d.queries), "sys_rows": d.sys.published if d.sys else 0},
+            "knobs": {"scheduler": s.name, "budget": getattr(s, "budget", None), "share": d.share},
+            "queries": sorted(d.queries)}
+
+
+def tables(d) -> list[dict]:
+    """Every entity's control table."""
+    attr = attribution(d)
+    out = [{"id": "engine", **_engine_table(d)}]
+    for name, inp in _sources(d):
+        out.append({"id": f"src:{inp.d.name}", **_source_table(d, name, inp)})
+    for h in d.queries.values():
+        out.append({"id": f"query:{h.id}", **_query_table(d, h, attr)})
+    for eid, (kind, obj, pn, users) in _plan_entities(d).items():
+        out.append({"id": eid, **_TABLE[kind](obj, pn, users)})
+    return out
+
+
+def table(d, eid: str) -> dict:
+    for t in _one(d, eid):
+        return t
+    raise KeyError(f"no entity '{eid}'")
+
+
+def _one(d, eid: str):
+    if eid == "engine":
+        yield {"id": eid, **_engine_table(d)}
+    elif eid.startswith("src:"):
+        for name, inp in _sources(d):
+            if inp.d.name.lower() == eid[4:].lower():
+                yield {"id": f"src:{inp.d.name}", **_source_table(d, name, inp)}
+    elif eid.startswith("query:"):
+        h = _query(d, eid)
+        if h is not None:
+            yield {"id": eid, **_query_table(d, h, attribution(d))}
+    else:
+        e = _plan_entities(d).get(eid)
+        if e is not None:
+            kind, obj, pn, users = e
+            yield {"id": eid, **_TABLE[kind](obj, pn, users)}
+
+
+_TABLE = {"operator": _op_table, "queue": _queue_table, "store": _store_table}
+
+
+def _sources(d):
+    items = list(d.inputs.items())
+    if d.sys is not None:
+        items.append((d.sys.input.d.name.lower(), d.sys.input))
+    return items
+
+
+def _query(d, eid: str):
+    try:
+        return d.queries.get(int(eid.split(":", 1)[1]))
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- knobs
+def _bool(v) -> bool:
+    if isinstance(v, bool):
+        return v
+    raise KnobError(f"expected true or false, got {v!r}")
+
+
+def _limit(v):
+    if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        return v
+    raise KnobError(f"memory_limit must be a non-negative integer number of bytes or null, got {v!r}")
+
+
+def set_knob(d, eid: str, knob: str, value) -> dict:
+    """Set one knob; the entity's table after the change. Unknown entity: KeyError; unknown knob
+    or bad value: KnobError."""
+    if eid == "engine":
+        _engine_knob(d, knob, value)
+    elif eid.startswith("query:"):
+        h = _query(d, eid)
+        if h is None:
+            raise KeyError(f"no entity '{eid}'")
+        if knob == "active":
+            d.set_active(h.id, _bool(value))
+        elif knob == "weight":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise KnobError(f"weight must be a positive number, got {value!r}")
+            d.set_weight(h.id, value)
+        elif knob == "share":
+            share = _bool(value)
+            if share != h.share:
+                was = h.active
+                if was:
+                    d.set_active(h.id, False)
+                h.share = share
+                if was:
+                    d.set_active(h.id, True)
+        else:
+            raise KnobError(f"query knobs are active, weight and share; not '{knob}'")
+    elif eid.startswith("src:"):
+        inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
+        if inp is None:
+            raise KeyError(f"no entity '{eid}'")
+        if knob != "sampling_rate" or inp.d.kind != "stream":
+            raise KnobError(f"stream knobs: sampling_rate (load shedding); not '{knob}' on {inp.d.kind} {inp.d.name}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise KnobError(f"sampling_rate must be in (0, 1], got {value!r}")
+        inp.sampling_rate = float(value)
+    else:
+        e = _plan_entities(d).get(eid)
+        if e is None:
+            raise KeyError(f"no entity '{eid}'")
+        kind, obj, pn, users = e
+        _plan_knob(kind, obj, knob, value)
+    d.knobs.setdefault(eid, {})[knob] = value
+    return table(d, eid)
+
+
+def _engine_knob(d, knob, value):
+    from engine.scheduler import SCHEDULERS
+
+    if knob == "scheduler":
+        if value not in SCHEDULERS:
+            raise KnobError(f"scheduler must be one of {sorted(SCHEDULERS)}, got {value!r}")
+        budget = getattr(d.scheduler, "budget", None)
+        d.scheduler = SCHEDULERS[value](budget, weights=lambda: _op_weights(d)) if value == "weighted" \
+            else SCHEDULERS[value](budget)
+    elif knob == "budget":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise KnobError(f"budget must be a positive integer or null, got {value!r}")
+        d.scheduler.budget = value
+    elif knob == "share":
+        d.share = _bool(value)
+    else:
+        raise KnobError(f"engine knobs are scheduler, budget and share; not '{knob}'")
+
+
+def _plan_knob(kind, obj, knob, value):
+    if knob == "memory_limit" and kind in ("operator", "store"):
+        v = _limit(value)
+        if kind == "operator":
+            if not hasattr(obj, "knobs"):
+                obj.knobs = {}
+            obj.knobs["memory_limit"] = v
+        else:
+            obj.memory_limit = v
+        return
+    if kind == "operator" and obj.kind == "join" and knob == "probe_orders":
+        n = obj.n
+        ok = (isinstance(value, list) and len(value) == n and all(
+            isinstance(o, list) and sorted(o) == [j for j in range(n) if j != i] for i, o in enumerate(value)))
+        if not ok:
+            raise KnobError(f"probe_orders must list, for each of the {n} inputs, a permutation of the others")
+        obj.probe_orders = [list(o) for o in value]  # results do not depend on it (join.py docstring)
+        return
+    if kind == "operator" and obj.kind == "select" and knob == "conjunct_order":
+        n = len(obj.conjuncts)
+        if not (isinstance(value, list) and sorted(value) == list(range(n))):
+            raise KnobError(f"conjunct_order must be a permutation of 0..{n - 1}")
+        obj.conjuncts = [obj.conjuncts[i] for i in value]
+        return
+    raise KnobError(f"no knob '{knob}' on {kind} {getattr(obj, 'eid', '')}")
+
+
+def _op_weights(d) -> dict:
+    """id(operator) → the largest weight of the queries using it."""
+    out = {}
+    for pn in d.plan.nodes.values():
+        ws = [d.queries[u].weight for u in pn.users if u in d.queries]
+        if pn.op is not None and ws:
+            out[id(pn.op)] = max(ws)
+    return out
+
+
+# ---------------------------------------------------------------- attribution
+def attribution(d) -> dict:
+    """Each query's share of memory (bytes) and CPU (seconds): an entity's cost is split equally
+    among the queries using it (IEEE DE Bulletin §4.2)."""
+    out = {qid: {"memory_bytes": 0.0, "cpu_seconds": 0.0} for qid in d.queries}
+    for eid, (kind, obj, pn, users) in _plan_entities(d).items():
+        users = [u for u in users if u in out]
+        if not users:
+            continue
+        if kind == "operator":
+            mem, cpu = obj.state_bytes(), obj.counters.seconds
+        elif kind == "queue":
+            mem, cpu = obj.nbytes(), 0.0
+        else:
+            mem, cpu = obj.nbytes(), 0.0
+        for u in users:
+            out[u]["memory_bytes"] += mem / len(users)
+            out[u]["cpu_seconds"] += cpu / len(users)
+    return out
+
+
+# ---------------------------------------------------------------- explain and peek
+def explain_plan(d, fmt: str = "text"):
+    ents = _plan_entities(d)
+    if fmt == "json":
+        nodes = [t for t in tables(d) if t["kind"] in ("operator", "store", "source", "query")]
+        edges = []
+        for eid, (kind, q, pn, users) in ents.items():
+            if kind != "queue":
+                continue
+            src = pn.op.eid if pn.op is not None else f"src:{q.name}"
+            for op in d.plan.operators:
+                if any(r.q is q for r in op.readers):
+                    edges.append({"queue": eid, "from": src, "to": op.eid, "queries": users})
+            for h in d.queries.values():
+                if h.pnode is pn:
+                    edges.append({"queue": eid, "from": src, "to": f"query:{h.id}", "queries": [h.id]})
+            for st in d.plan.stores.values():
+                if st.queue is q:
+                    edges.append({"queue": eid, "from": src, "to": st.eid, "queries": users})
+        return {"nodes": nodes, "edges": edges}
+    if fmt != "text":
+        raise ValueError("fmt is 'text' or 'json'")
+    lines = [f"Global plan: {len(d.queries)} queries, {len(d.plan.operators)} operators, "
+             f"{len(d.plan.nodes)} queues, {sum(1 for e in ents.values() if e[0] == 'store')} stores"]
+    for op in d.plan.operators:
+        pn = ents[op.eid][2]
+        ins = ", ".join(q.eid + (f" ({q.name})" if q.name and ents.get(q.eid, (0, 0, None))[2] is not None
+                                 and ents[q.eid][2].op is None else "") for q in op.inputs)
+        users = ents[op.eid][3]
+        lines.append(f"  {op.eid:<7} {op.kind:<12} {node_label(op.node)}")
+        lines.append(f"          in: {ins}  out: {op.output.eid}  queries: {users}  "
+                     f"tuples {op.counters.tuples_in}→{op.counters.tuples_out}  state {op.state_bytes()} B"
+                     + (f"  [{pn.note}]" if pn is not None and pn.note else ""))
+    for eid, (kind, st, pn, users) in ents.items():
+        if kind == "store":
+            lines.append(f"  {eid:<7} {st.kind:<12} on {st.queue.eid}: {len(st)} rows, {st.nbytes()} B, "
+                         f"queries: {users}")
+    for h in d.queries.values():
+        cf = h.completeness()
+        state = "active" if h.active else "inactive"
+        lines.append(f"  query:{h.id} ({state}, weight {h.weight:g}) → "
+                     f"{h.pnode.queue.eid if h.pnode else '-'}"
+                     + (f"  complete from {cf['complete_from']}" if cf["complete_from"] is not None else "")
+                     + ("" if cf["complete"] else "  (started late: results reflect data since registration)"))
+    return "\n".join(lines)
+
+
+def peek(d, eid: str, n: int = 20) -> dict:
+    """Recent tuples entering a queue, or a store's / window's current contents (for the UI)."""
+    from engine.operators.window import WindowOp, contents
+
+    n = max(0, min(int(n), 1000))
+    ents = _plan_entities(d)
+    if eid.startswith("src:"):
+        inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
+        if inp is None:
+            raise KeyError(f"no entity '{eid}'")
+        eid = inp.queue.eid
+    e = ents.get(eid)
+    if e is None:
+        raise KeyError(f"no entity '{eid}'")
+    kind, obj, pn, users = e
+    if kind == "queue":
+        b = obj.recent_rows(n)
+        what = "recent tuples entering the queue"
+    elif kind == "store":
+        b = obj.alive_at(obj.through) if obj.through is not None else None
+        what = "current contents"
+    elif isinstance(obj, WindowOp):
+        b = contents(obj)
+        what = "window contents"
+    else:
+        b = obj.output.recent_rows(n)
+        what = "recent tuples leaving the operator"
+    if b is None:
+        return {"id": eid, "what": what, "tuples": []}
+    b = b.slice(max(len(b) - n, 0), len(b))
+    return {"id": eid, "what": what,
+            "tuples": [{"ts": t, "sign": s, "row": list(r)} for t, s, r in b.elements()]}
+
+
+__all__ = ["INF", "attribution", "explain_plan", "peek", "set_knob", "table", "tables"]

@@ -1,0 +1,126 @@
+"""The catalog and plans on disk (CIDR §6.2): `plan.json` under the data directory, a JSON file
+meant to be read and edited by people (STREAM used XML), restored at start-up.
+
+    {"format": "cqlstream-plan", "version": 1,
+     "engine": {"share": true, "scheduler": "round-robin", "budget": null},
+     "catalog": ["REGISTER STREAM S (A INTEGER, B INTEGER)", "REGISTER VIEW V AS ..."],
+     "queries": [{"id": 1, "name": null, "cql": "select ...", "active": true, "weight": 1.0, "share": true}],
+     "knobs": [{"entity": "src:S", "knob": "sampling_rate", "value": 0.5},
+               {"operator": "<the operator's subplan, as EXPLAIN prints it>", "knob": "probe_orders", "value": [[1], [0]]}]}
+
+Queries come back with the same ids; `share: false` gives a query its own operators (explicit
+sharing decisions written offline are honoured); knobs set at run time are written back.
+Operator knobs are keyed by the operator's subplan, which stays the same across restarts even
+when operator numbers do not.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from cql.errors import CqlError
+from cql.logical.explain import explain_plan
+
+FORMAT, VERSION = "cqlstream-plan", 1
+
+
+class PlanFileError(ValueError):
+    """plan.json is malformed; the message names the file and the entry."""
+
+
+def _op_key(op) -> str:
+    return f"{op.kind}: {explain_plan(op.node)}"
+
+
+class PlanFile:
+    def __init__(self, data_dir):
+        self.dir = Path(data_dir)
+        self.path = self.dir / "plan.json"
+        self.restoring = False
+
+    # ------------------------------------------------------------ writing
+    def document(self, d) -> dict:
+        ops = {op.eid: op for op in d.plan.operators}
+        knobs = []
+        for eid, kv in d.knobs.items():
+            for knob, value in kv.items():
+                if eid in ops:
+                    knobs.append({"operator": _op_key(ops[eid]), "knob": knob, "value": value})
+                elif eid.split(":")[0] in ("src", "engine") or eid == "engine":
+                    if eid != "engine":
+                        knobs.append({"entity": eid, "knob": knob, "value": value})
+        s = d.scheduler
+        return {"format": FORMAT, "version": VERSION,
+                "engine": {"share": d.share, "scheduler": s.name, "budget": getattr(s, "budget", None)},
+                "catalog": list(d.ddl.values()),
+                "queries": [{"id": h.id, "name": h.name, "cql": h.text, "active": h.active, "weight": h.weight,
+                             "share": h.share} for h in sorted(d.queries.values(), key=lambda h: h.id)],
+                "knobs": knobs}
+
+    def save(self, d) -> None:
+        """Write atomically (a crash leaves the old or the new file, never half of one)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.document(d), f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    # ------------------------------------------------------------ reading
+    def restore(self, d) -> None:
+        if not self.path.exists():
+            return
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise PlanFileError(f"{self.path}: not readable JSON: {e}") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise PlanFileError(f"{self.path}: not a {FORMAT} file (\"format\" must be \"{FORMAT}\")")
+        self.restoring = True
+        try:
+            self._apply(d, doc)
+        finally:
+            self.restoring = False
+
+    def _apply(self, d, doc: dict) -> None:
+        from engine import control
+
+        where = str(self.path)
+        eng = doc.get("engine") or {}
+        if "share" in eng:
+            d.share = bool(eng["share"])
+        for knob in ("scheduler", "budget"):
+            if eng.get(knob) is not None:
+                self._knob(d, "engine", knob, eng[knob], f"{where}: engine.{knob}")
+        for i, stmt in enumerate(doc.get("catalog") or []):
+            try:
+                d.execute(stmt)
+            except CqlError as e:
+                raise PlanFileError(f"{where}: catalog[{i}]: {e}") from None
+        for i, q in enumerate(doc.get("queries") or []):
+            try:
+                d.register_query(q["cql"], name=q.get("name"), active=bool(q.get("active", True)),
+                                 weight=float(q.get("weight", 1.0)), share=q.get("share"), query_id=int(q["id"]))
+            except CqlError as e:
+                raise PlanFileError(f"{where}: queries[{i}] (id {q.get('id')}): {e}") from None
+            except (KeyError, TypeError, ValueError) as e:
+                raise PlanFileError(f"{where}: queries[{i}]: {e}") from None
+        ops = {_op_key(op): op.eid for op in d.plan.operators}
+        for i, k in enumerate(doc.get("knobs") or []):
+            eid = k.get("entity") or ops.get(k.get("operator", ""))
+            if eid is None:
+                raise PlanFileError(f"{where}: knobs[{i}]: no operator {k.get('operator')!r} in the restored plan")
+            self._knob(d, eid, k.get("knob"), k.get("value"), f"{where}: knobs[{i}]")
+        _ = control
+
+    @staticmethod
+    def _knob(d, eid, knob, value, where) -> None:
+        from engine import control
+
+        try:
+            control.set_knob(d, eid, knob, value)
+        except (KeyError, ValueError) as e:
+            raise PlanFileError(f"{where}: {e}") from None
