@@ -8,7 +8,6 @@ Input is accepted or rejected whole, with the offending row named.
 """
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field, fields, is_dataclass
 
@@ -138,7 +137,7 @@ class Dsms:
         self.queries: dict[int, QueryHandle] = {}
         self.ddl: dict[str, str] = {}  # source/view name (lower) → its register statement, for persistence
         self.knobs: dict[str, dict] = {}  # entity id → knob values set through set_knob (persisted)
-        self._next_query = itertools.count(1)
+        self._next_id = 1  # query ids are never reused (persisted)
         self.scheduler = scheduler or RoundRobin()
         self.ended = False
         self.sys = None
@@ -257,18 +256,31 @@ class Dsms:
         except CqlError as e:
             raise (e.with_text(query) if isinstance(query, str) else e) from None
         if query_id is None:
-            query_id = next(self._next_query)
+            query_id = self._next_id
+            self._next_id += 1
         else:
-            self._next_query = itertools.count(max(query_id + 1, next(self._next_query)))
+            self.reserve_query_ids(query_id + 1)
         if query_id in self.queries:
             raise ValueError(f"query id {query_id} is taken")
         h = QueryHandle(query_id, text, compiled, None, name, active, float(weight),
                         self.share if share is None else bool(share), ast=tree)
         self.queries[h.id] = h
         if active:
-            self._attach(h)
+            try:
+                self._attach(h)
+            except BaseException:
+                del self.queries[h.id]
+                self.plan.release(h.id)
+                raise
         self._save()
         return h
+
+    def peek_next_query_id(self) -> int:
+        return self._next_id
+
+    def reserve_query_ids(self, below: int) -> None:
+        """Make sure new queries get ids ≥ `below`."""
+        self._next_id = max(self._next_id, int(below))
 
     def _physical_plan(self, h: QueryHandle):
         """The logical plan the engine runs for h: with sharing, selections sit above windows."""

@@ -4,6 +4,7 @@ meant to be read and edited by people (STREAM used XML), restored at start-up.
     {"format": "cqlstream-plan", "version": 1,
      "engine": {"share": true, "scheduler": "round-robin", "budget": null},
      "catalog": ["REGISTER STREAM S (A INTEGER, B INTEGER)", "REGISTER VIEW V AS ..."],
+     "next_query_id": 2,
      "queries": [{"id": 1, "name": null, "cql": "select ...", "active": true, "weight": 1.0, "share": true}],
      "knobs": [{"entity": "src:S", "knob": "sampling_rate", "value": 0.5},
                {"operator": "<the operator's subplan, as EXPLAIN prints it>", "knob": "probe_orders", "value": [[1], [0]]}]}
@@ -53,6 +54,7 @@ class PlanFile:
         s = d.scheduler
         return {"format": FORMAT, "version": VERSION,
                 "engine": {"share": d.share, "scheduler": s.name, "budget": getattr(s, "budget", None)},
+                "next_query_id": d.peek_next_query_id(),
                 "catalog": list(d.ddl.values()),
                 "queries": [{"id": h.id, "name": h.name, "cql": h.text, "active": h.active, "weight": h.weight,
                              "share": h.share} for h in sorted(d.queries.values(), key=lambda h: h.id)],
@@ -108,6 +110,8 @@ class PlanFile:
                 raise PlanFileError(f"{where}: queries[{i}] (id {q.get('id')}): {e}") from None
             except (KeyError, TypeError, ValueError) as e:
                 raise PlanFileError(f"{where}: queries[{i}]: {e}") from None
+        if isinstance(doc.get("next_query_id"), int):
+            d.reserve_query_ids(doc["next_query_id"])
         ops = {_op_key(op): op.eid for op in d.plan.operators}
         for i, k in enumerate(doc.get("knobs") or []):
             eid = k.get("entity") or ops.get(k.get("operator", ""))

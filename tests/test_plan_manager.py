@@ -1,0 +1,449 @@
+"""The plan manager (#5): one shared global plan; queries merge in and leave while data flows.
+
+Checked through the control tables (what a user of the API sees), and against each query run
+alone and the reference evaluator.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.dsms import Dsms
+from engine.errors import InUseError, KnobError
+from tests.engine_harness import _merge_events, run_engine
+from tests.plan_harness import Results, feed, from_instant, reference, run_all, states_from
+from tests.strategies import relation_events, stream_events
+
+DDL = "register stream S (A int, B int); register stream T (A int, B int); register relation R (A int, B int)"
+
+
+def _data(n=300, seed=1, streams=("S", "T")):
+    rng = random.Random(seed)
+    return {s: [(i // 3, (rng.randrange(10), rng.randrange(5))) for i in range(n)] for s in streams}
+
+
+def _ops(d, kind):
+    return [t for t in d.control_tables() if t["kind"] == "operator" and t["type"] == kind]
+
+
+# ------------------------------------------------------------------ sharing, as the issue asks
+def test_100_filter_variants_hold_one_window_store():
+    queries = [f"select * from S [Range 60] where A = {k % 10} and B <> {k // 10}" for k in range(100)]
+    data = _data(600, streams=("S",))
+    results, d = run_all("register stream S (A int, B int)", queries, data, step=97)
+    windows = _ops(d, "seq-window")
+    assert len(windows) == 1, [w["name"] for w in windows]
+    assert windows[0]["queries"] == list(range(1, 101))
+    assert windows[0]["counters"]["tuples_in"] == 600  # the stream was windowed once, not 100 times
+    for i in (0, 37, 99):  # shared results == the same query alone == the reference
+        alone, _ = run_engine("register stream S (A int, B int)", queries[i], data, chunk=97)
+        assert results[i] == alone == reference("register stream S (A int, B int)", queries[i], data)
+
+
+def test_50_queries_with_a_common_join_run_one_join():
+    join = "from S [Range 10], T [Range 10] where S.A = T.A"
+    queries = [f"select S.A, T.B + {k} {join}" for k in range(25)]
+    queries += [f"select S.A, Count(*) {join} group by S.A having Count(*) > {k}" for k in range(25)]
+    data = _data(240)
+    results, d = run_all(DDL, queries, data, step=41)
+    joins = _ops(d, "join")
+    assert len(joins) == 1
+    assert len(joins[0]["queries"]) == 50
+    for i in (0, 24, 25, 49):
+        assert results[i] == reference(DDL, queries[i], data), queries[i]
+
+
+def test_equal_predicates_up_to_order_and_commutativity_share():
+    d = Dsms()
+    d.execute(DDL)
+    d.register_query("select * from S where A > 1 and B = 2")
+    d.register_query("select * from S where 2 = B and 1 < A")
+    d.register_query("Istream(select S.A from S [Now], T [Now] where S.A = T.A)")
+    d.register_query("Istream(select S.A from S [Now], T [Now] where T.A = S.A)")
+    assert len(_ops(d, "select")) == 1
+    assert len(_ops(d, "join")) == 1
+
+
+def test_register_deregister_1000_queries_leaves_no_orphans():
+    rng = random.Random(7)
+    templates = ["select * from S [Range {k}] where A = {c}", "select B, Count(*) from S [Range {k}] group by B",
+                 "Istream(select S.A, T.B from S [Range {k}], T [Range 3] where S.A = T.A)",
+                 "select * from S [Rows {k}]", "select A from S where B > {c}", "select distinct A from S [Range {k}]",
+                 "select R.B from R, S [Now] where R.A = S.A"]
+    d = Dsms()
+    d.execute(DDL)
+    live: list[int] = []
+    t = 0
+    for step in range(1000):
+        if live and (rng.random() < 0.45 or len(live) > 60):
+            d.deregister(live.pop(rng.randrange(len(live))))
+        else:
+            q = rng.choice(templates).format(k=rng.randint(1, 4), c=rng.randint(0, 3))
+            h = d.register_query(q)
+            live.append(h.id)
+            if rng.random() < 0.3:
+                d.subscribe(h.id)
+        if step % 25 == 0:  # data flows all along
+            t += 1
+            d.push("S", [(rng.randrange(4), rng.randrange(4)) for _ in range(3)], ts=[t] * 3)
+            d.push("T", [(rng.randrange(4), rng.randrange(4))], ts=[t])
+            d.push("R", [(rng.randrange(4), t)], ts=[t])
+            d.run()
+        if step % 100 == 0:
+            _check_no_orphans(d, set(live))
+    for qid in list(live):
+        d.deregister(qid)
+    _check_no_orphans(d, set())
+    assert d.plan.operators == [] and d.plan.stores == {}
+    assert all(pn.op is None for pn in d.plan.nodes.values())  # only the sources are left
+    for pn in d.plan.nodes.values():
+        assert pn.queue.readers == [] and pn.queue.batches == []
+    engine = d.control_table("engine")["counters"]
+    assert engine["operators"] == 0 and engine["stores"] == 0 and engine["queries"] == 0
+
+
+def _check_no_orphans(d, live):
+    ops = set(map(id, d.plan.operators))
+    for pn in d.plan.nodes.values():
+        assert pn.users <= live | {"catalog"}, (pn.key, pn.users)
+        assert pn.users, pn.key
+        if pn.op is not None:
+            assert id(pn.op) in ops
+    assert len(ops) == sum(pn.op is not None for pn in d.plan.nodes.values())
+    # every reader of every queue belongs to a live operator, store or subscription
+    consumers = {id(r) for op in d.plan.operators for r in op.readers}
+    consumers |= {id(st.reader) for st in d.plan.stores.values()}
+    consumers |= {id(pn.store.reader) for pn in d.plan.nodes.values() if pn.store is not None}
+    consumers |= {id(s.reader) for h in d.queries.values() for s in h.subscriptions if s.reader is not None}
+    for pn in d.plan.nodes.values():
+        for r in pn.queue.readers:
+            assert id(r) in consumers, f"orphan reader on {pn.queue.eid}"
+    for h in d.queries.values():
+        assert h.pnode is None or h.pnode.key in d.plan.nodes
+
+
+POOL = [
+    "select * from S [Range 3] where A = 1",
+    "select * from S [Range 3] where B = 0",
+    "select A, Count(*) from S [Range 3] group by A",
+    "select Sum(B) from S [Range 3]",
+    "Istream(select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A)",
+    "select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A",
+    "Rstream(select distinct A from S [Rows 2])",
+    "select R.B, S.B from R, S [Range 1] where R.A = S.A",
+    "select * from S [Rows 3]",
+    "Dstream(select * from S [Range 2] where A <> 2)",
+]
+small3 = st.integers(0, 2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(s=stream_events(first=small3), t=stream_events(first=small3), r=relation_events(first=small3),
+       picks=st.lists(st.integers(0, len(POOL) - 1), min_size=2, max_size=6), step=st.sampled_from([1, 5, None]))
+def test_shared_results_equal_each_query_alone(s, t, r, picks, step):
+    queries = [POOL[i] for i in picks]
+    inputs = {"S": s, "T": t, "R": r}
+    results, _ = run_all(DDL, queries, inputs, step=step)
+    for i, q in enumerate(queries):
+        assert results[i] == reference(DDL, q, inputs), q
+
+
+# ------------------------------------------------------------------ late registration
+LATE = [  # (running queries, late query)
+    (["select * from S [Range 6]"], "select * from S [Range 4] where A = 1"),  # smaller sibling window
+    (["select * from S [Range 4]"], "select A, Count(*) from S [Range 4] group by A"),  # snapshot of the window
+    (["select * from S [Range 4]", "select * from T [Range 3]"],
+     "Istream(select S.A, T.B from S [Range 4], T [Range 3] where S.A = T.A)"),
+    (["select B, Sum(A) from S [Range 5] group by B"], "select B, Sum(A) from S [Range 5] group by B"),  # identical
+    (["select * from R"], "select A, Count(*) from R group by A"),  # relation source snapshot
+    (["select * from S [Rows 5]"], "select * from S [Rows 3]"),  # Rows sibling
+    (["select * from S [Range 5]", "select * from R"], "select R.B, S.B from R, S [Range 2] where R.A = S.A"),
+    ([], "select * from S [Range 3]"),  # no sibling: complete once the window has filled
+]
+
+
+@pytest.mark.parametrize("running,late", LATE, ids=[q for _, q in LATE])
+@settings(max_examples=15, deadline=None)
+@given(s=stream_events(n=14, first=small3), t=stream_events(n=10, first=small3),
+       r=relation_events(n=8, first=small3), cut=st.integers(1, 20))
+def test_late_query_exact_from_its_complete_from(running, late, s, t, r, cut):
+    inputs = {"S": s, "T": t, "R": r}
+    events = _merge_events(inputs)
+    d = Dsms()
+    d.execute(DDL)
+    for q in running:
+        d.subscribe(d.register_query(q).id)
+    res = Results(d)
+    box = {}
+
+    def after(n):
+        if n == cut - 1:
+            h = d.register_query(late)
+            box["h"] = h
+            res.watch(h.id, snapshot=True)  # the current relation, then the deltas
+        res.poll()
+
+    feed(d, events, 1, after=after)
+    if "h" not in box:
+        return  # fewer events than the cut: nothing registered late
+    d.end()
+    res.poll()
+    h = box["h"]
+    got, want = res.of(h.id), reference(DDL, late, inputs)
+    info = h.completeness()
+    assert info["complete"], "these late queries can all start from shared state"
+    last = max(list(want) + list(got) + [0])
+    cf = info["complete_from"]
+    if cf is None:
+        assert got == want
+    elif h.kind == "relation":
+        assert states_from(got, cf, last) == states_from(want, cf, last)
+    else:
+        assert from_instant(got, cf) == from_instant(want, cf)
+
+
+def test_late_unbounded_window_says_it_is_incomplete():
+    d = Dsms()
+    d.execute(DDL)
+    d.push("S", [(1, 1)], ts=[1])
+    d.run()
+    h = d.register_query("select Count(*) from S [Rows 10]")
+    assert h.completeness() == {"complete_from": None, "complete": False}
+    assert "started late" in d.explain_plan()
+
+
+def test_late_range_window_reports_when_its_window_has_filled():
+    d = Dsms()
+    d.execute(DDL)
+    d.push("S", [(1, 1), (2, 2)], ts=[5, 9])
+    d.run()
+    h = d.register_query("select * from S [Range 4]")
+    # the new window misses the elements up to ts 9; an element at ts ≥ 10 is in the window for 5
+    # instants (Range 4 holds (t−5, t]), so from instant 10 + 4 on the window is exact
+    assert h.completeness() == {"complete_from": 14, "complete": True}
+
+
+# ------------------------------------------------------------------ freeing, activity, weights
+def test_deregister_frees_what_no_other_query_uses():
+    d = Dsms()
+    d.execute(DDL)
+    keep = d.register_query("select B, Sum(A) from S [Range 5] group by B")
+    others = [d.register_query(f"select * from S [Range {k}] where A = 1") for k in range(1, 8)]
+    others.append(d.register_query("Istream(select S.A from S [Rows 4], T [Rows 4] where S.A = T.A)"))
+    data = _data(200)
+    feed(d, _merge_events(data), 50)
+    before = d.control_table("engine")["counters"]
+    mem_before = sum(t["counters"]["state_bytes"] for t in _ops_all(d))
+    for h in others:
+        d.deregister(h.id)
+    after = d.control_table("engine")["counters"]
+    alone = Dsms()
+    alone.execute(DDL)
+    alone.register_query("select B, Sum(A) from S [Range 5] group by B")
+    feed(alone, _merge_events(data), 50)
+    assert after["operators"] == alone.control_table("engine")["counters"]["operators"] < before["operators"]
+    assert after["stores"] == 0 < before["stores"]
+    mem_after = sum(t["counters"]["state_bytes"] for t in _ops_all(d))
+    assert mem_after == sum(t["counters"]["state_bytes"] for t in _ops_all(alone)) < mem_before
+    assert d.attribution()[keep.id]["memory_bytes"] == pytest.approx(alone.attribution()[1]["memory_bytes"])
+
+
+def _ops_all(d):
+    return [t for t in d.control_tables() if t["kind"] == "operator"]
+
+
+def test_inactive_query_produces_nothing_and_holds_no_operators():
+    d = Dsms()
+    d.execute(DDL)
+    a = d.register_query("select A, Count(*) from S [Range 3] group by A")
+    b = d.register_query("select * from S [Range 3] where B = 1")
+    sub = d.subscribe(a.id)
+    d.push("S", [(1, 1), (2, 1)], ts=[1, 2])
+    d.run()
+    n_ops = len(d.plan.operators)
+    d.set_knob(f"query:{a.id}", "active", False)
+    assert sub.closed and sub.reason == "query deactivated"
+    assert len(d.plan.operators) < n_ops  # the aggregate is gone; the shared window stays for b
+    assert _ops(d, "seq-window")[0]["queries"] == [b.id]
+    assert d.control_table(f"query:{a.id}")["knobs"]["active"] is False
+    assert d.subscribe(a.id).poll().rows() == []
+    d.push("S", [(1, 0)], ts=[4])
+    d.run()
+    h = d.set_active(a.id, True)
+    assert h.completeness() == {"complete_from": 3, "complete": True}  # from the shared window's contents
+    sub2 = d.subscribe(a.id, snapshot=True)
+    d.push("S", [(2, 0), (0, 0)], ts=[5, 6])
+    d.run()
+    got = sub2.poll().elements()
+    # the window holds A=1 (ts 1), A=2 (ts 2) at 3; A=1 (ts 4) enters at 4 while ts 1 stays (Range 3
+    # holds (t−4, t]); at 5 ts 1 leaves and A=2 (ts 5) enters
+    state = {}
+    for t, s, row in got:
+        state.setdefault(t, {})
+    net = {}
+    for t, s, row in got:
+        net[row] = net.get(row, 0) + s
+        state[t] = {r for r, c in net.items() if c}
+    assert state[3] == {(1, 1), (2, 1)}
+    assert state[4] == {(1, 2), (2, 1)}
+    assert state[5] == {(1, 1), (2, 2)}
+
+
+def test_weights_and_scheduler_knobs_do_not_change_results():
+    data = _data(300)
+    q = "Istream(select S.A, T.B from S [Rows 5], T [Rows 5] where S.A = T.A)"
+    want = reference(DDL, q, data)
+    d = Dsms()
+    d.execute(DDL)
+    h = d.register_query(q)
+    d.set_knob("engine", "scheduler", "weighted")
+    d.set_knob("engine", "budget", 7)
+    d.set_weight(h.id, 3.5)
+    res = Results(d)
+    res.watch(h.id)
+    feed(d, _merge_events(data), 13, after=lambda n: res.poll())
+    d.end()
+    res.poll()
+    assert res.of(h.id) == want
+    assert d.control_table("engine")["knobs"] == {"scheduler": "weighted", "budget": 7, "share": True}
+    with pytest.raises(KnobError):
+        d.set_knob("engine", "scheduler", "fastest")
+    with pytest.raises(KnobError):
+        d.set_weight(h.id, 0)
+
+
+# ------------------------------------------------------------------ control tables
+def test_join_probe_order_changes_at_run_time_without_changing_results():
+    ddl = DDL + "; register stream U (A int, B int)"
+    q = "Istream(select S.B, T.B, U.B from S [Range 3], T [Range 3], U [Range 3] where S.A = T.A and T.A = U.A)"
+    data = _data(240, streams=("S", "T", "U"))
+    want = reference(ddl, q, data)
+    d = Dsms()
+    d.execute(ddl)
+    h = d.register_query(q)
+    res = Results(d)
+    res.watch(h.id)
+    (join,) = _ops(d, "join")
+    orders = [[[1, 2], [2, 0], [0, 1]], [[2, 1], [0, 2], [1, 0]]]
+    feed(d, _merge_events(data), 20, after=lambda n: (d.set_knob(join["id"], "probe_orders", orders[n % 2]),
+                                                      res.poll()))
+    d.end()
+    res.poll()
+    assert res.of(h.id) == want
+    with pytest.raises(KnobError):
+        d.set_knob(join["id"], "probe_orders", [[1, 1], [0, 2], [0, 1]])
+    with pytest.raises(KnobError):
+        d.set_knob(join["id"], "sampling_rate", 0.5)
+    with pytest.raises(KeyError):
+        d.control_table("op:999")
+
+
+def test_control_tables_count_and_limit():
+    d = Dsms()
+    d.execute(DDL)
+    h = d.register_query("select * from S [Range 10] where A = 1")
+    d.push("S", [(1, 0), (2, 0), (1, 1)], ts=[1, 1, 2])
+    d.heartbeat("S", 3)
+    d.run()
+    (w,) = _ops(d, "seq-window")
+    (f,) = _ops(d, "select")
+    assert w["counters"]["tuples_in"] == 3 and f["counters"]["tuples_in"] == 3
+    assert f["counters"]["tuples_out"] == 2 and f["counters"]["selectivity"] == pytest.approx(2 / 3)
+    assert w["counters"]["state_bytes"] > 0
+    t = d.set_knob(w["id"], "memory_limit", 1)
+    assert t["knobs"]["memory_limit"] == 1 and t["counters"]["over_memory_limit"] is True
+    with pytest.raises(KnobError):
+        d.set_knob(w["id"], "memory_limit", -5)
+    src = d.control_table("src:S")
+    assert src["counters"]["accepted"] == 3 and src["queries"] == [h.id]
+    q = d.control_table(f"query:{h.id}")
+    assert q["knobs"] == {"active": True, "weight": 1.0, "share": True}
+    assert q["counters"]["memory_bytes"] > 0
+
+
+def test_sampling_rate_sheds_load_at_a_source():
+    d = Dsms()
+    d.execute(DDL)
+    h = d.register_query("select * from S")
+    sub = d.subscribe(h.id)
+    d.set_knob("src:S", "sampling_rate", 0.5)
+    assert d.push("S", [(i, 0) for i in range(1000)], ts=[1] * 1000) == 1000
+    d.push("S", [(0, 0)], ts=[2])
+    d.run()
+    kept = len(sub.poll())
+    shed = d.control_table("src:S")["counters"]["shed"]
+    assert kept + shed == 1000 and 400 < kept < 600
+    with pytest.raises(KnobError):
+        d.set_knob("src:R", "sampling_rate", 0.5)  # shedding a relation would lose deletes
+
+
+def test_explain_plan_text_and_graph():
+    d = Dsms()
+    d.execute(DDL)
+    d.register_query("select * from S [Range 5] where A = 1")
+    d.register_query("select A, Count(*) from S [Range 5] group by A")
+    text = d.explain_plan()
+    assert text.startswith("Global plan: 2 queries, 4 operators")
+    assert "seq-window" in text and "queries: [1, 2]" in text
+    g = d.explain_plan("json")
+    ids = {n["id"] for n in g["nodes"]}
+    assert {"query:1", "query:2", "src:S"} <= ids
+    for e in g["edges"]:
+        assert e["from"] in ids and e["to"] in ids
+    window = next(n for n in g["nodes"] if n.get("type") == "seq-window")
+    assert sum(e["from"] == window["id"] for e in g["edges"]) == 2  # read by the filter and the aggregate
+
+
+def test_peek_queue_and_window():
+    d = Dsms()
+    d.execute(DDL)
+    d.register_query("select * from S [Range 5]")
+    d.push("S", [(i, i) for i in range(50)], ts=list(range(50)))
+    d.run()
+    (w,) = _ops(d, "seq-window")
+    p = d.peek(w["id"], 3)
+    assert p["what"] == "window contents" and [t["row"] for t in p["tuples"]] == [[46, 46], [47, 47], [48, 48]]
+    q = d.peek("src:S", 2)
+    assert [t["row"] for t in q["tuples"]] == [[48, 48], [49, 49]]
+    with pytest.raises(KeyError):
+        d.peek("q:999")
+
+
+def test_drop_source_refused_while_used():
+    d = Dsms()
+    d.execute(DDL + "; register view V as select * from T [Range 2]")
+    h = d.register_query("select * from S")
+    with pytest.raises(InUseError, match="query 1"):
+        d.drop_source("S")
+    with pytest.raises(InUseError, match="view V"):
+        d.drop_source("T")
+    d.deregister(h.id)
+    d.drop_source("S")
+    assert d.catalog.get("S") is None
+    d.drop_view("V")
+    d.drop_source("T")
+    with pytest.raises(KeyError):
+        d.drop_source("nope")
+
+
+# ------------------------------------------------------------------ SysStream
+def test_sysstream_is_queryable_with_cql():
+    now = [1000.0]
+    d = Dsms(clock=lambda: now[0])
+    d.execute(DDL)
+    d.register_query("select * from S")
+    h = d.register_query("select entity, value from SysStream [Now] where metric = 'accepted'")
+    sub = d.subscribe(h.id)
+    for k in range(3):
+        d.push("S", [(k, 0)] * 10, ts=[k] * 10)
+        now[0] += 1.0
+        d.tick()
+        d.run()
+    rows = [e for e in sub.poll().elements() if e[1] == 1 and e[2][0] == "src:S"]
+    assert [r[2][1] for r in rows] == [10.0, 20.0]  # published at each tick; the last is not final yet
+    assert d.control_table("engine")["counters"]["sys_rows"] > 0
+    with pytest.raises(Exception):
+        d.push("SysStream", [("x", "y", 1.0)], ts=[1])
