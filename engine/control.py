@@ -27,7 +27,7 @@ def _plan_entities(d):
             out[pn.op.eid] = ("operator", pn.op, pn, users)
         if pn.store is not None:
             out[pn.store.eid] = ("store", pn.store, pn, users)
-    for st in d.plan.stores.values():
+    for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()):
         users = sorted({u for op in st.users for pn in d.plan.nodes.values() if pn.op is op for u in _queries(pn.users)})
         out[st.eid] = ("store", st, None, users)
     return out
@@ -64,7 +64,8 @@ def _queue_table(q, pn, users):
 def _store_table(st, pn, users):
     return {"kind": "store", "name": st.kind, "queue": st.queue.eid,
             "counters": {"rows": len(st), "bytes": st.nbytes(), "users": len(st.users) + (pn is not None),
-                         "through": st.through},
+                         "through": st.through, "over_memory_limit": bool(
+                             getattr(st, "memory_limit", None) is not None and st.nbytes() > st.memory_limit)},
             "knobs": {"memory_limit": getattr(st, "memory_limit", None)}, "queries": users}
 
 
@@ -101,10 +102,19 @@ def _engine_table(d):
     s = d.scheduler
     return {"kind": "engine", "name": "engine",
             "counters": {"operators": len(d.plan.operators), "queues": len(d.plan.nodes),
-                         "stores": len(d.plan.stores) + sum(pn.store is not None for pn in d.plan.nodes.values()),
-                         "queries": len(d.queries), "sys_rows": d.sys.published if d.sys else 0},
+                         "stores": len(d.plan.stores) + len(d.plan.window_stores)
+                         + sum(pn.store is not None for pn in d.plan.nodes.values()),
+                         "queries": len(d.queries), "sys_rows": d.sys.published if d.sys else 0,
+                         "state_bytes": _state_bytes(d)},
             "knobs": {"scheduler": s.name, "budget": getattr(s, "budget", None), "share": d.share},
             "queries": sorted(d.queries)}
+
+
+def _state_bytes(d) -> int:
+    """Operator state plus every store: the engine's memory for windows, joins, aggregates."""
+    n = sum(op.state_bytes() for op in d.plan.operators)
+    n += sum(st.nbytes() for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()))
+    return n + sum(pn.store.nbytes() for pn in d.plan.nodes.values() if pn.store is not None)
 
 
 def tables(d) -> list[dict]:
@@ -362,7 +372,8 @@ def peek(d, eid: str, n: int = 20) -> dict:
         b = obj.recent_rows(n)
         what = "recent tuples entering the queue"
     elif kind == "store":
-        b = obj.alive_at(obj.through) if obj.through is not None else None
+        b = getattr(obj, "buf", None) if not hasattr(obj, "alive_at") else (
+            obj.alive_at(obj.through) if obj.through is not None else None)
         what = "current contents"
     elif isinstance(obj, WindowOp):
         b = contents(obj)

@@ -5,7 +5,7 @@ Equal logical subplans hash equal (after `engine.sharing.share_key` normalizes p
 memo dict makes every query share the operators of the subplans it has in common with the queries
 already running. Each physical node counts the queries using it; releasing a query frees the
 nodes no other query uses. A query registered while data flows attaches to running queues with a
-snapshot of their relation (or, for a window, a sibling window's contents) and records from which
+snapshot of their relation (a window: its extent of the stream's shared window store) and records from which
 instant its results are complete (`PNode.complete_from`).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from engine.batch import Batch
 from engine.exprs import Evaluator
 from engine.operators.base import IdSource, Operator
 from engine.operators.basic import FilterOp, PassOp, ProjectOp, SampleOp
-from engine.operators.window import WindowOp, seed_from
+from engine.operators.window import WindowOp, WindowStore, plain_kind
 from engine.operators.window import snapshot as window_snapshot
 from engine.queues import Queue, Reader
 from engine.sharing import share_key
@@ -145,6 +145,7 @@ class PhysicalPlan:
         self.nodes: dict[object, PNode] = {}
         self.operators: list[Operator] = []
         self.stores: dict[int, RelationStore] = {}  # id(queue) → the synopsis of that relation
+        self.window_stores: dict[tuple, WindowStore] = {}  # (id(stream queue), mode, private) → store
         self.source_snapshots: dict[object, object] = {}  # source key → callable() -> Batch | None
         self._eids = {k: itertools.count(1) for k in ("op", "q", "syn")}
 
@@ -317,35 +318,47 @@ class PhysicalPlan:
         op.node = node
         op.eid = self._eid("op")
         pn = PNode(key, node, q, op, list(kids))
-        # attach to running inputs: a window may start from a sibling window's contents
-        sib = self._sibling_window(op, kids[0]) if isinstance(op, WindowOp) and kids[0].flowed else None
+        ws = None
+        if isinstance(op, WindowOp) and plain_kind(node.spec) is not None:
+            ws = self._window_store(kids[0], plain_kind(node.spec), None if key == share_key(node) else user)
         readers, cfs = [], []
-        for k in kids:
-            r, cf = self._reader(k, sib.readers[0] if sib is not None else None)
+        for k in kids:  # attach to running inputs (a window store's members read from its position)
+            r, cf = self._reader(k, ws.reader if ws is not None and ws.through is not None else None)
             readers.append(r)
             cfs.append(cf)
         for r in op.readers:  # replace the constructor's plain readers
             r.q.detach(r)
         op.readers = readers
-        if sib is not None:
-            op.done_through, op.t0 = sib.done_through, sib.t0
-            q.start, q.watermark = sib.output.start, sib.done_through
-            pn.complete_from = self._pnode_of(sib).complete_from
-            pn.note = f"started from the contents of {sib.eid}"
+        if ws is not None:
+            late = ws.through is not None
+            ws.join(op)
+            if late:
+                starts = [m.t0 for m in ws.members if m.t0 is not None]
+                op.t0 = min(starts) if starts else ws.through
+                q.start, q.watermark = op.t0, ws.through
+            pn.complete_from = ws.complete_from(op)
+            if len(ws.members) > 1:
+                pn.note = f"reads its extent of {ws.eid}"
         else:
             pn.complete_from = self._own_cf(op, node, _max_cf(cfs))
         self._use(pn, user)
         self._insert_op(op, kids)
         return pn
 
-    def _pnode_of(self, op: Operator) -> PNode:
-        return next(pn for pn in self.nodes.values() if pn.op is op)
-
-    def _sibling_window(self, op: WindowOp, kid: PNode) -> WindowOp | None:
-        for other in self.operators:
-            if isinstance(other, WindowOp) and other.inputs[0] is kid.queue and seed_from(op, other):
-                return other
-        return None
+    def _window_store(self, kid: PNode, mode: str, private) -> WindowStore:
+        """The one store of `mode` windows over kid's stream (per query when not shared)."""
+        wkey = (id(kid.queue), mode, private)
+        ws = self.window_stores.get(wkey)
+        if ws is None:
+            ws = self.window_stores[wkey] = WindowStore(kid.queue, mode)
+            ws.eid = self._eid("syn")
+            if kid.queue.tuples_in:  # started while the stream flows: it holds what arrives from now on
+                seen = [v for v in (kid.queue.watermark, kid.queue.last_ts) if v is not None]
+                ws.partial = True
+                ws.held_from = _max_cf([kid.complete_from, max(seen) + 1])
+            elif kid.complete_from is not None:
+                ws.partial, ws.held_from = True, kid.complete_from
+        return ws
 
     @staticmethod
     def _own_cf(op: Operator, node: L.Plan, cf):
@@ -430,6 +443,12 @@ class PhysicalPlan:
             self.operators.remove(op)
         for r in op.readers:
             r.q.detach(r)
+        ws = getattr(op, "store", None)
+        if isinstance(ws, WindowStore):
+            ws.leave(op)
+            if not ws.members:
+                ws.queue.detach(ws.reader)
+                self.window_stores = {k: v for k, v in self.window_stores.items() if v is not ws}
         for st in getattr(op, "stores", None) or ():
             if op in st.users:
                 st.users.remove(op)
@@ -466,6 +485,8 @@ class PhysicalPlan:
                 yield "operator", pn.op, pn
             if pn.store is not None:
                 yield "store", pn.store, pn
+        for ws in self.window_stores.values():
+            yield "store", ws, None
         seen = set()
         for st in self.stores.values():
             if id(st) not in seen:

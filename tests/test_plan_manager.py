@@ -97,7 +97,7 @@ def test_register_deregister_1000_queries_leaves_no_orphans():
     for qid in list(live):
         d.deregister(qid)
     _check_no_orphans(d, set())
-    assert d.plan.operators == [] and d.plan.stores == {}
+    assert d.plan.operators == [] and d.plan.stores == {} and d.plan.window_stores == {}
     assert all(pn.op is None for pn in d.plan.nodes.values())  # only the sources are left
     for pn in d.plan.nodes.values():
         assert pn.queue.readers == [] and pn.queue.batches == []
@@ -115,7 +115,7 @@ def _check_no_orphans(d, live):
     assert len(ops) == sum(pn.op is not None for pn in d.plan.nodes.values())
     # every reader of every queue belongs to a live operator, store or subscription
     consumers = {id(r) for op in d.plan.operators for r in op.readers}
-    consumers |= {id(st.reader) for st in d.plan.stores.values()}
+    consumers |= {id(st.reader) for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values())}
     consumers |= {id(pn.store.reader) for pn in d.plan.nodes.values() if pn.store is not None}
     consumers |= {id(s.reader) for h in d.queries.values() for s in h.subscriptions if s.reader is not None}
     for pn in d.plan.nodes.values():
@@ -236,7 +236,6 @@ def test_deregister_frees_what_no_other_query_uses():
     data = _data(200)
     feed(d, _merge_events(data), 50)
     before = d.control_table("engine")["counters"]
-    mem_before = sum(t["counters"]["state_bytes"] for t in _ops_all(d))
     for h in others:
         d.deregister(h.id)
     after = d.control_table("engine")["counters"]
@@ -244,15 +243,11 @@ def test_deregister_frees_what_no_other_query_uses():
     alone.execute(DDL)
     alone.register_query("select B, Sum(A) from S [Range 5] group by B")
     feed(alone, _merge_events(data), 50)
-    assert after["operators"] == alone.control_table("engine")["counters"]["operators"] < before["operators"]
-    assert after["stores"] == 0 < before["stores"]
-    mem_after = sum(t["counters"]["state_bytes"] for t in _ops_all(d))
-    assert mem_after == sum(t["counters"]["state_bytes"] for t in _ops_all(alone)) < mem_before
+    solo = alone.control_table("engine")["counters"]
+    assert after["operators"] == solo["operators"] < before["operators"]
+    assert after["stores"] == solo["stores"] == 1 < before["stores"]  # the Range window store stays
+    assert after["state_bytes"] == solo["state_bytes"] < before["state_bytes"]
     assert d.attribution()[keep.id]["memory_bytes"] == pytest.approx(alone.attribution()[1]["memory_bytes"])
-
-
-def _ops_all(d):
-    return [t for t in d.control_tables() if t["kind"] == "operator"]
 
 
 def test_inactive_query_produces_nothing_and_holds_no_operators():
@@ -352,9 +347,12 @@ def test_control_tables_count_and_limit():
     (f,) = _ops(d, "select")
     assert w["counters"]["tuples_in"] == 3 and f["counters"]["tuples_in"] == 3
     assert f["counters"]["tuples_out"] == 2 and f["counters"]["selectivity"] == pytest.approx(2 / 3)
-    assert w["counters"]["state_bytes"] > 0
-    t = d.set_knob(w["id"], "memory_limit", 1)
+    (store,) = [t for t in d.control_tables() if t["kind"] == "store"]
+    assert store["name"] == "window store" and store["counters"]["rows"] == 3 and store["counters"]["bytes"] > 0
+    t = d.set_knob(store["id"], "memory_limit", 1)
     assert t["knobs"]["memory_limit"] == 1 and t["counters"]["over_memory_limit"] is True
+    t = d.set_knob(w["id"], "memory_limit", 10)
+    assert t["knobs"]["memory_limit"] == 10 and t["counters"]["over_memory_limit"] is False
     with pytest.raises(KnobError):
         d.set_knob(w["id"], "memory_limit", -5)
     src = d.control_table("src:S")
@@ -447,3 +445,36 @@ def test_sysstream_is_queryable_with_cql():
     assert d.control_table("engine")["counters"]["sys_rows"] > 0
     with pytest.raises(Exception):
         d.push("SysStream", [("x", "y", 1.0)], ts=[1])
+
+
+# ------------------------------------------------------------------ one window store, many sizes
+@settings(max_examples=40, deadline=None)
+@given(s=stream_events(n=16, first=small3), sizes=st.lists(st.integers(0, 5), min_size=2, max_size=4),
+       rows=st.lists(st.integers(1, 5), min_size=1, max_size=3), step=st.sampled_from([1, 3, None]),
+       compat=st.booleans())
+def test_windows_of_different_sizes_read_one_store(s, sizes, rows, step, compat):
+    queries = [f"select * from S [Range {k}]" for k in sizes] + [f"select * from S [Rows {n}]" for n in rows]
+    inputs = {"S": s}
+    ddl = "register stream S (A int, B int)"
+    results, d = run_all(ddl, queries, inputs, step=step, compat=compat)
+    stores = [t for t in d.control_tables() if t["kind"] == "store"]
+    assert sorted(t["name"] for t in stores) == ["window store", "window store"]  # one Range, one Rows
+    for i, q in enumerate(queries):
+        alone, _ = run_engine(ddl, q, inputs, chunk=step, compat=compat)
+        assert results[i] == alone, q
+        if not compat:
+            assert results[i] == reference(ddl, q, inputs), q
+
+
+def test_window_store_holds_the_largest_extent_once():
+    def state(sizes):
+        d = Dsms()
+        d.execute("register stream S (A int, B int)")
+        for k in sizes:
+            d.register_query(f"select * from S [Range {k}]")
+        for t in range(100):
+            d.push("S", [(t, t)], ts=[t])
+        d.run()
+        return d.control_table("engine")["counters"]["state_bytes"]
+
+    assert state([50]) == state([10, 20, 30, 40, 50]) == state([50] + list(range(1, 50)))

@@ -7,6 +7,8 @@ elements still in (or about to enter) the window.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from cql.logical.nodes import PartitionSpec, RangeSpec, RowsSpec
@@ -46,10 +48,13 @@ def partition_ids(b: Batch, keys) -> np.ndarray:
 class WindowOp(Operator):
     kind = "seq-window"
 
-    def __init__(self, inputs, output, ids, spec, compat: bool = False, options=None):
+    def __init__(self, inputs, output, ids, spec, compat: bool = False, options=None, store=None):
         super().__init__(inputs, output, ids, options)
         self.spec = spec
         self.compat = compat
+        self.store: WindowStore | None = None  # shared elements (plain Range / Rows windows)
+        if store is not None:
+            store.join(self)
         self.buf: Batch | None = None  # elements still to enter or leave
         self.buf_in: np.ndarray = np.zeros(0, np.int64)  # t_in (time windows)
         self.buf_out: np.ndarray = np.zeros(0, np.int64)  # t_out (time windows)
@@ -57,9 +62,17 @@ class WindowOp(Operator):
         self.count = 0  # elements seen (Rows Slide positions)
 
     def state_bytes(self) -> int:
-        return 0 if self.buf is None else self.buf.nbytes()
+        return 0 if self.buf is None else self.buf.nbytes()  # a shared store counts at plan level
+
+    @property
+    def life(self) -> int:
+        """Instants an element of a plain Range window stays: [τ, τ + life)."""
+        n = self.spec.size
+        return n + 1 if not self.compat or n == 0 else n
 
     def process(self, inputs, bound):
+        if self.store is not None:
+            return self.store.deltas(self, bound)
         b = inputs[0]
         s = self.spec
         if isinstance(s, RangeSpec):
@@ -172,9 +185,11 @@ class WindowOp(Operator):
         return out
 
 
-# ---------------------------------------------------------------- late start (plan manager, #5)
-def _plain(spec) -> str | None:
-    """'range' / 'rows' for windows whose contents a sibling can seed; None otherwise."""
+
+
+# ---------------------------------------------------------------- one store for many windows (#5)
+def plain_kind(spec) -> str | None:
+    """'range' / 'rows' for the windows a `WindowStore` serves (no slide); None otherwise."""
     if isinstance(spec, RangeSpec) and spec.size is not None and not spec.slide:
         return "range"
     if isinstance(spec, RowsSpec) and spec.size is not None and spec.slide is None:
@@ -182,9 +197,141 @@ def _plain(spec) -> str | None:
     return None
 
 
+class WindowStore:
+    """The elements of one stream held once for every plain Range (or every plain Rows) window
+    over it, whatever their sizes (STREAM's shared window synopsis, IEEE DE Bulletin §2.2): each
+    window reads its own extent. A Range window of life L at bound b inserts the elements with
+    τ in (p, b] and deletes those with τ + L in (p, b] (p: its previous bound); a Rows N window
+    deletes element j when element j + N arrives. Both are slices of one ts-sorted buffer.
+    Elements are dropped once no member can still need them."""
+
+    kind = "window store"
+
+    def __init__(self, queue, mode: str):
+        self.queue = queue
+        self.mode = mode
+        self.reader = queue.reader()
+        self.buf = Batch.empty(queue.types)
+        self.first = 0  # global arrival index of buf[0]
+        self.count = 0  # elements appended
+        self.through: int | None = None
+        self.members: list[WindowOp] = []
+        self.done: dict[int, int] = {}  # id(member) → elements it has consumed (Rows)
+        self.eid: str | None = None
+        # completeness: every element with τ ≥ held_from (Range) / index ≥ first (Rows) is held;
+        # a store started while its stream flowed misses what came before (`partial`)
+        self.partial = False
+        self.held_from: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    def nbytes(self) -> int:
+        return self.buf.nbytes()
+
+    @property
+    def users(self):
+        return self.members
+
+    def extent(self, op: WindowOp) -> int:
+        return op.life if self.mode == "range" else op.spec.size
+
+    def join(self, op: WindowOp) -> None:
+        """Add a member; one joining while data flows starts at the store's position (`late`)."""
+        op.store = self
+        self.members.append(op)
+        op.late_from = None
+        if self.through is not None:
+            op.done_through = self.through
+            self.done[id(op)] = self.count
+            op.late_from = self.through
+
+    def leave(self, op: WindowOp) -> None:
+        if op in self.members:
+            self.members.remove(op)
+            self.done.pop(id(op), None)
+            self._purge()  # what only the leaving window needed goes now
+
+    def complete_from(self, op: WindowOp):
+        """From which instant `op`'s window is exact given what the store holds (None: from the
+        start; math.inf: never, a Rows window that missed elements)."""
+        if self.mode == "range":
+            return None if self.held_from is None else self.held_from + op.life - 1
+        c = self.done.get(id(op), self.count)
+        if self.partial or (self.first > 0 and c - op.spec.size < self.first):
+            return math.inf
+        return None
+
+    def advance(self, bound: int) -> None:
+        if self.through is not None and bound <= self.through:
+            return
+        d = self.reader.take(bound)
+        self.through = bound
+        if len(d):
+            self.buf = concat([self.buf, d])
+            self.count += len(d)
+
+    def _purge(self) -> None:
+        if any(m.done_through is None for m in self.members) or not self.members:
+            return
+        if self.mode == "range":
+            low = min(m.done_through - m.life for m in self.members)  # keep τ > low
+            k = int(np.searchsorted(self.buf.ts, low, side="right"))
+        else:
+            low = min(self.done.get(id(m), 0) - m.spec.size for m in self.members)  # keep j ≥ low
+            k = max(0, min(low - self.first, len(self.buf)))
+        if k > 0:
+            if self.mode == "range":
+                self.held_from = max(self.held_from if self.held_from is not None else low + 1, low + 1)
+            self.buf = self.buf.slice(k, len(self.buf))
+            self.first += k
+
+    def deltas(self, op: WindowOp, bound: int) -> Batch:
+        """`op`'s output elements for instants (op.done_through, bound]."""
+        self.advance(bound)
+        p = op.done_through
+        ts = self.buf.ts
+        if self.mode == "range":
+            L = op.life
+            lo = 0 if p is None else int(np.searchsorted(ts, p, side="right"))
+            hi = int(np.searchsorted(ts, bound, side="right"))
+            dlo = 0 if p is None else int(np.searchsorted(ts, p - L, side="right"))
+            dhi = int(np.searchsorted(ts, bound - L, side="right"))
+            dels = self.buf.slice(dlo, dhi)
+            out = _emit(self.buf.slice(lo, hi), dels, dels.ts + L)
+        else:
+            n = op.spec.size
+            c0 = self.done.get(id(op), 0)
+            c1 = self.first + int(np.searchsorted(ts, bound, side="right"))
+            ins = self.buf.slice(c0 - self.first, c1 - self.first)
+            j0, j1 = max(c0 - n, self.first), max(c1 - n, self.first)
+            dels = self.buf.slice(j0 - self.first, j1 - self.first)
+            out = _emit(ins, dels, ts[j0 + n - self.first:j1 + n - self.first])
+            self.done[id(op)] = c1
+        op.done_through = bound  # (step sets it too) the purge below must see this member's progress
+        self._purge()
+        return out
+
+    def contents(self, op: WindowOp) -> Batch | None:
+        """The elements in op's window at its last processed instant, with their own ts."""
+        t = op.done_through
+        if t is None:
+            return None
+        ts = self.buf.ts
+        if self.mode == "range":
+            lo = int(np.searchsorted(ts, t - op.life, side="right"))
+            hi = int(np.searchsorted(ts, t, side="right"))
+            return self.buf.slice(lo, hi)
+        c = self.done.get(id(op), 0)
+        return self.buf.slice(max(c - op.spec.size - self.first, 0), c - self.first)
+
+
+# ---------------------------------------------------------------- late start (plan manager, #5)
 def contents(op: WindowOp) -> Batch | None:
     """The elements in the window after the last processed instant, with their own ts (None when
     the operator keeps no state to tell, e.g. Unbounded windows)."""
+    if op.store is not None:
+        return op.store.contents(op)
     if op.buf is None:
         return Batch.empty(op.output.types) if op.done_through is not None and _has_state(op.spec) else None
     if isinstance(op.spec, RangeSpec) or (isinstance(op.spec, RowsSpec) and op.spec.slide):
@@ -205,28 +352,3 @@ def snapshot(op: WindowOp) -> Batch | None:
     if c is None or op.done_through is None:
         return None
     return Batch(c.cols, c.nulls, np.full(len(c), op.done_through, np.int64), np.ones(len(c), np.int8), c.id)
-
-
-def seed_from(op: WindowOp, sibling: WindowOp) -> bool:
-    """Start `op` (new, over the same input queue) from `sibling`'s contents: a smaller or equal
-    window of the same kind holds a subset of the sibling's elements. Returns False when it cannot."""
-    kind = _plain(op.spec)
-    if kind is None or kind != _plain(sibling.spec) or op.compat != sibling.compat or sibling.done_through is None:
-        return False
-    c = contents(sibling)
-    if c is None:
-        return False
-    at = sibling.done_through
-    if kind == "range":
-        life = lambda s: s.size + 1 if not op.compat or s.size == 0 else s.size  # noqa: E731
-        if life(op.spec) > life(sibling.spec):
-            return False
-        c = c.take(c.ts + life(op.spec) > at)
-        op.buf, op.buf_in, op.buf_out = c, c.ts.copy(), c.ts + life(op.spec)
-        op.buf_entered = np.ones(len(c), bool)
-    else:
-        if op.spec.size > sibling.spec.size:
-            return False
-        c = c.slice(max(len(c) - op.spec.size, 0), len(c))
-        op.buf = c
-    return True
