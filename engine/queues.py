@@ -31,6 +31,7 @@ class Queue:
         self.tuples_in = 0
         self.recent: deque[Batch] = deque(maxlen=4)
         self.eid: str | None = None  # entity id in the control tables
+        self.at: dict[int, int] = {}  # absolute batch index → readers positioned in it
 
     def push(self, batch: Batch | None, watermark: int | None = None) -> None:
         if batch is not None and len(batch):
@@ -47,32 +48,45 @@ class Queue:
     def reader(self, at: "Reader | None" = None, prefix: Batch | None = None) -> "Reader":
         r = Reader(self, at, prefix)
         self.readers.append(r)
+        self.at[r.batch] = self.at.get(r.batch, 0) + 1
         return r
 
     def detach(self, r: "Reader") -> None:
         """Remove a reader (its consumer is gone); batches only it still needed are freed."""
         if r in self.readers:
             self.readers.remove(r)
+            self._moved(r.batch, None)
             if not self.readers:
                 self.base += len(self.batches)
                 self.batches.clear()
-            else:
-                self._gc()
+                self.at.clear()
+
+    def _moved(self, old: int, new: int | None) -> None:
+        """A reader moved from batch `old` to `new` (None: it left): drop the batches every reader
+        has passed. Readers are counted per batch index, so this is O(1) amortized however many
+        readers share the queue (100s of queries reading one window)."""
+        at = self.at
+        left = at[old] - 1
+        if left:
+            at[old] = left
+        else:
+            del at[old]
+        if new is not None:
+            at[new] = at.get(new, 0) + 1
+        if old == self.base and not left and self.readers:
+            low = self.base
+            end = self.base + len(self.batches)
+            while low < end and low not in at:
+                low += 1
+            if low > self.base:
+                del self.batches[:low - self.base]
+                self.base = low
 
     def length(self) -> int:
         """Elements not yet consumed by the slowest reader."""
         if not self.readers:
             return sum(len(b) for b in self.batches)
         return max(r.pending_count() for r in self.readers)
-
-    def _gc(self) -> None:
-        if not self.readers:
-            return
-        low = min(r.batch for r in self.readers)
-        drop = low - self.base
-        if drop > 0:
-            del self.batches[:drop]
-            self.base = low
 
     def nbytes(self) -> int:
         return sum(b.nbytes() for b in self.batches)
@@ -95,7 +109,9 @@ class Reader:
         self.prefix = prefix if prefix is not None and len(prefix) else None
 
     def rewind_to_start(self) -> None:
-        self.batch, self.row = self.q.base, 0
+        old, self.batch, self.row = self.batch, self.q.base, 0
+        if self in self.q.readers:
+            self.q._moved(old, self.batch)
 
     def pending_count(self) -> int:
         n = 0 if self.prefix is None else len(self.prefix)
@@ -135,6 +151,7 @@ class Reader:
             if self.prefix is not None:
                 return concat(parts, self.q.types)
         qb = self.q.batches
+        old = self.batch
         while self.batch - self.q.base < len(qb):
             b = qb[self.batch - self.q.base]
             rest = b if self.row == 0 else b.slice(self.row, len(b))
@@ -147,5 +164,6 @@ class Reader:
             parts.append(rest)
             self.batch += 1
             self.row = 0
-        self.q._gc()
+        if self.batch != old:
+            self.q._moved(old, self.batch)
         return concat(parts, self.q.types)
