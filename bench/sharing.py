@@ -6,7 +6,7 @@ every push. With sharing (the default) they hold one window; `--no-share` gives 
 own operators (selection pushed below its own window) for comparison. Input: S(A, B) as in
 bench/operators.py, pushed in columnar batches.
 
-    python -m bench.sharing --rows 200000 --queries 1 10 100 1000 [--json F]
+    python -m bench.sharing --rows 200000 --queries 1 10 100 1000 [--template eq|ge] [--no-share] [--json F]
 
 Memory columns: `state` is what the engine's control tables account (operator state, stores and
 queued batches); `RSS Δ` is the process's peak RSS minus its RSS before registering queries.
@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-TEMPLATE = "select A, B from S [Range 60] where A = {k}"
+TEMPLATES = {"eq": "select A, B from S [Range 60] where A = {k}",  # selective: 1 in 1000
+             "ge": "select A, B from S [Range 60] where A >= {k}"}  # on average half the stream
 
 
 def _rss_mb() -> float:
@@ -33,7 +34,7 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def one(n_queries: int, rows: int, batch: int, share: bool) -> dict:
+def one(n_queries: int, rows: int, batch: int, share: bool, template: str = "eq") -> dict:
     from bench.operators import columns
     from engine.batch import Batch
     from engine.dsms import Dsms
@@ -43,7 +44,7 @@ def one(n_queries: int, rows: int, batch: int, share: bool) -> dict:
     d.execute("register stream S (A int, B int)")
     base = _rss_mb()
     began = time.perf_counter()
-    subs = [d.subscribe(d.register_query(TEMPLATE.format(k=k % 1000)).id) for k in range(n_queries)]
+    subs = [d.subscribe(d.register_query(TEMPLATES[template].format(k=k % 1000)).id) for k in range(n_queries)]
     register_s = time.perf_counter() - began
     out = 0
     peak_state = 0
@@ -72,12 +73,8 @@ def one(n_queries: int, rows: int, batch: int, share: bool) -> dict:
 
 
 def _state_bytes(d) -> int:
-    total = 0
-    for t in d.control_tables():
-        c = t["counters"]
-        total += c.get("state_bytes", 0) if t["kind"] == "operator" else 0
-        total += c.get("bytes", 0) if t["kind"] in ("queue", "store") else 0
-    return total
+    """Operator state, stores and batches waiting in queues."""
+    return d.control_table("engine")["counters"]["state_bytes"] + sum(pn.queue.nbytes() for pn in d.plan.nodes.values())
 
 
 def main(argv=None) -> int:
@@ -87,25 +84,27 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=10_000, help="rows per push (default 10,000)")
     p.add_argument("--queries", type=int, nargs="+", default=[1, 10, 100, 1000])
     p.add_argument("--no-share", action="store_true", help="also run every size without sharing")
+    p.add_argument("--template", choices=sorted(TEMPLATES), default="eq",
+                   help="eq: where A = k (selective); ge: where A >= k (keeps half) (default eq)")
     p.add_argument("--json", help="write the figures to this file")
     p.add_argument("--one", nargs=2, metavar=("N", "SHARE"), help=argparse.SUPPRESS)  # a child run
     args = p.parse_args(argv)
     if args.one:
-        print(json.dumps(one(int(args.one[0]), args.rows, args.batch, args.one[1] == "1")))
+        print(json.dumps(one(int(args.one[0]), args.rows, args.batch, args.one[1] == "1", args.template)))
         return 0
     runs = []
     modes = [True, False] if args.no_share else [True]
     print(f"{'queries':>7} {'share':>5} {'seconds':>8} {'tuples/s':>10} {'out tuples':>11} {'operators':>9} "
-          f"{'windows':>7} {'state MB':>8} {'RSS Δ MB':>8}")
+          f"{'windows':>7} {'state MB':>8} {'RSS Δ MB':>8} {'peak RSS MB':>11}")
     for share in modes:
         for n in args.queries:
             cmd = [sys.executable, "-m", "bench.sharing", "--rows", str(args.rows), "--batch", str(args.batch),
-                   "--one", str(n), "1" if share else "0"]
+                   "--template", args.template, "--one", str(n), "1" if share else "0"]
             r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
             runs.append(r)
             print(f"{n:>7} {'on' if share else 'off':>5} {r['seconds']:>8.2f} {r['tuples_per_s']:>10,} "
                   f"{r['output_tuples']:>11,} {r['operators']:>9} {r['windows']:>7} {r['state_mb']:>8.2f} "
-                  f"{r['rss_delta_mb']:>8.1f}", flush=True)
+                  f"{r['rss_delta_mb']:>8.1f} {r['peak_rss_mb']:>11.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=2)

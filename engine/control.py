@@ -75,13 +75,7 @@ def _source_table(d, name, inp):
             "counters": {"accepted": inp.accepted, "late": getattr(inp, "late", 0), "shed": getattr(inp, "shed", 0),
                          "max_ts": inp.max_ts, "queue_length": q.length(), "watermark": q.watermark},
             "knobs": {"sampling_rate": getattr(inp, "sampling_rate", 1.0)},
-            "queries": sorted(h.id for h in d.queries.values() if name in _reads(h))}
-
-
-def _reads(h) -> set[str]:
-    from engine.dsms import names_read
-
-    return names_read(h.ast)
+            "queries": sorted(h.id for h in d.queries.values() if name in h.reads)}
 
 
 def _query_table(d, h, attr):

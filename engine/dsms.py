@@ -46,7 +46,8 @@ class QueryHandle:
     share: bool = True
     complete_from: float | None = None  # results are exact from this instant (None: from the start)
     subscriptions: list = field(default_factory=list)
-    ast: object = None  # the parsed query (what it reads: drop checks)
+    ast: object = None  # the parsed query
+    reads: frozenset = frozenset()  # lower-case names of the sources and views it reads
 
     @property
     def queue(self) -> Queue | None:
@@ -210,7 +211,7 @@ class Dsms:
     def _users_of(self, name: str) -> list[str]:
         """Queries and views that read source or view `name`."""
         low = name.lower()
-        users = [f"query {h.id}" for h in self.queries.values() if low in names_read(h.ast)]
+        users = [f"query {h.id}" for h in self.queries.values() if low in h.reads]
         users += [f"view {e.name}" for e in self.catalog.entries()
                   if isinstance(e, ViewDef) and e.name.lower() != low and low in names_read(e.query)]
         return users
@@ -263,7 +264,7 @@ class Dsms:
         if query_id in self.queries:
             raise ValueError(f"query id {query_id} is taken")
         h = QueryHandle(query_id, text, compiled, None, name, active, float(weight),
-                        self.share if share is None else bool(share), ast=tree)
+                        self.share if share is None else bool(share), ast=tree, reads=frozenset(names_read(tree)))
         self.queries[h.id] = h
         if active:
             try:
