@@ -134,6 +134,8 @@ class Dsms:
         self.ids = IdSource()
         options = EngineOptions(compat=compat, binary_joins=binary_joins)
         self.plan = PhysicalPlan(self.ids, Evaluator(self.catalog.functions), options)
+        self.plan.share_policy = self._join_share_policy
+        self.unshare_ratio = 10.0
         self.inputs: dict[str, StreamInput | RelationInput] = {}
         self.queries: dict[int, QueryHandle] = {}
         self.ddl: dict[str, str] = {}  # source/view name (lower) → its register statement, for persistence
@@ -275,6 +277,26 @@ class Dsms:
                 raise
         self._save()
         return h
+
+    def _join_share_policy(self, pn: PNode, user) -> str | None:
+        """CIDR §3.2: a shared operator runs at the pace of its slowest consumer. Consumers read at
+        different rates here only under a work budget with the weighted scheduler, where a
+        query's weight sets its pace: a join whose queries' weights differ from the new query's
+        by more than `unshare_ratio` is then left unshared."""
+        s = self.scheduler
+        h = self.queries.get(user)
+        if h is None or getattr(s, "name", "") != "weighted" or getattr(s, "budget", None) is None:
+            return None
+        others = sorted({self.queries[u].weight for u in pn.users if u in self.queries and u != user})
+        if not others:
+            return None
+        lo, hi = min(others + [h.weight]), max(others + [h.weight])
+        if hi / lo <= self.unshare_ratio:
+            return None
+        users = sorted(u for u in pn.users if u in self.queries)
+        return (f"join not shared with queries {users}: their weights {others} and this query's {h.weight:g} "
+                f"differ by more than {self.unshare_ratio:g}x under the weighted scheduler, so a shared join "
+                f"would run at the slowest consumer's pace (CIDR §3.2)")
 
     def peek_next_query_id(self) -> int:
         return self._next_id

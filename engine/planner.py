@@ -148,6 +148,8 @@ class PhysicalPlan:
         self.window_stores: dict[tuple, WindowStore] = {}  # (id(stream queue), mode, private) → store
         self.source_snapshots: dict[object, object] = {}  # source key → callable() -> Batch | None
         self._eids = {k: itertools.count(1) for k in ("op", "q", "syn")}
+        # (existing join PNode, new user) → a reason not to share it, or None (set by the Dsms)
+        self.share_policy = None
 
     # ------------------------------------------------------------ compatibility views
     @property
@@ -217,6 +219,14 @@ class PhysicalPlan:
         if not share:
             key = ("private", user, key)
         pn = self.nodes.get(key)
+        if pn is not None and share and isinstance(node, L.Join) and self.share_policy is not None:
+            reason = self.share_policy(pn, user)
+            if reason:  # cost-aware sharing (CIDR §3.2): this join is better left unshared
+                key = ("unshared", user, key)
+                fresh = self.nodes.get(key) or self._create(node, key, user, share)
+                fresh.note = reason
+                self._use(fresh, user)
+                return fresh
         if pn is not None:
             self._use(pn, user)
             return pn

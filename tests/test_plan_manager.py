@@ -478,3 +478,26 @@ def test_window_store_holds_the_largest_extent_once():
         return d.control_table("engine")["counters"]["state_bytes"]
 
     assert state([50]) == state([10, 20, 30, 40, 50]) == state([50] + list(range(1, 50)))
+
+
+def test_cost_aware_sharing_leaves_a_join_unshared_when_paces_differ():
+    q = "Istream(select S.A, T.B from S [Range 3], T [Range 3] where S.A = T.A)"
+    d = Dsms()
+    d.execute(DDL)
+    d.register_query(q)
+    d.register_query(q.replace("S.A, T.B", "T.B, S.A"), weight=5)  # within 10x: shared
+    assert len(_ops(d, "join")) == 1
+    d.set_knob("engine", "scheduler", "weighted")
+    d.set_knob("engine", "budget", 100)
+    fast = d.register_query(q.replace("S.A, T.B", "S.A"), weight=100)
+    joins = _ops(d, "join")
+    assert len(joins) == 2
+    mine = next(j for j in joins if j["queries"] == [fast.id])
+    assert "CIDR §3.2" in mine["note"] and "slowest consumer" in d.explain_plan()
+    data = _data(120)
+    res = Results(d)
+    res.watch(fast.id)
+    feed(d, _merge_events(data), 17, after=lambda n: res.poll())
+    d.end()
+    res.poll()
+    assert res.of(fast.id) == reference(DDL, d.queries[fast.id].text, data)
