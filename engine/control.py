@@ -323,7 +323,7 @@ def explain_plan(d, fmt: str = "text"):
     if fmt != "text":
         raise ValueError("fmt is 'text' or 'json'")
     lines = [f"Global plan: {len(d.queries)} queries, {len(d.plan.operators)} operators, "
-             f"{len(d.plan.nodes)} queues, {sum(1 for e in ents.values() if e[0] == 'store')} stores"]
+             f"{len(d.plan.nodes)} queues, stores: {sum(1 for e in ents.values() if e[0] == 'store')}"]
     for op in d.plan.operators:
         pn = ents[op.eid][2]
         ins = ", ".join(q.eid + (f" ({q.name})" if q.name and ents.get(q.eid, (0, 0, None))[2] is not None
@@ -342,8 +342,9 @@ def explain_plan(d, fmt: str = "text"):
         state = "active" if h.active else "inactive"
         lines.append(f"  query:{h.id} ({state}, weight {h.weight:g}) → "
                      f"{h.pnode.queue.eid if h.pnode else '-'}"
-                     + (f"  complete from {cf['complete_from']}" if cf["complete_from"] is not None else "")
-                     + ("" if cf["complete"] else "  (started late: results reflect data since registration)"))
+                     + (f"  complete from {cf['complete_from']}" if cf["complete_from"] is not None and h.active else "")
+                     + ("" if cf["complete"] or not h.active
+                        else "  (started late: results reflect data since registration)"))
     return "\n".join(lines)
 
 

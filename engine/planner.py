@@ -22,6 +22,7 @@ from engine.exprs import Evaluator
 from engine.operators.base import IdSource, Operator
 from engine.operators.basic import FilterOp, PassOp, ProjectOp, SampleOp
 from engine.operators.window import WindowOp, WindowStore, plain_kind
+from engine.operators.window import has_state as window_has_state
 from engine.operators.window import snapshot as window_snapshot
 from engine.queues import Queue, Reader
 from engine.sharing import share_key
@@ -303,6 +304,11 @@ class PhysicalPlan:
         at = op.done_through
         if at is None:
             return None
+        st = self.stores.get(id(q)) or pn.store
+        if st is not None:
+            st.advance(at)
+            b = st.alive_at(at)
+            return Batch(b.cols, b.nulls, np.full(len(b), at, np.int64), np.ones(len(b), np.int8), b.id), at
         if isinstance(op, WindowOp):
             b = window_snapshot(op)
             return None if b is None else (b, at)
@@ -311,11 +317,6 @@ class PhysicalPlan:
             if inner is None or inner[1] != at:
                 return None
             return op.process([inner[0]], at), at
-        st = self.stores.get(id(q)) or pn.store
-        if st is not None:
-            st.advance(at)
-            b = st.alive_at(at)
-            return Batch(b.cols, b.nulls, np.full(len(b), at, np.int64), np.ones(len(b), np.int8), b.id), at
         return None
 
     def _add(self, node: L.Plan, key, builder, kids: list[PNode], user) -> PNode:
@@ -474,13 +475,23 @@ class PhysicalPlan:
     def add_result_store(self, pn: PNode) -> None:
         """Keep the current relation of a query's output (for late subscribers and late identical
         queries) when its producer cannot give a snapshot."""
-        if pn.is_stream or pn.store is not None or self.stores.get(id(pn.queue)) is not None:
-            return
-        if pn.op is None or isinstance(pn.op, WindowOp) or isinstance(pn.op, (FilterOp, ProjectOp, PassOp)):
+        if pn.is_stream or pn.store is not None or self._snapshotable(pn):
             return
         pn.store = RelationStore(pn.queue)
         pn.store.eid = self._eid("syn")
         pn.store.kind = "result store"
+
+    def _snapshotable(self, pn: PNode) -> bool:
+        """Whether `snapshot(pn)` can give pn's relation once data flows (mirrors snapshot())."""
+        if pn.op is None:
+            return pn.key in self.source_snapshots
+        if id(pn.queue) in self.stores or pn.store is not None:
+            return True
+        if isinstance(pn.op, WindowOp):
+            return window_has_state(pn.node.spec)
+        if isinstance(pn.op, (FilterOp, ProjectOp, PassOp)):
+            return self._snapshotable(pn.inputs[0])
+        return False
 
     def advance_result_stores(self) -> None:
         for pn in self.nodes.values():

@@ -245,7 +245,7 @@ def test_deregister_frees_what_no_other_query_uses():
     feed(alone, _merge_events(data), 50)
     solo = alone.control_table("engine")["counters"]
     assert after["operators"] == solo["operators"] < before["operators"]
-    assert after["stores"] == solo["stores"] == 1 < before["stores"]  # the Range window store stays
+    assert after["stores"] == solo["stores"] == 2 < before["stores"]  # its window store and result store
     assert after["state_bytes"] == solo["state_bytes"] < before["state_bytes"]
     assert d.attribution()[keep.id]["memory_bytes"] == pytest.approx(alone.attribution()[1]["memory_bytes"])
 
@@ -501,3 +501,25 @@ def test_cost_aware_sharing_leaves_a_join_unshared_when_paces_differ():
     d.end()
     res.poll()
     assert res.of(fast.id) == reference(DDL, d.queries[fast.id].text, data)
+
+
+def test_late_identical_aggregate_query_shares_and_snapshots_from_the_result_store():
+    q = "select B, Count(*) from S [Range 4] group by B"
+    d = Dsms()
+    d.execute(DDL)
+    first = d.register_query(q)
+    data = _data(60, streams=("S",))
+    feed(d, _merge_events(data), 9)
+    n_ops = len(d.plan.operators)
+    second = d.register_query(q)
+    assert len(d.plan.operators) == n_ops  # shared, thanks to the first query's result store
+    assert second.pnode is first.pnode
+    sub = d.subscribe(second.id, snapshot=True)
+    d.end()
+    got = Results(d)
+    got.parts[second.id] = [sub.poll()]
+    res = got.of(second.id)
+    cf = second.completeness()["complete_from"]
+    want = reference(DDL, q, data)
+    last = max(want)
+    assert states_from(res, cf, last) == states_from(want, cf, last)

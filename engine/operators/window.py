@@ -333,15 +333,15 @@ def contents(op: WindowOp) -> Batch | None:
     if op.store is not None:
         return op.store.contents(op)
     if op.buf is None:
-        return Batch.empty(op.output.types) if op.done_through is not None and _has_state(op.spec) else None
+        return Batch.empty(op.output.types) if op.done_through is not None and has_state(op.spec) else None
     if isinstance(op.spec, RangeSpec) or (isinstance(op.spec, RowsSpec) and op.spec.slide):
         return op.buf.take(op.buf_entered)
-    if isinstance(op.spec, (RowsSpec, PartitionSpec)) and _has_state(op.spec):
+    if isinstance(op.spec, (RowsSpec, PartitionSpec)) and has_state(op.spec):
         return op.buf
     return None
 
 
-def _has_state(spec) -> bool:
+def has_state(spec) -> bool:
     return not ((isinstance(spec, RangeSpec) and spec.size is None and not spec.slide)
                 or (isinstance(spec, RowsSpec) and spec.size is None))
 
