@@ -27,7 +27,7 @@ def _plan_entities(d):
             out[pn.op.eid] = ("operator", pn.op, pn, users)
         if pn.store is not None:
             out[pn.store.eid] = ("store", pn.store, pn, users)
-    for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()):
+    for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()) + d.plan.late_stores:
         users = sorted({u for op in st.users for pn in d.plan.nodes.values() if pn.op is op for u in _queries(pn.users)})
         out[st.eid] = ("store", st, None, users)
     return out
@@ -96,7 +96,7 @@ def _engine_table(d):
     s = d.scheduler
     return {"kind": "engine", "name": "engine",
             "counters": {"operators": len(d.plan.operators), "queues": len(d.plan.nodes),
-                         "stores": len(d.plan.stores) + len(d.plan.window_stores)
+                         "stores": len(d.plan.stores) + len(d.plan.window_stores) + len(d.plan.late_stores)
                          + sum(pn.store is not None for pn in d.plan.nodes.values()),
                          "queries": len(d.queries), "sys_rows": d.sys.published if d.sys else 0,
                          "state_bytes": _state_bytes(d)},
@@ -107,7 +107,8 @@ def _engine_table(d):
 def _state_bytes(d) -> int:
     """Operator state plus every store: the engine's memory for windows, joins, aggregates."""
     n = sum(op.state_bytes() for op in d.plan.operators)
-    n += sum(st.nbytes() for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()))
+    n += sum(st.nbytes() for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values())
+             + d.plan.late_stores)
     return n + sum(pn.store.nbytes() for pn in d.plan.nodes.values() if pn.store is not None)
 
 

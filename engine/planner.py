@@ -14,17 +14,13 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from cql.logical import nodes as L
-from engine.batch import Batch
 from engine.exprs import Evaluator
 from engine.operators.base import IdSource, Operator
-from engine.operators.basic import FilterOp, PassOp, ProjectOp, SampleOp
+from engine.operators.basic import FilterOp, ProjectOp, SampleOp
 from engine.operators.window import WindowOp, WindowStore, plain_kind
-from engine.operators.window import has_state as window_has_state
-from engine.operators.window import snapshot as window_snapshot
 from engine.queues import Queue, Reader
+from engine import snapshots
 from engine.sharing import share_key
 from engine.synopses import RelationStore
 
@@ -147,6 +143,7 @@ class PhysicalPlan:
         self.operators: list[Operator] = []
         self.stores: dict[int, RelationStore] = {}  # id(queue) → the synopsis of that relation
         self.window_stores: dict[tuple, WindowStore] = {}  # (id(stream queue), mode, private) → store
+        self.late_stores: list[RelationStore] = []  # private stores of joins registered while data flowed
         self.source_snapshots: dict[object, object] = {}  # source key → callable() -> Batch | None
         self._eids = {k: itertools.count(1) for k in ("op", "q", "syn")}
         # (existing join PNode, new user) → a reason not to share it, or None (set by the Dsms)
@@ -173,14 +170,23 @@ class PhysicalPlan:
         return st
 
     def _store_for(self, pn: PNode) -> RelationStore:
-        """pn's shared store; one created while data flows starts from pn's snapshot."""
-        fresh = id(pn.queue) not in self.stores
-        st = self.store(pn.queue)
-        if fresh and pn.flowed:
-            snap = self.snapshot(pn)
-            if snap is not None:
-                pn.queue.detach(st.reader)
-                st.reader = pn.queue.reader(prefix=snap[0])
+        """pn's shared store for a new join. While data flows the join starts from pn's snapshot
+        (`+` elements at the snapshot instant), and its store must date those rows the same way:
+        a store created now is seeded with the snapshot; an existing shared store dates its rows
+        by their real insertion instants, so the late join gets its own seeded store instead."""
+        if not pn.flowed:
+            return self.store(pn.queue)
+        snap = self.snapshot(pn)
+        if id(pn.queue) in self.stores or snap is None:
+            st = RelationStore(pn.queue)
+            st.eid = self._eid("syn")
+            st.kind = "relation store (late join)"
+            self.late_stores.append(st)
+        else:
+            st = self.store(pn.queue)
+        if snap is not None:
+            pn.queue.detach(st.reader)
+            st.reader = pn.queue.reader(prefix=snap[0])
         return st
 
     def _new_queue(self, types, name: str) -> Queue:
@@ -281,7 +287,9 @@ class PhysicalPlan:
         if snap is None:
             raise RuntimeError(f"no snapshot of {q.eid}")  # attachable() prevents this
         batch, at = snap
-        return q.reader(prefix=batch), _max_cf([pn.complete_from, at])
+        r = q.reader(prefix=batch)
+        r.snap_at = at
+        return r, _max_cf([pn.complete_from, at])
 
     def late_complete_from(self, pn: PNode):
         """From which instant a new consumer starting now sees pn's output exactly."""
@@ -296,28 +304,7 @@ class PhysicalPlan:
 
     def snapshot(self, pn: PNode):
         """(pn's relation at its last complete instant as inserts, that instant), or None."""
-        q = pn.queue
-        if pn.op is None:
-            fn = self.source_snapshots.get(pn.key)
-            return None if fn is None else fn()
-        op = pn.op
-        at = op.done_through
-        if at is None:
-            return None
-        st = self.stores.get(id(q)) or pn.store
-        if st is not None:
-            st.advance(at)
-            b = st.alive_at(at)
-            return Batch(b.cols, b.nulls, np.full(len(b), at, np.int64), np.ones(len(b), np.int8), b.id), at
-        if isinstance(op, WindowOp):
-            b = window_snapshot(op)
-            return None if b is None else (b, at)
-        if isinstance(op, (FilterOp, ProjectOp, PassOp)) and not pn.is_stream:
-            inner = self.snapshot(pn.inputs[0])
-            if inner is None or inner[1] != at:
-                return None
-            return op.process([inner[0]], at), at
-        return None
+        return snapshots.snapshot(self, pn)
 
     def _add(self, node: L.Plan, key, builder, kids: list[PNode], user) -> PNode:
         q = self._new_queue(_types(node), type(node).__name__)
@@ -340,6 +327,9 @@ class PhysicalPlan:
         for r in op.readers:  # replace the constructor's plain readers
             r.q.detach(r)
         op.readers = readers
+        starts = [r.snap_at for r in readers if getattr(r, "snap_at", None) is not None]
+        if len(readers) > 1 and starts:
+            op.hold_until = max(starts)
         if ws is not None:
             late = ws.through is not None
             ws.join(op)
@@ -465,7 +455,10 @@ class PhysicalPlan:
                 st.users.remove(op)
             if not st.users:
                 st.queue.detach(st.reader)
-                self.stores.pop(id(st.queue), None)
+                if self.stores.get(id(st.queue)) is st:
+                    del self.stores[id(st.queue)]
+                else:
+                    self.late_stores = [x for x in self.late_stores if x is not st]
         if pn.store is not None:
             pn.queue.detach(pn.store.reader)
             pn.store = None
@@ -482,16 +475,7 @@ class PhysicalPlan:
         pn.store.kind = "result store"
 
     def _snapshotable(self, pn: PNode) -> bool:
-        """Whether `snapshot(pn)` can give pn's relation once data flows (mirrors snapshot())."""
-        if pn.op is None:
-            return pn.key in self.source_snapshots
-        if id(pn.queue) in self.stores or pn.store is not None:
-            return True
-        if isinstance(pn.op, WindowOp):
-            return window_has_state(pn.node.spec)
-        if isinstance(pn.op, (FilterOp, ProjectOp, PassOp)):
-            return self._snapshotable(pn.inputs[0])
-        return False
+        return snapshots.snapshotable(self, pn)
 
     def advance_result_stores(self) -> None:
         for pn in self.nodes.values():
@@ -509,7 +493,7 @@ class PhysicalPlan:
         for ws in self.window_stores.values():
             yield "store", ws, None
         seen = set()
-        for st in self.stores.values():
+        for st in list(self.stores.values()) + self.late_stores:
             if id(st) not in seen:
                 seen.add(id(st))
                 yield "store", st, None

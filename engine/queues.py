@@ -107,6 +107,7 @@ class Reader:
         else:
             self.batch, self.row = at.batch, at.row
         self.prefix = prefix if prefix is not None and len(prefix) else None
+        self.snap_at: int | None = None  # the instant of the snapshot this reader started from
 
     def rewind_to_start(self) -> None:
         old, self.batch, self.row = self.batch, self.q.base, 0

@@ -97,7 +97,7 @@ def test_register_deregister_1000_queries_leaves_no_orphans():
     for qid in list(live):
         d.deregister(qid)
     _check_no_orphans(d, set())
-    assert d.plan.operators == [] and d.plan.stores == {} and d.plan.window_stores == {}
+    assert d.plan.operators == [] and d.plan.stores == {} and d.plan.window_stores == {} and d.plan.late_stores == []
     assert all(pn.op is None for pn in d.plan.nodes.values())  # only the sources are left
     for pn in d.plan.nodes.values():
         assert pn.queue.readers == [] and pn.queue.batches == []
@@ -115,7 +115,8 @@ def _check_no_orphans(d, live):
     assert len(ops) == sum(pn.op is not None for pn in d.plan.nodes.values())
     # every reader of every queue belongs to a live operator, store or subscription
     consumers = {id(r) for op in d.plan.operators for r in op.readers}
-    consumers |= {id(st.reader) for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values())}
+    consumers |= {id(st.reader) for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values())
+                  + d.plan.late_stores}
     consumers |= {id(pn.store.reader) for pn in d.plan.nodes.values() if pn.store is not None}
     consumers |= {id(s.reader) for h in d.queries.values() for s in h.subscriptions if s.reader is not None}
     for pn in d.plan.nodes.values():
@@ -162,6 +163,11 @@ LATE = [  # (running queries, late query)
     (["select * from S [Rows 5]"], "select * from S [Rows 3]"),  # Rows sibling
     (["select * from S [Range 5]", "select * from R"], "select R.B, S.B from R, S [Range 2] where R.A = S.A"),
     ([], "select * from S [Range 3]"),  # no sibling: complete once the window has filled
+    (["select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A"],  # identical join: recomputed snapshot
+     "select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A"),
+    (["select distinct A from S [Range 3]"], "select distinct A from S [Range 3]"),  # result store
+    (["select A, Count(*) from S [Range 3] group by A"],  # over a running aggregate: its state
+     "select A from (select A, Count(*) as c from S [Range 3] group by A) as X where c > 1"),
 ]
 
 
@@ -245,7 +251,7 @@ def test_deregister_frees_what_no_other_query_uses():
     feed(alone, _merge_events(data), 50)
     solo = alone.control_table("engine")["counters"]
     assert after["operators"] == solo["operators"] < before["operators"]
-    assert after["stores"] == solo["stores"] == 2 < before["stores"]  # its window store and result store
+    assert after["stores"] == solo["stores"] == 1 < before["stores"]  # its window store
     assert after["state_bytes"] == solo["state_bytes"] < before["state_bytes"]
     assert d.attribution()[keep.id]["memory_bytes"] == pytest.approx(alone.attribution()[1]["memory_bytes"])
 
@@ -503,7 +509,7 @@ def test_cost_aware_sharing_leaves_a_join_unshared_when_paces_differ():
     assert res.of(fast.id) == reference(DDL, d.queries[fast.id].text, data)
 
 
-def test_late_identical_aggregate_query_shares_and_snapshots_from_the_result_store():
+def test_late_identical_aggregate_query_shares_and_starts_from_the_aggregate_state():
     q = "select B, Count(*) from S [Range 4] group by B"
     d = Dsms()
     d.execute(DDL)
@@ -512,7 +518,7 @@ def test_late_identical_aggregate_query_shares_and_snapshots_from_the_result_sto
     feed(d, _merge_events(data), 9)
     n_ops = len(d.plan.operators)
     second = d.register_query(q)
-    assert len(d.plan.operators) == n_ops  # shared, thanks to the first query's result store
+    assert len(d.plan.operators) == n_ops  # shared: the aggregate's state gives the current result
     assert second.pnode is first.pnode
     sub = d.subscribe(second.id, snapshot=True)
     d.end()

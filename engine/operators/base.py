@@ -54,6 +54,9 @@ class Operator(ABC):
         self.t0: int | None = None
         self.counters = Counters()
         self.active = True
+        # a late operator whose inputs start from snapshots taken at different instants first
+        # runs once every input is complete through the latest of them (plan manager, #5)
+        self.hold_until: int | None = None
 
     @property
     def inputs(self) -> list[Queue]:
@@ -74,6 +77,10 @@ class Operator(ABC):
         b = self.bound()
         if b is None or (self.done_through is not None and b <= self.done_through):
             return 0
+        if self.hold_until is not None:
+            if b < self.hold_until:
+                return 0
+            self.hold_until = None
         if self.t0 is None:
             if any(q.start is None and not q.ended for q in self.inputs):
                 return 0  # an input has not started: its time is unknown
