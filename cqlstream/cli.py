@@ -126,9 +126,92 @@ def _demo_queries(path: Path) -> str:
     return "Queries:\n" + "\n".join(out) + "\n"
 
 
+def cmd_serve(args) -> int:
+    import logging
+    import os
+
+    from server.app import create_app
+    from server.settings import Settings
+
+    if args.data_dir:
+        try:
+            os.makedirs(args.data_dir, exist_ok=True)
+        except OSError as e:
+            print(f"cqlstream serve: cannot use --data-dir {args.data_dir}: {e.strerror}", file=sys.stderr)
+            return 2
+    settings = Settings(host=args.host, port=args.port, data_dir=args.data_dir, api_key=args.api_key or
+                        os.environ.get("CQLSTREAM_API_KEY") or None, max_body_bytes=args.max_body_mb << 20,
+                        subscriber_buffer=args.subscriber_buffer, compat=args.stream_compat)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        app = create_app(settings)
+    except (ValueError, OSError) as e:  # e.g. an unreadable or corrupt plan file in --data-dir
+        print(f"cqlstream serve: cannot start: {e}", file=sys.stderr)
+        return 2
+    from server.runner import serve
+
+    serve(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    return 0
+
+
+def _stream_text(e) -> str:
+    vals = ", ".join("null" if v is None else ("true" if v else "false") if isinstance(v, bool) else
+                     ("%g" % v) if isinstance(v, float) else str(v) for v in e.row)
+    return f"[{e.ts}]:{'+' if e.sign > 0 else '-'}:{vals}"
+
+
+def cmd_query(args) -> int:
+    from cqlstream.client import Client, CqlstreamError, Lagged
+
+    if (args.cql is None) == (args.id is None):
+        print("cqlstream query: give a CQL query or --id of a registered one", file=sys.stderr)
+        return 2
+    try:
+        with Client(args.url, api_key=args.api_key) as c:
+            if args.id is None:
+                q = c.register_query(args.cql, name=args.name)
+                schema = ", ".join(f"{a['name']} {a['type']}" for a in q["schema"])
+                print(f"query {q['id']}: {q['kind']} ({schema})", file=sys.stderr)
+            qid = args.id if args.id is not None else q["id"]
+            if args.format != "text":
+                for chunk in c.stream_raw(qid, args.format, snapshot=True, follow=args.follow):
+                    sys.stdout.write(chunk.decode("utf-8", "replace"))
+                    sys.stdout.flush()
+                return 0
+            for e in c.subscribe(qid, snapshot=True, follow=args.follow):
+                print(_stream_text(e), flush=True)
+    except CqlstreamError as e:
+        print(f"cqlstream query: {e}", file=sys.stderr)
+        return 3 if isinstance(e, Lagged) else 1
+    except KeyboardInterrupt:
+        return 0
+    except Exception as e:  # connection refused and the like  # noqa: BLE001
+        import httpx
+
+        if isinstance(e, httpx.HTTPError):
+            print(f"cqlstream query: cannot reach {args.url}: {e}", file=sys.stderr)
+            return 2
+        raise
+    return 0
+
+
+def cmd_bench(args) -> int:
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "bench" / "__main__.py").is_file():
+        print("cqlstream bench: the benchmarks (bench/) are in the source checkout only", file=sys.stderr)
+        return 2
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from bench.__main__ import main as bench_main
+
+    return bench_main(args.args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cqlstream", description="cqlstream: continuous CQL queries over data streams. "
-                                "Subcommands: explain (analyze a query), run (a STREAM script), demo.")
+                                "Subcommands: explain (analyze a query), run (a STREAM script), demo, serve "
+                                "(the HTTP server), query (a query on a running server), bench.")
     sub = p.add_subparsers(dest="command", required=True)
 
     e = sub.add_parser("explain", help="analyze a CQL query and print its analyzed form and logical plan",
@@ -168,10 +251,51 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--lines", type=int, default=8, metavar="N", help="lines to show per result (default 8)")
     dm.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
     dm.set_defaults(func=cmd_demo)
+
+    sv = sub.add_parser("serve", help="run the HTTP server (FastAPI + uvicorn)",
+                        description="Serve the HTTP API: register streams, relations, views and queries, push "
+                                    "input (JSON, NDJSON, CSV, Arrow), stream results (NDJSON, JSON, SSE, XML), "
+                                    "control tables, /metrics, OpenAPI docs at /docs.")
+    sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sv.add_argument("--data-dir", metavar="DIR", help="persist the catalog and queries here; a restart with the "
+                                                       "same DIR brings them back with the same ids")
+    sv.add_argument("--api-key", metavar="KEY", help="require this key (header X-API-Key) on every mutating "
+                                                     "request (or set CQLSTREAM_API_KEY)")
+    sv.add_argument("--max-body-mb", type=int, default=256, metavar="MB", help="largest request body (default 256)")
+    sv.add_argument("--subscriber-buffer", type=int, default=1_000_000, metavar="N",
+                    help="result elements buffered per subscriber before it is disconnected as lagging")
+    sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    sv.add_argument("--access-log", action="store_true", help="log every request")
+    sv.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
+    sv.set_defaults(func=cmd_serve)
+
+    qy = sub.add_parser("query", help="register a query on a running server and print its results",
+                        description="Register a CQL query with a running server (or pick one with --id) and "
+                                    "print its current results (snapshot); with --follow keep printing new "
+                                    "results as they become final, in STREAM's text form [t]:+:v1, v2 (or raw "
+                                    "--format). Ctrl-C stops.")
+    qy.add_argument("cql", nargs="?", help="the CQL query text")
+    qy.add_argument("--id", type=int, help="follow an already registered query instead")
+    qy.add_argument("--name", help="a name for the new query")
+    qy.add_argument("--follow", "-f", action="store_true", help="keep streaming new results")
+    qy.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default http://127.0.0.1:8000)")
+    qy.add_argument("--api-key", help="API key for a server started with --api-key")
+    qy.add_argument("--format", default="text", choices=["text", "ndjson", "json", "sse", "xml"],
+                    help="output: STREAM text lines (default) or the server's raw format")
+    qy.set_defaults(func=cmd_query)
+
+    bn = sub.add_parser("bench", help="run the benchmarks (python -m bench)",
+                        description="Run `python -m bench` with the remaining arguments.")
+    bn.add_argument("args", nargs=argparse.REMAINDER, help="arguments for python -m bench (e.g. --rows 100000)")
+    bn.set_defaults(func=cmd_bench)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
+        return cmd_bench(argparse.Namespace(args=argv[1:]))  # everything after `bench` is python -m bench's
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

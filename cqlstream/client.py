@@ -1,0 +1,272 @@
+"""A Python client for the cqlstream HTTP API (httpx).
+
+    from cqlstream.client import Client
+
+    with Client("http://127.0.0.1:8000") as c:
+        c.register_stream("register stream S (A integer, B float)")
+        q = c.register_query("select A, count(*) from S [Range 10] group by A")
+        c.push("S", [{"ts": 1, "A": 1, "B": 0.5}, {"ts": 2, "A": 1, "B": 1.5}])
+        c.heartbeat("S", 10)
+        for e in c.subscribe(q["id"], snapshot=True, follow=False):
+            print(e.ts, e.sign, e.row)
+
+Errors come back as exceptions carrying the server's problem document: `InvalidInput` (422, with
+`row`/`field`, or `line`/`column`/`excerpt` for CQL), `BadRequest` (400), `NotFound` (404),
+`Conflict` (409), `Unauthorized` (401), `PayloadTooLarge` (413); `Lagged` ends a subscription
+whose consumer fell too far behind.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Iterator, NamedTuple
+
+import httpx
+
+
+class CqlstreamError(Exception):
+    """An error reply; `problem` is the whole RFC 7807 document."""
+
+    def __init__(self, status: int, problem: dict):
+        self.status = status
+        self.problem = problem
+        self.code = problem.get("code", "error")
+        self.detail = problem.get("detail", "")
+        self.row = problem.get("row")
+        self.field = problem.get("field")
+        self.line = problem.get("line")
+        self.column = problem.get("column")
+        self.excerpt = problem.get("excerpt")
+        msg = f"{status} {self.code}: {self.detail}"
+        if self.excerpt:
+            msg += "\n" + self.excerpt
+        super().__init__(msg)
+
+
+class BadRequest(CqlstreamError):
+    pass
+
+
+class Unauthorized(CqlstreamError):
+    pass
+
+
+class NotFound(CqlstreamError):
+    pass
+
+
+class Conflict(CqlstreamError):
+    pass
+
+
+class PayloadTooLarge(CqlstreamError):
+    pass
+
+
+class InvalidInput(CqlstreamError):
+    pass
+
+
+class Lagged(CqlstreamError):
+    """The subscription fell too far behind and the server disconnected it."""
+
+
+class ServerError(CqlstreamError):
+    pass
+
+
+_BY_STATUS = {400: BadRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 413: PayloadTooLarge,
+              415: BadRequest, 422: InvalidInput}
+
+
+class Element(NamedTuple):
+    """One result element: timestamp, sign (+1 insert, -1 delete) and the tuple's values."""
+
+    ts: int
+    sign: int
+    row: tuple
+
+
+def _raise_for(r: httpx.Response) -> None:
+    if r.status_code < 400:
+        return
+    try:
+        problem = r.json()
+        if not isinstance(problem, dict):
+            raise ValueError
+    except ValueError:
+        problem = {"code": "http_error", "detail": r.text[:500]}
+    cls = _BY_STATUS.get(r.status_code, ServerError if r.status_code >= 500 else CqlstreamError)
+    raise cls(r.status_code, problem)
+
+
+class Client:
+    def __init__(self, url: str = "http://127.0.0.1:8000", *, api_key: str | None = None, timeout: float = 60.0,
+                 api_key_header: str = "X-API-Key", transport: httpx.BaseTransport | None = None):
+        headers = {api_key_header: api_key} if api_key else {}
+        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kw) -> Any:
+        r = self.http.request(method, path, **kw)
+        _raise_for(r)
+        if r.status_code == 204 or not r.content:
+            return None
+        if r.headers.get("content-type", "").startswith("application/json"):
+            return r.json()
+        return r.text
+
+    # ------------------------------------------------------------ streams and relations
+    def register_stream(self, ddl_or_schema: str | dict) -> dict:
+        """DDL text (`register stream S (A integer) with (slack = 2)`) or a JSON description
+        `{name, kind, attrs: [{name, type}], options}`; relations too."""
+        if isinstance(ddl_or_schema, str):
+            return self._call("POST", "/streams", content=ddl_or_schema.encode(), headers={"content-type":
+                                                                                          "text/plain"})
+        return self._call("POST", "/streams", json=ddl_or_schema)
+
+    register_relation = register_stream
+
+    def streams(self) -> list[dict]:
+        return self._call("GET", "/streams")
+
+    def stream(self, name: str) -> dict:
+        return self._call("GET", f"/streams/{name}")
+
+    def drop_stream(self, name: str) -> None:
+        self._call("DELETE", f"/streams/{name}")
+
+    def push(self, name: str, rows, *, format: str = "ndjson") -> int:
+        """Push rows (dicts `{ts, [sign], A, ...}` or lists `[ts, [sign], A, ...]`), a pyarrow
+        Table/RecordBatch (sent as Arrow IPC), or bytes already in `format`. Whole push or an
+        `InvalidInput` naming the row and field. Returns the number of tuples accepted."""
+        content, ctype = encode_rows(rows, format)
+        out = self._call("POST", f"/streams/{name}/tuples", content=content, headers={"content-type": ctype})
+        return int(out["accepted"])
+
+    def heartbeat(self, name: str, ts: int) -> None:
+        self._call("POST", f"/streams/{name}/heartbeat", json={"ts": int(ts)})
+
+    # ------------------------------------------------------------ queries and views
+    def register_query(self, cql: str, name: str | None = None) -> dict:
+        body = {"cql": cql}
+        if name is not None:
+            body["name"] = name
+        return self._call("POST", "/queries", json=body)
+
+    def queries(self) -> list[dict]:
+        return self._call("GET", "/queries")
+
+    def query(self, qid: int) -> dict:
+        return self._call("GET", f"/queries/{qid}")
+
+    def set_active(self, qid: int, active: bool) -> dict:
+        return self._call("PATCH", f"/queries/{qid}", json={"active": bool(active)})
+
+    def set_weight(self, qid: int, weight: float) -> dict:
+        return self._call("PATCH", f"/queries/{qid}", json={"weight": float(weight)})
+
+    def deregister(self, qid: int) -> None:
+        self._call("DELETE", f"/queries/{qid}")
+
+    def register_view(self, cql: str) -> dict:
+        return self._call("POST", "/views", json={"cql": cql})
+
+    def views(self) -> list[dict]:
+        return self._call("GET", "/views")
+
+    def drop_view(self, name: str) -> None:
+        self._call("DELETE", f"/views/{name}")
+
+    # ------------------------------------------------------------ results
+    def subscribe(self, qid: int, *, snapshot: bool = False, follow: bool = True, limit: int | None = None,
+                  until: int | None = None, buffer: int | None = None) -> Iterator[Element]:
+        """Result elements as they become final (NDJSON underneath). Ends when the stream ends
+        (`follow=False` after the snapshot, `limit`/`until` reached, query deregistered); raises
+        `Lagged` if the server dropped this subscriber for falling behind."""
+        params = {"format": "ndjson", "snapshot": str(bool(snapshot)).lower(), "follow": str(bool(follow)).lower()}
+        for k, v in (("limit", limit), ("until", until), ("buffer", buffer)):
+            if v is not None:
+                params[k] = str(v)
+        with self.http.stream("GET", f"/queries/{qid}/results", params=params,
+                              timeout=httpx.Timeout(self.http.timeout.connect, read=None)) as r:
+            if r.status_code >= 400:
+                r.read()
+                _raise_for(r)
+            for line in r.iter_lines():
+                if not line:
+                    continue
+                obj = json.loads(line)
+                ev = obj.get("event")
+                if ev is None:
+                    yield Element(obj["ts"], obj["sign"], tuple(obj["row"]))
+                elif ev == "lagged":
+                    raise Lagged(200, {"code": "lagged", "detail": obj.get("detail", "lagged")})
+                elif ev == "end":
+                    return
+
+    def stream_raw(self, qid: int, format: str = "ndjson", **params) -> Iterator[bytes]:
+        """The raw result stream in any format (ndjson, json, sse, xml), chunk by chunk."""
+        params = {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else str(v))
+                                       for k, v in params.items()}}
+        with self.http.stream("GET", f"/queries/{qid}/results", params=params,
+                              timeout=httpx.Timeout(self.http.timeout.connect, read=None)) as r:
+            if r.status_code >= 400:
+                r.read()
+                _raise_for(r)
+            yield from r.iter_bytes()
+
+    # ------------------------------------------------------------ control tables, service
+    def entities(self) -> list[dict]:
+        return self._call("GET", "/entities")
+
+    def entity(self, entity_id: str) -> dict:
+        return self._call("GET", f"/entities/{entity_id}")
+
+    def set_knobs(self, entity_id: str, **knobs) -> dict:
+        return self._call("PATCH", f"/entities/{entity_id}", json={"knobs": knobs})
+
+    def metrics(self) -> str:
+        return self._call("GET", "/metrics")
+
+    def health(self) -> dict:
+        return self._call("GET", "/healthz")
+
+
+def encode_rows(rows, format: str = "ndjson") -> tuple[bytes, str]:
+    """(body, content type) for a push."""
+    if isinstance(rows, (bytes, bytearray)):
+        return bytes(rows), {"ndjson": "application/x-ndjson", "json": "application/json", "csv": "text/csv",
+                             "arrow": "application/vnd.apache.arrow.stream"}[format]
+    try:
+        import pyarrow as pa
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        pa = None
+    if pa is not None and isinstance(rows, (pa.Table, pa.RecordBatch)):
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, rows.schema) as w:
+            w.write(rows)
+        return sink.getvalue(), "application/vnd.apache.arrow.stream"
+    rows = list(rows)
+    if format == "json":
+        return json.dumps(rows).encode(), "application/json"
+    if format == "ndjson":
+        return "".join(json.dumps(r) + "\n" for r in rows).encode(), "application/x-ndjson"
+    if format == "csv":
+        if not rows or not isinstance(rows[0], dict):
+            raise ValueError("CSV pushes take dict rows (the header comes from their keys)")
+        out = io.StringIO()
+        w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        return out.getvalue().encode(), "text/csv"
+    raise ValueError(f"unknown format '{format}' (ndjson, json, csv; or pass a pyarrow Table)")

@@ -1,0 +1,135 @@
+"""Routes for streams and relations: register (DDL text or JSON schema), list, describe, drop;
+push tuples (JSON, NDJSON, CSV, Arrow IPC); heartbeats."""
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Depends, Path, Request, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from server.ingest import MEDIA_ARROW, MEDIA_CSV, MEDIA_JSON, MEDIA_NDJSON
+from server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
+from server.problems import ProblemError, responses
+
+SourceName = Path(pattern=NAME_PATTERN, max_length=128, description="stream or relation name (case-insensitive)")
+
+_SOURCE_BODY = {"required": True, "content": {
+    "application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/SourceIn"},
+                                              {"$ref": "#/components/schemas/DdlIn"}]}},
+    "text/plain": {"schema": {"type": "string", "minLength": 1,
+                              "example": "register stream S (A integer, B float) with (slack = 2)"}}}}
+
+_ROW = {"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "array"}]}
+_PUSH_BODY = {"required": True, "content": {
+    MEDIA_JSON: {"schema": {"type": "array", "items": _ROW},
+                 "example": [{"ts": 1, "A": 1, "B": 0.5}, {"ts": 2, "A": 2, "B": 1.5}]},
+    MEDIA_NDJSON: {"schema": {"type": "string"}, "example": '{"ts": 1, "A": 1, "B": 0.5}\n'},
+    MEDIA_CSV: {"schema": {"type": "string"}, "example": "ts,A,B\n1,1,0.5\n"},
+    MEDIA_ARROW: {"schema": {"type": "string", "format": "binary"}}}}
+
+
+def ddl_of(src: SourceIn) -> str:
+    """A JSON source description as DDL text."""
+    parts = [f"{a.name} {a.type}" for a in src.attrs]
+    parts += ["key (" + ", ".join(k) + ")" for k in src.keys]
+    opts = []
+    if src.options is not None:
+        if src.options.unit is not None:
+            opts.append(f"unit = {src.options.unit}")
+        if src.options.slack is not None:
+            opts.append(f"slack = {src.options.slack}")
+        if src.options.timestamp is not None:
+            opts.append(f"timestamp = {src.options.timestamp}")
+    for k in src.keys:
+        for c in k:
+            if not c.replace("_", "a").isalnum():
+                raise ProblemError(422, "invalid_name", f"key column '{c}' is not a name", field="keys")
+    text = f"register {'static ' if src.static else ''}{src.kind} {src.name} ({', '.join(parts)})"
+    return text + (f" with ({', '.join(opts)})" if opts else "")
+
+
+def _validation_problem(e: ValidationError) -> ProblemError:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err.get("loc", ()))
+    return ProblemError(422, "invalid_request", f"{loc}: {err.get('msg')}" if loc else err.get("msg", "invalid"),
+                        field=loc or None)
+
+
+def router(host, auth) -> APIRouter:
+    r = APIRouter(tags=["streams"])
+    mutating = [Depends(auth)]
+
+    @r.post("/streams", status_code=201, response_model=SourceOut, dependencies=mutating,
+            summary="Register a stream or relation",
+            description="Either DDL text (`text/plain`, or JSON `{\"ddl\": ...}`) such as "
+                        "`register stream S (A integer, B float) with (slack = 2, unit = second)` / "
+                        "`register relation R (A integer)`, or a JSON schema "
+                        "`{name, kind, attrs: [{name, type}], options: {unit, slack, timestamp}}`.",
+            openapi_extra={"requestBody": _SOURCE_BODY}, responses=responses(400, 401, 409, 413, 415, 422))
+    async def create_source(request: Request):
+        body = await request.body()
+        ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+        if ctype in ("text/plain", "application/sql", "text/x-cql") or (not ctype and not body.lstrip()[:1] in
+                                                                         (b"{", b"[")):
+            try:
+                ddl = body.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ProblemError(400, "malformed_body", "DDL text must be UTF-8") from None
+            if not ddl.strip():
+                raise ProblemError(422, "invalid_request", "empty DDL text")
+        elif ctype in ("application/json", "") or ctype.endswith("+json"):
+            try:
+                data = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise ProblemError(400, "malformed_body", f"malformed JSON: {e}") from None
+            if not isinstance(data, dict):
+                raise ProblemError(422, "invalid_request", "expected a JSON object: {name, kind, attrs} or {ddl}")
+            try:
+                ddl = DdlIn.model_validate(data).ddl if "ddl" in data else ddl_of(SourceIn.model_validate(data))
+            except ValidationError as e:
+                raise _validation_problem(e) from None
+        else:
+            raise ProblemError(415, "unsupported_media_type", f"unsupported Content-Type '{ctype}'; send DDL as "
+                               "text/plain or a JSON description as application/json")
+        out = await run_in_threadpool(host.register_source, ddl)
+        return Response(json.dumps(out), status_code=201, media_type="application/json",
+                        headers={"Location": f"/streams/{out['name']}"})
+
+    @r.get("/streams", response_model=list[SourceOut], summary="List streams and relations")
+    async def list_sources():
+        return await run_in_threadpool(host.list_sources)
+
+    @r.get("/streams/{name}", response_model=SourceOut, summary="Describe a stream or relation",
+           responses=responses(404, 422))
+    async def get_source(name: str = SourceName):
+        return await run_in_threadpool(host.get_source, name)
+
+    @r.delete("/streams/{name}", status_code=204, dependencies=mutating, summary="Drop a stream or relation",
+              description="Refused with 409 while a query or view reads it.",
+              responses=responses(401, 404, 409, 422))
+    async def drop_source(name: str = SourceName):
+        await run_in_threadpool(host.drop_source, name)
+        return Response(status_code=204)
+
+    @r.post("/streams/{name}/tuples", response_model=PushResult, dependencies=mutating,
+            summary="Push tuples (all or nothing)",
+            description="Rows as a JSON array (objects `{ts, [sign], A, B}` or arrays `[ts, [sign], A, B]`), NDJSON "
+                        "(one object per line), CSV (header line naming the fields) or an Arrow IPC stream. "
+                        "Each row carries its timestamp in `ts` unless the stream is system-timestamped; "
+                        "relation updates carry `sign` (1 / -1, or '+' / '-'). Timestamps must not decrease "
+                        "(unless the stream declares a slack). A rejected push changes nothing; the problem names "
+                        "the offending `row` (0-based) and `field`.",
+            openapi_extra={"requestBody": _PUSH_BODY}, responses=responses(400, 401, 404, 409, 413, 415, 422))
+    async def push(request: Request, name: str = SourceName):
+        body = await request.body()
+        return await run_in_threadpool(host.push, name, body, request.headers.get("content-type"))
+
+    @r.post("/streams/{name}/heartbeat", response_model=HeartbeatOut, dependencies=mutating,
+            summary="Advance a source's time",
+            description="Time on the source reached `ts`: no element with a smaller timestamp will come, so "
+                        "results through ts-1 become final.", responses=responses(400, 401, 404, 413, 422))
+    async def heartbeat(body: HeartbeatIn, name: str = SourceName):
+        return await run_in_threadpool(host.heartbeat, name, body.ts)
+
+    return r

@@ -1,0 +1,181 @@
+"""The FastAPI application: `create_app(dsms_or_settings)`.
+
+Wires the engine host (server/host.py), the routers, RFC 7807 error handling (no request can take
+the process down: anything unexpected becomes a 500 problem), the request-size limit (413), the
+optional API key, `/metrics`, `/healthz` and the OpenAPI document (`/openapi.json`, `/docs`).
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import PlainTextResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.dsms import Dsms
+from server import api_control, api_queries, api_sources, metrics
+from server.auth import api_key_dependency
+from server.host import EngineHost
+from server.models import DdlIn, Health, SourceIn
+from server.problems import Problem, ProblemError
+from server.settings import Settings
+
+log = logging.getLogger("cqlstream.server")
+
+
+class BodyTooLarge(StarletteHTTPException):
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body larger than {limit} bytes")
+
+
+class _Limits:
+    """ASGI middleware: refuse bodies over the limit (by Content-Length, or while they stream in)
+    and count replies per status class for /metrics."""
+
+    def __init__(self, app, limit: int, counts: dict):
+        self.app = app
+        self.limit = limit
+        self.counts = counts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.limit
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                try:
+                    n = int(v)
+                except ValueError:
+                    n = -1
+                if n > limit or n < 0:
+                    p = ProblemError(413 if n > limit else 400, "body_too_large" if n > limit else "bad_request",
+                                     f"request body of {n} bytes is over the limit of {limit} bytes" if n > limit
+                                     else "bad Content-Length")
+                    await p.response()(scope, receive, send)
+                    self.counts[f"{p.status // 100}xx"] = self.counts.get(f"{p.status // 100}xx", 0) + 1
+                    return
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(limit)
+            return msg
+
+        async def counting_send(msg):
+            if msg["type"] == "http.response.start":
+                k = f"{msg['status'] // 100}xx"
+                self.counts[k] = self.counts.get(k, 0) + 1
+            await send(msg)
+
+        await self.app(scope, limited_receive, counting_send)
+
+
+def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Settings | None = None) -> FastAPI:
+    """The app over a given `Dsms` (tests, embedding) or one built from `Settings` (the CLI)."""
+    if isinstance(dsms_or_settings, Settings):
+        settings = dsms_or_settings
+        host = EngineHost(settings)
+    else:
+        settings = settings or Settings()
+        host = EngineHost(settings, dsms_or_settings)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        host.start()
+        try:
+            yield
+        finally:
+            host.stop()
+
+    app = FastAPI(title="cqlstream", version="0.1.0", lifespan=lifespan,
+                  description="Continuous CQL queries over data streams (after Stanford STREAM): register streams, "
+                              "relations, views and queries, push input, stream results as NDJSON, JSON, SSE or "
+                              "XML, read and tune control tables. Errors are RFC 7807 problem documents with a "
+                              "machine-readable `code`.")
+    app.state.host = host
+    app.state.settings = settings
+    http_counts: dict[str, int] = {}
+    auth = api_key_dependency(settings)
+
+    # ------------------------------------------------------------ errors
+    @app.exception_handler(ProblemError)
+    async def on_problem(request, exc: ProblemError):
+        headers = {"WWW-Authenticate": f'ApiKey header="{settings.api_key_header}"'} if exc.status == 401 else None
+        return exc.response(headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(exc.status_code, "http_error")
+        return ProblemError(exc.status_code, code, str(exc.detail)).response(getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation(request, exc: RequestValidationError):
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        loc = [str(x) for x in first.get("loc", ())]
+        where = ".".join(loc)
+        status, code = 422, "invalid_request"
+        if first.get("type") in ("json_invalid",):
+            status, code = 400, "malformed_body"
+        return ProblemError(status, code, f"{where}: {first.get('msg', 'invalid request')}" if where else
+                            first.get("msg", "invalid request"), field=where or None,
+                            errors=[{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg"))}
+                                    for e in errs[:20]]).response()
+
+    @app.exception_handler(Exception)
+    async def on_crash(request, exc: Exception):
+        host.errors_5xx += 1
+        log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
+        return ProblemError(500, "internal_error", f"unexpected {type(exc).__name__}; the server keeps running and "
+                            "its state is unchanged by the failed request where the engine rejected it "
+                            "whole").response()
+
+    # ------------------------------------------------------------ routes
+    app.include_router(api_sources.router(host, auth))
+    app.include_router(api_queries.router(host, auth))
+    app.include_router(api_control.router(host, auth))
+
+    @app.get("/healthz", response_model=Health, tags=["service"], summary="Liveness and a few numbers")
+    async def healthz():
+        return await run_in_threadpool(host.health)
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["service"], summary="Prometheus metrics",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+    async def get_metrics():
+        m = await run_in_threadpool(host.metrics)
+        return PlainTextResponse(metrics.render(m, dict(http_counts)), media_type=metrics.CONTENT_TYPE)
+
+    # ------------------------------------------------------------ OpenAPI: problem and source schemas
+    def openapi():
+        if app.openapi_schema:
+            return app.openapi_schema
+        from fastapi.openapi.utils import get_openapi
+
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (SourceIn, DdlIn, Problem):
+            js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in js.pop("$defs", {}).items():
+                comps.setdefault(name, sub)
+            comps[model.__name__] = js
+        ref = {"schema": {"$ref": "#/components/schemas/Problem"}}
+        for path in schema.get("paths", {}).values():
+            for op in path.values():
+                for status, resp in op.get("responses", {}).items():
+                    if status.startswith(("4", "5")):
+                        resp["content"] = {"application/problem+json": ref}
+                op.get("responses", {}).setdefault("500", {"description": "Internal Server Error",
+                                                           "content": {"application/problem+json": ref}})
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
+    app.add_middleware(_Limits, limit=settings.max_body_bytes, counts=http_counts)
+    return app

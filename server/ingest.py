@@ -1,0 +1,498 @@
+"""Request bodies → typed columns for one push: JSON array, NDJSON, CSV, Arrow IPC stream.
+
+Every push is validated whole before anything reaches the engine; errors name the 0-based row and
+the field. The NDJSON, CSV and Arrow paths are columnar (pyarrow parses, numpy holds the columns);
+when the fast parser refuses a body, a row-by-row pass finds the exact row and field to report (or
+accepts what the fast path is too strict for, such as explicit NULLs and case-insensitive names).
+
+Row shapes:
+- objects: `{"ts": 5, "A": 1, "B": "x"}` (+ `"sign": 1 | -1 | "+" | "-"` for relations; no `ts`
+  for system-timestamped streams); field names match the declared columns case-insensitively;
+  a missing column is an error, an explicit `null` is NULL.
+- arrays (JSON only): `[ts, (sign,) A, B]`, in declared column order.
+- CSV: a header line naming the fields, then one line per row; an empty field is NULL for
+  non-text columns; signs may be written `+`/`-`.
+- Arrow IPC stream: one column per field, cast safely to the declared types.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.batch import Batch
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+MEDIA_JSON = "application/json"
+MEDIA_NDJSON = "application/x-ndjson"
+MEDIA_CSV = "text/csv"
+MEDIA_ARROW = "application/vnd.apache.arrow.stream"
+MEDIA_TYPES = (MEDIA_JSON, MEDIA_NDJSON, MEDIA_CSV, MEDIA_ARROW)
+_ALIASES = {"application/ndjson": MEDIA_NDJSON, "application/jsonl": MEDIA_NDJSON, "application/json-lines":
+            MEDIA_NDJSON, "application/jsonlines": MEDIA_NDJSON, "application/vnd.apache.arrow.file": MEDIA_ARROW,
+            "application/x-arrow": MEDIA_ARROW}
+
+
+class IngestError(ValueError):
+    """A rejected body: `status` 400 (malformed) or 422 (well-formed but wrong); `row` 0-based."""
+
+    def __init__(self, message: str, row: int | None = None, field: str | None = None, *, status: int = 422,
+                 code: str = "invalid_input"):
+        super().__init__(message)
+        self.row = row
+        self.field = field
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one source accepts: its columns (name, type kind), kind and timestamp mode."""
+
+    name: str
+    kind: str  # stream | relation
+    columns: tuple[tuple[str, str], ...]  # (name, DataType.kind)
+    system_ts: bool
+    ts_field: str = "ts"
+    sign_field: str = "sign"
+
+    @property
+    def relation(self) -> bool:
+        return self.kind == "relation"
+
+    def fields(self) -> list[str]:
+        """Field names of a pushed row, in array order."""
+        out = [] if self.system_ts else [self.ts_field]
+        if self.relation:
+            out.append(self.sign_field)
+        return out + [c for c, _ in self.columns]
+
+
+@dataclass
+class Parsed:
+    cols: list[np.ndarray]
+    nulls: list[np.ndarray | None]
+    ts: np.ndarray | None  # None for system-timestamped streams
+    sign: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.cols[0]) if self.cols else (0 if self.ts is None else len(self.ts))
+
+    def batch(self, ts: np.ndarray | None = None) -> Batch:
+        n = len(self)
+        t = self.ts if ts is None else ts
+        sign = self.sign if self.sign is not None else np.ones(n, np.int8)
+        return Batch(self.cols, self.nulls, np.asarray(t, np.int64), sign.astype(np.int8, copy=False),
+                     np.zeros(n, np.uint64))
+
+
+def media_type(content_type: str | None) -> str:
+    mt = (content_type or "").split(";")[0].strip().lower()
+    mt = _ALIASES.get(mt, mt)
+    if mt not in MEDIA_TYPES:
+        raise IngestError(f"unsupported Content-Type '{content_type or ''}'; use one of {', '.join(MEDIA_TYPES)}",
+                          status=415, code="unsupported_media_type")
+    return mt
+
+
+def parse(body: bytes, content_type: str | None, target: Target) -> Parsed:
+    mt = media_type(content_type)
+    if mt == MEDIA_ARROW:
+        return _parse_arrow(body, target)
+    if mt == MEDIA_CSV:
+        return _parse_csv(body, target)
+    if mt == MEDIA_NDJSON:
+        return _parse_ndjson(body, target)
+    return _parse_json(body, target)
+
+
+# ---------------------------------------------------------------- arrow types
+
+_ARROW = {"int": pa.int64(), "timestamp": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+
+
+def _arrow_type(kind: str) -> pa.DataType:
+    return _ARROW.get(kind, pa.string())
+
+
+def _arrow_schema(target: Target, sign_type=pa.int64()) -> pa.Schema:
+    fields = []
+    if not target.system_ts:
+        fields.append(pa.field(target.ts_field, pa.int64()))
+    if target.relation:
+        fields.append(pa.field(target.sign_field, sign_type))
+    fields += [pa.field(c, _arrow_type(k)) for c, k in target.columns]
+    return pa.schema(fields)
+
+
+def _numpy_column(arr: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """An Arrow column (already of the declared type) → (numpy column as the engine holds it, null mask)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    mask = None
+    if arr.null_count:
+        mask = arr.is_null().to_numpy(zero_copy_only=False)
+        arr = pc.fill_null(arr, _ARROW_FILL.get(kind, ""))
+    if kind in ("int", "timestamp"):
+        col = arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    elif kind == "float":
+        col = arr.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    elif kind == "bool":
+        col = arr.to_numpy(zero_copy_only=False).astype(np.bool_, copy=False)
+    else:
+        col = arr.to_numpy(zero_copy_only=False)
+        if col.dtype != object:
+            col = col.astype(object)
+    return col, mask
+
+
+_ARROW_FILL = {"int": 0, "timestamp": 0, "float": 0.0, "bool": False}
+
+
+def _from_table(tbl: pa.Table, target: Target, names: dict[str, str]) -> Parsed:
+    """Columns of a table already cast to the declared types (names: field → table column)."""
+    ts = sign = None
+    if not target.system_ts:
+        c = tbl.column(names[target.ts_field])
+        if c.null_count:
+            i = _first_null(c)
+            raise IngestError(f"row {i}: field '{target.ts_field}' is null", i, target.ts_field)
+        ts = c.to_numpy().astype(np.int64, copy=False)
+    if target.relation:
+        c = tbl.column(names[target.sign_field])
+        sign = _signs(c, target)
+    cols, nulls = [], []
+    for name, kind in target.columns:
+        col, mask = _numpy_column(tbl.column(names[name]), kind)
+        cols.append(col)
+        nulls.append(mask if mask is not None and mask.any() else None)
+    return Parsed(cols, nulls, ts, sign)
+
+
+def _first_null(c) -> int:
+    return int(np.argmax(c.is_null().to_numpy(zero_copy_only=False)))
+
+
+def _signs(c, target: Target) -> np.ndarray:
+    if isinstance(c, pa.ChunkedArray):
+        c = c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)
+    if c.null_count:
+        i = _first_null(c)
+        raise IngestError(f"row {i}: field '{target.sign_field}' is null", i, target.sign_field)
+    if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+        s = c.to_numpy(zero_copy_only=False).astype(str)
+        out = np.zeros(len(s), np.int8)
+        out[(s == "+") | (s == "1") | (s == "+1")] = 1
+        out[(s == "-") | (s == "-1")] = -1
+    else:
+        v = c.to_numpy(zero_copy_only=False)
+        out = np.where(v == 1, 1, np.where(v == -1, -1, 0)).astype(np.int8)
+    bad = np.flatnonzero(out == 0)
+    if len(bad):
+        i = int(bad[0])
+        raise IngestError(f"row {i}: field '{target.sign_field}' must be 1 or -1 (or '+' / '-'), got "
+                          f"{c[i].as_py()!r}", i, target.sign_field)
+    return out
+
+
+# ---------------------------------------------------------------- NDJSON
+
+
+def _parse_ndjson(body: bytes, target: Target) -> Parsed:
+    import pyarrow.json as pj
+
+    if not body.strip():
+        return _empty(target)
+    try:
+        opts = pj.ParseOptions(explicit_schema=_arrow_schema(target), unexpected_field_behavior="error")
+        tbl = pj.read_json(io.BytesIO(body), read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(body) // 8,
+                                                                                                     16 << 20))),
+                           parse_options=opts)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowException):
+        tbl = None
+    if tbl is not None and not any(c.null_count for c in tbl.columns):
+        return _from_table(tbl, target, {f: f for f in target.fields()})
+    # the slow path finds the offending row/field (or accepts explicit NULLs and other spellings)
+    rows = []
+    for i, line in enumerate(_lines(body)):
+        if not line.strip():
+            raise IngestError(f"row {i}: empty line", i, status=400, code="malformed_body")
+        try:
+            rows.append(json.loads(line))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise IngestError(f"row {i}: malformed JSON: {e}", i, status=400, code="malformed_body") from None
+    return _from_rows(rows, target)
+
+
+def _lines(body: bytes) -> list[bytes]:
+    lines = body.split(b"\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def _parse_json(body: bytes, target: Target) -> Parsed:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise IngestError(f"malformed JSON: {e}", status=400, code="malformed_body") from None
+    if isinstance(data, dict) and "rows" in data and len(data) == 1:
+        data = data["rows"]
+    if not isinstance(data, list):
+        raise IngestError("the body must be a JSON array of rows (objects or arrays)", status=400,
+                          code="malformed_body")
+    return _from_rows(data, target)
+
+
+def _check_value(v, kind: str, row: int, field: str):
+    """A JSON value checked against a column type (None passes as NULL)."""
+    if v is None:
+        return None
+    if kind in ("int", "timestamp"):
+        ok = isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX
+    elif kind == "float":
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if ok:
+            v = float(v)
+    elif kind == "bool":
+        ok = isinstance(v, bool)
+    else:
+        ok = isinstance(v, str)
+    if not ok:
+        raise IngestError(f"row {row} field '{field}': {json.dumps(v)[:80]} is not a{_article(kind)} "
+                          f"{_kind_name(kind)}", row, field)
+    return v
+
+
+def _article(kind: str) -> str:
+    return "n" if _kind_name(kind)[0] in "aeiou" else ""
+
+
+def _kind_name(kind: str) -> str:
+    return {"int": "integer", "timestamp": "integer timestamp", "float": "number", "bool": "boolean"}.get(kind,
+                                                                                                        "string")
+
+
+def _from_rows(rows: list, target: Target) -> Parsed:
+    """Python rows (dicts or lists, from JSON) → columns, checking each value; errors name row and field."""
+    fields = target.fields()
+    lower = {f.lower(): f for f in fields}
+    kinds = {target.ts_field: "int", **{c: k for c, k in target.columns}}
+    n = len(rows)
+    values: dict[str, list] = {f: [None] * n for f in fields}
+    for i, r in enumerate(rows):
+        if isinstance(r, dict):
+            seen = set()
+            for key, v in r.items():
+                f = lower.get(str(key).lower())
+                if f is None:
+                    if not target.system_ts or str(key).lower() != target.ts_field.lower():
+                        raise IngestError(f"row {i}: unknown field '{key}' (expected {', '.join(fields)})", i, key)
+                    raise IngestError(f"row {i}: '{target.name}' is system-timestamped: rows carry no "
+                                      f"'{target.ts_field}'", i, key)
+                if f in seen:
+                    raise IngestError(f"row {i}: field '{f}' is given twice", i, f)
+                seen.add(f)
+                values[f][i] = v
+            if len(seen) != len(fields):
+                missing = [f for f in fields if f not in seen]
+                raise IngestError(f"row {i}: missing field '{missing[0]}'", i, missing[0])
+        elif isinstance(r, list):
+            if len(r) != len(fields):
+                raise IngestError(f"row {i} has {len(r)} values, expected {len(fields)} ({', '.join(fields)})", i)
+            for f, v in zip(fields, r):
+                values[f][i] = v
+        else:
+            raise IngestError(f"row {i}: a row must be a JSON object or array", i, status=422)
+    ts = sign = None
+    if not target.system_ts:
+        f = target.ts_field
+        col = values[f]
+        for i, v in enumerate(col):
+            if v is None:
+                raise IngestError(f"row {i}: field '{f}' is null", i, f)
+            _check_value(v, "int", i, f)
+        ts = np.array(col, np.int64) if n else np.zeros(0, np.int64)
+    if target.relation:
+        f = target.sign_field
+        sign = np.zeros(n, np.int8)
+        for i, v in enumerate(values[f]):
+            s = {1: 1, -1: -1, "+": 1, "-": -1, "+1": 1, "-1": -1, "1": 1}.get(v) if not isinstance(v, bool) else None
+            if s is None:
+                raise IngestError(f"row {i}: field '{f}' must be 1 or -1 (or '+' / '-'), got {json.dumps(v)[:40]}",
+                                  i, f)
+            sign[i] = s
+    cols, nulls = [], []
+    for name, kind in target.columns:
+        col = [_check_value(v, kind, i, name) for i, v in enumerate(values[name])]
+        cols_, mask = _column(col, kind)
+        cols.append(cols_)
+        nulls.append(mask)
+    return Parsed(cols, nulls, ts, sign)
+
+
+def _column(vals: list, kind: str) -> tuple[np.ndarray, np.ndarray | None]:
+    n = len(vals)
+    mask = np.fromiter((v is None for v in vals), bool, n)
+    anynull = bool(mask.any())
+    if kind in ("int", "timestamp", "float", "bool"):
+        dtype = {"float": np.float64, "bool": np.bool_}.get(kind, np.int64)
+        fill = {"float": 0.0, "bool": False}.get(kind, 0)
+        arr = np.array([fill if v is None else v for v in vals] if anynull else vals, dtype=dtype) if n else \
+            np.zeros(0, dtype)
+    else:
+        arr = np.empty(n, dtype=object)
+        arr[:] = ["" if v is None else v for v in vals] if anynull else vals
+    return arr, (mask if anynull else None)
+
+
+def _empty(target: Target) -> Parsed:
+    return _from_rows([], target)
+
+
+# ---------------------------------------------------------------- CSV
+
+
+def _parse_csv(body: bytes, target: Target) -> Parsed:
+    import pyarrow.csv as pcsv
+
+    if not body.strip():
+        return _empty(target)
+    header_end = body.find(b"\n")
+    header = body[: header_end if header_end >= 0 else len(body)].decode("utf-8", "replace").strip("\r")
+    names = next(csv.reader([header]), [])
+    fields = target.fields()
+    lower = {f.lower(): f for f in fields}
+    mapped = []
+    for h in names:
+        f = lower.get(h.strip().lower())
+        if f is None:
+            raise IngestError(f"CSV header: unknown field '{h}' (expected {', '.join(fields)})", None, h)
+        if f in mapped:
+            raise IngestError(f"CSV header: field '{f}' is given twice", None, f)
+        mapped.append(f)
+    missing = [f for f in fields if f not in mapped]
+    if missing:
+        raise IngestError(f"CSV header: missing field '{missing[0]}'", None, missing[0])
+    kinds = {target.ts_field: "int", target.sign_field: "sign", **{c: k for c, k in target.columns}}
+    types = {h: (pa.string() if kinds[f] == "sign" else _arrow_type(kinds[f])) for h, f in zip(names, mapped)}
+    try:
+        tbl = pcsv.read_csv(io.BytesIO(body), read_options=pcsv.ReadOptions(block_size=max(1 << 20, min(
+            len(body) // 8, 16 << 20))), convert_options=pcsv.ConvertOptions(
+            column_types=types, null_values=["", "null", "NULL"], strings_can_be_null=False,
+            quoted_strings_can_be_null=False, true_values=["true", "True", "TRUE", "1"],
+            false_values=["false", "False", "FALSE", "0"]))
+    except (pa.ArrowInvalid, pa.ArrowException):
+        tbl = None
+    if tbl is not None and tbl.num_columns == len(names):
+        return _from_table(tbl, target, dict(zip(mapped, names)))
+    return _csv_slow(body, target, mapped, kinds)
+
+
+def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict) -> Parsed:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise IngestError(f"CSV is not UTF-8: {e}", status=400, code="malformed_body") from None
+    reader = csv.reader(io.StringIO(text))
+    next(reader, None)
+    rows = []
+    for i, rec in enumerate(reader):
+        if not rec:
+            continue
+        if len(rec) != len(mapped):
+            raise IngestError(f"row {i} has {len(rec)} values, expected {len(mapped)}", i)
+        row = {}
+        for f, s in zip(mapped, rec):
+            kind = kinds[f]
+            if kind == "sign":
+                row[f] = s.strip()
+                continue
+            if kind not in ("int", "timestamp", "float", "bool") or s not in ("", "null", "NULL"):
+                row[f] = _convert(s, kind, i, f)
+            else:
+                row[f] = None
+        rows.append(row)
+    return _from_rows(rows, target)
+
+
+def _convert(s: str, kind: str, row: int, field: str):
+    try:
+        if kind in ("int", "timestamp"):
+            return int(s)
+        if kind == "float":
+            return float(s)
+        if kind == "bool":
+            b = {"true": True, "1": True, "false": False, "0": False}.get(s.strip().lower())
+            if b is None:
+                raise ValueError
+            return b
+    except ValueError:
+        raise IngestError(f"row {row} field '{field}': {s[:80]!r} is not a{_article(kind)} {_kind_name(kind)}", row,
+                          field) from None
+    return s
+
+
+# ---------------------------------------------------------------- Arrow IPC
+
+
+def _parse_arrow(body: bytes, target: Target) -> Parsed:
+    if not body:
+        return _empty(target)
+    try:
+        reader = pa.ipc.open_stream(pa.py_buffer(body))
+        tbl = reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowException, OSError):
+        try:
+            tbl = pa.ipc.open_file(pa.py_buffer(body)).read_all()
+        except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
+            raise IngestError(f"malformed Arrow IPC stream: {e}", status=400, code="malformed_body") from None
+    fields = target.fields()
+    lower = {f.lower(): f for f in fields}
+    names: dict[str, str] = {}
+    for col in tbl.column_names:
+        f = lower.get(col.lower())
+        if f is None:
+            if target.system_ts and col.lower() == target.ts_field.lower():
+                raise IngestError(f"'{target.name}' is system-timestamped: rows carry no '{target.ts_field}'", None,
+                                  col)
+            raise IngestError(f"unknown field '{col}' (expected {', '.join(fields)})", None, col)
+        if f in names:
+            raise IngestError(f"field '{f}' is given twice", None, f)
+        names[f] = col
+    missing = [f for f in fields if f not in names]
+    if missing:
+        raise IngestError(f"missing field '{missing[0]}'", None, missing[0])
+    kinds = {target.ts_field: "int", **{c: k for c, k in target.columns}}
+    cols = {}
+    for f, col in names.items():
+        arr = tbl.column(col)
+        if f == target.sign_field and target.relation:
+            cols[f] = arr
+            continue
+        want = _arrow_type(kinds[f])
+        if arr.type != want:
+            if pa.types.is_dictionary(arr.type):
+                arr = pc.cast(arr, arr.type.value_type)
+            textual = pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
+            if pa.types.is_boolean(arr.type) and kinds[f] != "bool" or (want == pa.string() and not textual) or (
+                    textual and want != pa.string()):
+                raise IngestError(f"field '{f}': Arrow type {arr.type} is not a{_article(kinds[f])} "
+                                  f"{_kind_name(kinds[f])}", None, f)
+            try:
+                arr = pc.cast(arr, want, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowException) as e:
+                raise IngestError(f"field '{f}': cannot convert {tbl.column(col).type} to {_kind_name(kinds[f])}: "
+                                  f"{e}", None, f) from None
+        cols[f] = arr
+    t2 = pa.table({f: cols[f] for f in fields})
+    return _from_table(t2, target, {f: f for f in fields})

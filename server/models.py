@@ -1,0 +1,150 @@
+"""Request and reply bodies of the HTTP API (pydantic models; they are the OpenAPI contract)."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+TYPE_PATTERN = r"^[A-Za-z]+( *\( *[0-9]+ *\))?$"
+
+
+class Attr(BaseModel):
+    name: str = Field(pattern=NAME_PATTERN, max_length=128, examples=["price"])
+    type: str = Field(pattern=TYPE_PATTERN, max_length=32, examples=["integer", "float", "char(8)"],
+                      description="integer, float, byte, char(n), varchar(n), string, boolean, timestamp")
+
+
+class SourceOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    unit: Literal["millisecond", "second", "minute", "hour", "day"] | None = Field(
+        None, description="time unit of the timestamps (default second)")
+    slack: int | None = Field(None, ge=0, le=1 << 40, description="streams: out-of-order slack in time units")
+    timestamp: Literal["application", "system"] | None = Field(
+        None, description="streams: 'system' = the server stamps arrivals with its clock")
+
+
+class SourceIn(BaseModel):
+    """A stream or relation as a JSON schema (alternative to DDL text)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=NAME_PATTERN, max_length=128, examples=["Orders"])
+    kind: Literal["stream", "relation"] = "stream"
+    attrs: list[Attr] = Field(min_length=1, max_length=1000)
+    options: SourceOptions | None = None
+    static: bool = False
+    keys: list[list[str]] = Field(default_factory=list, description="candidate keys (column lists)")
+
+
+class DdlIn(BaseModel):
+    """DDL text: `register stream S (A int, B float) with (slack = 2)`."""
+
+    model_config = ConfigDict(extra="forbid")
+    ddl: str = Field(min_length=1, max_length=1 << 20)
+
+
+class AttrOut(BaseModel):
+    name: str
+    type: str
+
+
+class SourceOut(BaseModel):
+    name: str
+    kind: Literal["stream", "relation"]
+    attrs: list[AttrOut]
+    time_unit: str
+    slack: int
+    timestamp: Literal["application", "system"]
+    static: bool
+    keys: list[list[str]]
+    accepted: int = Field(description="tuples accepted so far")
+    max_ts: int | None = Field(None, description="largest timestamp (or heartbeat) seen")
+
+
+class PushResult(BaseModel):
+    source: str
+    accepted: int = Field(description="tuples accepted by this push (the whole push, or an error)")
+    late: int = Field(0, description="tuples dropped for arriving later than the stream's slack")
+
+
+class HeartbeatIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ts: int = Field(ge=-(1 << 62), le=1 << 62, description="time reached ts: no element with a smaller ts will come")
+
+
+class HeartbeatOut(BaseModel):
+    source: str
+    ts: int
+
+
+class QueryIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cql: str = Field(min_length=1, max_length=1 << 20, examples=["select * from S where A > 10"])
+    name: str | None = Field(None, pattern=NAME_PATTERN, max_length=128)
+
+
+class QueryOut(BaseModel):
+    id: int
+    name: str | None
+    cql: str
+    kind: Literal["stream", "relation"]
+    schema_: list[AttrOut] = Field(alias="schema", serialization_alias="schema")
+    explain: str
+    complete_from: int | None = Field(None, description="instant from which the results are exact (null: from "
+                                      "the start, or never when `complete` is false)")
+    complete: bool = Field(True, description="false when the query started late over a window needing history "
+                           "it cannot have: its results reflect only the data since registration")
+    active: bool = True
+    weight: float = 1.0
+    bounded_memory: bool | None = Field(None, description="bounded-memory verdict, when the analysis is available")
+    subscribers: int = 0
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class QueryPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    active: bool | None = None
+    weight: float | None = Field(None, gt=0, le=1e9)
+
+
+class ViewIn(BaseModel):
+    """Either the whole statement (`cql`: `register view V as select …`) or `name` + `query`."""
+
+    model_config = ConfigDict(extra="forbid")
+    cql: str | None = Field(None, min_length=1, max_length=1 << 20)
+    name: str | None = Field(None, pattern=NAME_PATTERN, max_length=128)
+    query: str | None = Field(None, min_length=1, max_length=1 << 20)
+
+
+class ViewOut(BaseModel):
+    name: str
+    kind: Literal["stream", "relation"]
+    schema_: list[AttrOut] = Field(alias="schema", serialization_alias="schema")
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class Entity(BaseModel):
+    """A control table (STREAM §6.1): live counters and settable knobs of one plan entity."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    kind: str
+    name: str | None = None
+    counters: dict[str, Any] = Field(default_factory=dict)
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    queries: list[int] = Field(default_factory=list)
+
+
+class EntityPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    knobs: dict[str, Any] = Field(description="knob name → new value")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    streams: int
+    queries: int
+    subscribers: int
+    uptime_seconds: float
+    persistence: bool

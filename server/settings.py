@@ -1,0 +1,21 @@
+"""Server settings: one frozen dataclass, filled from the CLI (`cqlstream serve`) or by tests."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: str | None = None  # catalog + queries persisted here (by the engine) when set
+    api_key: str | None = None  # when set, every mutating endpoint needs header `X-API-Key`
+    api_key_header: str = "X-API-Key"
+    max_body_bytes: int = 256 << 20  # larger request bodies get 413
+    subscriber_buffer: int = 1_000_000  # result elements buffered per subscriber before it is lagged out
+    lag_grace_seconds: float = 10.0  # a lagged subscriber that does not read its `lagged` message this long is cut off
+    tick_interval: float = 0.1  # seconds between clock ticks (system-timestamped streams)
+    keepalive_seconds: float = 15.0  # SSE comment / XML-JSON whitespace when a result stream is idle
+    ts_field: str = "ts"  # name of the timestamp field in pushed rows
+    sign_field: str = "sign"  # name of the sign field in pushed relation updates
+    compat: bool = False  # STREAM 0.6 behaviour (see `cqlstream run --stream-compat`)
