@@ -27,6 +27,9 @@ def _plan_entities(d):
             out[pn.op.eid] = ("operator", pn.op, pn, users)
         if pn.store is not None:
             out[pn.store.eid] = ("store", pn.store, pn, users)
+    for hub in d.plan.filter_hubs.values():
+        users = sorted({u for pn in d.plan.nodes.values() if pn.op in hub.members for u in _queries(pn.users)})
+        out[hub.eid] = ("operator", hub, None, users)
     for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()) + d.plan.late_stores:
         users = sorted({u for op in st.users for pn in d.plan.nodes.values() if pn.op is op for u in _queries(pn.users)})
         out[st.eid] = ("store", st, None, users)
@@ -47,7 +50,8 @@ def _op_table(op, pn, users):
         knobs["probe_orders"] = [list(o) for o in op.probe_orders]
     if op.kind == "select":
         knobs["conjunct_order"] = list(range(len(op.conjuncts)))
-    return {"kind": "operator", "type": op.kind, "name": f"{op.kind} {node_label(op.node)}".strip(),
+    return {"kind": "operator", "type": op.kind,
+            "name": getattr(op, "label", "") or f"{op.kind} {node_label(op.node)}".strip(),
             "inputs": [q.eid for q in op.inputs], "output": op.output.eid,
             "counters": counters, "knobs": knobs, "queries": users,
             "note": pn.note if pn is not None else ""}

@@ -18,6 +18,7 @@ from cql.logical import nodes as L
 from engine.exprs import Evaluator
 from engine.operators.base import IdSource, Operator
 from engine.operators.basic import FilterOp, ProjectOp, SampleOp
+from engine.operators.filterhub import FilterHub, HubMember, eq_const
 from engine.operators.window import WindowOp, WindowStore, plain_kind
 from engine.queues import Queue, Reader
 from engine import snapshots
@@ -143,6 +144,7 @@ class PhysicalPlan:
         self.operators: list[Operator] = []
         self.stores: dict[int, RelationStore] = {}  # id(queue) → the synopsis of that relation
         self.window_stores: dict[tuple, WindowStore] = {}  # (id(stream queue), mode, private) → store
+        self.filter_hubs: dict[tuple, FilterHub] = {}  # (id(queue), column) → grouped selection
         self.late_stores: list[RelationStore] = []  # private stores of joins registered while data flowed
         self.source_snapshots: dict[object, object] = {}  # source key → callable() -> Batch | None
         self._eids = {k: itertools.count(1) for k in ("op", "q", "syn")}
@@ -307,6 +309,12 @@ class PhysicalPlan:
         return snapshots.snapshot(self, pn)
 
     def _add(self, node: L.Plan, key, builder, kids: list[PNode], user) -> PNode:
+        if builder is _filter and key == share_key(node):
+            ec = eq_const(node.predicate)
+            if ec is not None:
+                pn = self._hub_member(node, key, kids[0], ec, user)
+                if pn is not None:
+                    return pn
         q = self._new_queue(_types(node), type(node).__name__)
         inputs = [k.queue for k in kids]
         if builder is _join:  # joins read their inputs' state from shared synopses
@@ -346,6 +354,54 @@ class PhysicalPlan:
         self._insert_op(op, kids)
         return pn
 
+    def _hub_member(self, node: L.Plan, key, kid: PNode, ec, user) -> PNode | None:
+        """Join `column = value` selections over one queue into one grouped selection (from the
+        second one on; a running plain selection is moved into the new hub, it has no state)."""
+        col, value = ec
+        hkey = (id(kid.queue), col)
+        hub = self.filter_hubs.get(hkey)
+        if hub is None:
+            sib = next((pn for pn in self.nodes.values() if type(pn.op) is FilterOp and pn.inputs == [kid]
+                        and pn.key == share_key(pn.node) and (eq_const(pn.node.predicate) or (None,))[0] == col
+                        and pn.op.readers[0].prefix is None and pn.op.hold_until is None), None)
+            if sib is None:
+                return None
+            hub = self._new_hub(kid, col, sib)
+            self.filter_hubs[hkey] = hub
+        q = self._new_queue(_types(node), type(node).__name__)
+        m = HubMember(q, self.ids, node.predicate, self.ev, value, hub)
+        m.node, m.eid = node, self._eid("op")
+        hub.add(m)
+        pn = PNode(key, node, q, m, [kid])
+        if hub.done_through is not None:  # joining while data flows: from the hub's position on
+            q.start, q.watermark = hub.output.start, hub.done_through
+            pn.complete_from = self.late_complete_from(kid)
+        else:
+            pn.complete_from = kid.complete_from
+        pn.note = f"grouped in {hub.eid}"
+        self._use(pn, user)
+        return pn
+
+    def _new_hub(self, kid: PNode, col: int, sib: PNode) -> FilterHub:
+        old = sib.op
+        hub = FilterHub([kid.queue], self.ids, col)
+        kid.queue.detach(hub.readers[0])
+        hub.readers = [kid.queue.reader(at=old.readers[0])]
+        hub.done_through, hub.t0 = old.done_through, old.t0
+        hub.output.start, hub.output.watermark = old.output.start, old.output.watermark
+        hub.eid = self._eid("op")
+        hub.node = kid.node
+        hub.label = f"grouped select on {kid.node.schema[col].name} (= constant)"
+        m = HubMember(sib.queue, self.ids, sib.node.predicate, self.ev, eq_const(sib.node.predicate)[1], hub)
+        m.node, m.eid, m.counters = sib.node, old.eid, old.counters
+        hub.add(m)
+        i = self.operators.index(old)
+        self.operators[i] = hub
+        for r in old.readers:
+            r.q.detach(r)
+        sib.op, sib.note = m, f"grouped in {hub.eid}"
+        return hub
+
     def _window_store(self, kid: PNode, mode: str, private) -> WindowStore:
         """The one store of `mode` windows over kid's stream (per query when not shared)."""
         wkey = (id(kid.queue), mode, private)
@@ -378,7 +434,7 @@ class PhysicalPlan:
 
     def _insert_op(self, op: Operator, kids: list[PNode]) -> None:
         """Keep `operators` producer-before-consumer: a new operator goes after its producers."""
-        producers = {id(k.op) for k in kids if k.op is not None}
+        producers = {id(k.op.hub if isinstance(k.op, HubMember) else k.op) for k in kids if k.op is not None}
         pos = 0
         for i, o in enumerate(self.operators):
             if id(o) in producers:
@@ -444,6 +500,14 @@ class PhysicalPlan:
             self.operators.remove(op)
         for r in op.readers:
             r.q.detach(r)
+        if isinstance(op, HubMember):
+            hub = op.hub
+            hub.members.remove(op)
+            if not hub.members:
+                self.operators.remove(hub)
+                for r in hub.readers:
+                    r.q.detach(r)
+                self.filter_hubs = {k: v for k, v in self.filter_hubs.items() if v is not hub}
         ws = getattr(op, "store", None)
         if isinstance(ws, WindowStore):
             ws.leave(op)

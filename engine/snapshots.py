@@ -70,11 +70,12 @@ def _stateless(plan, pn, at):
 def _table():
     from engine.operators.aggregate import AggregateOp
     from engine.operators.basic import FilterOp, PassOp, ProjectOp
+    from engine.operators.filterhub import HubMember
     from engine.operators.join import JoinOp
     from engine.operators.window import WindowOp
 
     return {WindowOp: _window, AggregateOp: _aggregate, JoinOp: _join, FilterOp: _stateless,
-            ProjectOp: _stateless, PassOp: _stateless}
+            ProjectOp: _stateless, PassOp: _stateless, HubMember: _stateless}
 
 
 SNAPSHOTS: dict = {}

@@ -44,6 +44,7 @@ class Operator(ABC):
     """Base class; subclasses implement `process(inputs, bound) -> Batch | None`."""
 
     kind = "operator"
+    fanout = False  # True: deliver() routes each call's output to several queues (FilterHub)
 
     def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options=None):
         self.readers: list[Reader] = [q.reader() for q in inputs]
@@ -99,6 +100,8 @@ class Operator(ABC):
         self.done_through = b
         self.output.ended = all(q.ended and q.watermark == b for q in self.inputs)
         self.output.push(out, watermark=b)
+        if self.fanout:
+            self.deliver(out, b, n_in)
         c = self.counters
         c.calls += 1
         c.tuples_in += n_in

@@ -1,0 +1,119 @@
+"""Grouped selection (CACQ's grouped filter, NiagaraCQ's predicate index): many queries that
+select `column = constant` over one queue, each with its own constant, are served by one
+operator that reads the queue once and routes each element to the queries whose constant it
+equals. With a few members it compares per member; with many it sorts the batch by the column
+once (stable, so each member's rows stay in ts order) and cuts one slice per constant.
+
+Each query keeps its own physical node: a `HubMember` (its output queue, its counters) that the
+hub fills; members join and leave while data flows (the plan manager, engine/planner.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cql.logical import expr as X
+from engine.operators.base import Operator
+from engine.operators.basic import FilterOp
+from engine.queues import Queue
+
+SORT_FROM = 8  # members from which one sort beats a comparison per member
+
+
+def eq_const(pred) -> tuple[int, object] | None:
+    """(column, value) when `pred` is `column = constant` (a non-NULL constant), else None."""
+    if not isinstance(pred, X.Op) or pred.op != "=" or len(pred.args) != 2:
+        return None
+    a, b = pred.args
+    if isinstance(b, X.ColRef) and isinstance(a, X.Const):
+        a, b = b, a
+    if isinstance(a, X.ColRef) and isinstance(b, X.Const) and b.value is not None \
+            and a.type.kind == b.type.kind and a.type.kind in ("int", "varchar", "char", "string", "bool"):
+        return a.index, b.value
+    return None
+
+
+class FilterHub(Operator):
+    kind = "grouped select"
+    fanout = True
+
+    def __init__(self, inputs, ids, column: int):
+        super().__init__(inputs, Queue(inputs[0].types, name="hub"), ids)
+        self.column = column
+        self.members: list[HubMember] = []
+        self.label = ""
+
+    def add(self, m: "HubMember") -> None:
+        m.hub = self
+        self.members.append(m)
+
+    def process(self, inputs, bound):
+        return inputs[0]  # routed by deliver()
+
+    def deliver(self, b, bound: int, n_in: int) -> None:
+        """Route the call's elements to every member's queue (watermark = bound)."""
+        parts = self._route(b) if len(b) else {}
+        for m in self.members:
+            part = parts.get(id(m))
+            q = m.output
+            if q.start is None and self.output.start is not None:
+                q.start = self.output.start
+            q.ended = self.output.ended
+            q.push(part, watermark=bound)
+            m.counters.calls += 1
+            m.counters.tuples_in += n_in
+            m.counters.tuples_out += 0 if part is None else len(part)
+
+    def _route(self, b) -> dict:
+        col = b.cols[self.column]
+        valid = None if b.nulls[self.column] is None else ~b.nulls[self.column]
+        if len(self.members) < SORT_FROM:
+            out = {}
+            for m in self.members:
+                mask = col == m.value
+                if valid is not None:
+                    mask &= valid
+                out[id(m)] = b.take(mask)
+            return out
+        idx = np.arange(len(b)) if valid is None else np.flatnonzero(valid)
+        vals = col[idx]
+        order = np.argsort(vals, kind="stable")
+        sorted_vals = vals[order]
+        consts = np.array([m.value for m in self.members], dtype=col.dtype)
+        lo = np.searchsorted(sorted_vals, consts, side="left")
+        hi = np.searchsorted(sorted_vals, consts, side="right")
+        rows = idx[order]  # ascending within each equal-value run: ts order is kept
+        return {id(m): b.take(rows[lo[k]:hi[k]]) for k, m in enumerate(self.members) if hi[k] > lo[k]}
+
+
+class HubMember(FilterOp):
+    """One query's `column = value` selection, computed by its hub (never scheduled itself)."""
+
+    def __init__(self, output, ids, predicate, evaluator, value, hub: FilterHub):
+        Operator.__init__(self, [], output, ids)
+        self.conjuncts = X.conjuncts(predicate)
+        self.ev = evaluator
+        self.value = value
+        self.hub = hub
+
+    @property
+    def inputs(self):
+        return self.hub.inputs
+
+    @property
+    def done_through(self):
+        return None if self.hub is None else self.hub.done_through
+
+    @done_through.setter
+    def done_through(self, v):
+        pass  # the hub's progress is the member's
+
+    @property
+    def t0(self):
+        return None if self.hub is None else self.hub.t0
+
+    @t0.setter
+    def t0(self, v):
+        pass
+
+    def step(self, budget=None) -> int:
+        return 0
