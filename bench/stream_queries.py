@@ -1,10 +1,13 @@
-"""The STREAM comparison queries, run the way a user runs them: `cqlstream run` on script files,
-whole process (start-up, reading text sources, executing, writing text results).
+"""The whole-process benchmark suite (Q1-Q7), run the way a user runs queries.
+
+`cqlstream run` on script files, whole process (start-up, reading text sources, executing,
+writing text results): the STREAM comparison queries Q1-Q3 and Q4-Q7.
 
     python -m bench.stream_queries --rows 1000000 [--only Q1,Q2] [--json report.json]
 
-Inputs come from bench.gen (seeded, 10 tuples per instant, A in 0..999, B in 0..99) and are
-cached in bench/out/. Prints wall seconds, input and output tuples/s, and peak RSS per query.
+Inputs come from bench.gen (seeded, 10 tuples per instant, A in 0..999, B in 0..99; S, T and U
+with seeds 1, 2, 3) and are cached in bench/out/. Prints wall seconds, input and output tuples/s
+and peak RSS per query (output tuples = lines written to all of the query's dest files).
 """
 from __future__ import annotations
 
@@ -20,61 +23,105 @@ from bench import gen
 
 OUT = Path(__file__).resolve().parent / "out"
 
+
+def _q7() -> list[str]:
+    """100 queries over one shared window, each with its own dest."""
+    return [f"select A, B from S [Range 60] where A = {k}" for k in range(100)]
+
+
 QUERIES = {
-    # name: (inputs, query); STREAM 0.6 wall times on 5M tuples per stream: Q1 3.3 s, Q2 24.6 s, Q3 21.7 s
+    # name: (inputs, query or list of queries); STREAM 0.6 wall times on 5M tuples per stream: Q1 3.3 s,
+    # Q2 24.6 s, Q3 21.7 s
     "Q1": (["S"], "select A, B from S where B < 10"),
     "Q2": (["S"], "select B, Sum(A), Count(A) from S [Rows 1000] group by B"),
     "Q3": (["S", "T"], "Istream(select S.A, T.B from S [Rows 1000], T [Rows 1000] where S.A = T.A)"),
     "Q4": (["S"], "select B, Sum(A), Count(A) from S [Range 100] group by B"),
+    # a 3-way windowed join: every new tuple meets ~0.5 x 0.5 partners: ~0.75 output lines per row of one input
+    "Q5": (["S", "T", "U"], "Istream(select S.A, T.B, U.B from S [Rows 500], T [Rows 500], U [Rows 500] "
+                            "where S.A = T.A and T.A = U.A)"),
+    # Istream of a partitioned window: every arriving tuple enters its partition (one line per input row)
+    "Q6": (["S"], "Istream(select * from S [Partition By B Rows 5])"),
+    # 100 registered queries sharing one window, each selecting one value of A into its own dest
+    "Q7": (["S"], _q7()),
 }
+
+_SEEDS = {"S": 1, "T": 2, "U": 3}
 
 
 def ensure_input(name: str, rows: int) -> Path:
     path = OUT / f"{name}_{rows}.dat"
     if not path.exists():
         OUT.mkdir(parents=True, exist_ok=True)
-        gen.generate(rows, str(path), seed=1 if name == "S" else 2)
+        gen.generate(rows, str(path), seed=_SEEDS[name])
     return path
 
 
-def run_query(qname: str, rows: int, cqlstream: str) -> dict:
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+def write_script(qname: str, rows: int) -> tuple[Path, list[Path]]:
+    """The query's STREAM script (in bench/out/<query>_<rows>/) and its dest files."""
     streams, query = QUERIES[qname]
+    queries = [query] if isinstance(query, str) else query
     work = OUT / f"{qname}_{rows}"
     work.mkdir(parents=True, exist_ok=True)
     lines = []
     for s in streams:
         lines += [f"table : register stream {s} (A integer, B integer);", f"source : {ensure_input(s, rows)}"]
-    lines += [f"query : {query};", "dest : result.txt"]
+    dests = []
+    for i, q in enumerate(queries):
+        dest = "result.txt" if len(queries) == 1 else f"result_{i:03d}.txt"
+        lines += [f"query : {q};", f"dest : {dest}"]
+        dests.append(work / dest)
     script = work / "script.stream"
     script.write_text("\n".join(lines) + "\n")
+    return script, dests
+
+
+def run_query(qname: str, rows: int, cqlstream: str) -> dict:
+    streams, query = QUERIES[qname]
+    script, dests = write_script(qname, rows)
     began = time.perf_counter()
     proc = subprocess.Popen([cqlstream, "run", str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - began
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{qname} failed: {proc.stderr.read().decode()}")
-    with open(work / "result.txt", "rb") as f:
-        out_lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    out_lines = sum(_count_lines(d) for d in dests)
     n_in = rows * len(streams)
-    return {"query": query, "wall_s": round(wall, 2), "input_tuples_per_s": int(n_in / wall),
+    shown = query if isinstance(query, str) else f"{len(query)} queries: {query[0]}; ...; {query[-1]}"
+    return {"query": shown, "queries": 1 if isinstance(query, str) else len(query), "inputs": streams,
+            "wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "input_tuples": n_in,
+            "input_tuples_per_s": int(n_in / wall),
             "output_lines": out_lines, "output_tuples_per_s": int(out_lines / wall),
             "peak_rss_mb": usage.ru_maxrss // 1024}
+
+
+def default_cqlstream() -> str:
+    """The cqlstream executable next to this Python."""
+    return str(Path(sys.executable).with_name("cqlstream"))
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.stream_queries", description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1_000_000, help="tuples per input stream (default 1,000,000)")
-    p.add_argument("--only", help="comma-separated query names (Q1..Q4)")
+    p.add_argument("--only", help="comma-separated query names (Q1..Q7)")
     p.add_argument("--json", help="write the report to this file")
-    p.add_argument("--cqlstream", default=str(Path(sys.executable).with_name("cqlstream")),
+    p.add_argument("--cqlstream", default=default_cqlstream(),
                    help="the cqlstream executable (default: next to this Python)")
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else list(QUERIES)
+    unknown = [q for q in names if q not in QUERIES]
+    if unknown:
+        p.error(f"unknown query {', '.join(unknown)} (known: {', '.join(QUERIES)})")
     report = {}
-    print(f"{'query':5} {'wall s':>7} {'in tuples/s':>12} {'out lines':>11} {'out/s':>11} {'peak RSS MB':>11}")
+    print(f"{'query':5} {'wall s':>7} {'cpu s':>7} {'in tuples/s':>12} {'out lines':>11} {'out/s':>11} "
+          f"{'peak RSS MB':>11}")
     for q in names:
         r = report[q] = run_query(q, args.rows, args.cqlstream)
-        print(f"{q:5} {r['wall_s']:7.2f} {r['input_tuples_per_s']:12,} {r['output_lines']:11,} "
+        print(f"{q:5} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['input_tuples_per_s']:12,} {r['output_lines']:11,} "
               f"{r['output_tuples_per_s']:11,} {r['peak_rss_mb']:11,}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": args.rows, "nproc": os.cpu_count(), "results": report},

@@ -917,56 +917,48 @@ class AggregateOp(Operator):
     def _emit(self, cell_g, cell_ts, chg, del_mask, ins_mask, old_id, nid, outs, prevs) -> Batch:
         """Rows for the changed cells `chg`: `−` (old row, old id) where the group existed before
         the cell, `+` (new row, new id) where it exists after, in ts order. The changed cells are
-        ordered by ts (stable, so per instant by group); each cell has two row slots (del, ins),
-        the missing ones squeezed out. Every output column is then one gather: from the
-        concatenation (old values of all cells, new values of all cells) at a source index
-        computed once per batch."""
+        ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
+        (del, ins) pair of slots, and the slots of missing rows (a group appearing or becoming
+        empty) are dropped by one gather at the kept slots, found once per batch. Only gathers,
+        strided writes and no np.where: this runs on every output row."""
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
-        ncells = len(cell_g)
         cts = cell_ts[chg]
         tmin = int(cts.min())
         o = _stable_order(cts - tmin, int(cts.max()) - tmin + 1)
         c = chg[o]  # changed cells in output order
         dm, im = del_mask[o], ins_mask[o]
-        if dm.all() and im.all():  # every cell has both rows: slots 2j (del), 2j + 1 (ins)
-            j = None
-            src = np.empty((k, 2), np.int64)
-            src[:, 0] = c
-            src[:, 1] = c + ncells
-            src = src.reshape(-1)
-            ts = np.repeat(cts[o], 2)
-            sign = np.empty((k, 2), np.int8)
-            sign[:, 0] = -1
-            sign[:, 1] = 1
-            sign = sign.reshape(-1)
-            ids = np.empty((k, 2), np.uint64)
-            ids[:, 0] = old_id[o]
-            ids[:, 1] = nid[o]
-            ids = ids.reshape(-1)
-        else:
+        slot = None  # kept slots (None: all of them)
+        if not (dm.all() and im.all()):
             keep = np.empty((k, 2), bool)
             keep[:, 0] = dm
             keep[:, 1] = im
             slot = np.flatnonzero(keep.reshape(-1))
-            j = slot >> 1  # the changed cell (in output order) of every row
-            isins = (slot & 1).astype(bool)
-            src = c[j] + np.where(isins, ncells, 0)
-            ts = cts[o][j]
-            sign = np.where(isins, np.int8(1), np.int8(-1))
-            ids = np.where(isins, nid[o][j], old_id[o][j])
+
+        def pick(a, b, dt):  # slot 2j: a[j] (the del row), slot 2j + 1: b[j] (the ins row)
+            out = np.empty((k, 2), dt)
+            out[:, 0] = a
+            out[:, 1] = b
+            out = out.reshape(-1)
+            return out if slot is None else out[slot]
+
+        cts_o = cts[o]
+        ts = pick(cts_o, cts_o, np.int64)
+        sign = pick(-1, 1, np.int8)
+        ids = pick(old_id[o], nid[o], np.uint64)
         cols, nulls = [], []
         if self.keys:
             g = cell_g[c]
-            gg = np.repeat(g, 2) if j is None else g[j]
             for i in range(len(self.keys)):
-                cols.append(self.pg[f"k_val{i}"][gg])
-                m = self.pg[f"k_null{i}"][gg]
-                nulls.append(m if m.any() else None)
+                kv = self.pg[f"k_val{i}"][g]
+                cols.append(pick(kv, kv, kv.dtype))
+                m = self.pg[f"k_null{i}"][g]
+                nulls.append(pick(m, m, bool) if m.any() else None)
         for (v, nl), (pv, pn) in zip(outs, prevs):
-            cols.append(np.concatenate([pv, v])[src])
-            m = np.concatenate([pn, nl])[src] if (pn.any() or nl.any()) else None
+            cols.append(pick(pv[c], v[c], v.dtype))
+            pm, nm = pn[c], nl[c]
+            m = pick(pm, nm, bool) if (pm.any() or nm.any()) else None
             nulls.append(m if m is not None and m.any() else None)
         return Batch(cols, nulls, ts, sign, ids)
 
