@@ -48,6 +48,7 @@ def _op_table(op, pn, users):
     knobs = {"memory_limit": limit}
     if op.kind == "join":
         knobs["probe_orders"] = [list(o) for o in op.probe_orders]
+        knobs["index"] = op.index_mode
     if op.kind == "select":
         knobs["conjunct_order"] = list(range(len(op.conjuncts)))
     return {"kind": "operator", "type": op.kind,
@@ -264,6 +265,11 @@ def _plan_knob(kind, obj, knob, value):
         if not ok:
             raise KnobError(f"probe_orders must list, for each of the {n} inputs, a permutation of the others")
         obj.probe_orders = [list(o) for o in value]  # results do not depend on it (join.py docstring)
+        return
+    if kind == "operator" and obj.kind == "join" and knob == "index":
+        if value not in ("chains", "dyadic"):
+            raise KnobError(f"a join's index is 'chains' or 'dyadic', not {value!r}")
+        obj.index_mode = value
         return
     if kind == "operator" and obj.kind == "select" and knob == "conjunct_order":
         n = len(obj.conjuncts)

@@ -335,6 +335,7 @@ def test_join_probe_order_changes_at_run_time_without_changing_results():
     (join,) = _ops(d, "join")
     orders = [[[1, 2], [2, 0], [0, 1]], [[2, 1], [0, 2], [1, 0]]]
     feed(d, _merge_events(data), 20, after=lambda n: (d.set_knob(join["id"], "probe_orders", orders[n % 2]),
+                                                      d.set_knob(join["id"], "index", ["dyadic", "chains"][n % 2]),
                                                       res.poll()))
     d.end()
     res.poll()
@@ -343,6 +344,8 @@ def test_join_probe_order_changes_at_run_time_without_changing_results():
         d.set_knob(join["id"], "probe_orders", [[1, 1], [0, 2], [0, 1]])
     with pytest.raises(KnobError):
         d.set_knob(join["id"], "sampling_rate", 0.5)
+    with pytest.raises(KnobError):
+        d.set_knob(join["id"], "index", "hash")
     with pytest.raises(KeyError):
         d.control_table("op:999")
 
@@ -603,3 +606,25 @@ def test_grouped_selection_over_strings_and_the_sort_path():
     for h in list(d.queries.values()):
         d.deregister(h.id)
     assert d.plan.filter_hubs == {} and d.plan.operators == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(s=stream_events(first=small3), r=relation_events(first=small3), step=st.sampled_from([1, 4, None]))
+def test_join_index_knob_never_changes_results(s, r, step):
+    queries = ["select * from S [Range 2] as X, S as Y where X.A = Y.A",
+               "select R.B, S.B from R, S [Rows 2] where R.A = S.A"]
+    inputs = {"S": s, "R": r}
+    d = Dsms()
+    d.execute(DDL)
+    hs = [d.register_query(q) for q in queries]
+    for t in d.control_tables():
+        if t.get("type") == "join":
+            d.set_knob(t["id"], "index", "dyadic")
+    res = Results(d)
+    for h in hs:
+        res.watch(h.id)
+    feed(d, _merge_events(inputs), step, after=lambda n: res.poll())
+    d.end()
+    res.poll()
+    for h, q in zip(hs, queries):
+        assert res.of(h.id) == reference(DDL, q, inputs), q

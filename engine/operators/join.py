@@ -288,7 +288,10 @@ class StabIndex:
     `m` > every seq + 2, so (rank(key)·m + seq + 1) composites sort by key then seq.
     """
 
-    def __init__(self, rows, key, lo, hi, m: int):
+    def __init__(self, rows, key, lo, hi, m: int, mode: str = "chains"):
+        """`mode`: "chains" (FIFO lifetimes found by binary search, the rest in the dyadic index)
+        or "dyadic" (everything in the dyadic index): a synopsis-structure choice that never
+        changes results (STREAM let power users pick a join's synopsis type the same way)."""
         self.m = m
         if len(lo) > 1 and bool(np.all(lo[1:] >= lo[:-1])):
             # the usual case (rows in table order): a stable sort by key gives (key, lo) order;
@@ -311,7 +314,9 @@ class StabIndex:
         c_lo = base + lo + 1
         c_hi = base + np.minimum(hi, m - 3) + 1
         self.chains = []
-        if is_sorted(c_hi):
+        if mode == "dyadic":
+            rest = np.arange(n)
+        elif is_sorted(c_hi):
             # lifetimes in FIFO order per key (windows; survivors sort last): one chain holds all
             self.chains.append((rows, c_lo, c_hi))
             rest = np.zeros(0, np.int64)
@@ -320,7 +325,7 @@ class StabIndex:
             if alive_end.any():
                 self.chains.append((rows[alive_end], c_lo[alive_end], c_hi[alive_end]))
             rest = np.flatnonzero(~alive_end)
-        for _ in range(MAX_CHAIN_ROUNDS):
+        for _ in range(MAX_CHAIN_ROUNDS if mode == "chains" else 0):
             if not len(rest):
                 break
             ch = c_hi[rest]
@@ -331,7 +336,9 @@ class StabIndex:
             take = rest[rec]
             self.chains.append((rows[take], c_lo[take], c_hi[take]))
             rest = rest[~rec]
-        self.levels = _dyadic(rows[rest], rank[rest], lo[rest], hi[rest], m)
+        # every probe seq is < m − 2, so capping hi there keeps "alive at s" and keeps the blocks
+        # of surviving instances (hi = INF) inside their key's composite range
+        self.levels = _dyadic(rows[rest], rank[rest], lo[rest], np.minimum(hi[rest], m - 2), m)
         self.examined = 0  # candidate pairs produced by probes
 
     def probe(self, key, valid, seq):
@@ -480,6 +487,7 @@ class JoinOp(Operator):
         self.equi, self.const, self.local, self.theta = classify(predicate, self.offsets, self.widths)
         self.state: list[Batch] = [Batch.empty(t) for t in self.input_types]
         self.probe_orders: list[list[int]] = [self.default_order(i) for i in range(self.n)]
+        self.index_mode = "chains"  # knob: "chains" | "dyadic" (StabIndex)
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
 
     # -------------------------------------------------------------- planning of probes
@@ -592,7 +600,7 @@ class JoinOp(Operator):
                 pvalid = np.ones(len(seq), bool)
             index = self._indexes.get(cache_key) if cache_key is not None else None
             if index is None:
-                index = StabIndex(tj.inst[ivalid], ikey[ivalid], tj.lo[ivalid], tj.hi[ivalid], m)
+                index = StabIndex(tj.inst[ivalid], ikey[ivalid], tj.lo[ivalid], tj.hi[ivalid], m, self.index_mode)
                 if cache_key is not None:
                     self._indexes[cache_key] = index
             before = index.examined
