@@ -26,12 +26,17 @@ TEMPLATES = {"eq": "select A, B from S [Range 60] where A = {k}",  # selective: 
              "ge": "select A, B from S [Range 60] where A >= {k}"}  # on average half the stream
 
 
-def _rss_mb() -> float:
+def _status_mb(field: str) -> float:
+    """VmRSS / VmHWM of this process (VmHWM, unlike ru_maxrss, is not inherited across exec)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _rss_mb() -> float:
+    return _status_mb("VmRSS")
 
 
 def one(n_queries: int, rows: int, batch: int, share: bool, template: str = "eq") -> dict:
@@ -62,7 +67,7 @@ def one(n_queries: int, rows: int, batch: int, share: bool, template: str = "eq"
     for s in subs:
         out += len(s.poll())
     secs = time.perf_counter() - began
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _status_mb("VmHWM")
     ops = d.control_table("engine")["counters"]
     return {"queries": n_queries, "share": share, "rows": rows, "seconds": round(secs, 3),
             "register_seconds": round(register_s, 3), "tuples_per_s": round(rows / secs),

@@ -49,3 +49,12 @@ def test_stream_queries_match_the_reference(tmp_path):
             picked = picked[:3] + picked[-1:]
         for step, dest in picked:
             assert net_lines(dest.read_text()) == _reference_lines(script, step.text), (q, dest.name)
+
+
+def test_sharing_bench_runs_and_sharing_keeps_results():
+    from bench import sharing
+
+    on = sharing.one(20, 3000, 500, True)
+    off = sharing.one(20, 3000, 500, False)
+    assert on["output_tuples"] == off["output_tuples"] > 0
+    assert on["windows"] == 1 and off["windows"] == 20
