@@ -18,7 +18,7 @@ java:
 	@scripts/check_java.sh || echo "(continuing: Java is only needed for the Spark bridge)"
 
 demo: setup
-	$(VENV)/bin/cqlstream demo
+	$(VENV)/bin/cqlstream serve --demo
 
 test: setup
 	$(PY) -m pytest

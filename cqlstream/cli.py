@@ -151,6 +151,11 @@ def cmd_serve(args) -> int:
         return 2
     from server.runner import serve
 
+    if args.demo:
+        from server.demo import DemoDriver
+
+        DemoDriver(f"http://{args.host}:{args.port}", api_key=settings.api_key,
+                   out=lambda line: print(line, flush=True)).start()
     serve(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
     return 0
 
@@ -268,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     sv.add_argument("--access-log", action="store_true", help="log every request")
     sv.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
+    sv.add_argument("--demo", action="store_true",
+                    help="also run the live demo shop: register its streams, relation and queries through the "
+                         "API, push orders and clicks 4 times a second, and print the big orders as they happen")
     sv.set_defaults(func=cmd_serve)
 
     qy = sub.add_parser("query", help="register a query on a running server and print its results",
