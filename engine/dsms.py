@@ -221,8 +221,10 @@ class Dsms:
     def drop_source(self, name: str) -> None:
         """Unregister a stream or relation; refused (InUseError) while queries or views read it."""
         d = self.catalog.get(name)
-        if not isinstance(d, SourceDef) or d.name == SYS_STREAM and self.sys is not None:
+        if not isinstance(d, SourceDef):
             raise KeyError(f"no stream or relation '{name}'")
+        if self.sys is not None and d is self.sys.input.d:
+            raise InUseError(f"'{d.name}' is built in (the engine publishes its control tables on it)", ["engine"])
         users = self._users_of(d.name)
         if users:
             raise InUseError(f"'{d.name}' is used by {', '.join(users)}", users)
@@ -431,6 +433,8 @@ class Dsms:
     def _input(self, name: str):
         inp = self.inputs.get(name.lower())
         if inp is None:
+            if self.sys is not None and name.lower() == SYS_STREAM.lower():
+                raise InputError(f"'{SYS_STREAM}' is published by the engine itself: it takes no input")
             raise InputError(f"unknown stream or relation '{name}'")
         if self.ended:
             raise InputError("input has ended")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.dsms import Dsms
+from engine.dsms import Dsms, InputError
 from engine.errors import InUseError, KnobError
 from engine.operators.filterhub import HubMember
 from tests.engine_harness import _merge_events, run_engine
@@ -457,8 +457,10 @@ def test_sysstream_is_queryable_with_cql():
     rows = [e for e in sub.poll().elements() if e[1] == 1 and e[2][0] == "src:S"]
     assert [r[2][1] for r in rows] == [10.0, 20.0]  # published at each tick; the last is not final yet
     assert d.control_table("engine")["counters"]["sys_rows"] > 0
-    with pytest.raises(Exception):
+    with pytest.raises(InputError, match="published by the engine"):
         d.push("SysStream", [("x", "y", 1.0)], ts=[1])
+    with pytest.raises(InUseError, match="built in"):
+        d.drop_source("SysStream")
 
 
 # ------------------------------------------------------------------ one window store, many sizes
