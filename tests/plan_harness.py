@@ -81,5 +81,5 @@ def from_instant(result: dict[int, Counter], start: int) -> dict[int, Counter]:
     return {t: c for t, c in result.items() if t >= start}
 
 
-def reference(ddl: str, query: str, inputs) -> dict[int, Counter]:
-    return run_reference(ddl, query, inputs)
+def reference(ddl: str, query: str, inputs, compat: bool = False) -> dict[int, Counter]:
+    return run_reference(ddl, query, inputs, compat=compat)

@@ -146,15 +146,16 @@ POOL = [
 small3 = st.integers(0, 2)
 
 
+@pytest.mark.parametrize("options", [{}, {"binary_joins": True}, {"compat": True}], ids=["", "binary", "compat"])
 @settings(max_examples=40, deadline=None)
 @given(s=stream_events(first=small3), t=stream_events(first=small3), r=relation_events(first=small3),
        picks=st.lists(st.integers(0, len(POOL) - 1), min_size=2, max_size=6), step=st.sampled_from([1, 5, None]))
-def test_shared_results_equal_each_query_alone(s, t, r, picks, step):
+def test_shared_results_equal_each_query_alone(options, s, t, r, picks, step):
     queries = [POOL[i] for i in picks]
     inputs = {"S": s, "T": t, "R": r}
-    results, _ = run_all(DDL, queries, inputs, step=step)
+    results, _ = run_all(DDL, queries, inputs, step=step, **options)
     for i, q in enumerate(queries):
-        assert results[i] == reference(DDL, q, inputs), q
+        assert results[i] == reference(DDL, q, inputs, compat=options.get("compat", False)), q
 
 
 # ------------------------------------------------------------------ late registration
