@@ -19,7 +19,7 @@ from engine.exprs import Evaluator
 from engine.operators.base import IdSource, Operator
 from engine.operators.basic import FilterOp, ProjectOp, SampleOp
 from engine.operators.filterhub import FilterHub, HubMember, eq_const
-from engine.operators.window import WindowOp, WindowStore, plain_kind
+from engine.operators.window import WindowOp, WindowRelation, WindowStore, plain_kind
 from engine.queues import Queue, Reader
 from engine import snapshots
 from engine.sharing import share_key
@@ -163,11 +163,16 @@ class PhysicalPlan:
     def _eid(self, kind: str) -> str:
         return f"{kind}:{next(self._eids[kind])}"
 
-    def store(self, q: Queue) -> RelationStore:
-        """The one shared store of a relation-valued queue (created on first use)."""
+    def store(self, q: Queue, producer: Operator | None = None) -> RelationStore:
+        """The one shared store of a relation-valued queue (created on first use): a view of the
+        window store when a plain window produces it, otherwise a RelationStore."""
         st = self.stores.get(id(q))
         if st is None:
-            st = self.stores[id(q)] = RelationStore(q)
+            if isinstance(producer, WindowOp) and producer.store is not None:
+                st = WindowRelation(producer)
+            else:
+                st = RelationStore(q)
+            self.stores[id(q)] = st
             st.eid = self._eid("syn")
         return st
 
@@ -177,7 +182,7 @@ class PhysicalPlan:
         a store created now is seeded with the snapshot; an existing shared store dates its rows
         by their real insertion instants, so the late join gets its own seeded store instead."""
         if not pn.flowed:
-            return self.store(pn.queue)
+            return self.store(pn.queue, pn.op)
         snap = self.snapshot(pn)
         if id(pn.queue) in self.stores or snap is None:
             st = RelationStore(pn.queue)
@@ -185,7 +190,7 @@ class PhysicalPlan:
             st.kind = "relation store (late join)"
             self.late_stores.append(st)
         else:
-            st = self.store(pn.queue)
+            st = self.store(pn.queue)  # a RelationStore: a view would date rows by their own ts
         if snap is not None:
             pn.queue.detach(st.reader)
             st.reader = pn.queue.reader(prefix=snap[0])
@@ -518,7 +523,10 @@ class PhysicalPlan:
             if op in st.users:
                 st.users.remove(op)
             if not st.users:
-                st.queue.detach(st.reader)
+                if isinstance(st, WindowRelation):
+                    st.close()
+                else:
+                    st.queue.detach(st.reader)
                 if self.stores.get(id(st.queue)) is st:
                     del self.stores[id(st.queue)]
                 else:

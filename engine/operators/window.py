@@ -222,6 +222,7 @@ class WindowStore:
         # a store started while its stream flowed misses what came before (`partial`)
         self.partial = False
         self.held_from: int | None = None
+        self.views: list[WindowRelation] = []  # members' relations read by joins
 
     def __len__(self) -> int:
         return len(self.buf)
@@ -271,14 +272,29 @@ class WindowStore:
             self.buf = concat([self.buf, d])
             self.count += len(d)
 
+    def _readers(self):
+        """(window, its progress) for every member and every operator reading a member's relation
+        through a `WindowRelation` view (a join lagging behind its window keeps elements here)."""
+        for m in self.members:
+            yield m, m.done_through
+        for v in self.views:
+            for u in v.users:
+                yield v.window, u.done_through
+
     def _purge(self) -> None:
-        if any(m.done_through is None for m in self.members) or not self.members:
+        readers = list(self._readers())
+        if not self.members or any(p is None for _, p in readers):
             return
         if self.mode == "range":
-            low = min(m.done_through - m.life for m in self.members)  # keep τ > low
+            low = min(p - w.life for w, p in readers)  # keep τ > low
             k = int(np.searchsorted(self.buf.ts, low, side="right"))
         else:
-            low = min(self.done.get(id(m), 0) - m.spec.size for m in self.members)  # keep j ≥ low
+            # keep j ≥ low: a member needs the N before what it consumed; a view reader the N
+            # before the count at its progress
+            low = min(self.done.get(id(m), 0) - m.spec.size for m in self.members)
+            for v in self.views:
+                for u in v.users:
+                    low = min(low, self.count_through(u.done_through) - v.window.spec.size)
             k = max(0, min(low - self.first, len(self.buf)))
         if k > 0:
             if self.mode == "range":
@@ -312,9 +328,14 @@ class WindowStore:
         self._purge()
         return out
 
-    def contents(self, op: WindowOp) -> Batch | None:
-        """The elements in op's window at its last processed instant, with their own ts."""
-        t = op.done_through
+    def count_through(self, t: int) -> int:
+        """Global index one past the last element with ts ≤ t."""
+        return self.first + int(np.searchsorted(self.buf.ts, t, side="right"))
+
+    def contents(self, op: WindowOp, t: int | None = None) -> Batch | None:
+        """The elements in op's window at instant t (default: its last processed instant), with
+        their own ts; t must not be later than what the store has taken in."""
+        t = op.done_through if t is None else t
         if t is None:
             return None
         ts = self.buf.ts
@@ -322,8 +343,48 @@ class WindowStore:
             lo = int(np.searchsorted(ts, t - op.life, side="right"))
             hi = int(np.searchsorted(ts, t, side="right"))
             return self.buf.slice(lo, hi)
-        c = self.done.get(id(op), 0)
+        c = self.count_through(t)
         return self.buf.slice(max(c - op.spec.size - self.first, 0), c - self.first)
+
+
+class WindowRelation:
+    """A plain window's relation as a join reads it (the `RelationStore` interface), answered
+    from the stream's window store: the window's contents at instant t are a slice of it, so a
+    join over windows keeps no copy of their state (STREAM's synopsis stubs over one store)."""
+
+    kind = "window relation (view)"
+
+    def __init__(self, window: WindowOp):
+        self.window = window
+        self.store: WindowStore = window.store
+        self.store.views.append(self)
+        self.queue = window.output
+        self.reader = None
+        self.users: list = []
+        self.eid: str | None = None
+
+    @property
+    def through(self) -> int | None:
+        return self.window.done_through
+
+    def __len__(self) -> int:
+        c = self.store.contents(self.window)
+        return 0 if c is None else len(c)
+
+    def nbytes(self) -> int:
+        return 0  # the elements are the window store's
+
+    def advance(self, bound: int) -> None:
+        """Nothing to take in: the window has taken its input through `bound` already."""
+
+    def alive_at(self, t: int | None) -> Batch:
+        if t is None:
+            return Batch.empty(self.queue.types)
+        return self.store.contents(self.window, t)
+
+    def close(self) -> None:
+        if self in self.store.views:
+            self.store.views.remove(self)
 
 
 # ---------------------------------------------------------------- late start (plan manager, #5)
