@@ -45,7 +45,7 @@ def _op_table(op, pn, users):
                 "calls": c.calls, "seconds": round(c.seconds, 6), "state_bytes": state,
                 "done_through": op.done_through, "over_memory_limit": bool(limit is not None and state > limit)}
     counters.update({k: v for k, v in c.extra.items() if isinstance(v, (int, float))})
-    knobs = {"memory_limit": limit}
+    knobs = {"memory_limit": limit, "sampling_rate": op.sampling_rate}
     if op.kind == "join":
         knobs["probe_orders"] = [list(o) for o in op.probe_orders]
         knobs["index"] = op.index_mode
@@ -265,6 +265,13 @@ def _plan_knob(kind, obj, knob, value):
         if not ok:
             raise KnobError(f"probe_orders must list, for each of the {n} inputs, a permutation of the others")
         obj.probe_orders = [list(o) for o in value]  # results do not depend on it (join.py docstring)
+        return
+    if kind == "operator" and knob == "sampling_rate":
+        if getattr(obj, "hub", None) is not None:
+            raise KnobError(f"{obj.eid} is computed by its grouped selection {obj.hub.eid}: set the knob there")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise KnobError(f"sampling_rate must be in (0, 1], got {value!r}")
+        obj.sampling_rate = float(value)
         return
     if kind == "operator" and obj.kind == "join" and knob == "index":
         if value not in ("chains", "dyadic"):

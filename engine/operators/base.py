@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.batch import Batch
+from engine.batch import Batch, splitmix64
 from engine.queues import Queue, Reader
 
 
@@ -58,6 +58,7 @@ class Operator(ABC):
         # a late operator whose inputs start from snapshots taken at different instants first
         # runs once every input is complete through the latest of them (plan manager, #5)
         self.hold_until: int | None = None
+        self.sampling_rate = 1.0  # knob: < 1 sheds input load (approximate results, counted)
 
     @property
     def inputs(self) -> list[Queue]:
@@ -95,6 +96,8 @@ class Operator(ABC):
             b = min(r.cut(b, budget) for r in self.readers)
         began = time.perf_counter()
         data = [r.take(b) for r in self.readers]
+        if self.sampling_rate < 1.0:
+            data = [self._shed(d) for d in data]
         n_in = sum(len(d) for d in data)
         out = self.process(data, b)
         self.done_through = b
@@ -108,6 +111,17 @@ class Operator(ABC):
         c.tuples_out += 0 if out is None else len(out)
         c.seconds += time.perf_counter() - began
         return max(n_in, 1)
+
+    def _shed(self, d: Batch) -> Batch:
+        """Load shedding (the `sampling_rate` knob): keep an element iff a hash of its instance id
+        falls below the rate, so an insert and the delete retracting it share their fate and a
+        sampled relation stays consistent."""
+        if not len(d):
+            return d
+        u = (splitmix64(d.id ^ np.uint64(0x5DEECE66D)) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        keep = u < self.sampling_rate
+        self.counters.extra["shed"] = self.counters.extra.get("shed", 0) + int(len(d) - keep.sum())
+        return d if keep.all() else d.take(keep)
 
     @abstractmethod
     def process(self, inputs: list[Batch], bound: int) -> Batch | None:
