@@ -344,7 +344,9 @@ def test_join_probe_order_changes_at_run_time_without_changing_results():
     with pytest.raises(KnobError):
         d.set_knob(join["id"], "probe_orders", [[1, 1], [0, 2], [0, 1]])
     with pytest.raises(KnobError):
-        d.set_knob(join["id"], "sampling_rate", 0.5)
+        d.set_knob(join["id"], "weight", 2)  # a query knob, not an operator's
+    with pytest.raises(KnobError):
+        d.set_knob(join["id"], "sampling_rate", 1.5)
     with pytest.raises(KnobError):
         d.set_knob(join["id"], "index", "hash")
     with pytest.raises(KeyError):
