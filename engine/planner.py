@@ -19,7 +19,8 @@ from engine.exprs import Evaluator
 from engine.operators.base import IdSource, Operator
 from engine.operators.basic import FilterOp, ProjectOp, SampleOp
 from engine.operators.filterhub import FilterHub, HubMember, eq_const
-from engine.operators.window import WindowOp, WindowRelation, WindowStore, plain_kind
+from engine.operators.window import WindowOp
+from engine.window_store import WindowRelation, WindowStore, plain_kind
 from engine.queues import Queue, Reader
 from engine import snapshots
 from engine.sharing import share_key

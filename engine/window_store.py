@@ -1,0 +1,211 @@
+"""One store of a stream's elements for every plain window over it (STREAM's shared window
+synopsis, IEEE DE Bulletin §2.2; plan manager, #5), and the view through which joins read a
+window's relation from it."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cql.logical.nodes import RangeSpec, RowsSpec
+from engine.batch import Batch, concat
+from engine.operators.window import WindowOp, emit
+
+
+def plain_kind(spec) -> str | None:
+    """'range' / 'rows' for the windows a `WindowStore` serves (no slide); None otherwise."""
+    if isinstance(spec, RangeSpec) and spec.size is not None and not spec.slide:
+        return "range"
+    if isinstance(spec, RowsSpec) and spec.size is not None and spec.slide is None:
+        return "rows"
+    return None
+
+
+class WindowStore:
+    """The elements of one stream held once for every plain Range (or every plain Rows) window
+    over it, whatever their sizes (STREAM's shared window synopsis, IEEE DE Bulletin §2.2): each
+    window reads its own extent. A Range window of life L at bound b inserts the elements with
+    τ in (p, b] and deletes those with τ + L in (p, b] (p: its previous bound); a Rows N window
+    deletes element j when element j + N arrives. Both are slices of one ts-sorted buffer.
+    Elements are dropped once no member can still need them."""
+
+    kind = "window store"
+
+    def __init__(self, queue, mode: str):
+        self.queue = queue
+        self.mode = mode
+        self.reader = queue.reader()
+        self.buf = Batch.empty(queue.types)
+        self.first = 0  # global arrival index of buf[0]
+        self.count = 0  # elements appended
+        self.through: int | None = None
+        self.members: list[WindowOp] = []
+        self.done: dict[int, int] = {}  # id(member) → elements it has consumed (Rows)
+        self.eid: str | None = None
+        # completeness: every element with τ ≥ held_from (Range) / index ≥ first (Rows) is held;
+        # a store started while its stream flowed misses what came before (`partial`)
+        self.partial = False
+        self.held_from: int | None = None
+        self.views: list[WindowRelation] = []  # members' relations read by joins
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    def nbytes(self) -> int:
+        return self.buf.nbytes()
+
+    @property
+    def users(self):
+        return self.members
+
+    def extent(self, op: WindowOp) -> int:
+        return op.life if self.mode == "range" else op.spec.size
+
+    def join(self, op: WindowOp) -> None:
+        """Add a member; one joining while data flows starts at the store's position (`late`)."""
+        op.store = self
+        self.members.append(op)
+        op.late_from = None
+        if self.through is not None:
+            op.done_through = self.through
+            self.done[id(op)] = self.count
+            op.late_from = self.through
+
+    def leave(self, op: WindowOp) -> None:
+        if op in self.members:
+            self.members.remove(op)
+            self.done.pop(id(op), None)
+            self._purge()  # what only the leaving window needed goes now
+
+    def complete_from(self, op: WindowOp):
+        """From which instant `op`'s window is exact given what the store holds (None: from the
+        start; math.inf: never, a Rows window that missed elements)."""
+        if self.mode == "range":
+            return None if self.held_from is None else self.held_from + op.life - 1
+        c = self.done.get(id(op), self.count)
+        if self.partial or (self.first > 0 and c - op.spec.size < self.first):
+            return math.inf
+        return None
+
+    def advance(self, bound: int) -> None:
+        if self.through is not None and bound <= self.through:
+            return
+        d = self.reader.take(bound)
+        self.through = bound
+        if len(d):
+            self.buf = concat([self.buf, d])
+            self.count += len(d)
+
+    def _readers(self):
+        """(window, its progress) for every member and every operator reading a member's relation
+        through a `WindowRelation` view (a join lagging behind its window keeps elements here)."""
+        for m in self.members:
+            yield m, m.done_through
+        for v in self.views:
+            for u in v.users:
+                yield v.window, u.done_through
+
+    def _purge(self) -> None:
+        readers = list(self._readers())
+        if not self.members or any(p is None for _, p in readers):
+            return
+        if self.mode == "range":
+            low = min(p - w.life for w, p in readers)  # keep τ > low
+            k = int(np.searchsorted(self.buf.ts, low, side="right"))
+        else:
+            # keep j ≥ low: a member needs the N before what it consumed; a view reader the N
+            # before the count at its progress
+            low = min(self.done.get(id(m), 0) - m.spec.size for m in self.members)
+            for v in self.views:
+                for u in v.users:
+                    low = min(low, self.count_through(u.done_through) - v.window.spec.size)
+            k = max(0, min(low - self.first, len(self.buf)))
+        if k > 0:
+            if self.mode == "range":
+                self.held_from = max(self.held_from if self.held_from is not None else low + 1, low + 1)
+            self.buf = self.buf.slice(k, len(self.buf))
+            self.first += k
+
+    def deltas(self, op: WindowOp, bound: int) -> Batch:
+        """`op`'s output elements for instants (op.done_through, bound]."""
+        self.advance(bound)
+        p = op.done_through
+        ts = self.buf.ts
+        if self.mode == "range":
+            L = op.life
+            lo = 0 if p is None else int(np.searchsorted(ts, p, side="right"))
+            hi = int(np.searchsorted(ts, bound, side="right"))
+            dlo = 0 if p is None else int(np.searchsorted(ts, p - L, side="right"))
+            dhi = int(np.searchsorted(ts, bound - L, side="right"))
+            dels = self.buf.slice(dlo, dhi)
+            out = emit(self.buf.slice(lo, hi), dels, dels.ts + L)
+        else:
+            n = op.spec.size
+            c0 = self.done.get(id(op), 0)
+            c1 = self.first + int(np.searchsorted(ts, bound, side="right"))
+            ins = self.buf.slice(c0 - self.first, c1 - self.first)
+            j0, j1 = max(c0 - n, self.first), max(c1 - n, self.first)
+            dels = self.buf.slice(j0 - self.first, j1 - self.first)
+            out = emit(ins, dels, ts[j0 + n - self.first:j1 + n - self.first])
+            self.done[id(op)] = c1
+        op.done_through = bound  # (step sets it too) the purge below must see this member's progress
+        self._purge()
+        return out
+
+    def count_through(self, t: int) -> int:
+        """Global index one past the last element with ts ≤ t."""
+        return self.first + int(np.searchsorted(self.buf.ts, t, side="right"))
+
+    def contents(self, op: WindowOp, t: int | None = None) -> Batch | None:
+        """The elements in op's window at instant t (default: its last processed instant), with
+        their own ts; t must not be later than what the store has taken in."""
+        t = op.done_through if t is None else t
+        if t is None:
+            return None
+        ts = self.buf.ts
+        if self.mode == "range":
+            lo = int(np.searchsorted(ts, t - op.life, side="right"))
+            hi = int(np.searchsorted(ts, t, side="right"))
+            return self.buf.slice(lo, hi)
+        c = self.count_through(t)
+        return self.buf.slice(max(c - op.spec.size - self.first, 0), c - self.first)
+
+
+class WindowRelation:
+    """A plain window's relation as a join reads it (the `RelationStore` interface), answered
+    from the stream's window store: the window's contents at instant t are a slice of it, so a
+    join over windows keeps no copy of their state (STREAM's synopsis stubs over one store)."""
+
+    kind = "window relation (view)"
+
+    def __init__(self, window: WindowOp):
+        self.window = window
+        self.store: WindowStore = window.store
+        self.store.views.append(self)
+        self.queue = window.output
+        self.reader = None
+        self.users: list = []
+        self.eid: str | None = None
+
+    @property
+    def through(self) -> int | None:
+        return self.window.done_through
+
+    def __len__(self) -> int:
+        c = self.store.contents(self.window)
+        return 0 if c is None else len(c)
+
+    def nbytes(self) -> int:
+        return 0  # the elements are the window store's
+
+    def advance(self, bound: int) -> None:
+        """Nothing to take in: the window has taken its input through `bound` already."""
+
+    def alive_at(self, t: int | None) -> Batch:
+        if t is None:
+            return Batch.empty(self.queue.types)
+        return self.store.contents(self.window, t)
+
+    def close(self) -> None:
+        if self in self.store.views:
+            self.store.views.remove(self)
