@@ -180,11 +180,11 @@ def cmd_query(args) -> int:
                 print(f"query {q['id']}: {q['kind']} ({schema})", file=sys.stderr)
             qid = args.id if args.id is not None else q["id"]
             if args.format != "text":
-                for chunk in c.stream_raw(qid, args.format, snapshot=True, follow=args.follow):
+                for chunk in c.stream_raw(qid, args.format, snapshot="if_available", follow=args.follow):
                     sys.stdout.write(chunk.decode("utf-8", "replace"))
                     sys.stdout.flush()
                 return 0
-            for e in c.subscribe(qid, snapshot=True, follow=args.follow):
+            for e in c.subscribe(qid, snapshot="if_available", follow=args.follow):
                 print(_stream_text(e), flush=True)
     except CqlstreamError as e:
         print(f"cqlstream query: {e}", file=sys.stderr)

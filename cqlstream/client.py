@@ -12,8 +12,13 @@
 
 Errors come back as exceptions carrying the server's problem document: `InvalidInput` (422, with
 `row`/`field`, or `line`/`column`/`excerpt` for CQL), `BadRequest` (400), `NotFound` (404),
-`Conflict` (409), `Unauthorized` (401), `PayloadTooLarge` (413); `Lagged` ends a subscription
-whose consumer fell too far behind.
+`Conflict` (409; `SnapshotUnavailable` and `QueryInactive` are kinds of it), `Unauthorized` (401),
+`PayloadTooLarge` (413); `Lagged` ends a subscription whose consumer fell too far behind.
+`subscribe(qid, snapshot="if_available")` falls back to the changes from now on when the engine
+cannot snapshot the query.
+
+The plan manager: `plan()` (the global plan as a graph, or `plan("text")`), `entities()`,
+`entity(id)`, `set_knobs(id, **knobs)`, `peek(id, n)`.
 """
 from __future__ import annotations
 
@@ -68,6 +73,15 @@ class InvalidInput(CqlstreamError):
     pass
 
 
+class SnapshotUnavailable(Conflict):
+    """`snapshot=True` on a query whose plan shape the engine cannot snapshot in line with its results;
+    subscribe without a snapshot for its changes from now on."""
+
+
+class QueryInactive(Conflict):
+    """The query is inactive: activate it (`set_active(qid, True)`) to stream its results."""
+
+
 class Lagged(CqlstreamError):
     """The subscription fell too far behind and the server disconnected it."""
 
@@ -78,6 +92,7 @@ class ServerError(CqlstreamError):
 
 _BY_STATUS = {400: BadRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 413: PayloadTooLarge,
               415: BadRequest, 422: InvalidInput}
+_BY_CODE = {"snapshot_unavailable": SnapshotUnavailable, "query_inactive": QueryInactive}
 
 
 class Element(NamedTuple):
@@ -97,7 +112,8 @@ def _raise_for(r: httpx.Response) -> None:
             raise ValueError
     except ValueError:
         problem = {"code": "http_error", "detail": r.text[:500]}
-    cls = _BY_STATUS.get(r.status_code, ServerError if r.status_code >= 500 else CqlstreamError)
+    cls = _BY_CODE.get(problem.get("code")) or _BY_STATUS.get(
+        r.status_code, ServerError if r.status_code >= 500 else CqlstreamError)
     raise cls(r.status_code, problem)
 
 
@@ -188,20 +204,20 @@ class Client:
         self._call("DELETE", f"/views/{name}")
 
     # ------------------------------------------------------------ results
-    def subscribe(self, qid: int, *, snapshot: bool = False, follow: bool = True, limit: int | None = None,
+    def subscribe(self, qid: int, *, snapshot: bool | str = False, follow: bool = True, limit: int | None = None,
                   until: int | None = None, buffer: int | None = None) -> Iterator[Element]:
         """Result elements as they become final (NDJSON underneath). Ends when the stream ends
-        (`follow=False` after the snapshot, `limit`/`until` reached, query deregistered); raises
-        `Lagged` if the server dropped this subscriber for falling behind."""
-        params = {"format": "ndjson", "snapshot": str(bool(snapshot)).lower(), "follow": str(bool(follow)).lower()}
+        (`follow=False` after the snapshot, `limit`/`until` reached, query deregistered or
+        deactivated); raises `Lagged` if the server dropped this subscriber for falling behind.
+        With `snapshot=True` a relation-valued query's stream starts with its current relation as
+        `+` elements stamped with one instant, then its changes after that instant; raises
+        `SnapshotUnavailable` when the engine cannot give that snapshot for the query;
+        `snapshot="if_available"` then subscribes without it (the changes from now on)."""
+        params = {"format": "ndjson", "follow": str(bool(follow)).lower()}
         for k, v in (("limit", limit), ("until", until), ("buffer", buffer)):
             if v is not None:
                 params[k] = str(v)
-        with self.http.stream("GET", f"/queries/{qid}/results", params=params,
-                              timeout=httpx.Timeout(self.http.timeout.connect, read=None)) as r:
-            if r.status_code >= 400:
-                r.read()
-                _raise_for(r)
+        for r in self._results(qid, params, snapshot):
             for line in r.iter_lines():
                 if not line:
                     continue
@@ -215,15 +231,33 @@ class Client:
                     return
 
     def stream_raw(self, qid: int, format: str = "ndjson", **params) -> Iterator[bytes]:
-        """The raw result stream in any format (ndjson, json, sse, xml), chunk by chunk."""
+        """The raw result stream in any format (ndjson, json, sse, xml), chunk by chunk (`snapshot`
+        as in `subscribe`)."""
+        snapshot = params.pop("snapshot", False)
         params = {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else str(v))
                                        for k, v in params.items()}}
-        with self.http.stream("GET", f"/queries/{qid}/results", params=params,
-                              timeout=httpx.Timeout(self.http.timeout.connect, read=None)) as r:
-            if r.status_code >= 400:
-                r.read()
-                _raise_for(r)
+        for r in self._results(qid, params, snapshot):
             yield from r.iter_bytes()
+
+    def _results(self, qid: int, params: dict, snapshot: bool | str) -> Iterator[httpx.Response]:
+        """The open results response (once), falling back to no snapshot for `"if_available"`."""
+        if snapshot not in (True, False, "if_available"):
+            raise ValueError(f"snapshot is True, False or 'if_available', not {snapshot!r}")
+        timeout = httpx.Timeout(self.http.timeout.connect, read=None)
+        tries = [True, False] if snapshot == "if_available" else [bool(snapshot)]
+        for i, snap in enumerate(tries):
+            with self.http.stream("GET", f"/queries/{qid}/results", params={**params, "snapshot": str(snap).lower()},
+                                  timeout=timeout) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    try:
+                        _raise_for(r)
+                    except SnapshotUnavailable:
+                        if i + 1 < len(tries):
+                            continue
+                        raise
+                yield r
+                return
 
     # ------------------------------------------------------------ control tables, service
     def entities(self) -> list[dict]:
@@ -234,6 +268,16 @@ class Client:
 
     def set_knobs(self, entity_id: str, **knobs) -> dict:
         return self._call("PATCH", f"/entities/{entity_id}", json={"knobs": knobs})
+
+    def peek(self, entity_id: str, n: int = 20) -> dict:
+        """The last `n` tuples entering a queue or source, a window's or store's contents, or an
+        operator's last outputs: `{"id", "what", "tuples": [{"ts", "sign", "row"}]}`."""
+        return self._call("GET", f"/entities/{entity_id}/peek", params={"n": n})
+
+    def plan(self, format: str = "json") -> dict | str:
+        """The global plan: a graph `{"nodes": [control tables], "edges": [{"queue", "from", "to",
+        "queries"}]}`, or EXPLAIN-style text with `format="text"`."""
+        return self._call("GET", "/plan", params={"format": format})
 
     def metrics(self) -> str:
         return self._call("GET", "/metrics")

@@ -126,6 +126,7 @@ class RelationInput:
         self.accepted = 0
         self.first: int | None = None
         self.clock = clock  # callable → the engine's t0 (static relations are fixed after it)
+        self.tail: list[Batch] = []  # updates accepted at max_ts (not final yet: snapshot(at=watermark) undoes them)
 
     def push(self, batch: Batch) -> int:
         n = len(batch)
@@ -168,22 +169,39 @@ class RelationInput:
         batch.id = ids
         if self.first is None:
             self.first = int(ts[0])
-        self.max_ts = int(ts[-1])
+        top = int(ts[-1])
+        at_top = batch.take(ts == top)
+        self.tail = [at_top] if self.max_ts is None or top > self.max_ts else self.tail + [at_top]
+        self.max_ts = top
         self.accepted += n
         self.queue.push(batch, watermark=self.max_ts - 1)
         return n
 
-    def snapshot(self):
-        """(the relation now, as `+` rows with their instance ids at the latest instant, that
-        instant): what a query registered while data flows starts from."""
-        at = self.max_ts if self.max_ts is not None else self.queue.watermark
-        if at is None:
+    def snapshot(self, at: int | None = None):
+        """(the relation at instant `at` as `+` rows with their instance ids, `at`), or None.
+        Default: the latest instant with updates (a new reader of the queue, which starts at its
+        end, continues from there). `at` = the watermark (one instant earlier, what operators
+        over the relation are done through) undoes the updates accepted at the latest instant."""
+        top = self.max_ts if self.max_ts is not None else self.queue.watermark
+        if top is None:
             return None
+        at = top if at is None else at
         rows, ids = [], []
         for row, q in self.live.items():
             for i in q:
                 rows.append(row)
                 ids.append(i)
+        if at < top:
+            if at != self.queue.watermark or at != top - 1:
+                return None
+            tail = concat(self.tail, self.types) if self.tail else None
+            if tail is not None and len(tail):
+                undo = set(tail.id[tail.sign > 0].tolist())
+                keep = [k for k, i in enumerate(ids) if i not in undo]
+                rows, ids = [rows[k] for k in keep], [ids[k] for k in keep]
+                gone = tail.take(tail.sign < 0)
+                rows += gone.rows()
+                ids += gone.id.tolist()
         order = np.argsort(np.asarray(ids, np.uint64), kind="stable")
         b = from_rows([rows[i] for i in order], self.types, [at] * len(rows))
         b.id = np.asarray(ids, np.uint64)[order]
@@ -194,10 +212,13 @@ class RelationInput:
             self.first = t
         if self.queue.start is None:
             self.queue.start = t
+        if self.max_ts is None or t > self.max_ts:
+            self.tail = []  # the updates at the old max_ts are final now
         self.max_ts = t if self.max_ts is None else max(self.max_ts, t)
         self.queue.push(None, watermark=t - 1)
 
     def end(self, last: int) -> None:
+        self.tail = []
         self.queue.ended = True
         self.queue.push(None, watermark=last)
 

@@ -48,7 +48,7 @@ def _join(plan, pn, at):
 
     parts = []
     for k in pn.inputs:
-        s = plan.snapshot(k)
+        s = snapshot(plan, k, at)
         if s is None or s[1] != at:
             return None
         parts.append(s[0])
@@ -61,7 +61,7 @@ def _join(plan, pn, at):
 def _stateless(plan, pn, at):
     if pn.is_stream:
         return None
-    inner = plan.snapshot(pn.inputs[0])
+    inner = snapshot(plan, pn.inputs[0], at)
     if inner is None or inner[1] != at:
         return None
     return pn.op.process([inner[0]], at)
@@ -81,11 +81,16 @@ def _table():
 SNAPSHOTS: dict = {}
 
 
-def snapshot(plan, pn):
-    """(pn's relation at its last complete instant as `+` elements, that instant), or None."""
+def snapshot(plan, pn, at: int | None = None):
+    """(pn's relation at its last complete instant as `+` elements, that instant), or None.
+    `at` asks for a given instant (an operator's inputs, at the instant it is done through):
+    an operator can only give the instant it is done through; a source relation also the
+    one before its latest updates."""
     if pn.op is None:
         fn = plan.source_snapshots.get(pn.key)
-        return None if fn is None else fn()
+        return None if fn is None else fn(at)
+    if at is not None and at != pn.op.done_through:
+        return None
     at = pn.op.done_through
     if at is None:
         return None

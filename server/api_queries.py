@@ -31,9 +31,11 @@ def router(host, auth) -> APIRouter:
     # ------------------------------------------------------------ queries
     @r.post("/queries", status_code=201, response_model=QueryOut, response_model_by_alias=True,
             dependencies=mutating, tags=["queries"], summary="Register a continuous query",
-            description="Replies with the query's id, result kind (stream or relation), schema, EXPLAIN text and, "
-                        "when the engine knows them, the instant its results are complete from and its "
-                        "bounded-memory verdict. CQL errors carry `line`, `column` and a caret `excerpt`.",
+            description="Replies with the query's id, result kind (stream or relation), schema, EXPLAIN text and "
+                        "completeness: `complete_from` (the instant its results are exact from; null: from the "
+                        "start) and `complete` (false when it started late over a window needing history nothing "
+                        "kept). The query merges into the running global plan (`GET /plan`), sharing what it can. "
+                        "CQL errors carry `line`, `column` and a caret `excerpt`.",
             responses=responses(400, 401, 409, 413, 422))
     async def create_query(body: QueryIn, response: Response):
         out = await run_in_threadpool(host.register_query, body.cql, body.name)
@@ -71,12 +73,22 @@ def router(host, auth) -> APIRouter:
                        "objects, Server-Sent Events (`data:` lines) or STREAM-style XML "
                        "(`<tuple ts=\"5\" sign=\"+\"><v>1</v>...</tuple>`), chosen by `format` or the Accept "
                        "header (default NDJSON). Elements arrive once final. `snapshot=true` starts with the "
-                       "query's current relation contents; `follow=false` ends after the snapshot; `limit` and "
+                       "query's current relation as `+` elements stamped with the instant its results are final "
+                       "through, followed exactly by the changes after it (the engine's snapshot; when the engine "
+                       "cannot give one for the query's plan shape the request fails with 409 "
+                       "`snapshot_unavailable`: subscribe without it for the changes from now on); it is ignored "
+                       "for stream-valued queries. `follow=false` ends after the snapshot; `limit` and "
                        "`until` end the stream after that many elements / once results are final through that "
                        "instant. A subscriber that falls `buffer` elements behind receives a `lagged` message "
-                       "and is disconnected; a deregistered query ends its streams with an `end` message.",
-           responses={200: {"description": "the result stream", "content": _RESULT_CONTENT},
-                      **responses(404, 406, 422)})
+                       "and is disconnected; a deregistered or deactivated query ends its streams with an `end` "
+                       "message, and an inactive query's results cannot be subscribed to (409 `query_inactive`).",
+           responses={200: {"description": "the result stream", "content": _RESULT_CONTENT, "headers": {
+               "X-Snapshot-At": {"description": "with `snapshot=true` on a relation-valued query: the instant "
+                                                "the snapshot is stamped with (its results are final through it; "
+                                                "the changes that follow have larger timestamps). Absent when "
+                                                "nothing is final yet (the snapshot is then empty).",
+                                 "schema": {"type": "integer"}}}},
+                      **responses(404, 406, 409, 422)})
     async def results(request: Request, qid: int = QueryId,
                       format: Literal["ndjson", "json", "sse", "xml"] | None = Query(
                           None, description="output format (overrides Accept)"),
@@ -100,8 +112,12 @@ def router(host, auth) -> APIRouter:
         loop = asyncio.get_running_loop()
         kind, schema = await run_in_threadpool(host.query_info, qid)
         sub, snap = await run_in_threadpool(host.subscribe, qid, fmt, loop, snapshot, follow, buffer)
+        headers = {}
+        if snapshot and kind == "relation" and snap.through is not None:
+            headers["X-Snapshot-At"] = str(snap.through)
         return ResultsResponse(sub, fmt, encoders.header(fmt, qid, kind, schema), follow=follow, limit=limit,
-                               until=until, keepalive=host.settings.keepalive_seconds, snapshot_chunk=snap)
+                               until=until, keepalive=host.settings.keepalive_seconds, snapshot_chunk=snap,
+                               headers=headers)
 
     # ------------------------------------------------------------ views
     @r.post("/views", status_code=201, response_model=ViewOut, response_model_by_alias=True, dependencies=mutating,

@@ -286,7 +286,6 @@ def _from_rows(rows: list, target: Target) -> Parsed:
     """Python rows (dicts or lists, from JSON) → columns, checking each value; errors name row and field."""
     fields = target.fields()
     lower = {f.lower(): f for f in fields}
-    kinds = {target.ts_field: "int", **{c: k for c, k in target.columns}}
     n = len(rows)
     values: dict[str, list] = {f: [None] * n for f in fields}
     for i, r in enumerate(rows):

@@ -91,12 +91,14 @@ class QueryOut(BaseModel):
     schema_: list[AttrOut] = Field(alias="schema", serialization_alias="schema")
     explain: str
     complete_from: int | None = Field(None, description="instant from which the results are exact (null: from "
-                                      "the start, or never when `complete` is false)")
+                                      "the start, or never when `complete` is false); a query registered while "
+                                      "data flows starts from the shared plan's current state")
     complete: bool = Field(True, description="false when the query started late over a window needing history "
                            "it cannot have: its results reflect only the data since registration")
     active: bool = True
     weight: float = 1.0
-    bounded_memory: bool | None = Field(None, description="bounded-memory verdict, when the analysis is available")
+    bounded_memory: bool | None = Field(None, description="bounded-memory verdict (null: the engine has no such "
+                                       "analysis yet)")
     subscribers: int = 0
 
     model_config = ConfigDict(populate_by_name=True)
@@ -134,6 +136,39 @@ class Entity(BaseModel):
     counters: dict[str, Any] = Field(default_factory=dict)
     knobs: dict[str, Any] = Field(default_factory=dict)
     queries: list[int] = Field(default_factory=list)
+
+
+class PlanEdge(BaseModel):
+    """A queue of the global plan, from the entity writing it to one reading it."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    queue: str = Field(description="the queue's entity id (`q:N`)")
+    from_: str = Field(alias="from", serialization_alias="from", description="producer: `op:N` or `src:NAME`")
+    to: str = Field(description="consumer: `op:N`, `syn:N` (a store) or `query:N` (a query's results)")
+    queries: list[int] = Field(default_factory=list, description="queries using the queue")
+
+
+class PlanGraph(BaseModel):
+    """The global plan of every registered query (`Dsms.explain_plan("json")`): nodes are the control
+    tables of operators, stores, sources and queries; edges are the queues between them."""
+
+    nodes: list[Entity]
+    edges: list[PlanEdge]
+
+
+class PeekTuple(BaseModel):
+    ts: int
+    sign: int = Field(description="1 insert, -1 delete")
+    row: list[Any]
+
+
+class Peek(BaseModel):
+    """The last tuples that entered a queue or source, a window's or store's current contents, or
+    the last tuples an operator produced (`Dsms.peek`)."""
+
+    id: str = Field(description="the entity peeked at (a source is peeked at through its queue)")
+    what: str = Field(description="what the tuples are, e.g. `recent tuples entering the queue`")
+    tuples: list[PeekTuple]
 
 
 class EntityPatch(BaseModel):

@@ -14,7 +14,7 @@ from anyio import to_thread
 from starlette.responses import Response
 
 from server import encoders
-from server.host import ResultChunk, Subscriber
+from server.publication import ResultChunk, Subscriber
 
 
 class _Abandon(Exception):
@@ -24,7 +24,7 @@ class _Abandon(Exception):
 class ResultsResponse(Response):
     def __init__(self, sub: Subscriber | None, fmt: str, head: bytes, *, follow: bool = True, limit: int | None = None,
                  until: int | None = None, keepalive: float = 15.0, snapshot_chunk: ResultChunk | None = None,
-                 on_done=None):
+                 on_done=None, headers: dict[str, str] | None = None):
         self.sub = sub
         self.fmt = fmt
         self.head = head
@@ -38,12 +38,12 @@ class ResultsResponse(Response):
         self.status_code = 200
         self.background = None
         self.media_type = encoders.MEDIA[fmt]
-        self.raw_headers = []
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
     async def __call__(self, scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", encoders.MEDIA[self.fmt].encode() + (b"; charset=utf-8" if self.fmt != "json" else b"")),
-            (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
+            (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"), *self.raw_headers]})
         try:
             async with anyio.create_task_group() as tg:
                 async def watch_disconnect():
@@ -59,7 +59,7 @@ class ResultsResponse(Response):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except _Abandon:
                     if self.sub is not None:
-                        self.sub.host.cutoffs += 1
+                        self.sub.fanout.cutoffs += 1
                 finally:
                     tg.cancel_scope.cancel()
         finally:

@@ -746,3 +746,28 @@ def test_operator_sampling_rate_sheds_consistently():
     for t, rows in state.items():
         counts = {a: c for a, c in full[t]}
         assert all(c <= counts[a] for a, c in rows), t
+
+
+def test_snapshot_over_a_source_relation_is_taken_where_its_readers_are():
+    """Operators over a relation are done through its watermark, one instant before its latest
+    updates; the relation's snapshot at that instant undoes those updates."""
+    d = Dsms()
+    d.execute(DDL)
+    h = d.register_query("select A from R where B > 1")
+    j = d.register_query("select R.A, S.B from R, S [Range 3] where R.A = S.A")
+    d.push("R", [(1, 2), (2, 3)], ts=[1, 1])
+    d.push("S", [(1, 7), (2, 8)], ts=[1, 1])
+    d.heartbeat("R", 2)
+    d.heartbeat("S", 2)
+    d.run()
+    d.push("R", [(5, 5), (1, 2)], ts=[2, 2], signs=[1, -1])  # not final yet
+    d.run()
+    sub = d.subscribe(h.id, snapshot=True)
+    sub_j = d.subscribe(j.id, snapshot=True)
+    assert sorted(sub.poll().elements()) == [(1, 1, (1,)), (1, 1, (2,))]
+    assert sorted(sub_j.poll().elements()) == [(1, 1, (1, 7)), (1, 1, (2, 8))]
+    d.heartbeat("R", 3)
+    d.heartbeat("S", 3)
+    d.run()
+    assert sorted(sub.poll().elements()) == [(2, -1, (1,)), (2, 1, (5,))]
+    assert sorted(sub_j.poll().elements()) == [(2, -1, (1, 7))]

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from cqlstream.client import Client, Conflict, InvalidInput, NotFound, Unauthorized
+from cqlstream.client import (Client, Conflict, InvalidInput, NotFound, QueryInactive, SnapshotUnavailable,
+                              Unauthorized)
 from tests.server.conftest import ROOT
 
 
@@ -117,7 +118,16 @@ def test_client_round_trip_and_errors(server):
             c.drop_stream("S")
         assert c.set_weight(q["id"], 2.5)["weight"] == 2.5
         assert c.set_active(q["id"], False)["active"] is False
+        with pytest.raises(QueryInactive) as e:
+            next(c.subscribe(q["id"]))
+        assert e.value.status == 409 and isinstance(e.value, Conflict)
         assert c.set_active(q["id"], True)["active"] is True
+        g = c.plan()
+        assert any(n["id"] == f"query:{q['id']}" for n in g["nodes"]) and g["edges"]
+        assert c.plan("text").startswith("Global plan: 1 queries")
+        assert c.peek("src:S", 2)["tuples"][-1]["row"] == [3, 2.0]
+        with pytest.raises(NotFound):
+            c.peek("op:424242")
         ents = c.entities()
         assert any(e["id"] == f"query:{q['id']}" for e in ents)
         assert c.set_knobs(f"query:{q['id']}", weight=4)["knobs"]["weight"] == 4
@@ -164,3 +174,17 @@ def test_cqlstream_query_command(server):
     down = subprocess.run([*cmd[:4], "select A from S", "--url", "http://127.0.0.1:9"], cwd=ROOT,
                           capture_output=True, text=True, timeout=30)
     assert down.returncode == 2 and "cannot reach" in down.stderr
+
+
+def test_client_maps_problem_codes_to_exceptions():
+    import httpx
+
+    from cqlstream.client import _raise_for
+
+    r = httpx.Response(409, json={"code": "snapshot_unavailable", "detail": "no snapshot"})
+    with pytest.raises(SnapshotUnavailable) as e:
+        _raise_for(r)
+    assert isinstance(e.value, Conflict) and e.value.detail == "no snapshot"
+    with pytest.raises(Conflict) as e:
+        _raise_for(httpx.Response(409, json={"code": "in_use", "detail": "used"}))
+    assert type(e.value) is Conflict

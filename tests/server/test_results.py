@@ -169,6 +169,12 @@ def test_every_format_equals_the_engine(server, http):
     for qid, want in zip(qids[1:], expected[1:]):
         for fmt, parse in PARSERS.items():
             r = http.get(f"/queries/{qid}/results", params={"format": fmt, "snapshot": "true", "follow": "false"})
+            if r.status_code == 409 and qid == qids[2]:
+                # a join reading a source relation directly: the engine's snapshot of it is not lined up
+                # with the join's results (engine: a relation source's snapshot is stamped at its max_ts,
+                # one past what is final), so the server says so instead of sending a wrong snapshot
+                assert r.json()["code"] == "snapshot_unavailable"
+                continue
             assert r.status_code == 200
             snap, _ = parse(r.text)
             assert all(ts == END - 1 and s == 1 for ts, s, _ in snap)

@@ -19,7 +19,11 @@ def test_openapi_docs_and_health(http):
     paths = set(spec["paths"])
     assert {"/streams", "/streams/{name}", "/streams/{name}/tuples", "/streams/{name}/heartbeat", "/queries",
             "/queries/{qid}", "/queries/{qid}/results", "/views", "/views/{name}", "/entities",
-            "/entities/{entity_id}", "/metrics", "/healthz"} <= paths
+            "/entities/{entity_id}", "/entities/{entity_id}/peek", "/plan", "/metrics", "/healthz"} <= paths
+    plan = spec["paths"]["/plan"]["get"]["responses"]["200"]["content"]
+    assert set(plan) == {"application/json", "text/plain"}
+    assert plan["application/json"]["schema"]["$ref"].endswith("/PlanGraph")
+    assert {"complete_from", "complete"} <= set(spec["components"]["schemas"]["QueryOut"]["properties"])
     push = spec["paths"]["/streams/{name}/tuples"]["post"]
     assert set(push["requestBody"]["content"]) == {"application/json", "application/x-ndjson", "text/csv",
                                                    "application/vnd.apache.arrow.stream"}

@@ -1,0 +1,258 @@
+"""Result fan-out: one engine subscription per query shared by its HTTP subscribers, and snapshots lined up with it."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+
+from engine.batch import Batch
+from server import encoders
+
+log = logging.getLogger("cqlstream.server")
+
+
+class ResultChunk:
+    """Results of one query made final by one engine run, encoded lazily once per format."""
+
+    __slots__ = ("batch", "through", "_enc", "_lock")
+
+    def __init__(self, batch: Batch, through: int | None):
+        self.batch = batch
+        self.through = through
+        self._enc: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def encoded(self, fmt: str) -> bytes:
+        got = self._enc.get(fmt)
+        if got is None:
+            with self._lock:
+                got = self._enc.get(fmt)
+                if got is None:
+                    got = self._enc[fmt] = encoders.encode(self.batch, fmt)
+        return got
+
+
+class Subscriber:
+    """One client of a query's results: a bounded buffer filled by the engine thread and drained by
+    the response coroutine on the event loop."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, fanout: "Fanout", query_id: int, fmt: str, loop: asyncio.AbstractEventLoop, capacity: int,
+                 lag_grace: float):
+        self.id = next(self._ids)
+        self.fanout = fanout
+        self.query_id = query_id
+        self.fmt = fmt
+        self.loop = loop
+        self.capacity = max(int(capacity), 1)
+        self.lag_grace = lag_grace
+        self.buf: deque[ResultChunk] = deque()
+        self.count = 0  # elements buffered
+        self.lagged = False
+        self.ended: str | None = None  # why the stream ended (query dropped or deactivated, server stopping)
+        self.detached = False
+        self.event = asyncio.Event()
+        self.waiting = False
+        self.send_scope = None  # anyio cancel scope of a send in progress (set by the response)
+        self.lag_deadline: float | None = None
+        self.sent = 0
+        self._lock = threading.Lock()
+
+    # -- engine side (under the host lock)
+    def offer(self, chunk: ResultChunk) -> bool:
+        """Buffer a chunk; False when this subscriber just lagged (the caller detaches it)."""
+        with self._lock:
+            if self.lagged or self.ended:
+                return False
+            n = len(chunk)
+            if self.count and self.count + n > self.capacity:
+                self.lagged = True
+                self.buf.clear()
+                self.count = 0
+                self._wake(lag=True)
+                return False
+            if n == 0 and self.buf and not len(self.buf[-1]):
+                self.buf[-1] = chunk  # progress only: keep the latest, so a stalled reader holds O(1) of them
+            else:
+                self.buf.append(chunk)
+            self.count += n
+            if n or self.waiting:
+                self._wake()
+        return True
+
+    def end(self, reason: str) -> None:
+        with self._lock:
+            if self.ended is None:
+                self.ended = reason
+            self._wake()
+
+    def _wake(self, lag: bool = False) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._on_wake, lag)
+        except RuntimeError:  # loop closed: the client is gone anyway
+            pass
+
+    def _on_wake(self, lag: bool) -> None:
+        self.event.set()
+        if lag:
+            import anyio
+
+            self.lag_deadline = time.monotonic() + self.lag_grace
+            scope = self.send_scope
+            if scope is not None:
+                scope.deadline = anyio.current_time() + self.lag_grace
+
+    # -- response side (event loop)
+    def take(self) -> ResultChunk | None:
+        with self._lock:
+            if not self.buf:
+                return None
+            c = self.buf.popleft()
+            self.count -= len(c)
+            return c
+
+    def pending(self) -> bool:
+        with self._lock:
+            return bool(self.buf)
+
+
+class SnapshotUnavailable(Exception):
+    """The engine cannot give this query's current relation lined up with its published deltas."""
+
+
+class Publication:
+    """A query's one engine subscription and its subscribers."""
+
+    def __init__(self, handle, engine_sub):
+        self.handle = handle
+        self.sub = engine_sub
+        self.subscribers: dict[int, Subscriber] = {}
+        self.through: int | None = None  # results are published (final) through this instant
+        self.emitted = 0
+
+    def live(self) -> int:
+        return sum(1 for s in list(self.subscribers.values()) if not s.detached)
+
+    def end_all(self, reason: str) -> None:
+        for s in list(self.subscribers.values()):
+            s.end(reason)
+        self.subscribers.clear()
+
+
+class Fanout:
+    """Every query's `Publication`: publish after each engine run, attach subscribers, snapshots.
+
+    - Every query has one engine subscription owned by the server (its `Publication`), polled after
+      each engine run (`publish`); the new results become one `ResultChunk`, offered to every
+      subscriber of the query. A chunk is encoded at most once per format, whatever the number of
+      subscribers.
+    - Each subscriber has a bounded buffer (in result elements). A subscriber whose buffer would
+      overflow is *lagged*: its buffer is dropped, it receives a final `lagged` message and is
+      disconnected (counted in the metrics). Ingestion and other subscribers never wait for it.
+    - A snapshot is the engine's (`PhysicalPlan.snapshot`: the relation at the producing operator's
+      `done_through`), taken right after a publish, when the publication has consumed everything
+      final through the queue's watermark: the two instants must be equal, so the snapshot and the
+      deltas that follow it line up exactly. When the engine has no snapshot for a plan shape, or
+      one at another instant, the subscriber is told (`SnapshotUnavailable`); the server keeps no
+      copy of any query's relation.
+
+    Everything here except the subscribers' response side runs under the host lock.
+    """
+
+    def __init__(self, dsms, lag_grace: float):
+        self.d = dsms
+        self.lag_grace = lag_grace
+        self.pubs: dict[int, Publication] = {}
+        self.lag_disconnects = 0
+        self.cutoffs = 0  # lagged subscribers cut off for not reading even the lagged message
+        self.subscriptions_total = 0
+
+    def add(self, h) -> Publication:
+        pub = self.pubs[h.id] = Publication(h, self.d.subscribe(h.id))
+        return pub
+
+    def remove(self, qid: int, reason: str) -> None:
+        pub = self.pubs.pop(qid, None)
+        if pub is not None:
+            pub.end_all(reason)
+            pub.sub.close(reason)
+
+    def publish(self) -> None:
+        """Offer every query's newly final results to its subscribers."""
+        for pub in list(self.pubs.values()):
+            if pub.sub.closed:
+                # deactivated (the engine closed the subscription): its subscribers end; once it is
+                # active again the publication follows its new plan (results start over)
+                pub.end_all(pub.sub.reason or "query deactivated")
+                if pub.handle.pnode is None:
+                    continue
+                pub.sub = self.d.subscribe(pub.handle.id)
+                pub.through = None
+            b = pub.sub.poll()
+            through = pub.sub.final_through
+            if not len(b) and through == pub.through:
+                continue
+            pub.through = through
+            pub.emitted += len(b)
+            if not pub.subscribers:
+                continue
+            chunk = ResultChunk(b, through)
+            for s in list(pub.subscribers.values()):
+                if s.detached:
+                    pub.subscribers.pop(s.id, None)
+                elif not s.offer(chunk):
+                    self._lagged(pub, s)
+
+    def _lagged(self, pub: Publication, s: Subscriber) -> None:
+        if pub.subscribers.pop(s.id, None) is not None:
+            s.detached = True
+            self.lag_disconnects += 1
+            log.info("subscriber %d of query %d lagged (buffer of %d elements) and is disconnected", s.id,
+                     pub.handle.id, s.capacity)
+
+    def attach(self, pub: Publication, fmt: str, loop: asyncio.AbstractEventLoop, capacity: int) -> Subscriber:
+        s = Subscriber(self, pub.handle.id, fmt, loop, capacity, self.lag_grace)
+        pub.subscribers[s.id] = s
+        return s
+
+    def snapshot(self, pub: Publication) -> Batch:
+        """The query's current relation as `+` rows at `pub.through`, the instant through which its
+        deltas are published (call right after `publish`). Raises SnapshotUnavailable."""
+        h = pub.handle
+        pn = h.pnode
+        if pub.through is None and (not pn.flowed or pn.op is not None and pn.op.done_through is None):
+            # nothing final yet and nothing produced: the relation is empty, every delta is to come
+            return Batch.empty([a.type for a in h.schema])
+        snap = self.d.plan.snapshot(pn)
+        if snap is None:
+            raise SnapshotUnavailable("the engine keeps no snapshot of this query's result relation (plan shape: "
+                                      f"{_producer(pn)})")
+        b, at = snap
+        if at != pub.through:
+            raise SnapshotUnavailable(f"the engine's snapshot of this query's result is at instant {at}, but its "
+                                      f"results are final through {pub.through} (plan shape: {_producer(pn)})")
+        return b
+
+    def end_all(self, reason: str) -> None:
+        for pub in list(self.pubs.values()):
+            for s in list(pub.subscribers.values()):
+                s.end(reason)
+
+    def live(self) -> int:
+        return sum(p.live() for p in list(self.pubs.values()))
+
+
+def _producer(pn) -> str:
+    """The operator producing a query's result, as in `GET /plan` (e.g. `op:5 select FILTER (N > 1)`)."""
+    if pn.op is None:
+        return f"source relation {pn.queue.name or ''}".strip()
+    from cql.logical.explain import node_label
+
+    return f"{pn.op.eid} {pn.op.kind} {node_label(pn.op.node)}"
