@@ -166,6 +166,25 @@ def _stream_text(e) -> str:
     return f"[{e.ts}]:{'+' if e.sign > 0 else '-'}:{vals}"
 
 
+def cmd_plan(args) -> int:
+    """Print the global plan of a running server (text, or the JSON graph)."""
+    import httpx
+
+    from cqlstream.client import Client, CqlstreamError
+
+    try:
+        with Client(args.url, api_key=args.api_key) as c:
+            out = c.plan("json" if args.json else "text")
+    except CqlstreamError as e:
+        print(f"cqlstream plan: {e}", file=sys.stderr)
+        return 1
+    except httpx.HTTPError as e:
+        print(f"cqlstream plan: cannot reach {args.url}: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(out, indent=2) if args.json else out.rstrip("\n"))
+    return 0
+
+
 def cmd_query(args) -> int:
     from cqlstream.client import Client, CqlstreamError, Lagged
 
@@ -216,7 +235,8 @@ def cmd_bench(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cqlstream", description="cqlstream: continuous CQL queries over data streams. "
                                 "Subcommands: explain (analyze a query), run (a STREAM script), demo, serve "
-                                "(the HTTP server), query (a query on a running server), bench.")
+                                "(the HTTP server), query (a query on a running server), plan (a running "
+                                "server's global plan), bench.")
     sub = p.add_subparsers(dest="command", required=True)
 
     e = sub.add_parser("explain", help="analyze a CQL query and print its analyzed form and logical plan",
@@ -292,6 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
     qy.add_argument("--format", default="text", choices=["text", "ndjson", "json", "sse", "xml"],
                     help="output: STREAM text lines (default) or the server's raw format")
     qy.set_defaults(func=cmd_query)
+
+    pl = sub.add_parser("plan", help="print the shared global plan of a running server",
+                        description="Print the global plan of a running cqlstream server: every operator with "
+                                    "its queues, the queries using it and its counters; stores; queries with "
+                                    "from when their results are exact. --json prints the graph (nodes: control "
+                                    "tables; edges: queues) that a UI draws.")
+    pl.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default http://127.0.0.1:8000)")
+    pl.add_argument("--api-key", help="API key for a server started with --api-key")
+    pl.add_argument("--json", action="store_true", help="the JSON graph instead of text")
+    pl.set_defaults(func=cmd_plan)
 
     bn = sub.add_parser("bench", help="run the benchmarks (python -m bench)",
                         description="Run `python -m bench` with the remaining arguments.")

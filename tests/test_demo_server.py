@@ -2,6 +2,7 @@
 127.0.0.1, the demo shop registers itself through the API and its queries produce results."""
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -40,6 +41,13 @@ def test_serve_demo_registers_the_shop_and_streams_results():
             snap = list(c.subscribe(names["sales_last_10s"], snapshot=True, follow=False))
             assert snap and all(e.sign == 1 and 1 <= e.row[0] <= 6 for e in snap)
             assert c.entity("src:Orders")["counters"]["accepted"] > 0
+        url = f"http://127.0.0.1:{port}"
+        text = subprocess.run([CQLSTREAM, "plan", "--url", url], capture_output=True, text=True, timeout=30)
+        assert text.returncode == 0 and text.stdout.startswith("Global plan: 4 queries"), text.stderr
+        graph = json.loads(subprocess.run([CQLSTREAM, "plan", "--url", url, "--json"], capture_output=True,
+                                          text=True, timeout=30).stdout)
+        ids = {n["id"] for n in graph["nodes"]}
+        assert {"src:Orders", "query:1"} <= ids and all(e["to"] in ids for e in graph["edges"])
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
