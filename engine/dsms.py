@@ -28,6 +28,7 @@ from engine.inputs import InputError, RelationInput, StreamInput, rows_to_batch
 from engine.operators.base import IdSource
 from engine.planner import INF, EngineOptions, PhysicalPlan, PNode
 from engine.sharing import lift_filters
+from cql.logical.explain import explain_plan
 from engine.queues import Queue, Reader
 from engine.scheduler import RoundRobin
 
@@ -72,7 +73,19 @@ class QueryHandle:
         return {"complete_from": None if cf is None or cf == INF else int(cf), "complete": cf != INF}
 
     def explain(self) -> str:
-        return self.compiled.explain()
+        """The query's EXPLAIN, plus the plan it runs as when sharing lifts its selections above
+        windows (docs/plan-manager.md) and, once merged, from when its results are exact."""
+        text = self.compiled.explain()
+        shared = lift_filters(self.compiled.plan) if self.share else self.compiled.plan
+        if shared != self.compiled.plan:
+            text += ("\nRuns as (shared: selections stay above windows so queries share them):\n"
+                     + "\n".join("  " + line for line in explain_plan(shared).splitlines()))
+        cf = self.completeness()
+        if self.pnode is not None and cf["complete_from"] is not None:
+            text += f"\nResults exact from instant {cf['complete_from']} (registered while data flowed)."
+        elif self.pnode is not None and not cf["complete"]:
+            text += "\nStarted late without the history its windows need: results reflect data since registration."
+        return text
 
 
 @dataclass
