@@ -27,6 +27,7 @@ from engine.exprs import Evaluator
 from engine.inputs import InputError, RelationInput, StreamInput, rows_to_batch
 from engine.operators.base import IdSource
 from engine.planner import INF, EngineOptions, PhysicalPlan, PNode
+from engine.boundedness import verdict
 from engine.sharing import lift_filters
 from cql.logical.explain import explain_plan
 from engine.queues import Queue, Reader
@@ -68,6 +69,21 @@ class QueryHandle:
         (Rows/Partition/Unbounded): its results then reflect only the data since registration."""
         return self.complete_from != INF
 
+    @property
+    def bounded_memory(self) -> bool | None:
+        """True: bounded; None: bounded for a bounded arrival rate; False: grows with the input
+        (engine/boundedness.py)."""
+        return verdict(self.physical_plan)[0]
+
+    @property
+    def bounded_memory_note(self) -> str:
+        return verdict(self.physical_plan)[1]
+
+    @property
+    def physical_plan(self):
+        """The logical plan the engine runs (with sharing, selections stay above windows)."""
+        return lift_filters(self.compiled.plan) if self.share else self.compiled.plan
+
     def completeness(self) -> dict:
         cf = self.complete_from
         return {"complete_from": None if cf is None or cf == INF else int(cf), "complete": cf != INF}
@@ -76,7 +92,7 @@ class QueryHandle:
         """The query's EXPLAIN, plus the plan it runs as when sharing lifts its selections above
         windows (docs/plan-manager.md) and, once merged, from when its results are exact."""
         text = self.compiled.explain()
-        shared = lift_filters(self.compiled.plan) if self.share else self.compiled.plan
+        shared = self.physical_plan
         if shared != self.compiled.plan:
             text += ("\nRuns as (shared: selections stay above windows so queries share them):\n"
                      + "\n".join("  " + line for line in explain_plan(shared).splitlines()))
@@ -320,14 +336,10 @@ class Dsms:
         """Make sure new queries get ids ≥ `below`."""
         self._next_id = max(self._next_id, int(below))
 
-    def _physical_plan(self, h: QueryHandle):
-        """The logical plan the engine runs for h: with sharing, selections sit above windows."""
-        return lift_filters(h.compiled.plan) if h.share else h.compiled.plan
-
     def _attach(self, h: QueryHandle) -> None:
         if any(i.first is not None for i in self.inputs.values()):
             self._quiesce()
-        pn = self.plan.build(self._physical_plan(h), h.id, share=h.share)
+        pn = self.plan.build(h.physical_plan, h.id, share=h.share)
         existed = pn.flowed
         pn = self.plan.attachable(pn, h.id, h.share)
         h.pnode = pn

@@ -221,7 +221,7 @@ class EngineHost:
         pub = self.fanout.pubs.get(h.id)
         return {"id": h.id, "name": h.name, "cql": h.text, "kind": h.kind, "schema": _attrs(h.schema),
                 "explain": h.explain(), **h.completeness(), "active": h.active, "weight": h.weight,
-                "bounded_memory": None,  # the engine has no bounded-memory analysis (yet)
+                "bounded_memory": h.bounded_memory, "bounded_memory_note": h.bounded_memory_note,
                 "subscribers": pub.live() if pub else 0}
 
     def register_query(self, cql: str, name: str | None = None) -> dict:

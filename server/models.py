@@ -97,8 +97,10 @@ class QueryOut(BaseModel):
                            "it cannot have: its results reflect only the data since registration")
     active: bool = True
     weight: float = 1.0
-    bounded_memory: bool | None = Field(None, description="bounded-memory verdict (null: the engine has no such "
-                                       "analysis yet)")
+    bounded_memory: bool | None = Field(None, description="bounded-memory verdict of the plan this engine runs: "
+                                       "true = bounded whatever the input, null = bounded if the arrival rate is "
+                                       "(time-based windows), false = state grows with the input")
+    bounded_memory_note: str = Field("", description="why, naming the operators that hold the most state")
     subscribers: int = 0
 
     model_config = ConfigDict(populate_by_name=True)

@@ -266,3 +266,14 @@ def test_plan_peek_and_completeness_endpoints(http):
     assert r.status_code == 422 and r.json()["code"] == "bad_knob_value"
     r = http.patch(f"/entities/{win['id']}", json={"knobs": {"memory_limit": 10}})
     assert r.status_code == 200 and r.json()["knobs"]["memory_limit"] == 10
+
+
+def test_query_replies_carry_the_bounded_memory_verdict(http):
+    http.post("/streams", content="register stream S (A integer, B integer)", headers={"content-type": "text/plain"})
+    cases = {"select * from S [Rows 5]": True, "select * from S [Range 5]": None, "select distinct A from S": False}
+    for cql, want in cases.items():
+        r = http.post("/queries", json={"cql": cql})
+        assert r.status_code == 201
+        body = r.json()
+        assert body["bounded_memory"] is want and body["bounded_memory_note"], body
+        assert http.get(f"/queries/{body['id']}").json()["bounded_memory"] is want

@@ -1,0 +1,75 @@
+"""Bounded-memory verdict of a query's plan in this engine (the server's `bounded_memory`).
+
+Each relation in the plan gets a size class, and each stateful operator holds state of its
+input's class (seed 003 §1.3: row-based windows are trivially bounded; time-based windows are
+bounded only given a bound on the arrival rate; an unbounded window's relation grows with the
+input). The verdict is the worst class held:
+
+- True: bounded whatever the input (Rows windows; selections and Istream over streams; scalar
+  count/sum/avg);
+- None: bounded if the arrival rate is (Range/Now windows hold what arrives in their extent);
+- False: grows with the input (state over an Unbounded window, or a Partition By window, whose
+  number of partitions grows with the distinct keys).
+
+Relations registered by the user (`register relation`) count as bounded: their size is the
+user's. This is about this engine's plan, not the best possible one (seed 003 shows e.g.
+`max(A)` over an unbounded stream needs O(1); this engine keeps the distinct values).
+"""
+from __future__ import annotations
+
+from cql.logical import nodes as L
+
+B, RATE, U = 0, 1, 2  # size classes, ordered
+NAMES = {B: "bounded", RATE: "bounded for a bounded arrival rate", U: "grows with the input"}
+O1_AGGS = {"count", "sum", "avg"}
+
+
+def _window(spec) -> int:
+    if isinstance(spec, L.PartitionSpec):
+        return U
+    if isinstance(spec, L.RowsSpec):
+        return B if spec.size is not None else U
+    return RATE if spec.size is not None else U
+
+
+def analyze(plan: L.Plan) -> tuple[int, list[str]]:
+    """(worst class of state the plan holds, reasons naming the operators that hold it)."""
+    held: list[tuple[int, str]] = []
+
+    def size(n: L.Plan) -> int:
+        """Size class of n's relation (streams hold nothing: B)."""
+        kids = [size(i) for i in n.inputs]
+        worst = max(kids, default=B)
+        if isinstance(n, (L.StreamSource, L.RelationSource)):
+            return B
+        if isinstance(n, L.Window):
+            c = _window(n.spec)
+            if not (c == U and not isinstance(n.spec, L.PartitionSpec)):  # an Unbounded window keeps
+                held.append((c, f"window [{n.spec.sql()}]"))  # nothing itself: its readers do
+            return c
+        if isinstance(n, L.Join):
+            held.append((worst, "join state"))
+            return worst
+        if isinstance(n, L.Aggregate):
+            scalar_o1 = not n.keys and all(a.func.lower() in O1_AGGS and not a.distinct for a in n.aggs)
+            held.append((B if scalar_o1 else worst, "aggregate state"))
+            return B if not n.keys else worst
+        if isinstance(n, (L.Distinct, L.SetOp, L.SemiJoin)):
+            held.append((worst, f"{type(n).__name__.lower()} state"))
+            return worst if not isinstance(n, L.SemiJoin) else kids[0]
+        return worst  # select, project, sample, relation-to-stream: no state of their own
+
+    top = size(plan)
+    if not plan.is_stream:  # a relation result is kept current (snapshots for subscribers)
+        held.append((top, "the result relation"))
+    if not held:
+        return B, []
+    worst = max(c for c, _ in held)
+    return worst, sorted({why for c, why in held if c == worst})
+
+
+def verdict(plan: L.Plan) -> tuple[bool | None, str]:
+    """(True / None / False as in the module docstring, a one-line reason)."""
+    c, why = analyze(plan)
+    v = {B: True, RATE: None, U: False}[c]
+    return v, (NAMES[c] + (": " + ", ".join(why) if why and c != B else ""))
