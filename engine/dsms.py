@@ -218,7 +218,7 @@ class Dsms:
             self.inputs[d.name.lower()] = StreamInput(d, q, self.ids)
         else:
             inp = RelationInput(d, None, self.ids, clock=self.t0)
-            inp.queue = self.plan.source_queue(d.plan(), snapshot=inp.snapshot)
+            inp.queue = self.plan.source_queue(d.plan(), snapshot=inp)
             self.inputs[d.name.lower()] = inp
         self.ddl[d.name.lower()] = to_cql(stmt)
         self._save()

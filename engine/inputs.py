@@ -179,13 +179,14 @@ class RelationInput:
 
     def snapshot(self, at: int | None = None):
         """(the relation at instant `at` as `+` rows with their instance ids, `at`), or None.
-        Default: the latest instant with updates (a new reader of the queue, which starts at its
-        end, continues from there). `at` = the watermark (one instant earlier, what operators
-        over the relation are done through) undoes the updates accepted at the latest instant."""
+        Default: the watermark, the instant operators over the relation are complete through;
+        the updates accepted at the latest instant (`tail`, not final yet) are undone: a new
+        reader gets them after the snapshot (`reader_prefix`)."""
         top = self.max_ts if self.max_ts is not None else self.queue.watermark
         if top is None:
             return None
-        at = top if at is None else at
+        if at is None:
+            at = self.queue.watermark if self.queue.watermark is not None else top
         rows, ids = [], []
         for row, q in self.live.items():
             for i in q:
@@ -196,16 +197,28 @@ class RelationInput:
                 return None
             tail = concat(self.tail, self.types) if self.tail else None
             if tail is not None and len(tail):
+                # instances inserted at the latest instant were not there yet; those it deleted
+                # were, unless they were inserted at that instant too
                 undo = set(tail.id[tail.sign > 0].tolist())
                 keep = [k for k, i in enumerate(ids) if i not in undo]
                 rows, ids = [rows[k] for k in keep], [ids[k] for k in keep]
-                gone = tail.take(tail.sign < 0)
+                gone = tail.take((tail.sign < 0) & ~np.isin(tail.id, np.fromiter(undo, np.uint64, len(undo))))
                 rows += gone.rows()
                 ids += gone.id.tolist()
         order = np.argsort(np.asarray(ids, np.uint64), kind="stable")
         b = from_rows([rows[i] for i in order], self.types, [at] * len(rows))
         b.id = np.asarray(ids, np.uint64)[order]
         return b, at
+
+    def reader_prefix(self):
+        """(what a reader starting at the queue's end must be given first, the instant it is
+        exact from): the relation at the watermark, then the updates since (already in the queue)."""
+        snap = self.snapshot()
+        if snap is None:
+            return None
+        b, at = snap
+        tail = [t for t in self.tail if len(t) and int(t.ts[0]) > at]
+        return concat([b] + tail, self.types), at
 
     def heartbeat(self, t: int) -> None:
         if self.first is None:

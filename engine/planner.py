@@ -147,7 +147,8 @@ class PhysicalPlan:
         self.window_stores: dict[tuple, WindowStore] = {}  # (id(stream queue), mode, private) → store
         self.filter_hubs: dict[tuple, FilterHub] = {}  # (id(queue), column) → grouped selection
         self.late_stores: list[RelationStore] = []  # private stores of joins registered while data flowed
-        self.source_snapshots: dict[object, object] = {}  # source key → callable() -> Batch | None
+        self.source_snapshots: dict[object, object] = {}  # source key → callable(at) -> (Batch, at) | None
+        self.source_readers: dict[object, object] = {}  # source key → callable() -> (prefix, at) | None
         self._eids = {k: itertools.count(1) for k in ("op", "q", "syn")}
         # (existing join PNode, new user) → a reason not to share it, or None (set by the Dsms)
         self.share_policy = None
@@ -184,7 +185,7 @@ class PhysicalPlan:
         by their real insertion instants, so the late join gets its own seeded store instead."""
         if not pn.flowed:
             return self.store(pn.queue, pn.op)
-        snap = self.snapshot(pn)
+        snap = self.snapshot(pn) if pn.op is not None else self.source_prefix(pn)
         if id(pn.queue) in self.stores or snap is None:
             st = RelationStore(pn.queue)
             st.eid = self._eid("syn")
@@ -209,7 +210,8 @@ class PhysicalPlan:
             pn = self.nodes[key] = PNode(key, node, self._new_queue(_types(node), getattr(node, "name", "")))
             pn.users.add("catalog")
         if snapshot is not None:
-            self.source_snapshots[key] = snapshot
+            self.source_snapshots[key] = snapshot.snapshot
+            self.source_readers[key] = snapshot.reader_prefix
         return pn.queue
 
     def drop_source(self, node: L.Plan) -> None:
@@ -220,6 +222,7 @@ class PhysicalPlan:
             if not pn.users:
                 del self.nodes[key]
                 self.source_snapshots.pop(key, None)
+                self.source_readers.pop(key, None)
 
     # ------------------------------------------------------------ building
     def build(self, node: L.Plan, user=None, *, share: bool = True) -> PNode:
@@ -291,13 +294,19 @@ class PhysicalPlan:
         if pn.is_stream:
             seen = [v for v in (q.watermark, q.last_ts) if v is not None]
             return q.reader(), _max_cf([pn.complete_from, max(seen) + 1 if seen else None])
-        snap = self.snapshot(pn)
+        snap = self.snapshot(pn) if pn.op is not None else self.source_prefix(pn)
         if snap is None:
             raise RuntimeError(f"no snapshot of {q.eid}")  # attachable() prevents this
         batch, at = snap
         r = q.reader(prefix=batch)
         r.snap_at = at
         return r, _max_cf([pn.complete_from, at])
+
+    def source_prefix(self, pn: PNode):
+        """A source relation's snapshot at its watermark followed by the updates accepted since,
+        for a reader starting at its queue's end (what `inputs.RelationInput.reader_prefix` gives)."""
+        fn = self.source_readers.get(pn.key)
+        return None if fn is None else fn()
 
     def late_complete_from(self, pn: PNode):
         """From which instant a new consumer starting now sees pn's output exactly."""
