@@ -153,15 +153,6 @@ class PhysicalPlan:
         # (existing join PNode, new user) → a reason not to share it, or None (set by the Dsms)
         self.share_policy = None
 
-    # ------------------------------------------------------------ compatibility views
-    @property
-    def queues(self) -> dict:
-        return {k: pn.queue for k, pn in self.nodes.items()}
-
-    @property
-    def producer(self) -> dict:
-        return {id(pn.queue): pn.op for pn in self.nodes.values() if pn.op is not None}
-
     def _eid(self, kind: str) -> str:
         return f"{kind}:{next(self._eids[kind])}"
 
@@ -563,19 +554,3 @@ class PhysicalPlan:
         for pn in self.nodes.values():
             if pn.store is not None and pn.queue.watermark is not None:
                 pn.store.advance(pn.queue.watermark)
-
-    def entities(self):
-        """(kind, object, PNode) for every operator, queue and synopsis of the plan."""
-        for pn in self.nodes.values():
-            yield "queue", pn.queue, pn
-            if pn.op is not None:
-                yield "operator", pn.op, pn
-            if pn.store is not None:
-                yield "store", pn.store, pn
-        for ws in self.window_stores.values():
-            yield "store", ws, None
-        seen = set()
-        for st in list(self.stores.values()) + self.late_stores:
-            if id(st) not in seen:
-                seen.add(id(st))
-                yield "store", st, None
