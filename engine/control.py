@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from cql.logical.explain import node_label
 from engine.errors import KnobError
-from engine.planner import INF
 
 
 # ---------------------------------------------------------------- the entities
@@ -318,87 +317,4 @@ def attribution(d) -> dict:
     return out
 
 
-# ---------------------------------------------------------------- explain and peek
-def explain_plan(d, fmt: str = "text"):
-    ents = _plan_entities(d)
-    if fmt == "json":
-        nodes = [t for t in tables(d) if t["kind"] in ("operator", "store", "source", "query")]
-        edges = []
-        for eid, (kind, q, pn, users) in ents.items():
-            if kind != "queue":
-                continue
-            src = pn.op.eid if pn.op is not None else f"src:{q.name}"
-            for op in d.plan.operators:
-                if any(r.q is q for r in op.readers):
-                    edges.append({"queue": eid, "from": src, "to": op.eid, "queries": users})
-            for h in d.queries.values():
-                if h.pnode is pn:
-                    edges.append({"queue": eid, "from": src, "to": f"query:{h.id}", "queries": [h.id]})
-            for st in d.plan.stores.values():
-                if st.queue is q:
-                    edges.append({"queue": eid, "from": src, "to": st.eid, "queries": users})
-        return {"nodes": nodes, "edges": edges}
-    if fmt != "text":
-        raise ValueError("fmt is 'text' or 'json'")
-    lines = [f"Global plan: {len(d.queries)} queries, {len(d.plan.operators)} operators, "
-             f"{len(d.plan.nodes)} queues, stores: {sum(1 for e in ents.values() if e[0] == 'store')}"]
-    for op in d.plan.operators:
-        pn = ents[op.eid][2]
-        ins = ", ".join(q.eid + (f" ({q.name})" if q.name and ents.get(q.eid, (0, 0, None))[2] is not None
-                                 and ents[q.eid][2].op is None else "") for q in op.inputs)
-        users = ents[op.eid][3]
-        lines.append(f"  {op.eid:<7} {op.kind:<12} {node_label(op.node)}")
-        lines.append(f"          in: {ins}  out: {op.output.eid}  queries: {users}  "
-                     f"tuples {op.counters.tuples_in}→{op.counters.tuples_out}  state {op.state_bytes()} B"
-                     + (f"  [{pn.note}]" if pn is not None and pn.note else ""))
-    for eid, (kind, st, pn, users) in ents.items():
-        if kind == "store":
-            lines.append(f"  {eid:<7} {st.kind:<12} on {st.queue.eid}: {len(st)} rows, {st.nbytes()} B, "
-                         f"queries: {users}")
-    for h in d.queries.values():
-        cf = h.completeness()
-        state = "active" if h.active else "inactive"
-        lines.append(f"  query:{h.id} ({state}, weight {h.weight:g}) → "
-                     f"{h.pnode.queue.eid if h.pnode else '-'}"
-                     + (f"  complete from {cf['complete_from']}" if cf["complete_from"] is not None and h.active else "")
-                     + ("" if cf["complete"] or not h.active
-                        else "  (started late: results reflect data since registration)"))
-    return "\n".join(lines)
-
-
-def peek(d, eid: str, n: int = 20) -> dict:
-    """Recent tuples entering a queue, or a store's / window's current contents (for the UI)."""
-    from engine.operators.window import WindowOp, contents
-
-    n = max(0, min(int(n), 1000))
-    ents = _plan_entities(d)
-    if eid.startswith("src:"):
-        inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
-        if inp is None:
-            raise KeyError(f"no entity '{eid}'")
-        eid = inp.queue.eid
-    e = ents.get(eid)
-    if e is None:
-        raise KeyError(f"no entity '{eid}'")
-    kind, obj, pn, users = e
-    if kind == "queue":
-        b = obj.recent_rows(n)
-        what = "recent tuples entering the queue"
-    elif kind == "store":
-        b = getattr(obj, "buf", None) if not hasattr(obj, "alive_at") else (
-            obj.alive_at(obj.through) if obj.through is not None else None)
-        what = "current contents"
-    elif isinstance(obj, WindowOp):
-        b = contents(obj)
-        what = "window contents"
-    else:
-        b = obj.output.recent_rows(n)
-        what = "recent tuples leaving the operator"
-    if b is None:
-        return {"id": eid, "what": what, "tuples": []}
-    b = b.slice(max(len(b) - n, 0), len(b))
-    return {"id": eid, "what": what,
-            "tuples": [{"ts": t, "sign": s, "row": list(r)} for t, s, r in b.elements()]}
-
-
-__all__ = ["INF", "attribution", "explain_plan", "peek", "set_knob", "table", "tables"]
+__all__ = ["attribution", "set_knob", "table", "tables"]

@@ -419,9 +419,9 @@ class Dsms:
     def explain_plan(self, fmt: str = "text"):
         """The global plan: text, or a JSON-able graph (nodes = entities with their control
         tables, edges = queues)."""
-        from engine import control
+        from engine import plan_view
 
-        return control.explain_plan(self, fmt)
+        return plan_view.explain_plan(self, fmt)
 
     def control_tables(self) -> list[dict]:
         from engine import control
@@ -446,9 +446,9 @@ class Dsms:
         return control.attribution(self)
 
     def peek(self, entity_id: str, n: int = 20) -> dict:
-        from engine import control
+        from engine import plan_view
 
-        return control.peek(self, entity_id, n)
+        return plan_view.peek(self, entity_id, n)
 
     def _save(self) -> None:
         if self.store is not None and not self.store.restoring:
