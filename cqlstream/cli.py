@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input rows pushed per step: memory and latency vs. per-step overhead (default 100000)")
     r.set_defaults(func=cmd_run)
 
-    dm = sub.add_parser("demo", help="run the demo script (a small shop) and show the first lines of each result",
+    dm = sub.add_parser("demo", help="run the demo shop offline from recorded files (a STREAM script) and show "
+                                      "the first lines of each result; `serve --demo` runs it live",
                         description="Run demo/shop.cql: two streams (Orders, Clicks) and a relation (Items) with a "
                                     "filter, a windowed aggregate, a windowed join, an Istream of a partitioned "
                                     "window and a view; write the results to demo/out/ (or --out-dir) and print "
