@@ -144,6 +144,7 @@ def cmd_serve(args) -> int:
                         subscriber_buffer=args.subscriber_buffer, compat=args.stream_compat)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the demo's own client calls are not news
     try:
         app = create_app(settings)
     except (ValueError, OSError) as e:  # e.g. an unreadable or corrupt plan file in --data-dir
