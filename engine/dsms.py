@@ -177,12 +177,12 @@ class Dsms:
             from engine.sysstream import SysPublisher
 
             self.sys = SysPublisher(self)
-        self.store = None
+        self.plan_file = None
         if data_dir is not None:
             from engine.persist import PlanFile
 
-            self.store = PlanFile(data_dir)
-            self.store.restore(self)
+            self.plan_file = PlanFile(data_dir)
+            self.plan_file.restore(self)
 
     # ------------------------------------------------------------ registration
     def execute(self, text: str) -> list:
@@ -451,8 +451,8 @@ class Dsms:
         return plan_view.peek(self, entity_id, n)
 
     def _save(self) -> None:
-        if self.store is not None and not self.store.restoring:
-            self.store.save(self)
+        if self.plan_file is not None and not self.plan_file.restoring:
+            self.plan_file.save(self)
 
     # ------------------------------------------------------------ input
     def _input(self, name: str):

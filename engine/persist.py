@@ -34,6 +34,12 @@ def _op_key(op) -> str:
     return f"{op.kind}: {explain_plan(op.node)}"
 
 
+def _operators(d) -> list:
+    """Every operator with knobs: scheduled ones and the members of grouped selections."""
+    return list(d.plan.operators) + [pn.op for pn in d.plan.nodes.values()
+                                     if pn.op is not None and pn.op not in d.plan.operators]
+
+
 class PlanFile:
     def __init__(self, data_dir):
         self.dir = Path(data_dir)
@@ -42,15 +48,14 @@ class PlanFile:
 
     # ------------------------------------------------------------ writing
     def document(self, d) -> dict:
-        ops = {op.eid: op for op in d.plan.operators}
+        ops = {op.eid: op for op in _operators(d)}
         knobs = []
-        for eid, kv in d.knobs.items():
+        for eid, kv in d.knobs.items():  # engine and query knobs have their own sections
             for knob, value in kv.items():
                 if eid in ops:
                     knobs.append({"operator": _op_key(ops[eid]), "knob": knob, "value": value})
-                elif eid.split(":")[0] in ("src", "engine") or eid == "engine":
-                    if eid != "engine":
-                        knobs.append({"entity": eid, "knob": knob, "value": value})
+                elif eid.startswith("src:"):
+                    knobs.append({"entity": eid, "knob": knob, "value": value})
         s = d.scheduler
         return {"format": FORMAT, "version": VERSION,
                 "engine": {"share": d.share, "scheduler": s.name, "budget": getattr(s, "budget", None)},
@@ -88,8 +93,6 @@ class PlanFile:
             self.restoring = False
 
     def _apply(self, d, doc: dict) -> None:
-        from engine import control
-
         where = str(self.path)
         eng = doc.get("engine") or {}
         if "share" in eng:
@@ -112,13 +115,12 @@ class PlanFile:
                 raise PlanFileError(f"{where}: queries[{i}]: {e}") from None
         if isinstance(doc.get("next_query_id"), int):
             d.reserve_query_ids(doc["next_query_id"])
-        ops = {_op_key(op): op.eid for op in d.plan.operators}
+        ops = {_op_key(op): op.eid for op in _operators(d)}
         for i, k in enumerate(doc.get("knobs") or []):
             eid = k.get("entity") or ops.get(k.get("operator", ""))
             if eid is None:
                 raise PlanFileError(f"{where}: knobs[{i}]: no operator {k.get('operator')!r} in the restored plan")
             self._knob(d, eid, k.get("knob"), k.get("value"), f"{where}: knobs[{i}]")
-        _ = control
 
     @staticmethod
     def _knob(d, eid, knob, value, where) -> None:

@@ -274,12 +274,12 @@ class PhysicalPlan:
         for i in pn.inputs:
             self._use(i, user)
 
-    def _reader(self, pn: PNode, sibling: Reader | None = None):
+    def _reader(self, pn: PNode, at: Reader | None = None):
         """A reader on pn's queue for a new consumer, and the instant from which it sees pn's
         output exactly (None: from the start)."""
         q = pn.queue
-        if sibling is not None:
-            return q.reader(at=sibling), pn.complete_from
+        if at is not None:  # a window store's member reads from the store's position
+            return q.reader(at=at), pn.complete_from
         if not pn.flowed:
             return q.reader(), pn.complete_from
         if pn.is_stream:

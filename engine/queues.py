@@ -109,11 +109,6 @@ class Reader:
         self.prefix = prefix if prefix is not None and len(prefix) else None
         self.snap_at: int | None = None  # the instant of the snapshot this reader started from
 
-    def rewind_to_start(self) -> None:
-        old, self.batch, self.row = self.batch, self.q.base, 0
-        if self in self.q.readers:
-            self.q._moved(old, self.batch)
-
     def pending_count(self) -> int:
         n = 0 if self.prefix is None else len(self.prefix)
         for i in range(self.batch - self.q.base, len(self.q.batches)):

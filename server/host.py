@@ -48,7 +48,7 @@ class EngineHost:
     def __init__(self, settings: Settings | None = None, dsms: Dsms | None = None):
         self.settings = settings or Settings()
         self.d = dsms if dsms is not None else make_dsms(self.settings)
-        self.persistent = self.d.store is not None
+        self.persistent = self.d.plan_file is not None
         self.lock = threading.RLock()
         self.started = time.time()
         self.fanout = Fanout(self.d, self.settings.lag_grace_seconds)

@@ -124,10 +124,18 @@ def assert_same(ddl: str, query: str, inputs, *, chunks=(1, 7, None), compat=Fal
 def engine_raw(ddl: str, query: str, inputs, chunk, compat: bool = False):
     """The engine's raw output batches, one event per push, `chunk` events per scheduler run."""
     d, h, sub = _start(ddl, query, compat)
-    events = _merge_events(inputs)
-    step = chunk or max(len(events), 1)
     out = []
-    for i in range(0, len(events), step):
+    feed(d, _merge_events(inputs), chunk, after=lambda n: out.append(sub.poll()))
+    d.end()
+    out.append(sub.poll())
+    return out, h, d
+
+
+def feed(d, events, step: int | None = None, after=None):
+    """Push `_merge_events`-shaped events into d one event per push, `step` events per scheduler
+    run; `after(i)` is called after chunk i (to poll, or to register queries mid-flow)."""
+    step = step or max(len(events), 1)
+    for n, i in enumerate(range(0, len(events), step)):
         for name, ev in events[i:i + step]:
             if ev[-1] is None:
                 d.heartbeat(name, ev[0])
@@ -136,7 +144,5 @@ def engine_raw(ddl: str, query: str, inputs, chunk, compat: bool = False):
             else:
                 d.push(name, [ev[1]], ts=[ev[0]])
         d.run()
-        out.append(sub.poll())
-    d.end()
-    out.append(sub.poll())
-    return out, h, d
+        if after is not None:
+            after(n)

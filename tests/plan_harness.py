@@ -5,24 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.dsms import Dsms
-from tests.engine_harness import _merge_events, net_by_instant, run_reference
-
-
-def feed(d: Dsms, events, step: int | None = None, after=None):
-    """Push reference-shaped events into d in chunks of `step` events, running after each chunk;
-    `after(i)` is called after chunk i (to register queries mid-flow)."""
-    step = step or max(len(events), 1)
-    for n, i in enumerate(range(0, len(events), step)):
-        for name, ev in events[i:i + step]:
-            if ev[-1] is None:
-                d.heartbeat(name, ev[0])
-            elif len(ev) == 3:
-                d.push(name, [ev[2]], ts=[ev[0]], signs=[ev[1]])
-            else:
-                d.push(name, [ev[1]], ts=[ev[0]])
-        d.run()
-        if after is not None:
-            after(n)
+from tests.engine_harness import _merge_events, feed, net_by_instant, run_reference
 
 
 def collect(parts) -> dict[int, Counter]:
@@ -53,11 +36,14 @@ class Results:
         return collect(self.parts[qid])
 
 
-def run_all(ddl: str, queries: list[str], inputs: dict, step=None, **options):
-    """Register every query on one Dsms, feed inputs, return ({query index: result}, dsms)."""
+def run_all(ddl: str, queries: list[str], inputs: dict, step=None, setup=None, **options):
+    """Register every query on one Dsms (then `setup(d)`, e.g. to set knobs), feed inputs,
+    return ({query index: result}, dsms)."""
     d = Dsms(**options)
     d.execute(ddl)
     hs = [d.register_query(q) for q in queries]
+    if setup is not None:
+        setup(d)
     res = Results(d)
     for h in hs:
         res.watch(h.id)
@@ -83,3 +69,16 @@ def from_instant(result: dict[int, Counter], start: int) -> dict[int, Counter]:
 
 def reference(ddl: str, query: str, inputs, compat: bool = False) -> dict[int, Counter]:
     return run_reference(ddl, query, inputs, compat=compat)
+
+
+def assert_exact_from(h, got: dict[int, Counter], want: dict[int, Counter]) -> None:
+    """A query registered while data flowed equals the reference from its complete_from on: its
+    relation state at every instant from there, or its stream elements from there."""
+    cf = h.completeness()["complete_from"]
+    last = max(list(want) + list(got) + [0])
+    if cf is None:
+        assert got == want, h.text
+    elif h.kind == "relation":
+        assert states_from(got, cf, last) == states_from(want, cf, last), (h.text, cf)
+    else:
+        assert from_instant(got, cf) == from_instant(want, cf), (h.text, cf)

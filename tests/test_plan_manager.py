@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from engine.dsms import Dsms, InputError
 from engine.errors import InUseError, KnobError
 from engine.operators.filterhub import HubMember
-from tests.engine_harness import _merge_events, run_engine
-from tests.plan_harness import Results, feed, from_instant, reference, run_all, states_from
+from tests.engine_harness import _merge_events, feed, run_engine
+from tests.plan_harness import Results, assert_exact_from, collect, reference, run_all, states_from
 from tests.strategies import relation_events, stream_events
 
 DDL = "register stream S (A int, B int); register stream T (A int, B int); register relation R (A int, B int)"
@@ -160,7 +160,7 @@ def test_shared_results_equal_each_query_alone(options, s, t, r, picks, step):
 
 # ------------------------------------------------------------------ late registration
 LATE = [  # (running queries, late query)
-    (["select * from S [Range 6]"], "select * from S [Range 4] where A = 1"),  # smaller sibling window
+    (["select * from S [Range 6]"], "select * from S [Range 4] where A = 1"),  # a smaller window over the same window store
     (["select * from S [Range 4]"], "select A, Count(*) from S [Range 4] group by A"),  # snapshot of the window
     (["select * from S [Range 4]", "select * from T [Range 3]"],
      "Istream(select S.A, T.B from S [Range 4], T [Range 3] where S.A = T.A)"),
@@ -168,7 +168,7 @@ LATE = [  # (running queries, late query)
     (["select * from R"], "select A, Count(*) from R group by A"),  # relation source snapshot
     (["select * from S [Rows 5]"], "select * from S [Rows 3]"),  # Rows sibling
     (["select * from S [Range 5]", "select * from R"], "select R.B, S.B from R, S [Range 2] where R.A = S.A"),
-    ([], "select * from S [Range 3]"),  # no sibling: complete once the window has filled
+    ([], "select * from S [Range 3]"),  # no window store yet: complete once the window has filled
     (["select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A"],  # identical join: recomputed snapshot
      "select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A"),
     (["select distinct A from S [Range 3]"], "select distinct A from S [Range 3]"),  # result store
@@ -204,17 +204,8 @@ def test_late_query_exact_from_its_complete_from(running, late, s, t, r, cut):
     d.end()
     res.poll()
     h = box["h"]
-    got, want = res.of(h.id), reference(DDL, late, inputs)
-    info = h.completeness()
-    assert info["complete"], "these late queries can all start from shared state"
-    last = max(list(want) + list(got) + [0])
-    cf = info["complete_from"]
-    if cf is None:
-        assert got == want
-    elif h.kind == "relation":
-        assert states_from(got, cf, last) == states_from(want, cf, last)
-    else:
-        assert from_instant(got, cf) == from_instant(want, cf)
+    assert h.completeness()["complete"], "these late queries can all start from shared state"
+    assert_exact_from(h, res.of(h.id), reference(DDL, late, inputs))
 
 
 def test_late_unbounded_window_says_it_is_incomplete():
@@ -533,15 +524,10 @@ def test_late_identical_aggregate_query_shares_and_starts_from_the_aggregate_sta
     second = d.register_query(q)
     assert len(d.plan.operators) == n_ops  # shared: the aggregate's state gives the current result
     assert second.pnode is first.pnode
+    assert second.completeness()["complete_from"] is not None  # registered after data flowed
     sub = d.subscribe(second.id, snapshot=True)
     d.end()
-    got = Results(d)
-    got.parts[second.id] = [sub.poll()]
-    res = got.of(second.id)
-    cf = second.completeness()["complete_from"]
-    want = reference(DDL, q, data)
-    last = max(want)
-    assert states_from(res, cf, last) == states_from(want, cf, last)
+    assert_exact_from(second, collect([sub.poll()]), reference(DDL, q, data))
 
 
 # ------------------------------------------------------------------ grouped selections
@@ -587,17 +573,8 @@ def test_grouped_selection_members_join_and_leave_while_data_flows(s, consts, cu
         assert len(d.plan.filter_hubs) == 1
     for i in live:
         h = handles[i]
-        got, want = res.of(h.id), reference(HUB_DDL, queries[i], inputs)
-        info = h.completeness()
-        assert info["complete"]
-        cf = info["complete_from"]
-        last = max(list(want) + list(got) + [0])
-        if cf is None:
-            assert got == want
-        elif h.kind == "relation":
-            assert states_from(got, cf, last) == states_from(want, cf, last)
-        else:
-            assert from_instant(got, cf) == from_instant(want, cf)
+        assert h.completeness()["complete"]
+        assert_exact_from(h, res.of(h.id), reference(HUB_DDL, queries[i], inputs))
 
 
 def test_grouped_selection_over_strings_and_the_sort_path():
@@ -619,20 +596,16 @@ def test_join_index_knob_never_changes_results(s, r, step):
     queries = ["select * from S [Range 2] as X, S as Y where X.A = Y.A",
                "select R.B, S.B from R, S [Rows 2] where R.A = S.A"]
     inputs = {"S": s, "R": r}
-    d = Dsms()
-    d.execute(DDL)
-    hs = [d.register_query(q) for q in queries]
-    for t in d.control_tables():
-        if t.get("type") == "join":
-            d.set_knob(t["id"], "index", "dyadic")
-    res = Results(d)
-    for h in hs:
-        res.watch(h.id)
-    feed(d, _merge_events(inputs), step, after=lambda n: res.poll())
-    d.end()
-    res.poll()
-    for h, q in zip(hs, queries):
-        assert res.of(h.id) == reference(DDL, q, inputs), q
+
+    def dyadic(d):
+        joins = [t["id"] for t in d.control_tables() if t.get("type") == "join"]
+        assert len(joins) == 2
+        for j in joins:
+            d.set_knob(j, "index", "dyadic")
+
+    results, _ = run_all(DDL, queries, inputs, step=step, setup=dyadic)
+    for i, q in enumerate(queries):
+        assert results[i] == reference(DDL, q, inputs), q
 
 
 CHURN = POOL + [
@@ -678,18 +651,8 @@ def test_queries_coming_and_going_are_exact_from_their_complete_from(s, t, r, pl
     res.poll()
     _check_no_orphans(d, {h.id for h, _ in live.values()})
     for h, q in live.values():
-        info = h.completeness()
-        if not info["complete"]:
-            continue  # a late Rows/Unbounded window without history (checked elsewhere)
-        got, want = res.of(h.id), reference(DDL, q, inputs)
-        cf = info["complete_from"]
-        last = max(list(want) + list(got) + [0])
-        if cf is None:
-            assert got == want, q
-        elif h.kind == "relation":
-            assert states_from(got, cf, last) == states_from(want, cf, last), (q, cf)
-        else:
-            assert from_instant(got, cf) == from_instant(want, cf), (q, cf)
+        if h.completeness()["complete"]:  # else a late Rows/Unbounded window without history (checked elsewhere)
+            assert_exact_from(h, res.of(h.id), reference(DDL, q, inputs))
 
 
 def test_joins_read_windows_through_views_of_the_window_store():

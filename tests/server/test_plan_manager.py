@@ -95,21 +95,6 @@ def _snapshot_and_deltas(rd):
     return at, snap, elems[len(snap):]
 
 
-class _HeadReader(_Reader):
-    def run(self):
-        import httpx
-
-        try:
-            with httpx.Client(base_url=self.url, timeout=httpx.Timeout(5, read=30)) as c:
-                with c.stream("GET", f"/queries/{self.qid}/results", params={"format": self.fmt, **self.params}) as r:
-                    self.status, self.headers = r.status_code, r.headers
-                    self.ready.set()
-                    self.text = r.read().decode()
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            self.error = e
-            self.ready.set()
-
-
 @pytest.mark.time_limit(60)
 def test_snapshots_line_up_with_deltas_for_late_queries_and_late_subscribers(server, http):
     m = Mirror(http)
@@ -131,7 +116,7 @@ def test_snapshots_line_up_with_deltas_for_late_queries_and_late_subscribers(ser
     shared = http.get("/plan").json()
     assert any({qids["aggregate"], twin} <= set(n["queries"]) for n in shared["nodes"] if n["kind"] == "operator")
 
-    readers = {qid: _HeadReader(server.url, qid, "ndjson", {"snapshot": "true", "until": END})
+    readers = {qid: _Reader(server.url, qid, "ndjson", {"snapshot": "true", "until": END})
                for qid in [*qids.values(), twin]}
     for rd in readers.values():
         rd.start()

@@ -92,6 +92,7 @@ class _Reader(threading.Thread):
         self.text = None
         self.error = None
         self.status = None
+        self.headers = None
         self.ctype = None
 
     def run(self):
@@ -100,7 +101,7 @@ class _Reader(threading.Thread):
         try:
             with httpx.Client(base_url=self.url, timeout=httpx.Timeout(5, read=30)) as c:
                 with c.stream("GET", f"/queries/{self.qid}/results", params={"format": self.fmt, **self.params}) as r:
-                    self.status = r.status_code
+                    self.status, self.headers = r.status_code, r.headers
                     self.ctype = r.headers.get("content-type")
                     self.ready.set()
                     self.text = r.read().decode()
