@@ -1,6 +1,7 @@
 """`python -m bench [--rows N] [--json F]` (also `cqlstream bench`): the per-operator-family
 figures, the whole-process suite Q1–Q7 (STREAM comparison), and the many-queries benchmark;
 one JSON report with all of them."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,9 @@ def main(argv=None) -> int:
         print("\n== STREAM comparison suite (cqlstream run, whole process)", flush=True)
         rc = rc or _run("bench.stream_queries", "--rows", str(args.rows), "--json", os.path.join(tmp, "suite.json"))
         print("\n== many similar queries on one engine", flush=True)
-        rc = rc or _run("bench.sharing", "--rows", str(min(args.rows, 1_000_000)), "--json",
-                        os.path.join(tmp, "sharing.json"))
+        rc = rc or _run(
+            "bench.sharing", "--rows", str(min(args.rows, 1_000_000)), "--json", os.path.join(tmp, "sharing.json")
+        )
         if rc:
             return rc
         for name in ("operators", "suite", "sharing"):

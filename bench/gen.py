@@ -8,6 +8,7 @@ seeded with `seed`, so the same arguments always give the same file.
 
 Writing is vectorized (pyarrow's CSV writer over whole columns, in blocks of a million rows).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,10 +63,12 @@ def generate(rows: int, out: str, seed: int = 1) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.gen",
-                                description="Write a seeded STREAM source file of benchmark tuples "
-                                            "(i,i,i header; ts,A,B rows; 10 tuples per instant; "
-                                            "A in 0..999, B in 0..99).")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.gen",
+        description="Write a seeded STREAM source file of benchmark tuples "
+        "(i,i,i header; ts,A,B rows; 10 tuples per instant; "
+        "A in 0..999, B in 0..99).",
+    )
     p.add_argument("--rows", type=int, required=True, help="number of tuples")
     p.add_argument("--out", required=True, help="file to write")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
@@ -78,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"bench.gen: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
         return 2
-    print(f"wrote {args.rows} rows ({size / 1e6:.1f} MB) to {args.out} in {time.perf_counter() - began:.2f} s",
-          file=sys.stderr)
+    print(
+        f"wrote {args.rows} rows ({size / 1e6:.1f} MB) to {args.out} in {time.perf_counter() - began:.2f} s",
+        file=sys.stderr,
+    )
     return 0
 
 

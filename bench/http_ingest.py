@@ -9,6 +9,7 @@ push to the last reply) and how long the subscribers took to receive every resul
 
     python -m bench.http_ingest [--tuples 2000000] [--batch 50000] [--subscribers 10]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -99,8 +100,22 @@ def _free_port() -> int:
 def _spawn_server() -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "cqlstream", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--log-level", "warning"], cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cqlstream",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     import httpx
 
     url = f"http://127.0.0.1:{port}"
@@ -120,8 +135,11 @@ def run_phase(url: str, fmt: str, n_total: int, batch: int, subscribers: int, st
 
     c = httpx.Client(base_url=url, timeout=120)
     name = f"S_{fmt}"
-    c.post("/streams", content=f"register stream {name} (A integer, B float, C integer)",
-           headers={"content-type": "text/plain"}).raise_for_status()
+    c.post(
+        "/streams",
+        content=f"register stream {name} (A integer, B float, C integer)",
+        headers={"content-type": "text/plain"},
+    ).raise_for_status()
     q = c.post("/queries", json={"cql": QUERY.replace(" S ", f" {name} ")})
     q.raise_for_status()
     qid = q.json()["id"]
@@ -149,18 +167,34 @@ def run_phase(url: str, fmt: str, n_total: int, batch: int, subscribers: int, st
     sp.join(10)
     t2 = max(done)
     metrics = c.get("/metrics").text
-    lagged = next((line.split()[-1] for line in metrics.splitlines()
-                   if line.startswith("cqlstream_subscriber_lag_disconnects_total")), "?")
+    lagged = next(
+        (
+            line.split()[-1]
+            for line in metrics.splitlines()
+            if line.startswith("cqlstream_subscriber_lag_disconnects_total")
+        ),
+        "?",
+    )
     c.delete(f"/queries/{qid}")
     c.close()
-    return {"format": fmt, "tuples": n_total, "batch": batch, "bytes": sum(map(len, bodies)),
-            "ingest_s": t1 - t0, "tuples_per_s": n_total / (t1 - t0), "all_results_s": t2 - t0,
-            "results_per_subscriber": expected, "received": counts, "lag_disconnects": lagged}
+    return {
+        "format": fmt,
+        "tuples": n_total,
+        "batch": batch,
+        "bytes": sum(map(len, bodies)),
+        "ingest_s": t1 - t0,
+        "tuples_per_s": n_total / (t1 - t0),
+        "all_results_s": t2 - t0,
+        "results_per_subscriber": expected,
+        "received": counts,
+        "lag_disconnects": lagged,
+    }
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.http_ingest", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.http_ingest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--tuples", type=int, default=2_000_000, help="tuples pushed per format (default 2,000,000)")
     p.add_argument("--batch", type=int, default=50_000, help="tuples per push (default 50,000)")
     p.add_argument("--subscribers", type=int, default=10, help="result subscribers (default 10)")
@@ -174,17 +208,21 @@ def main(argv=None) -> int:
     ok, met = True, True
     try:
         fmts = ["ndjson", "arrow"] if args.format == "both" else [args.format]
-        print(f"Q8 HTTP ingest over loopback: {args.tuples:,} tuples per format in pushes of {args.batch:,}, "
-              f"{args.subscribers} subscribers streaming '{QUERY}' (NDJSON)")
+        print(
+            f"Q8 HTTP ingest over loopback: {args.tuples:,} tuples per format in pushes of {args.batch:,}, "
+            f"{args.subscribers} subscribers streaming '{QUERY}' (NDJSON)"
+        )
         for i, fmt in enumerate(fmts):
-            r = run_phase(url, fmt, args.tuples, args.batch, args.subscribers, start_ts=1 + i * 10 ** 9)
+            r = run_phase(url, fmt, args.tuples, args.batch, args.subscribers, start_ts=1 + i * 10**9)
             got_all = all(n == r["results_per_subscriber"] for n in r["received"])
             ok &= got_all
             met &= r["tuples_per_s"] >= TARGET
-            print(f"  {fmt:6s}: {r['tuples_per_s']:>12,.0f} tuples/s ingest ({r['bytes'] / r['ingest_s'] / 1e6:.0f} "
-                  f"MB/s, {r['ingest_s']:.2f} s); every subscriber got all {r['results_per_subscriber']:,} results "
-                  f"{'yes' if got_all else 'NO ' + str(r['received'])} after {r['all_results_s']:.2f} s; "
-                  f"lag disconnects {r['lag_disconnects']}")
+            print(
+                f"  {fmt:6s}: {r['tuples_per_s']:>12,.0f} tuples/s ingest ({r['bytes'] / r['ingest_s'] / 1e6:.0f} "
+                f"MB/s, {r['ingest_s']:.2f} s); every subscriber got all {r['results_per_subscriber']:,} results "
+                f"{'yes' if got_all else 'NO ' + str(r['received'])} after {r['all_results_s']:.2f} s; "
+                f"lag disconnects {r['lag_disconnects']}"
+            )
         print(f"  target >= {TARGET:,} tuples/s: {'met' if met else 'NOT met'}")
     finally:
         if proc is not None:

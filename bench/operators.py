@@ -6,6 +6,7 @@ family: input tuples/s and output tuples; `--json` writes the figures.
 
     python -m bench.operators --rows 1000000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,8 @@ import sys
 import time
 
 import numpy as np
-
-from engine.batch import Batch
-from engine.dsms import Dsms
+from cqlstream.engine.batch import Batch
+from cqlstream.engine.dsms import Dsms
 
 FAMILIES = [
     ("select", "select A, B from S where B < 10"),

@@ -9,6 +9,7 @@ Inputs come from bench.gen (seeded, 10 tuples per instant, A in 0..999, B in 0..
 with seeds 1, 2, 3) and are cached in bench/out/. Prints wall seconds, input and output tuples/s
 and peak RSS per query (output tuples = lines written to all of the query's dest files).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,10 @@ QUERIES = {
     "Q3": (["S", "T"], "Istream(select S.A, T.B from S [Rows 1000], T [Rows 1000] where S.A = T.A)"),
     "Q4": (["S"], "select B, Sum(A), Count(A) from S [Range 100] group by B"),
     # a 3-way windowed join: every new tuple meets ~0.5 x 0.5 partners: ~0.75 output lines per row of one input
-    "Q5": (["S", "T", "U"], "Istream(select S.A, T.B, U.B from S [Rows 500], T [Rows 500], U [Rows 500] "
-                            "where S.A = T.A and T.A = U.A)"),
+    "Q5": (
+        ["S", "T", "U"],
+        "Istream(select S.A, T.B, U.B from S [Rows 500], T [Rows 500], U [Rows 500] where S.A = T.A and T.A = U.A)",
+    ),
     # Istream of a partitioned window: every arriving tuple enters its partition (one line per input row)
     "Q6": (["S"], "Istream(select * from S [Partition By B Rows 5])"),
     # 100 registered queries sharing one window, each selecting one value of A into its own dest
@@ -92,11 +95,18 @@ def run_query(qname: str, rows: int, cqlstream: str) -> dict:
     out_lines = sum(_count_lines(d) for d in dests)
     n_in = rows * len(streams)
     shown = query if isinstance(query, str) else f"{len(query)} queries: {query[0]}; ...; {query[-1]}"
-    return {"query": shown, "queries": 1 if isinstance(query, str) else len(query), "inputs": streams,
-            "wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "input_tuples": n_in,
-            "input_tuples_per_s": int(n_in / wall),
-            "output_lines": out_lines, "output_tuples_per_s": int(out_lines / wall),
-            "peak_rss_mb": usage.ru_maxrss // 1024}
+    return {
+        "query": shown,
+        "queries": 1 if isinstance(query, str) else len(query),
+        "inputs": streams,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "input_tuples": n_in,
+        "input_tuples_per_s": int(n_in / wall),
+        "output_lines": out_lines,
+        "output_tuples_per_s": int(out_lines / wall),
+        "peak_rss_mb": usage.ru_maxrss // 1024,
+    }
 
 
 def default_cqlstream() -> str:
@@ -109,23 +119,30 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, default=1_000_000, help="tuples per input stream (default 1,000,000)")
     p.add_argument("--only", help="comma-separated query names (Q1..Q7)")
     p.add_argument("--json", help="write the report to this file")
-    p.add_argument("--cqlstream", default=default_cqlstream(),
-                   help="the cqlstream executable (default: next to this Python)")
+    p.add_argument(
+        "--cqlstream", default=default_cqlstream(), help="the cqlstream executable (default: next to this Python)"
+    )
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else list(QUERIES)
     unknown = [q for q in names if q not in QUERIES]
     if unknown:
         p.error(f"unknown query {', '.join(unknown)} (known: {', '.join(QUERIES)})")
     report = {}
-    print(f"{'query':5} {'wall s':>7} {'cpu s':>7} {'in tuples/s':>12} {'out lines':>11} {'out/s':>11} "
-          f"{'peak RSS MB':>11}")
+    print(
+        f"{'query':5} {'wall s':>7} {'cpu s':>7} {'in tuples/s':>12} {'out lines':>11} {'out/s':>11} "
+        f"{'peak RSS MB':>11}"
+    )
     for q in names:
         r = report[q] = run_query(q, args.rows, args.cqlstream)
-        print(f"{q:5} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['input_tuples_per_s']:12,} {r['output_lines']:11,} "
-              f"{r['output_tuples_per_s']:11,} {r['peak_rss_mb']:11,}", flush=True)
+        print(
+            f"{q:5} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['input_tuples_per_s']:12,} {r['output_lines']:11,} "
+            f"{r['output_tuples_per_s']:11,} {r['peak_rss_mb']:11,}",
+            flush=True,
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": args.rows, "nproc": os.cpu_count(), "results": report},
-                                              indent=2))
+        Path(args.json).write_text(
+            json.dumps({"rows": args.rows, "nproc": os.cpu_count(), "results": report}, indent=2)
+        )
     return 0
 
 

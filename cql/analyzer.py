@@ -5,16 +5,17 @@ Resolves names and types, expands `*`, and applies CQL's defaults (shared/DESIGN
 read only through default windows gets an implicit Istream (so `select * from S` is a stream and
 thesis Ex. 2.1.2 stays a relation); an Istream over something that already is a stream is dropped.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from cql import ast
-from cql import types as T
-from cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
-from cql.errors import CqlError, Pos
-from cql.logical import expr as X
-from cql.logical import nodes as L
+from cqlstream.cql import ast
+from cqlstream.cql import types as T
+from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
+from cqlstream.cql.errors import CqlError, Pos
+from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class _Entry:
 @dataclass
 class _Scope:
     entries: list[_Entry]
-    outer: "_Scope | None" = None
+    outer: _Scope | None = None
 
     @property
     def width(self) -> int:
@@ -103,8 +104,12 @@ class _Scope:
                 if a.name.lower() == col.name.lower():
                     return e.offset + i, a
             raise CqlError("unknown_column", f"'{e.alias}' has no column '{col.name}'", col.pos)
-        hits = [(e.offset + i, a, e) for e in self.entries for i, a in enumerate(e.attrs)
-                if a.name.lower() == col.name.lower()]
+        hits = [
+            (e.offset + i, a, e)
+            for e in self.entries
+            for i, a in enumerate(e.attrs)
+            if a.name.lower() == col.name.lower()
+        ]
         if len(hits) > 1:
             names = " or ".join(f"{e.alias}.{a.name}" for _, a, e in hits[:3])
             raise CqlError("ambiguous_column", f"column '{col.name}' is ambiguous: {names}", col.pos)
@@ -128,7 +133,7 @@ class _Binder:
     calls become references to the Aggregate's output columns.
     """
 
-    def __init__(self, analyzer: "Analyzer", scope: _Scope, where: str, group=None):
+    def __init__(self, analyzer: Analyzer, scope: _Scope, where: str, group=None):
         self.a = analyzer
         self.scope = scope
         self.where = where  # clause name for error messages
@@ -156,7 +161,11 @@ class _Binder:
     # --- post-aggregation references
     def _group_ref(self, e: ast.Expr) -> X.Expr | None:
         keys, aggs, key_asts = self.group
-        if isinstance(e, ast.Call) and self.a.catalog.functions.aggregate(e.name) and not self.a.catalog.functions.scalar(e.name):
+        if (
+            isinstance(e, ast.Call)
+            and self.a.catalog.functions.aggregate(e.name)
+            and not self.a.catalog.functions.scalar(e.name)
+        ):
             agg = self.a.agg_call(e, self.scope)
             idx = aggs.index(agg)
             return X.ColRef(len(keys) + idx, agg.type, agg.sql())
@@ -167,8 +176,9 @@ class _Binder:
             i = keys.index(pre)
             return X.ColRef(i, pre.type, _display(key_asts[i]))
         if isinstance(e, ast.Column):
-            raise CqlError("not_grouped", f"column '{_display(e)}' must appear in GROUP BY or inside an aggregate",
-                           e.pos)
+            raise CqlError(
+                "not_grouped", f"column '{_display(e)}' must appear in GROUP BY or inside an aggregate", e.pos
+            )
         return None
 
     # --- leaves
@@ -192,13 +202,20 @@ class _Binder:
                 i, attr = hit
                 return OuterRef(i, attr.type, attr.display())
         if any(s.lookup(e) is not None for s in self.a.enclosing):
-            raise CqlError("unsupported_correlation", f"'{_display(e)}' refers to an enclosing query; a subquery may "
-                           "refer only to the query immediately around it, and only in its own WHERE", e.pos)
+            raise CqlError(
+                "unsupported_correlation",
+                f"'{_display(e)}' refers to an enclosing query; a subquery may "
+                "refer only to the query immediately around it, and only in its own WHERE",
+                e.pos,
+            )
         if e.qualifier is not None and self.scope.entry(e.qualifier) is None:
             raise CqlError("unknown_source", f"unknown table or alias '{e.qualifier}' in {self.where}", e.pos)
         if e.qualifier is None and self.scope.entry(e.name) is not None:
-            raise CqlError("tuple_reference", f"'{e.name}' names a whole tuple, which is only allowed on the left of "
-                           "IN (subquery)", e.pos)
+            raise CqlError(
+                "tuple_reference",
+                f"'{e.name}' names a whole tuple, which is only allowed on the left of IN (subquery)",
+                e.pos,
+            )
         raise CqlError("unknown_column", f"unknown column '{_display(e)}' in {self.where}", e.pos)
 
     def _Star(self, e: ast.Star) -> X.Expr:
@@ -284,8 +301,13 @@ class _Binder:
     def _Cast(self, e: ast.Cast) -> X.Expr:
         v = self.bind(e.operand)
         target = T.resolve(e.type)
-        ok = (v.type.kind == "null" or target.textual or (v.type.numeric and target.numeric)
-              or (v.type.textual and target.kind in ("int", "float", "bool", "timestamp")) or v.type.kind == target.kind)
+        ok = (
+            v.type.kind == "null"
+            or target.textual
+            or (v.type.numeric and target.numeric)
+            or (v.type.textual and target.kind in ("int", "float", "bool", "timestamp"))
+            or v.type.kind == target.kind
+        )
         if not ok:
             raise CqlError("type_mismatch", f"cannot cast {v.type} to {target}", e.pos)
         return X.Cast(v, target)
@@ -301,8 +323,11 @@ class _Binder:
             raise CqlError("bad_call", f"{e.name}() is not an aggregate: '*' and DISTINCT are not allowed", e.pos)
         n = len(e.args)
         if n < fn.min_args or (fn.max_args is not None and n > fn.max_args):
-            want = str(fn.min_args) if fn.max_args == fn.min_args else (
-                f"{fn.min_args} or more" if fn.max_args is None else f"{fn.min_args} to {fn.max_args}")
+            want = (
+                str(fn.min_args)
+                if fn.max_args == fn.min_args
+                else (f"{fn.min_args} or more" if fn.max_args is None else f"{fn.min_args} to {fn.max_args}")
+            )
             raise CqlError("bad_call", f"{e.name}() takes {want} argument(s), got {n}", e.pos)
         args = tuple(self._arg(a, fn) for a in e.args)
         rt = fn.result(tuple(a.type for a in args))
@@ -312,8 +337,7 @@ class _Binder:
 
     def _arg(self, a: ast.Expr, fn) -> X.Expr:
         # A UDF may take a whole relation by name (thesis §4.1.1: lookup(P.destAddr, T)).
-        if (fn.impl is not None and isinstance(a, ast.Column) and a.qualifier is None
-                and self.scope.lookup(a) is None):
+        if fn.impl is not None and isinstance(a, ast.Column) and a.qualifier is None and self.scope.lookup(a) is None:
             d = self.a.catalog.get(a.name)
             if isinstance(d, SourceDef) and d.kind == "relation":
                 return RelationArg(d.name)
@@ -327,7 +351,7 @@ class _Binder:
 
 
 def _display(e: ast.Expr) -> str:
-    from cql.printer import to_cql
+    from cqlstream.cql.printer import to_cql
 
     try:
         return " ".join(to_cql(e).split())
@@ -341,10 +365,7 @@ def _contains_agg(e, catalog: Catalog) -> bool:
         return True
     if isinstance(e, (ast.InQuery, ast.Exists)):
         return isinstance(e, ast.InQuery) and _contains_agg(e.operand, catalog)
-    for v in _children(e):
-        if _contains_agg(v, catalog):
-            return True
-    return False
+    return any(_contains_agg(v, catalog) for v in _children(e))
 
 
 def _children(e):
@@ -428,8 +449,10 @@ class Analyzer:
         else:
             raise CqlError("unsupported", f"unsupported query form {type(q).__name__}", _span(q))
         if implicit and not b.plan.is_stream and _implicit_istream(b.plan):
-            self.notes.append("implicit ISTREAM: the query is monotonic and reads its streams through default "
-                              "[RANGE UNBOUNDED] windows, so its result is a stream")
+            self.notes.append(
+                "implicit ISTREAM: the query is monotonic and reads its streams through default "
+                "[RANGE UNBOUNDED] windows, so its result is a stream"
+            )
             return _Block(L.RelToStream("istream", b.plan), ast.RelToStream("istream", b.normalized))
         return b
 
@@ -450,7 +473,9 @@ class Analyzer:
         op = q.op.upper()
         self.check_units([(l, f"the left side of {op}", None), (r, f"the right side of {op}", _span(q.right) or q.pos)])
         if len(l.schema) != len(r.schema):
-            raise CqlError("set_width", f"{q.op.upper()} inputs have {len(l.schema)} and {len(r.schema)} columns", q.pos)
+            raise CqlError(
+                "set_width", f"{q.op.upper()} inputs have {len(l.schema)} and {len(r.schema)} columns", q.pos
+            )
         types = []
         for a, b in zip(l.schema, r.schema):
             t = T.common(a.type, b.type)
@@ -470,8 +495,12 @@ class Analyzer:
             if first is None:
                 first = (unit, what)
             elif unit != first[0]:
-                raise CqlError("time_unit_mismatch", f"{what} is timed in {unit}s but {first[1]} in {first[0]}s: "
-                               "streams with different time units cannot be combined in one query", pos)
+                raise CqlError(
+                    "time_unit_mismatch",
+                    f"{what} is timed in {unit}s but {first[1]} in {first[0]}s: "
+                    "streams with different time units cannot be combined in one query",
+                    pos,
+                )
 
     def as_relation(self, plan: L.Plan) -> L.Plan:
         return L.Window(plan, L.RangeSpec(None), default=True) if plan.is_stream else plan
@@ -513,11 +542,11 @@ class Analyzer:
         else:
             what = f"relation '{source_name}'" if source_name else "a subquery whose result is a relation"
             if window is not None:
-                raise CqlError("window_on_relation", f"window on {what}: windows apply to streams only",
-                               _span(window) or item.pos)
+                raise CqlError(
+                    "window_on_relation", f"window on {what}: windows apply to streams only", _span(window) or item.pos
+                )
             if sample is not None:
-                raise CqlError("sample_on_relation", f"SAMPLE on {what}: sampling applies to streams only",
-                               item.pos)
+                raise CqlError("sample_on_relation", f"SAMPLE on {what}: sampling applies to streams only", item.pos)
         attrs = tuple(L.Attribute(a.name, a.type, alias) for a in plan.schema)
         norm = ast.FromItem(norm_source, window, sample, alias if alias != item.source else None)
         return _Entry(alias, source_name, attrs, offset), plan, norm
@@ -562,8 +591,11 @@ class Analyzer:
             return d.amount
         ms = d.amount * UNIT_MS[d.unit]
         if ms % UNIT_MS[unit]:
-            raise CqlError("bad_window", f"{d.amount} {d.unit}(s) is not a whole number of {unit}s, the time unit "
-                           f"of '{alias}'", d.pos)
+            raise CqlError(
+                "bad_window",
+                f"{d.amount} {d.unit}(s) is not a whole number of {unit}s, the time unit of '{alias}'",
+                d.pos,
+            )
         return ms // UNIT_MS[unit]
 
     # --- SELECT blocks
@@ -572,8 +604,7 @@ class Analyzer:
         for item in q.from_:
             entry, plan, norm = self.from_item(item, offset)
             if any(e.alias.lower() == entry.alias.lower() for e in entries):
-                raise CqlError("duplicate_alias", f"'{entry.alias}' appears twice in FROM; give one an alias",
-                               item.pos)
+                raise CqlError("duplicate_alias", f"'{entry.alias}' appears twice in FROM; give one an alias", item.pos)
             entries.append(entry)
             plans.append(plan)
             norm_from.append(norm)
@@ -600,8 +631,7 @@ class Analyzer:
             plan = self.subquery_predicate(plan, scope, node, anti)
 
         pre_plan = plan
-        has_agg = bool(q.group_by) or q.having is not None or any(
-            _contains_agg(i.expr, self.catalog) for i in q.items)
+        has_agg = bool(q.group_by) or q.having is not None or any(_contains_agg(i.expr, self.catalog) for i in q.items)
         items, names, norm_items = self.expand_items(q.items, scope)
         if has_agg:
             plan, exprs = self.aggregate(q, plan, scope, items)
@@ -617,8 +647,7 @@ class Analyzer:
         simple = not has_agg and not q.distinct
         if correlated and not simple:
             raise CqlError("correlated_aggregate", "a correlated subquery may not aggregate or use DISTINCT", q.pos)
-        return _Block(plan, normalized, pre_plan if simple else None, tuple(exprs) if simple else (),
-                      tuple(correlated))
+        return _Block(plan, normalized, pre_plan if simple else None, tuple(exprs) if simple else (), tuple(correlated))
 
     def expand_items(self, items, scope: _Scope):
         exprs, names, norm = [], [], []
@@ -674,7 +703,8 @@ class Analyzer:
                 if a not in aggs:
                     aggs.append(a)
         names = tuple(_default_name(g, i) for i, g in enumerate(q.group_by, 1)) + tuple(
-            f"{a.func}{i}" for i, a in enumerate(aggs, 1))
+            f"{a.func}{i}" for i, a in enumerate(aggs, 1)
+        )
         plan = L.Aggregate(plan, tuple(keys), tuple(aggs), names)
         post = _Binder(self, scope, "SELECT", group=(keys, aggs, list(q.group_by)))
         if q.having is not None:
@@ -701,16 +731,18 @@ class Analyzer:
             right, items = sub.pre_plan, sub.items
         else:
             if sub.correlated:
-                raise CqlError("correlated_aggregate", "correlated subqueries must be plain SELECT blocks",
-                               _span(node))
+                raise CqlError("correlated_aggregate", "correlated subqueries must be plain SELECT blocks", _span(node))
             right = self.as_relation(sub.plan)
             items = tuple(X.ColRef(i, a.type, a.name) for i, a in enumerate(right.schema))
         right = self.as_relation(right)
         preds = [_decorrelate(c, width) for c in sub.correlated]
         if isinstance(node, ast.InQuery):
             if len(lhs) != len(items):
-                raise CqlError("in_width", f"IN compares {len(lhs)} value(s) with a subquery returning {len(items)} "
-                               "column(s)", node.pos)
+                raise CqlError(
+                    "in_width",
+                    f"IN compares {len(lhs)} value(s) with a subquery returning {len(items)} column(s)",
+                    node.pos,
+                )
             for l, r in zip(lhs, items):
                 if not T.comparable(l.type, r.type):
                     raise CqlError("type_mismatch", f"IN compares {l.type} with {r.type}", node.pos)
@@ -743,8 +775,10 @@ def _cast_to(plan: L.Plan, types: list[T.DataType]) -> L.Plan:
     """Widen a set-operation input to the common column types (e.g. INTEGER → FLOAT)."""
     if all(a.type == t for a, t in zip(plan.schema, types)):
         return plan
-    exprs = tuple(X.ColRef(i, a.type, a.name) if a.type == t else X.Cast(X.ColRef(i, a.type, a.name), t)
-                  for i, (a, t) in enumerate(zip(plan.schema, types)))
+    exprs = tuple(
+        X.ColRef(i, a.type, a.name) if a.type == t else X.Cast(X.ColRef(i, a.type, a.name), t)
+        for i, (a, t) in enumerate(zip(plan.schema, types))
+    )
     return L.Project(plan, exprs, tuple(a.name for a in plan.schema))
 
 
@@ -782,8 +816,11 @@ def _implicit_istream(plan: L.Plan) -> bool:
         if isinstance(n, L.Window):
             windows.append(n)
             return n.default and n.unbounded and monotonic(n.input)
-        if isinstance(n, L.Aggregate) or (isinstance(n, L.SetOp) and n.op == "except") or (
-                isinstance(n, L.SemiJoin) and n.anti):
+        if (
+            isinstance(n, L.Aggregate)
+            or (isinstance(n, L.SetOp) and n.op == "except")
+            or (isinstance(n, L.SemiJoin) and n.anti)
+        ):
             return False
         return all(monotonic(i) for i in n.inputs)
 
@@ -807,17 +844,21 @@ def _remap_refs(e: X.Expr, mapping) -> X.Expr:
     if isinstance(e, (X.Op, X.Func)):
         return replace(e, args=tuple(_remap_refs(a, mapping) for a in e.args))
     if isinstance(e, X.CaseWhen):
-        return replace(e, whens=tuple((_remap_refs(c, mapping), _remap_refs(r, mapping)) for c, r in e.whens),
-                       default=_remap_refs(e.default, mapping))
+        return replace(
+            e,
+            whens=tuple((_remap_refs(c, mapping), _remap_refs(r, mapping)) for c, r in e.whens),
+            default=_remap_refs(e.default, mapping),
+        )
     if isinstance(e, X.Cast):
         return replace(e, operand=_remap_refs(e.operand, mapping))
     return e
 
 
-def analyze(query: ast.Query | str, catalog: Catalog, *, text: str | None = None,
-            options: AnalyzeOptions | None = None) -> AnalyzedQuery:
+def analyze(
+    query: ast.Query | str, catalog: Catalog, *, text: str | None = None, options: AnalyzeOptions | None = None
+) -> AnalyzedQuery:
     """Analyze a query (AST or text) against the catalog; CqlError on any semantic problem."""
-    from cql.parser import parse_query
+    from cqlstream.cql.parser import parse_query
 
     if isinstance(query, str):
         text = query
@@ -826,7 +867,7 @@ def analyze(query: ast.Query | str, catalog: Catalog, *, text: str | None = None
     try:
         plan, normalized = a.analyze(query)
     except CqlError as e:
-        raise e.with_text(text) if text is not None else e
+        raise (e.with_text(text) if text is not None else e) from None
     except RecursionError:
         raise CqlError("too_deep", "query is nested too deeply", None, text) from None
     return AnalyzedQuery(query, normalized, plan, a.notes, text)

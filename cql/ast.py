@@ -3,11 +3,12 @@
 Every node carries an optional source position that does not take part in equality, so two
 parses of equivalent text compare equal (the round-trip property the tests check).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cql.errors import Pos
+from cqlstream.cql.errors import Pos
 
 
 def _pos():
@@ -58,7 +59,7 @@ class RegisterView(Node):
 
     name: str
     columns: tuple[str, ...] | None
-    query: "Query"
+    query: Query
     pos: Pos | None = _pos()
 
 
@@ -132,14 +133,14 @@ class InList(Expr):
 @dataclass(frozen=True)
 class InQuery(Expr):
     operand: Expr
-    query: "Query"
+    query: Query
     negated: bool = False
     pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
 class Exists(Expr):
-    query: "Query"
+    query: Query
     negated: bool = False
     pos: Pos | None = _pos()
 
@@ -259,7 +260,7 @@ class SelectItem(Node):
 class FromItem(Node):
     """A FROM entry: a named source or a subquery, with optional window, sample and alias."""
 
-    source: "str | Query"
+    source: str | Query
     window: Window | None = None
     sample: float | None = None
     alias: str | None = None

@@ -3,16 +3,17 @@
 A source definition carries what the engine needs to accept input (time unit, slack, timestamp
 mode) and what rewrites may use (keys, static relations, CIDR §2.2).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cql import ast
-from cql import types as T
-from cql.errors import CqlError
-from cql.functions import FunctionRegistry
-from cql.logical.nodes import Attribute, Plan, Project, RelationSource, StreamSource
-from cql.logical.expr import ColRef
+from cqlstream.cql import ast
+from cqlstream.cql import types as T
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.functions import FunctionRegistry
+from cqlstream.cql.logical.expr import ColRef
+from cqlstream.cql.logical.nodes import Attribute, Plan, Project, RelationSource, StreamSource
 
 # Time units and their length in milliseconds.
 UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
@@ -57,7 +58,7 @@ class ViewDef:
 
 # option name → (validator returning the normalized value or raising ValueError, description)
 def _unit(v):
-    from cql.parser import _UNIT_CANON
+    from cqlstream.cql.parser import _UNIT_CANON
 
     canon = _UNIT_CANON.get(str(v).lower())
     if canon is None:
@@ -78,8 +79,12 @@ def _ts_mode(v):
     return v
 
 
-_OPTIONS = {"unit": ("time_unit", _unit), "time_unit": ("time_unit", _unit), "slack": ("slack", _nonneg_int),
-            "timestamp": ("timestamp", _ts_mode)}
+_OPTIONS = {
+    "unit": ("time_unit", _unit),
+    "time_unit": ("time_unit", _unit),
+    "slack": ("slack", _nonneg_int),
+    "timestamp": ("timestamp", _ts_mode),
+}
 
 
 class Catalog:
@@ -142,14 +147,17 @@ class Catalog:
         return d
 
     def register_view(self, stmt: ast.RegisterView, text: str | None = None) -> ViewDef:
-        from cql.analyzer import analyze
+        from cqlstream.cql.analyzer import analyze
 
         self._claim(stmt.name, stmt.pos)
         plan = analyze(stmt.query, self, text=text).plan
         if stmt.columns is not None:
             if len(stmt.columns) != len(plan.schema):
-                raise CqlError("view_width", f"view '{stmt.name}' names {len(stmt.columns)} columns but its query "
-                               f"returns {len(plan.schema)}", stmt.pos)
+                raise CqlError(
+                    "view_width",
+                    f"view '{stmt.name}' names {len(stmt.columns)} columns but its query returns {len(plan.schema)}",
+                    stmt.pos,
+                )
             if tuple(c.lower() for c in stmt.columns) != tuple(a.name.lower() for a in plan.schema):
                 refs = tuple(ColRef(i, a.type, a.name) for i, a in enumerate(plan.schema))
                 plan = Project(plan, refs, tuple(stmt.columns))
@@ -157,8 +165,9 @@ class Catalog:
         for a in plan.schema:
             if a.name.lower() in seen:
                 fix = "rename them with AS or a column list" if stmt.columns is None else "give each a different name"
-                raise CqlError("duplicate_column", f"view '{stmt.name}' would have two columns named '{a.name}'; "
-                               f"{fix}", stmt.pos)
+                raise CqlError(
+                    "duplicate_column", f"view '{stmt.name}' would have two columns named '{a.name}'; {fix}", stmt.pos
+                )
             seen.add(a.name.lower())
         v = ViewDef(stmt.name, stmt.query, plan)
         self._entries[stmt.name.lower()] = v
@@ -166,7 +175,7 @@ class Catalog:
 
     def execute_ddl(self, text: str) -> list:
         """Register every statement of a `;`-separated DDL text (streams, relations, views)."""
-        from cql.parser import parse_script
+        from cqlstream.cql.parser import parse_script
 
         out = []
         for stmt in parse_script(text):
@@ -182,7 +191,7 @@ class Catalog:
         return out
 
     @classmethod
-    def from_ddl(cls, text: str, functions: FunctionRegistry | None = None) -> "Catalog":
+    def from_ddl(cls, text: str, functions: FunctionRegistry | None = None) -> Catalog:
         cat = cls(functions)
         cat.execute_ddl(text)
         return cat

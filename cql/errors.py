@@ -1,4 +1,5 @@
 """CQL errors as values: a code, a one-line reason, and where (line/column) with a caret excerpt."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ class CqlError(Exception):
     def column(self) -> int | None:
         return self.pos.column if self.pos else None
 
-    def with_text(self, text: str) -> "CqlError":
+    def with_text(self, text: str) -> CqlError:
         """Attach the query text (for the caret excerpt) if not already attached."""
         if self.text is None:
             self.text = text

@@ -1,17 +1,18 @@
 """The front end in one call: CQL text → parsed, analyzed, optimized query, and its EXPLAIN text."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cql import ast
-from cql.analyzer import AnalyzedQuery, AnalyzeOptions, analyze
-from cql.catalog import Catalog
-from cql.errors import CqlError
-from cql.logical.explain import explain_plan
-from cql.logical.nodes import Plan
-from cql.logical.rewrites import optimize
-from cql.parser import parse_query
-from cql.printer import to_cql
+from cqlstream.cql import ast
+from cqlstream.cql.analyzer import AnalyzedQuery, AnalyzeOptions, analyze
+from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.logical.explain import explain_plan
+from cqlstream.cql.logical.nodes import Plan
+from cqlstream.cql.logical.rewrites import optimize
+from cqlstream.cql.parser import parse_query
+from cqlstream.cql.printer import to_cql
 
 
 @dataclass

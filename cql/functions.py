@@ -3,13 +3,14 @@
 The front end resolves calls here; implementations (numpy kernels for built-ins, Python callables
 for UDFs) are carried as opaque `impl` objects for the engine.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from cql import types as T
-from cql.types import DataType
+from cqlstream.cql import types as T
+from cqlstream.cql.types import DataType
 
 TypeRule = Callable[[tuple[DataType, ...]], "DataType | str"]  # a str result is a type error
 
@@ -82,42 +83,52 @@ class AggregateFunction:
 
 
 def _sum(args):
-    return args[0] if args[0].kind in ("int", "float") else (T.INT if args[0].kind == "null" else f"expects a number, got {args[0]}")
+    return (
+        args[0]
+        if args[0].kind in ("int", "float")
+        else (T.INT if args[0].kind == "null" else f"expects a number, got {args[0]}")
+    )
 
 
 def _minmax(args):
     return args[0] if args[0].kind != "bool" else "expects an ordered type"
 
 
-BUILTIN_SCALARS = {f.name: f for f in [
-    ScalarFunction("abs", 1, 1, _numeric_same),
-    ScalarFunction("round", 1, 2, _round),
-    ScalarFunction("floor", 1, 1, _to_int),
-    ScalarFunction("ceil", 1, 1, _to_int),
-    ScalarFunction("ceiling", 1, 1, _to_int),
-    ScalarFunction("sqrt", 1, 1, _to_float),
-    ScalarFunction("exp", 1, 1, _to_float),
-    ScalarFunction("ln", 1, 1, _to_float),
-    ScalarFunction("power", 2, 2, _to_float),
-    ScalarFunction("lower", 1, 1, _text_to_text),
-    ScalarFunction("upper", 1, 1, _text_to_text),
-    ScalarFunction("trim", 1, 1, _text_to_text),
-    ScalarFunction("length", 1, 1, _text_to_int),
-    ScalarFunction("substr", 2, 3, _substr),
-    ScalarFunction("concat", 1, None, _concat),
-    ScalarFunction("coalesce", 1, None, _common_all),
-    ScalarFunction("nullif", 2, 2, lambda a: a[0] if T.comparable(a[0], a[1]) else "arguments not comparable"),
-    ScalarFunction("greatest", 1, None, _common_all),
-    ScalarFunction("least", 1, None, _common_all),
-]}
+BUILTIN_SCALARS = {
+    f.name: f
+    for f in [
+        ScalarFunction("abs", 1, 1, _numeric_same),
+        ScalarFunction("round", 1, 2, _round),
+        ScalarFunction("floor", 1, 1, _to_int),
+        ScalarFunction("ceil", 1, 1, _to_int),
+        ScalarFunction("ceiling", 1, 1, _to_int),
+        ScalarFunction("sqrt", 1, 1, _to_float),
+        ScalarFunction("exp", 1, 1, _to_float),
+        ScalarFunction("ln", 1, 1, _to_float),
+        ScalarFunction("power", 2, 2, _to_float),
+        ScalarFunction("lower", 1, 1, _text_to_text),
+        ScalarFunction("upper", 1, 1, _text_to_text),
+        ScalarFunction("trim", 1, 1, _text_to_text),
+        ScalarFunction("length", 1, 1, _text_to_int),
+        ScalarFunction("substr", 2, 3, _substr),
+        ScalarFunction("concat", 1, None, _concat),
+        ScalarFunction("coalesce", 1, None, _common_all),
+        ScalarFunction("nullif", 2, 2, lambda a: a[0] if T.comparable(a[0], a[1]) else "arguments not comparable"),
+        ScalarFunction("greatest", 1, None, _common_all),
+        ScalarFunction("least", 1, None, _common_all),
+    ]
+}
 
-BUILTIN_AGGREGATES = {f.name: f for f in [
-    AggregateFunction("count", lambda a: T.INT, star_ok=True),
-    AggregateFunction("sum", _sum),
-    AggregateFunction("avg", lambda a: T.FLOAT if a[0].numeric else f"expects a number, got {a[0]}"),
-    AggregateFunction("min", _minmax),
-    AggregateFunction("max", _minmax),
-]}
+BUILTIN_AGGREGATES = {
+    f.name: f
+    for f in [
+        AggregateFunction("count", lambda a: T.INT, star_ok=True),
+        AggregateFunction("sum", _sum),
+        AggregateFunction("avg", lambda a: T.FLOAT if a[0].numeric else f"expects a number, got {a[0]}"),
+        AggregateFunction("min", _minmax),
+        AggregateFunction("max", _minmax),
+    ]
+}
 
 
 def _fixed(rt: DataType) -> TypeRule:
@@ -131,8 +142,16 @@ class FunctionRegistry:
         self.scalars: dict[str, ScalarFunction] = dict(BUILTIN_SCALARS)
         self.aggregates: dict[str, AggregateFunction] = dict(BUILTIN_AGGREGATES)
 
-    def register_scalar(self, name: str, impl: Callable, returns: DataType | TypeRule, *,
-                        min_args: int = 0, max_args: int | None = None, vectorized: bool = False) -> None:
+    def register_scalar(
+        self,
+        name: str,
+        impl: Callable,
+        returns: DataType | TypeRule,
+        *,
+        min_args: int = 0,
+        max_args: int | None = None,
+        vectorized: bool = False,
+    ) -> None:
         """Register a UDF; `vectorized` means `impl` takes numpy arrays and returns one."""
         rule = _fixed(returns) if isinstance(returns, DataType) else returns
         self.scalars[name.lower()] = ScalarFunction(name.lower(), min_args, max_args, rule, impl, vectorized)

@@ -2,21 +2,19 @@
 
 Every syntax error becomes a CqlError with line, column and the tokens the parser expected.
 """
+
 from __future__ import annotations
 
 import functools
 from pathlib import Path
 
+from cqlstream.cql import ast
+from cqlstream.cql.errors import CqlError, Pos
 from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from cql import ast
-from cql.errors import CqlError, Pos
-
-_GRAMMAR_CANDIDATES = (
-    Path(__file__).resolve().parent.parent / "grammar" / "cql.lark",  # source checkout / editable
-    Path(__file__).resolve().parent / "grammar" / "cql.lark",  # wheel (package data)
-)
+# grammar/ sits beside cql/ both in a source checkout and in the installed package (cqlstream.grammar)
+_GRAMMAR = Path(__file__).resolve().parent.parent / "grammar" / "cql.lark"
 
 # Friendly names of terminals for "expected ..." messages.
 _TOKEN_NAMES = {
@@ -44,10 +42,9 @@ _TOKEN_NAMES = {
 
 
 def _grammar_path() -> Path:
-    for p in _GRAMMAR_CANDIDATES:
-        if p.exists():
-            return p
-    raise FileNotFoundError("grammar/cql.lark not found next to the cql package")
+    if not _GRAMMAR.exists():
+        raise FileNotFoundError(f"CQL grammar not found at {_GRAMMAR}")
+    return _GRAMMAR
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,11 +84,23 @@ def _count(tok: Token) -> int:
 
 
 _UNIT_CANON = {
-    "ms": "millisecond", "msec": "millisecond", "msecs": "millisecond",
-    "millisecond": "millisecond", "milliseconds": "millisecond",
-    "sec": "second", "secs": "second", "second": "second", "seconds": "second",
-    "min": "minute", "mins": "minute", "minute": "minute", "minutes": "minute",
-    "hour": "hour", "hours": "hour", "day": "day", "days": "day",
+    "ms": "millisecond",
+    "msec": "millisecond",
+    "msecs": "millisecond",
+    "millisecond": "millisecond",
+    "milliseconds": "millisecond",
+    "sec": "second",
+    "secs": "second",
+    "second": "second",
+    "seconds": "second",
+    "min": "minute",
+    "mins": "minute",
+    "minute": "minute",
+    "minutes": "minute",
+    "hour": "hour",
+    "hours": "hour",
+    "day": "day",
+    "days": "day",
 }
 
 
@@ -198,8 +207,13 @@ class _ToAst(Transformer_NonRecursive):
         (distinct, sel_items, r2s), from_, *rest = items
         parts = dict(rest)
         q = ast.Select(
-            tuple(sel_items), tuple(from_), parts.get("where"), tuple(parts.get("group", ())),
-            parts.get("having"), distinct, pos=_meta_pos(meta),
+            tuple(sel_items),
+            tuple(from_),
+            parts.get("where"),
+            tuple(parts.get("group", ())),
+            parts.get("having"),
+            distinct,
+            pos=_meta_pos(meta),
         )
         return ast.RelToStream(r2s, q, pos=_meta_pos(meta)) if r2s else q
 
@@ -236,8 +250,9 @@ class _ToAst(Transformer_NonRecursive):
                     raise CqlError("syntax", "a FROM item may have only one window", _meta_pos(meta))
                 window, sample = it[1] or window, it[2]
             elif alias is not None:
-                raise CqlError("syntax", f"a FROM item may have only one alias (found '{alias}' and '{it}')",
-                               _meta_pos(meta))
+                raise CqlError(
+                    "syntax", f"a FROM item may have only one alias (found '{alias}' and '{it}')", _meta_pos(meta)
+                )
             else:
                 alias = it
         return ast.FromItem(source, window, sample, alias, pos=_meta_pos(meta))
@@ -275,7 +290,9 @@ class _ToAst(Transformer_NonRecursive):
     def window(self, meta, items):
         w = items[0]
         if len(items) > 1:
-            w = type(w)(**{**{f: getattr(w, f) for f in w.__dataclass_fields__ if f != "pos"}, "where": items[1]}, pos=w.pos)
+            w = type(w)(
+                **{**{f: getattr(w, f) for f in w.__dataclass_fields__ if f != "pos"}, "where": items[1]}, pos=w.pos
+            )
         return w
 
     def window_filter(self, meta, items):
@@ -339,7 +356,11 @@ class _ToAst(Transformer_NonRecursive):
 
     def _negated(self, items):
         neg = any(_is(t, "NOT") for t in items)
-        rest = [t for t in items if not (isinstance(t, Token) and t.type in ("NOT", "BETWEEN", "IN", "LIKE", "IS", "NULL", "EXISTS"))]
+        rest = [
+            t
+            for t in items
+            if not (isinstance(t, Token) and t.type in ("NOT", "BETWEEN", "IN", "LIKE", "IS", "NULL", "EXISTS"))
+        ]
         return neg, rest
 
     def between(self, meta, items):

@@ -18,14 +18,15 @@ the parser can produce) and is meant to be read by people too: EXPLAIN shows it 
 Layout uses a tiny document model: a rendered piece is a list of lines whose boundaries are
 structural, so a newline inside a string literal or a backticked name is never re-indented.
 """
+
 from __future__ import annotations
 
 import functools
 import re
 
-from cql import ast
+from cqlstream.cql import ast
 
-__all__ = ["to_cql", "quote_name", "keywords"]
+__all__ = ["keywords", "quote_name", "to_cql"]
 
 
 @functools.cache
@@ -36,7 +37,7 @@ def keywords() -> frozenset[str]:
     keeps the printer independent of that subtlety. Time units (`day`, `min`, ...) are lexed
     only right after a window count, so they are not keywords here and print bare.
     """
-    from cql.parser import _lark  # the cached grammar the parser itself uses
+    from cqlstream.cql.parser import _lark  # the cached grammar the parser itself uses
 
     return frozenset(
         t.pattern.value.lower()
@@ -325,9 +326,20 @@ def _window(w: ast.Window) -> Doc:
 _OR, _AND, _NOT, _PRED, _CONCAT, _ADD, _MUL, _SIGN, _ATOM = range(1, 10)
 
 _BINARY_LEVEL = {
-    "or": _OR, "and": _AND,
-    "=": _PRED, "<>": _PRED, "<": _PRED, ">": _PRED, "<=": _PRED, ">=": _PRED,
-    "||": _CONCAT, "+": _ADD, "-": _ADD, "*": _MUL, "/": _MUL, "%": _MUL,
+    "or": _OR,
+    "and": _AND,
+    "=": _PRED,
+    "<>": _PRED,
+    "<": _PRED,
+    ">": _PRED,
+    "<=": _PRED,
+    ">=": _PRED,
+    "||": _CONCAT,
+    "+": _ADD,
+    "-": _ADD,
+    "*": _MUL,
+    "/": _MUL,
+    "%": _MUL,
 }
 
 
@@ -383,8 +395,11 @@ def _expr_bare(e: ast.Expr) -> Doc:
         return _cat(e.op, operand)
     if isinstance(e, ast.Between):
         return _cat(
-            _expr(e.operand, _CONCAT), " NOT BETWEEN " if e.negated else " BETWEEN ",
-            _expr(e.low, _CONCAT), " AND ", _expr(e.high, _CONCAT),
+            _expr(e.operand, _CONCAT),
+            " NOT BETWEEN " if e.negated else " BETWEEN ",
+            _expr(e.low, _CONCAT),
+            " AND ",
+            _expr(e.high, _CONCAT),
         )
     if isinstance(e, ast.InList):
         items = _join([_expr(i, 0) for i in e.items], ", ")

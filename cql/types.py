@@ -1,10 +1,11 @@
 """CQL data types: a small closed set, resolved from type names, with SQL-style promotion rules."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cql import ast
-from cql.errors import CqlError
+from cqlstream.cql import ast
+from cqlstream.cql.errors import CqlError
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,14 @@ class DataType:
 
 
 _DISPLAY = {
-    "int": "INTEGER", "float": "FLOAT", "byte": "BYTE", "char": "CHAR", "varchar": "VARCHAR",
-    "bool": "BOOLEAN", "timestamp": "TIMESTAMP", "null": "NULL",
+    "int": "INTEGER",
+    "float": "FLOAT",
+    "byte": "BYTE",
+    "char": "CHAR",
+    "varchar": "VARCHAR",
+    "bool": "BOOLEAN",
+    "timestamp": "TIMESTAMP",
+    "null": "NULL",
 }
 
 INT = DataType("int")
@@ -42,12 +49,19 @@ VARCHAR = DataType("varchar")
 
 # Type names as users write them → (kind, whether a length is allowed / required).
 _NAMES = {
-    "integer": ("int", "none"), "int": ("int", "none"), "bigint": ("int", "none"),
-    "float": ("float", "none"), "real": ("float", "none"), "double": ("float", "none"),
+    "integer": ("int", "none"),
+    "int": ("int", "none"),
+    "bigint": ("int", "none"),
+    "float": ("float", "none"),
+    "real": ("float", "none"),
+    "double": ("float", "none"),
     "byte": ("byte", "none"),
-    "char": ("char", "required"), "varchar": ("varchar", "optional"), "string": ("varchar", "none"),
+    "char": ("char", "required"),
+    "varchar": ("varchar", "optional"),
+    "string": ("varchar", "none"),
     "text": ("varchar", "none"),
-    "boolean": ("bool", "none"), "bool": ("bool", "none"),
+    "boolean": ("bool", "none"),
+    "bool": ("bool", "none"),
     "timestamp": ("timestamp", "none"),
 }
 

@@ -2,9 +2,10 @@
 
 This package is the thin public face: the `cqlstream` CLI and re-exports of the public API.
 """
-from cql.catalog import Catalog
-from cql.errors import CqlError
-from cql.frontend import CompiledQuery, compile_query, explain
+
+from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.frontend import CompiledQuery, compile_query, explain
 
 __all__ = ["Catalog", "CompiledQuery", "CqlError", "compile_query", "explain"]
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
 """The `cqlstream` command line: one subcommand per job; user errors print a message, never a traceback."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from cql.analyzer import AnalyzeOptions
-from cql.catalog import Catalog
-from cql.errors import CqlError
-from cql.frontend import compile_query
+from cqlstream.cql.analyzer import AnalyzeOptions
+from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.frontend import compile_query
 
 
 def _read_ddl(args) -> str:
@@ -19,7 +20,7 @@ def _read_ddl(args) -> str:
             with open(path, encoding="utf-8") as f:
                 parts.append(f.read())
         except OSError as e:
-            raise SystemExit(f"cqlstream: cannot read DDL file {path}: {e.strerror}")
+            raise SystemExit(f"cqlstream: cannot read DDL file {path}: {e.strerror}") from None
     parts.extend(args.ddl or [])
     return ";\n".join(parts)
 
@@ -40,21 +41,31 @@ def cmd_explain(args) -> int:
             print(f"error: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({"kind": compiled.kind, "schema": [{"name": a.name, "type": str(a.type)} for a in
-                                                            compiled.schema], "explain": compiled.explain()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "kind": compiled.kind,
+                    "schema": [{"name": a.name, "type": str(a.type)} for a in compiled.schema],
+                    "explain": compiled.explain(),
+                },
+                indent=2,
+            )
+        )
     else:
         print(compiled.explain())
     return 0
 
 
-_COMPAT_HELP = ("STREAM 0.6 behaviour: [Range N] holds (t-N, t] (a tuple leaves at t+N), no implicit "
-                "top-level Istream, no row for a scalar aggregate over no input, no Istream/Dstream/Rstream "
-                "output at the last instant")
+_COMPAT_HELP = (
+    "STREAM 0.6 behaviour: [Range N] holds (t-N, t] (a tuple leaves at t+N), no implicit "
+    "top-level Istream, no row for a scalar aggregate over no input, no Istream/Dstream/Rstream "
+    "output at the last instant"
+)
 
 
 def _run(script, out_dir, compat: bool, batch_rows: int):
     """run_script with user errors turned into (message, exit code 2)."""
-    from engine.stream_script import ScriptError, run_script
+    from cqlstream.engine.stream_script import ScriptError, run_script
 
     try:
         return run_script(script, out_dir=out_dir, compat=compat, batch_rows=batch_rows), None
@@ -66,7 +77,7 @@ def _run(script, out_dir, compat: bool, batch_rows: int):
 
 
 def cmd_run(args) -> int:
-    from engine.stream_script import DEFAULT_BATCH_ROWS
+    from cqlstream.engine.stream_script import DEFAULT_BATCH_ROWS
 
     if args.batch_rows is None:
         args.batch_rows = DEFAULT_BATCH_ROWS
@@ -88,8 +99,10 @@ DEMO_SCRIPT = DEMO_DIR / "shop.cql"
 
 def cmd_demo(args) -> int:
     if not DEMO_SCRIPT.is_file():
-        print(f"cqlstream demo: the demo script {DEMO_SCRIPT} is missing (the demo runs from a source checkout)",
-              file=sys.stderr)
+        print(
+            f"cqlstream demo: the demo script {DEMO_SCRIPT} is missing (the demo runs from a source checkout)",
+            file=sys.stderr,
+        )
         return 2
     out_dir = Path(args.out_dir) if args.out_dir else DEMO_DIR / "out"
     print(f"Running {DEMO_SCRIPT} (results in {out_dir})\n")
@@ -112,7 +125,7 @@ def cmd_demo(args) -> int:
 
 def _demo_queries(path: Path) -> str:
     """The demo's query statements, for the printout."""
-    from engine.stream_script import parse_script
+    from cqlstream.engine.stream_script import parse_script
 
     script = parse_script(path)
     out = []
@@ -130,8 +143,8 @@ def cmd_serve(args) -> int:
     import logging
     import os
 
-    from server.app import create_app
-    from server.settings import Settings
+    from cqlstream.server.app import create_app
+    from cqlstream.server.settings import Settings
 
     if args.data_dir:
         try:
@@ -139,31 +152,48 @@ def cmd_serve(args) -> int:
         except OSError as e:
             print(f"cqlstream serve: cannot use --data-dir {args.data_dir}: {e.strerror}", file=sys.stderr)
             return 2
-    settings = Settings(host=args.host, port=args.port, data_dir=args.data_dir, api_key=args.api_key or
-                        os.environ.get("CQLSTREAM_API_KEY") or None, max_body_bytes=args.max_body_mb << 20,
-                        subscriber_buffer=args.subscriber_buffer, compat=args.stream_compat)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings(
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        api_key=args.api_key or os.environ.get("CQLSTREAM_API_KEY") or None,
+        max_body_bytes=args.max_body_mb << 20,
+        subscriber_buffer=args.subscriber_buffer,
+        compat=args.stream_compat,
+    )
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the demo's own client calls are not news
     try:
         app = create_app(settings)
     except (ValueError, OSError) as e:  # e.g. an unreadable or corrupt plan file in --data-dir
         print(f"cqlstream serve: cannot start: {e}", file=sys.stderr)
         return 2
-    from server.runner import serve
+    from cqlstream.server.runner import serve
 
     if args.demo:
-        from server.demo import DemoDriver
+        from cqlstream.server.demo import DemoDriver
 
-        DemoDriver(f"http://{args.host}:{args.port}", api_key=settings.api_key,
-                   out=lambda line: print(line, flush=True)).start()
+        DemoDriver(
+            f"http://{args.host}:{args.port}", api_key=settings.api_key, out=lambda line: print(line, flush=True)
+        ).start()
     serve(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
     return 0
 
 
 def _stream_text(e) -> str:
-    vals = ", ".join("null" if v is None else ("true" if v else "false") if isinstance(v, bool) else
-                     ("%g" % v) if isinstance(v, float) else str(v) for v in e.row)
+    vals = ", ".join(
+        "null"
+        if v is None
+        else ("true" if v else "false")
+        if isinstance(v, bool)
+        else ("%g" % v)
+        if isinstance(v, float)
+        else str(v)
+        for v in e.row
+    )
     return f"[{e.ts}]:{'+' if e.sign > 0 else '-'}:{vals}"
 
 
@@ -211,7 +241,7 @@ def cmd_query(args) -> int:
         return 3 if isinstance(e, Lagged) else 1
     except KeyboardInterrupt:
         return 0
-    except Exception as e:  # connection refused and the like  # noqa: BLE001
+    except Exception as e:  # connection refused and the like
         import httpx
 
         if isinstance(e, httpx.HTTPError):
@@ -234,99 +264,153 @@ def cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cqlstream", description="cqlstream: continuous CQL queries over data streams. "
-                                "Subcommands: explain (analyze a query), run (a STREAM script), demo, serve "
-                                "(the HTTP server), query (a query on a running server), plan (a running "
-                                "server's global plan), bench.")
+    p = argparse.ArgumentParser(
+        prog="cqlstream",
+        description="cqlstream: continuous CQL queries over data streams. "
+        "Subcommands: explain (analyze a query), run (a STREAM script), demo, serve "
+        "(the HTTP server), query (a query on a running server), plan (a running "
+        "server's global plan), bench.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
-    e = sub.add_parser("explain", help="analyze a CQL query and print its analyzed form and logical plan",
-                       description="Parse and analyze one CQL query against the given DDL and print the analyzed "
-                                   "query (CQL defaults made explicit), its result kind and schema, and the "
-                                   "optimized logical plan. Exits 1 with line/column and reason for bad CQL.")
+    e = sub.add_parser(
+        "explain",
+        help="analyze a CQL query and print its analyzed form and logical plan",
+        description="Parse and analyze one CQL query against the given DDL and print the analyzed "
+        "query (CQL defaults made explicit), its result kind and schema, and the "
+        "optimized logical plan. Exits 1 with line/column and reason for bad CQL.",
+    )
     e.add_argument("query", help="the CQL query text")
-    e.add_argument("--ddl", action="append", metavar="TEXT",
-                   help='registrations, e.g. "register stream S (A int, B float); register relation R (A int)"')
+    e.add_argument(
+        "--ddl",
+        action="append",
+        metavar="TEXT",
+        help='registrations, e.g. "register stream S (A int, B float); register relation R (A int)"',
+    )
     e.add_argument("--ddl-file", action="append", metavar="FILE", help="a file of ;-separated registrations")
     e.add_argument("--stream-compat", action="store_true", help="STREAM 0.6 defaults (no implicit top-level Istream)")
     e.add_argument("--json", action="store_true", help="print JSON instead of text")
     e.set_defaults(func=cmd_explain)
 
-    r = sub.add_parser("run", help="run a STREAM script (tables with source files, queries with dest files)",
-                       description="Run a STREAM 0.6 script: 'table : register stream|relation ...;' + "
-                                   "'source : FILE', 'vquery : CQL;' + 'vtable : register ...;' (a view), "
-                                   "'query : CQL;' + 'dest : FILE'. Sources are read in timestamp order and every "
-                                   "result is written in STREAM's text form ([t]:+:v1, v2 / [t]:-:...). Relative "
-                                   "paths are relative to the script's folder. Prints the lines written per dest "
-                                   "on stderr. Exits 2 with file:line: reason on any error in the script or its "
-                                   "files.")
+    r = sub.add_parser(
+        "run",
+        help="run a STREAM script (tables with source files, queries with dest files)",
+        description="Run a STREAM 0.6 script: 'table : register stream|relation ...;' + "
+        "'source : FILE', 'vquery : CQL;' + 'vtable : register ...;' (a view), "
+        "'query : CQL;' + 'dest : FILE'. Sources are read in timestamp order and every "
+        "result is written in STREAM's text form ([t]:+:v1, v2 / [t]:-:...). Relative "
+        "paths are relative to the script's folder. Prints the lines written per dest "
+        "on stderr. Exits 2 with file:line: reason on any error in the script or its "
+        "files.",
+    )
     r.add_argument("script", help="the script file")
-    r.add_argument("--out-dir", metavar="DIR", help="write every dest into DIR (keeping its file name) instead of "
-                                                    "where the script says")
+    r.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        help="write every dest into DIR (keeping its file name) instead of where the script says",
+    )
     r.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
-    r.add_argument("--batch-rows", type=int, default=None, metavar="N",
-                   help="input rows pushed per step: memory and latency vs. per-step overhead (default 100000)")
+    r.add_argument(
+        "--batch-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="input rows pushed per step: memory and latency vs. per-step overhead (default 100000)",
+    )
     r.set_defaults(func=cmd_run)
 
-    dm = sub.add_parser("demo", help="run the demo shop offline from recorded files (a STREAM script) and show "
-                                      "the first lines of each result; `serve --demo` runs it live",
-                        description="Run demo/shop.cql: two streams (Orders, Clicks) and a relation (Items) with a "
-                                    "filter, a windowed aggregate, a windowed join, an Istream of a partitioned "
-                                    "window and a view; write the results to demo/out/ (or --out-dir) and print "
-                                    "the first lines of each.")
+    dm = sub.add_parser(
+        "demo",
+        help="run the demo shop offline from recorded files (a STREAM script) and show "
+        "the first lines of each result; `serve --demo` runs it live",
+        description="Run demo/shop.cql: two streams (Orders, Clicks) and a relation (Items) with a "
+        "filter, a windowed aggregate, a windowed join, an Istream of a partitioned "
+        "window and a view; write the results to demo/out/ (or --out-dir) and print "
+        "the first lines of each.",
+    )
     dm.add_argument("--out-dir", metavar="DIR", help="write the results here instead of demo/out/")
     dm.add_argument("--lines", type=int, default=8, metavar="N", help="lines to show per result (default 8)")
     dm.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
     dm.set_defaults(func=cmd_demo)
 
-    sv = sub.add_parser("serve", help="run the HTTP server (FastAPI + uvicorn)",
-                        description="Serve the HTTP API: register streams, relations, views and queries, push "
-                                    "input (JSON, NDJSON, CSV, Arrow), stream results (NDJSON, JSON, SSE, XML), "
-                                    "control tables, /metrics, OpenAPI docs at /docs.")
+    sv = sub.add_parser(
+        "serve",
+        help="run the HTTP server (FastAPI + uvicorn)",
+        description="Serve the HTTP API: register streams, relations, views and queries, push "
+        "input (JSON, NDJSON, CSV, Arrow), stream results (NDJSON, JSON, SSE, XML), "
+        "control tables, /metrics, OpenAPI docs at /docs.",
+    )
     sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    sv.add_argument("--data-dir", metavar="DIR", help="persist the catalog and queries here; a restart with the "
-                                                       "same DIR brings them back with the same ids")
-    sv.add_argument("--api-key", metavar="KEY", help="require this key (header X-API-Key) on every mutating "
-                                                     "request (or set CQLSTREAM_API_KEY)")
+    sv.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="persist the catalog and queries here; a restart with the same DIR brings them back with the same ids",
+    )
+    sv.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="require this key (header X-API-Key) on every mutating request (or set CQLSTREAM_API_KEY)",
+    )
     sv.add_argument("--max-body-mb", type=int, default=256, metavar="MB", help="largest request body (default 256)")
-    sv.add_argument("--subscriber-buffer", type=int, default=1_000_000, metavar="N",
-                    help="result elements buffered per subscriber before it is disconnected as lagging")
+    sv.add_argument(
+        "--subscriber-buffer",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="result elements buffered per subscriber before it is disconnected as lagging",
+    )
     sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     sv.add_argument("--access-log", action="store_true", help="log every request")
     sv.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
-    sv.add_argument("--demo", action="store_true",
-                    help="also run the live demo shop: register its streams, relation and queries through the "
-                         "API, push orders and clicks 4 times a second, and print the big orders as they happen")
+    sv.add_argument(
+        "--demo",
+        action="store_true",
+        help="also run the live demo shop: register its streams, relation and queries through the "
+        "API, push orders and clicks 4 times a second, and print the big orders as they happen",
+    )
     sv.set_defaults(func=cmd_serve)
 
-    qy = sub.add_parser("query", help="register a query on a running server and print its results",
-                        description="Register a CQL query with a running server (or pick one with --id) and "
-                                    "print its current results (snapshot); with --follow keep printing new "
-                                    "results as they become final, in STREAM's text form [t]:+:v1, v2 (or raw "
-                                    "--format). Ctrl-C stops.")
+    qy = sub.add_parser(
+        "query",
+        help="register a query on a running server and print its results",
+        description="Register a CQL query with a running server (or pick one with --id) and "
+        "print its current results (snapshot); with --follow keep printing new "
+        "results as they become final, in STREAM's text form [t]:+:v1, v2 (or raw "
+        "--format). Ctrl-C stops.",
+    )
     qy.add_argument("cql", nargs="?", help="the CQL query text")
     qy.add_argument("--id", type=int, help="follow an already registered query instead")
     qy.add_argument("--name", help="a name for the new query")
     qy.add_argument("--follow", "-f", action="store_true", help="keep streaming new results")
     qy.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default http://127.0.0.1:8000)")
     qy.add_argument("--api-key", help="API key for a server started with --api-key")
-    qy.add_argument("--format", default="text", choices=["text", "ndjson", "json", "sse", "xml"],
-                    help="output: STREAM text lines (default) or the server's raw format")
+    qy.add_argument(
+        "--format",
+        default="text",
+        choices=["text", "ndjson", "json", "sse", "xml"],
+        help="output: STREAM text lines (default) or the server's raw format",
+    )
     qy.set_defaults(func=cmd_query)
 
-    pl = sub.add_parser("plan", help="print the shared global plan of a running server",
-                        description="Print the global plan of a running cqlstream server: every operator with "
-                                    "its queues, the queries using it and its counters; stores; queries with "
-                                    "from when their results are exact. --json prints the graph (nodes: control "
-                                    "tables; edges: queues) that a UI draws.")
+    pl = sub.add_parser(
+        "plan",
+        help="print the shared global plan of a running server",
+        description="Print the global plan of a running cqlstream server: every operator with "
+        "its queues, the queries using it and its counters; stores; queries with "
+        "from when their results are exact. --json prints the graph (nodes: control "
+        "tables; edges: queues) that a UI draws.",
+    )
     pl.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default http://127.0.0.1:8000)")
     pl.add_argument("--api-key", help="API key for a server started with --api-key")
     pl.add_argument("--json", action="store_true", help="the JSON graph instead of text")
     pl.set_defaults(func=cmd_plan)
 
-    bn = sub.add_parser("bench", help="run the benchmarks (python -m bench)",
-                        description="Run `python -m bench` with the remaining arguments.")
+    bn = sub.add_parser(
+        "bench",
+        help="run the benchmarks (python -m bench)",
+        description="Run `python -m bench` with the remaining arguments.",
+    )
     bn.add_argument("args", nargs=argparse.REMAINDER, help="arguments for python -m bench (e.g. --rows 100000)")
     bn.set_defaults(func=cmd_bench)
     return p

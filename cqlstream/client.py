@@ -20,12 +20,14 @@ cannot snapshot the query.
 The plan manager: `plan()` (the global plan as a graph, or `plan("text")`), `entities()`,
 `entity(id)`, `set_knobs(id, **knobs)`, `peek(id, n)`.
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import json
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -90,8 +92,15 @@ class ServerError(CqlstreamError):
     pass
 
 
-_BY_STATUS = {400: BadRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 413: PayloadTooLarge,
-              415: BadRequest, 422: InvalidInput}
+_BY_STATUS = {
+    400: BadRequest,
+    401: Unauthorized,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    415: BadRequest,
+    422: InvalidInput,
+}
 _BY_CODE = {"snapshot_unavailable": SnapshotUnavailable, "query_inactive": QueryInactive}
 
 
@@ -113,20 +122,28 @@ def _raise_for(r: httpx.Response) -> None:
     except ValueError:
         problem = {"code": "http_error", "detail": r.text[:500]}
     cls = _BY_CODE.get(problem.get("code")) or _BY_STATUS.get(
-        r.status_code, ServerError if r.status_code >= 500 else CqlstreamError)
+        r.status_code, ServerError if r.status_code >= 500 else CqlstreamError
+    )
     raise cls(r.status_code, problem)
 
 
 class Client:
-    def __init__(self, url: str = "http://127.0.0.1:8000", *, api_key: str | None = None, timeout: float = 60.0,
-                 api_key_header: str = "X-API-Key", transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8000",
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        api_key_header: str = "X-API-Key",
+        transport: httpx.BaseTransport | None = None,
+    ):
         headers = {api_key_header: api_key} if api_key else {}
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
 
     def close(self) -> None:
         self.http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -146,8 +163,9 @@ class Client:
         """DDL text (`register stream S (A integer) with (slack = 2)`) or a JSON description
         `{name, kind, attrs: [{name, type}], options}`; relations too."""
         if isinstance(ddl_or_schema, str):
-            return self._call("POST", "/streams", content=ddl_or_schema.encode(), headers={"content-type":
-                                                                                          "text/plain"})
+            return self._call(
+                "POST", "/streams", content=ddl_or_schema.encode(), headers={"content-type": "text/plain"}
+            )
         return self._call("POST", "/streams", json=ddl_or_schema)
 
     register_relation = register_stream
@@ -204,8 +222,16 @@ class Client:
         self._call("DELETE", f"/views/{name}")
 
     # ------------------------------------------------------------ results
-    def subscribe(self, qid: int, *, snapshot: bool | str = False, follow: bool = True, limit: int | None = None,
-                  until: int | None = None, buffer: int | None = None) -> Iterator[Element]:
+    def subscribe(
+        self,
+        qid: int,
+        *,
+        snapshot: bool | str = False,
+        follow: bool = True,
+        limit: int | None = None,
+        until: int | None = None,
+        buffer: int | None = None,
+    ) -> Iterator[Element]:
         """Result elements as they become final (NDJSON underneath). Ends when the stream ends
         (`follow=False` after the snapshot, `limit`/`until` reached, query deregistered or
         deactivated); raises `Lagged` if the server dropped this subscriber for falling behind.
@@ -234,8 +260,10 @@ class Client:
         """The raw result stream in any format (ndjson, json, sse, xml), chunk by chunk (`snapshot`
         as in `subscribe`)."""
         snapshot = params.pop("snapshot", False)
-        params = {"format": format, **{k: (str(v).lower() if isinstance(v, bool) else str(v))
-                                       for k, v in params.items()}}
+        params = {
+            "format": format,
+            **{k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in params.items()},
+        }
         for r in self._results(qid, params, snapshot):
             yield from r.iter_bytes()
 
@@ -246,8 +274,9 @@ class Client:
         timeout = httpx.Timeout(self.http.timeout.connect, read=None)
         tries = [True, False] if snapshot == "if_available" else [bool(snapshot)]
         for i, snap in enumerate(tries):
-            with self.http.stream("GET", f"/queries/{qid}/results", params={**params, "snapshot": str(snap).lower()},
-                                  timeout=timeout) as r:
+            with self.http.stream(
+                "GET", f"/queries/{qid}/results", params={**params, "snapshot": str(snap).lower()}, timeout=timeout
+            ) as r:
                 if r.status_code >= 400:
                     r.read()
                     try:
@@ -289,8 +318,12 @@ class Client:
 def encode_rows(rows, format: str = "ndjson") -> tuple[bytes, str]:
     """(body, content type) for a push."""
     if isinstance(rows, (bytes, bytearray)):
-        return bytes(rows), {"ndjson": "application/x-ndjson", "json": "application/json", "csv": "text/csv",
-                             "arrow": "application/vnd.apache.arrow.stream"}[format]
+        return bytes(rows), {
+            "ndjson": "application/x-ndjson",
+            "json": "application/json",
+            "csv": "text/csv",
+            "arrow": "application/vnd.apache.arrow.stream",
+        }[format]
     try:
         import pyarrow as pa
     except ImportError:  # pragma: no cover - pyarrow is a dependency

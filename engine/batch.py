@@ -4,13 +4,13 @@ Columnar: one numpy array per attribute (+ an optional NULL mask), and per eleme
 a sign (+1 insert / −1 delete) and a tuple-instance id (a delete carries the id of the insert it
 retracts). Elements are sorted by ts; within one ts, arrival order is kept.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-
-from cql.types import DataType
+from cqlstream.cql.types import DataType
 
 _DTYPES = {"int": np.int64, "timestamp": np.int64, "float": np.float64, "bool": np.bool_}
 
@@ -40,19 +40,29 @@ class Batch:
         return len(self.cols)
 
     @staticmethod
-    def empty(types: list[DataType] | tuple) -> "Batch":
-        return Batch([empty_column(t) for t in types], [None] * len(types), np.zeros(0, np.int64),
-                     np.zeros(0, np.int8), np.zeros(0, np.uint64))
+    def empty(types: list[DataType] | tuple) -> Batch:
+        return Batch(
+            [empty_column(t) for t in types],
+            [None] * len(types),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int8),
+            np.zeros(0, np.uint64),
+        )
 
-    def take(self, idx) -> "Batch":
+    def take(self, idx) -> Batch:
         """Rows at positions/mask `idx` (numpy fancy index)."""
-        return Batch([c[idx] for c in self.cols], [None if m is None else m[idx] for m in self.nulls],
-                     self.ts[idx], self.sign[idx], self.id[idx])
+        return Batch(
+            [c[idx] for c in self.cols],
+            [None if m is None else m[idx] for m in self.nulls],
+            self.ts[idx],
+            self.sign[idx],
+            self.id[idx],
+        )
 
-    def slice(self, start: int, stop: int) -> "Batch":
+    def slice(self, start: int, stop: int) -> Batch:
         return self.take(slice(start, stop))
 
-    def with_columns(self, cols, nulls) -> "Batch":
+    def with_columns(self, cols, nulls) -> Batch:
         return Batch(list(cols), list(nulls), self.ts, self.sign, self.id)
 
     def null_mask(self, i: int) -> np.ndarray:
@@ -65,8 +75,7 @@ class Batch:
         masks = [None if m is None else m.tolist() for m in self.nulls]
         out = []
         for r in range(len(self)):
-            out.append(tuple(None if (masks[i] is not None and masks[i][r]) else cols[i][r]
-                             for i in range(len(cols))))
+            out.append(tuple(None if (masks[i] is not None and masks[i][r]) else cols[i][r] for i in range(len(cols))))
         return out
 
     def elements(self) -> list[tuple[int, int, tuple]]:
@@ -99,8 +108,13 @@ def concat(batches: list[Batch], types=None) -> Batch:
             nulls.append(None)
         else:
             nulls.append(np.concatenate([b.null_mask(i) for b in batches]))
-    return Batch(cols, nulls, np.concatenate([b.ts for b in batches]), np.concatenate([b.sign for b in batches]),
-                 np.concatenate([b.id for b in batches]))
+    return Batch(
+        cols,
+        nulls,
+        np.concatenate([b.ts for b in batches]),
+        np.concatenate([b.sign for b in batches]),
+        np.concatenate([b.id for b in batches]),
+    )
 
 
 def sort_by_ts(b: Batch) -> Batch:
@@ -162,8 +176,7 @@ def match_deletes(cand_ids: np.ndarray, del_ids: np.ndarray) -> tuple[np.ndarray
     """Pair deletes with the instances they retract: the k-th delete of an id (in delete order)
     retracts the k-th candidate with that id (in candidate order). Returns (candidate positions,
     delete positions) of the matched pairs; unmatched deletes are left out."""
-    cand_order = (np.arange(len(cand_ids)) if _is_sorted(cand_ids)
-                  else np.lexsort((np.arange(len(cand_ids)), cand_ids)))
+    cand_order = np.arange(len(cand_ids)) if _is_sorted(cand_ids) else np.lexsort((np.arange(len(cand_ids)), cand_ids))
     cand_sorted = cand_ids[cand_order]
     del_order = np.arange(len(del_ids)) if _is_sorted(del_ids) else np.lexsort((np.arange(len(del_ids)), del_ids))
     dsorted = del_ids[del_order]

@@ -15,9 +15,10 @@ Relations registered by the user (`register relation`) count as bounded: their s
 user's. This is about this engine's plan, not the best possible one (seed 003 shows e.g.
 `max(A)` over an unbounded stream needs O(1); this engine keeps the distinct values).
 """
+
 from __future__ import annotations
 
-from cql.logical import nodes as L
+from cqlstream.cql.logical import nodes as L
 
 B, RATE, U = 0, 1, 2  # size classes, ordered
 NAMES = {B: "bounded", RATE: "bounded for a bounded arrival rate", U: "grows with the input"}

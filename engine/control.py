@@ -5,10 +5,11 @@ one API (the server, the web UI, SysStream and the re-optimizer all use it).
 Entity ids: `op:N`, `q:N`, `syn:N` (plan entities, numbered in creation order), `src:NAME`,
 `query:N`, and `engine` (scheduler and sharing knobs).
 """
+
 from __future__ import annotations
 
-from cql.logical.explain import node_label
-from engine.errors import KnobError
+from cqlstream.cql.logical.explain import node_label
+from cqlstream.engine.errors import KnobError
 
 
 # ---------------------------------------------------------------- the entities
@@ -30,7 +31,9 @@ def _plan_entities(d):
         users = sorted({u for pn in d.plan.nodes.values() if pn.op in hub.members for u in _queries(pn.users)})
         out[hub.eid] = ("operator", hub, None, users)
     for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()) + d.plan.late_stores:
-        users = sorted({u for op in st.users for pn in d.plan.nodes.values() if pn.op is op for u in _queries(pn.users)})
+        users = sorted(
+            {u for op in st.users for pn in d.plan.nodes.values() if pn.op is op for u in _queries(pn.users)}
+        )
         out[st.eid] = ("store", st, None, users)
     return out
 
@@ -39,10 +42,16 @@ def _op_table(op, pn, users):
     c = op.counters
     state = op.state_bytes()
     limit = op.knobs.get("memory_limit") if hasattr(op, "knobs") else None
-    counters = {"tuples_in": c.tuples_in, "tuples_out": c.tuples_out,
-                "selectivity": round(c.tuples_out / c.tuples_in, 6) if c.tuples_in else None,
-                "calls": c.calls, "seconds": round(c.seconds, 6), "state_bytes": state,
-                "done_through": op.done_through, "over_memory_limit": bool(limit is not None and state > limit)}
+    counters = {
+        "tuples_in": c.tuples_in,
+        "tuples_out": c.tuples_out,
+        "selectivity": round(c.tuples_out / c.tuples_in, 6) if c.tuples_in else None,
+        "calls": c.calls,
+        "seconds": round(c.seconds, 6),
+        "state_bytes": state,
+        "done_through": op.done_through,
+        "over_memory_limit": bool(limit is not None and state > limit),
+    }
     counters.update({k: v for k, v in c.extra.items() if isinstance(v, (int, float))})
     knobs = {"memory_limit": limit, "sampling_rate": op.sampling_rate}
     if op.kind == "join":
@@ -50,69 +59,125 @@ def _op_table(op, pn, users):
         knobs["index"] = op.index_mode
     if op.kind == "select":
         knobs["conjunct_order"] = list(range(len(op.conjuncts)))
-    return {"kind": "operator", "type": op.kind,
-            "name": getattr(op, "label", "") or f"{op.kind} {node_label(op.node)}".strip(),
-            "inputs": [q.eid for q in op.inputs], "output": op.output.eid,
-            "counters": counters, "knobs": knobs, "queries": users,
-            "note": pn.note if pn is not None else ""}
+    return {
+        "kind": "operator",
+        "type": op.kind,
+        "name": getattr(op, "label", "") or f"{op.kind} {node_label(op.node)}".strip(),
+        "inputs": [q.eid for q in op.inputs],
+        "output": op.output.eid,
+        "counters": counters,
+        "knobs": knobs,
+        "queries": users,
+        "note": pn.note if pn is not None else "",
+    }
 
 
 def _queue_table(q, pn, users):
     producer = pn.op.eid if pn is not None and pn.op is not None else (f"src:{q.name}" if q.name else None)
-    return {"kind": "queue", "name": q.name, "producer": producer,
-            "counters": {"length": q.length(), "bytes": q.nbytes(), "tuples_in": q.tuples_in,
-                         "readers": len(q.readers), "watermark": q.watermark},
-            "knobs": {}, "queries": users}
+    return {
+        "kind": "queue",
+        "name": q.name,
+        "producer": producer,
+        "counters": {
+            "length": q.length(),
+            "bytes": q.nbytes(),
+            "tuples_in": q.tuples_in,
+            "readers": len(q.readers),
+            "watermark": q.watermark,
+        },
+        "knobs": {},
+        "queries": users,
+    }
 
 
 def _store_table(st, pn, users):
-    return {"kind": "store", "name": st.kind, "queue": st.queue.eid,
-            "counters": {"rows": len(st), "bytes": st.nbytes(), "users": len(st.users) + (pn is not None),
-                         "through": st.through, "over_memory_limit": bool(
-                             getattr(st, "memory_limit", None) is not None and st.nbytes() > st.memory_limit)},
-            "knobs": {"memory_limit": getattr(st, "memory_limit", None)}, "queries": users}
+    return {
+        "kind": "store",
+        "name": st.kind,
+        "queue": st.queue.eid,
+        "counters": {
+            "rows": len(st),
+            "bytes": st.nbytes(),
+            "users": len(st.users) + (pn is not None),
+            "through": st.through,
+            "over_memory_limit": bool(getattr(st, "memory_limit", None) is not None and st.nbytes() > st.memory_limit),
+        },
+        "knobs": {"memory_limit": getattr(st, "memory_limit", None)},
+        "queries": users,
+    }
 
 
 def _source_table(d, name, inp):
     q = inp.queue
-    return {"kind": "source", "name": inp.d.name, "type": inp.d.kind, "queue": q.eid,
-            "counters": {"accepted": inp.accepted, "late": getattr(inp, "late", 0), "shed": getattr(inp, "shed", 0),
-                         "max_ts": inp.max_ts, "queue_length": q.length(), "watermark": q.watermark},
-            "knobs": {"sampling_rate": getattr(inp, "sampling_rate", 1.0)},
-            "queries": sorted(h.id for h in d.queries.values() if name in h.reads)}
+    return {
+        "kind": "source",
+        "name": inp.d.name,
+        "type": inp.d.kind,
+        "queue": q.eid,
+        "counters": {
+            "accepted": inp.accepted,
+            "late": getattr(inp, "late", 0),
+            "shed": getattr(inp, "shed", 0),
+            "max_ts": inp.max_ts,
+            "queue_length": q.length(),
+            "watermark": q.watermark,
+        },
+        "knobs": {"sampling_rate": getattr(inp, "sampling_rate", 1.0)},
+        "queries": sorted(h.id for h in d.queries.values() if name in h.reads),
+    }
 
 
 def _query_table(d, h, attr):
     a = attr.get(h.id, {"memory_bytes": 0.0, "cpu_seconds": 0.0})
-    counters = {"memory_bytes": a["memory_bytes"], "cpu_seconds": a["cpu_seconds"],
-                "subscribers": len(h.subscriptions), **h.completeness()}
+    counters = {
+        "memory_bytes": a["memory_bytes"],
+        "cpu_seconds": a["cpu_seconds"],
+        "subscribers": len(h.subscriptions),
+        **h.completeness(),
+    }
     pn = h.pnode
     if pn is not None:
         counters["results"] = pn.queue.tuples_in
         counters["watermark"] = pn.queue.watermark
-    return {"kind": "query", "name": h.name or "", "text": h.text, "result": h.kind,
-            "output": None if pn is None else pn.queue.eid,
-            "counters": counters, "knobs": {"active": h.active, "weight": h.weight, "share": h.share},
-            "queries": [h.id]}
+    return {
+        "kind": "query",
+        "name": h.name or "",
+        "text": h.text,
+        "result": h.kind,
+        "output": None if pn is None else pn.queue.eid,
+        "counters": counters,
+        "knobs": {"active": h.active, "weight": h.weight, "share": h.share},
+        "queries": [h.id],
+    }
 
 
 def _engine_table(d):
     s = d.scheduler
-    return {"kind": "engine", "name": "engine",
-            "counters": {"operators": len(d.plan.operators), "queues": len(d.plan.nodes),
-                         "stores": len(d.plan.stores) + len(d.plan.window_stores) + len(d.plan.late_stores)
-                         + sum(pn.store is not None for pn in d.plan.nodes.values()),
-                         "queries": len(d.queries), "sys_rows": d.sys.published if d.sys else 0,
-                         "state_bytes": _state_bytes(d)},
-            "knobs": {"scheduler": s.name, "budget": getattr(s, "budget", None), "share": d.share},
-            "queries": sorted(d.queries)}
+    return {
+        "kind": "engine",
+        "name": "engine",
+        "counters": {
+            "operators": len(d.plan.operators),
+            "queues": len(d.plan.nodes),
+            "stores": len(d.plan.stores)
+            + len(d.plan.window_stores)
+            + len(d.plan.late_stores)
+            + sum(pn.store is not None for pn in d.plan.nodes.values()),
+            "queries": len(d.queries),
+            "sys_rows": d.sys.published if d.sys else 0,
+            "state_bytes": _state_bytes(d),
+        },
+        "knobs": {"scheduler": s.name, "budget": getattr(s, "budget", None), "share": d.share},
+        "queries": sorted(d.queries),
+    }
 
 
 def _state_bytes(d) -> int:
     """Operator state plus every store: the engine's memory for windows, joins, aggregates."""
     n = sum(op.state_bytes() for op in d.plan.operators)
-    n += sum(st.nbytes() for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values())
-             + d.plan.late_stores)
+    n += sum(
+        st.nbytes() for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()) + d.plan.late_stores
+    )
     return n + sum(pn.store.nbytes() for pn in d.plan.nodes.values() if pn.store is not None)
 
 
@@ -222,21 +287,24 @@ def set_knob(d, eid: str, knob: str, value) -> dict:
         e = _plan_entities(d).get(eid)
         if e is None:
             raise KeyError(f"no entity '{eid}'")
-        kind, obj, pn, users = e
+        kind, obj, _pn, _users = e
         _plan_knob(kind, obj, knob, value)
     d.knobs.setdefault(eid, {})[knob] = value
     return table(d, eid)
 
 
 def _engine_knob(d, knob, value):
-    from engine.scheduler import SCHEDULERS
+    from cqlstream.engine.scheduler import SCHEDULERS
 
     if knob == "scheduler":
         if value not in SCHEDULERS:
             raise KnobError(f"scheduler must be one of {sorted(SCHEDULERS)}, got {value!r}")
         budget = getattr(d.scheduler, "budget", None)
-        d.scheduler = SCHEDULERS[value](budget, weights=lambda: _op_weights(d)) if value == "weighted" \
+        d.scheduler = (
+            SCHEDULERS[value](budget, weights=lambda: _op_weights(d))
+            if value == "weighted"
             else SCHEDULERS[value](budget)
+        )
     elif knob == "budget":
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise KnobError(f"budget must be a positive integer or null, got {value!r}")
@@ -259,8 +327,11 @@ def _plan_knob(kind, obj, knob, value):
         return
     if kind == "operator" and obj.kind == "join" and knob == "probe_orders":
         n = obj.n
-        ok = (isinstance(value, list) and len(value) == n and all(
-            isinstance(o, list) and sorted(o) == [j for j in range(n) if j != i] for i, o in enumerate(value)))
+        ok = (
+            isinstance(value, list)
+            and len(value) == n
+            and all(isinstance(o, list) and sorted(o) == [j for j in range(n) if j != i] for i, o in enumerate(value))
+        )
         if not ok:
             raise KnobError(f"probe_orders must list, for each of the {n} inputs, a permutation of the others")
         obj.probe_orders = [list(o) for o in value]  # results do not depend on it (join.py docstring)
@@ -301,7 +372,7 @@ def attribution(d) -> dict:
     """Each query's share of memory (bytes) and CPU (seconds): an entity's cost is split equally
     among the queries using it (IEEE DE Bulletin §4.2)."""
     out = {qid: {"memory_bytes": 0.0, "cpu_seconds": 0.0} for qid in d.queries}
-    for eid, (kind, obj, pn, users) in _plan_entities(d).items():
+    for _eid, (kind, obj, _pn, users) in _plan_entities(d).items():
         users = [u for u in users if u in out]
         if not users:
             continue

@@ -6,32 +6,32 @@ starting from the current relation); activate, deactivate, weigh and deregister 
 set control tables (`engine.control`); persist the catalog and plans (`engine.persist`).
 Input is accepted or rejected whole, with the offending row named.
 """
+
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields, is_dataclass
 
 import numpy as np
-
-from cql import ast
-from cql.analyzer import AnalyzeOptions
-from cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
-from cql.errors import CqlError
-from cql.frontend import CompiledQuery, compile_query
-from cql.functions import FunctionRegistry
-from cql.parser import parse_query, parse_script
-from cql.printer import to_cql
-from engine.batch import Batch, from_rows, splitmix64
-from engine.errors import InUseError, KnobError
-from engine.exprs import Evaluator
-from engine.inputs import InputError, RelationInput, StreamInput, rows_to_batch
-from engine.operators.base import IdSource
-from engine.planner import INF, EngineOptions, PhysicalPlan, PNode
-from engine.boundedness import verdict
-from engine.sharing import lift_filters
-from cql.logical.explain import explain_plan
-from engine.queues import Queue, Reader
-from engine.scheduler import RoundRobin
+from cqlstream.cql import ast
+from cqlstream.cql.analyzer import AnalyzeOptions
+from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.frontend import CompiledQuery, compile_query
+from cqlstream.cql.functions import FunctionRegistry
+from cqlstream.cql.logical.explain import explain_plan
+from cqlstream.cql.parser import parse_query, parse_script
+from cqlstream.cql.printer import to_cql
+from cqlstream.engine.batch import Batch, from_rows, splitmix64
+from cqlstream.engine.boundedness import verdict
+from cqlstream.engine.errors import InUseError, KnobError
+from cqlstream.engine.exprs import Evaluator
+from cqlstream.engine.inputs import InputError, RelationInput, StreamInput, rows_to_batch
+from cqlstream.engine.operators.base import IdSource
+from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
+from cqlstream.engine.queues import Queue, Reader
+from cqlstream.engine.scheduler import RoundRobin
+from cqlstream.engine.sharing import lift_filters
 
 
 @dataclass
@@ -94,8 +94,9 @@ class QueryHandle:
         text = self.compiled.explain()
         shared = self.physical_plan
         if shared != self.compiled.plan:
-            text += ("\nRuns as (shared: selections stay above windows so queries share them):\n"
-                     + "\n".join("  " + line for line in explain_plan(shared).splitlines()))
+            text += "\nRuns as (shared: selections stay above windows so queries share them):\n" + "\n".join(
+                "  " + line for line in explain_plan(shared).splitlines()
+            )
         cf = self.completeness()
         if self.pnode is not None and cf["complete_from"] is not None:
             text += f"\nResults exact from instant {cf['complete_from']} (registered while data flowed)."
@@ -142,9 +143,20 @@ SYS_STREAM = "SysStream"
 
 
 class Dsms:
-    def __init__(self, *, compat: bool = False, functions: FunctionRegistry | None = None, scheduler=None,
-                 clock=time.time, silence_timeout: float | None = None, skew: int | None = None,
-                 binary_joins: bool = False, share: bool = True, data_dir=None, sys_stream: bool = True):
+    def __init__(
+        self,
+        *,
+        compat: bool = False,
+        functions: FunctionRegistry | None = None,
+        scheduler=None,
+        clock=time.time,
+        silence_timeout: float | None = None,
+        skew: int | None = None,
+        binary_joins: bool = False,
+        share: bool = True,
+        data_dir=None,
+        sys_stream: bool = True,
+    ):
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
         `skew`: streams are known to be at most this many units apart (thesis §2.2.5), so each
@@ -174,12 +186,12 @@ class Dsms:
         self.ended = False
         self.sys = None
         if sys_stream:
-            from engine.sysstream import SysPublisher
+            from cqlstream.engine.sysstream import SysPublisher
 
             self.sys = SysPublisher(self)
         self.plan_file = None
         if data_dir is not None:
-            from engine.persist import PlanFile
+            from cqlstream.engine.persist import PlanFile
 
             self.plan_file = PlanFile(data_dir)
             self.plan_file.restore(self)
@@ -243,8 +255,11 @@ class Dsms:
         """Queries and views that read source or view `name`."""
         low = name.lower()
         users = [f"query {h.id}" for h in self.queries.values() if low in h.reads]
-        users += [f"view {e.name}" for e in self.catalog.entries()
-                  if isinstance(e, ViewDef) and e.name.lower() != low and low in names_read(e.query)]
+        users += [
+            f"view {e.name}"
+            for e in self.catalog.entries()
+            if isinstance(e, ViewDef) and e.name.lower() != low and low in names_read(e.query)
+        ]
         return users
 
     def drop_source(self, name: str) -> None:
@@ -277,9 +292,17 @@ class Dsms:
     def compile(self, query: str | ast.Query) -> CompiledQuery:
         return compile_query(query, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
 
-    def register_query(self, query: str | ast.Query, *, name: str | None = None, text: str | None = None,
-                       active: bool = True, weight: float = 1.0, share: bool | None = None,
-                       query_id: int | None = None) -> QueryHandle:
+    def register_query(
+        self,
+        query: str | ast.Query,
+        *,
+        name: str | None = None,
+        text: str | None = None,
+        active: bool = True,
+        weight: float = 1.0,
+        share: bool | None = None,
+        query_id: int | None = None,
+    ) -> QueryHandle:
         """Compile `query` and merge it into the running plan. The handle's `complete_from` says
         from which instant its results are exact (None: from the start; a late query over a
         shared window starts from the window's current contents)."""
@@ -296,8 +319,18 @@ class Dsms:
             self.reserve_query_ids(query_id + 1)
         if query_id in self.queries:
             raise ValueError(f"query id {query_id} is taken")
-        h = QueryHandle(query_id, text, compiled, None, name, active, float(weight),
-                        self.share if share is None else bool(share), ast=tree, reads=frozenset(names_read(tree)))
+        h = QueryHandle(
+            query_id,
+            text,
+            compiled,
+            None,
+            name,
+            active,
+            float(weight),
+            self.share if share is None else bool(share),
+            ast=tree,
+            reads=frozenset(names_read(tree)),
+        )
         self.queries[h.id] = h
         if active:
             try:
@@ -325,9 +358,11 @@ class Dsms:
         if hi / lo <= self.unshare_ratio:
             return None
         users = sorted(u for u in pn.users if u in self.queries)
-        return (f"join not shared with queries {users}: their weights {others} and this query's {h.weight:g} "
-                f"differ by more than {self.unshare_ratio:g}x under the weighted scheduler, so a shared join "
-                f"would run at the slowest consumer's pace (CIDR §3.2)")
+        return (
+            f"join not shared with queries {users}: their weights {others} and this query's {h.weight:g} "
+            f"differ by more than {self.unshare_ratio:g}x under the weighted scheduler, so a shared join "
+            f"would run at the slowest consumer's pace (CIDR §3.2)"
+        )
 
     def peek_next_query_id(self) -> int:
         return self._next_id
@@ -419,34 +454,34 @@ class Dsms:
     def explain_plan(self, fmt: str = "text"):
         """The global plan: text, or a JSON-able graph (nodes = entities with their control
         tables, edges = queues)."""
-        from engine import plan_view
+        from cqlstream.engine import plan_view
 
         return plan_view.explain_plan(self, fmt)
 
     def control_tables(self) -> list[dict]:
-        from engine import control
+        from cqlstream.engine import control
 
         return control.tables(self)
 
     def control_table(self, entity_id: str) -> dict:
-        from engine import control
+        from cqlstream.engine import control
 
         return control.table(self, entity_id)
 
     def set_knob(self, entity_id: str, knob: str, value) -> dict:
-        from engine import control
+        from cqlstream.engine import control
 
         out = control.set_knob(self, entity_id, knob, value)
         self._save()
         return out
 
     def attribution(self) -> dict:
-        from engine import control
+        from cqlstream.engine import control
 
         return control.attribution(self)
 
     def peek(self, entity_id: str, n: int = 20) -> dict:
-        from engine import plan_view
+        from cqlstream.engine import plan_view
 
         return plan_view.peek(self, entity_id, n)
 
@@ -503,7 +538,7 @@ class Dsms:
         if rate < 1.0 and n:
             seen = getattr(inp, "offered", 0)
             inp.offered = seen + n
-            u = (splitmix64(np.arange(seen, seen + n, dtype=np.uint64)) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+            u = (splitmix64(np.arange(seen, seen + n, dtype=np.uint64)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
             keep = u < rate
             inp.shed = getattr(inp, "shed", 0) + int(n - keep.sum())
             batch = batch.take(keep)
@@ -529,7 +564,7 @@ class Dsms:
         """Clock-driven time: heartbeats for system-timestamped streams, and the silence timeout
         for application-timestamped sources (each advance is recorded in `notices`)."""
         now = self.clock()
-        for key, i in self.inputs.items():
+        for i in self.inputs.values():
             if i.d.timestamp == "system":
                 i.heartbeat(self._now_units(i.d))
         if self.sys is not None:
@@ -545,8 +580,9 @@ class Dsms:
             if (last is None or now - last >= self.silence_timeout) and (i.max_ts is None or i.max_ts < top):
                 i.heartbeat(top)
                 self._last_seen[key] = now
-                self.notices.append(f"source '{i.d.name}' silent for {self.silence_timeout:g} s: its time was "
-                                    f"advanced to {top}")
+                self.notices.append(
+                    f"source '{i.d.name}' silent for {self.silence_timeout:g} s: its time was advanced to {top}"
+                )
 
     def t0(self) -> int | None:
         firsts = [i.first for i in self.inputs.values() if i.first is not None]

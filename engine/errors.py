@@ -1,4 +1,5 @@
 """Errors of the engine's management API (the server maps them to HTTP statuses)."""
+
 from __future__ import annotations
 
 

@@ -3,16 +3,16 @@
 `evaluate(expr, batch) -> (values, nulls)`: values is a numpy array of the expression's type,
 nulls a boolean mask or None. Semantics follow docs/semantics.md.
 """
+
 from __future__ import annotations
 
 import functools
 import re
 
 import numpy as np
-
-from cql.functions import FunctionRegistry
-from cql.logical import expr as X
-from engine.batch import Batch, dtype_of
+from cqlstream.cql.functions import FunctionRegistry
+from cqlstream.cql.logical import expr as X
+from cqlstream.engine.batch import Batch, dtype_of
 
 Col = tuple[np.ndarray, "np.ndarray | None"]
 
@@ -102,8 +102,9 @@ def _cast(v, m, src, dst) -> Col:
         if src.kind == "float":
             out = np.array([format_float(x) for x in v.tolist()], dtype=object)
         else:
-            out = np.array([str(x) if not isinstance(x, bool) else ("true" if x else "false") for x in v.tolist()],
-                           dtype=object)
+            out = np.array(
+                [str(x) if not isinstance(x, bool) else ("true" if x else "false") for x in v.tolist()], dtype=object
+            )
         return (out if len(out) else np.zeros(0, object)), m
     if v.dtype != object:
         if k in ("int", "timestamp") and v.dtype == np.float64:
@@ -112,8 +113,12 @@ def _cast(v, m, src, dst) -> Col:
             return out, _or_masks(m, bad if bad.any() else None)
         return v.astype(dtype_of(dst)), m
     # text → number / bool: parse each value, unparsable → NULL
-    parse = {"int": int, "timestamp": int, "float": float,
-             "bool": lambda s: {"true": True, "false": False}[s.strip().lower()]}[k]
+    parse = {
+        "int": int,
+        "timestamp": int,
+        "float": float,
+        "bool": lambda s: {"true": True, "false": False}[s.strip().lower()],
+    }[k]
     vals, bad = [], []
     for x in v.tolist():
         try:
@@ -145,6 +150,7 @@ def _arith(fn):
         with np.errstate(over="ignore", invalid="ignore"):
             out = fn(a.astype(dtype_of(e.type), copy=False), c.astype(dtype_of(e.type), copy=False))
         return out, m
+
     return k
 
 
@@ -176,12 +182,17 @@ def _compare(fn):
     def k(ev, e, b):
         a, c, m = _binary(ev, e, b)
         if a.dtype == object or c.dtype == object:
-            out = np.fromiter((fn(x, y) for x, y in zip(a.tolist(), c.tolist())), bool, len(a)) if m is None else \
-                np.fromiter((False if bad else fn(x, y) for x, y, bad in zip(a.tolist(), c.tolist(), m.tolist())),
-                            bool, len(a))
+            out = (
+                np.fromiter((fn(x, y) for x, y in zip(a.tolist(), c.tolist())), bool, len(a))
+                if m is None
+                else np.fromiter(
+                    (False if bad else fn(x, y) for x, y, bad in zip(a.tolist(), c.tolist(), m.tolist())), bool, len(a)
+                )
+            )
         else:
             out = fn(a, c)
         return np.asarray(out, bool), m
+
     return k
 
 
@@ -230,8 +241,11 @@ def _in(ev, e, b):
     unknown = np.zeros(len(b), bool)
     for item in e.args[1:]:
         v, vm = ev.eval(item, b)
-        eq = np.asarray(a == v, bool) if a.dtype != object and v.dtype != object else np.fromiter(
-            (x == y for x, y in zip(a.tolist(), v.tolist())), bool, len(a))
+        eq = (
+            np.asarray(a == v, bool)
+            if a.dtype != object and v.dtype != object
+            else np.fromiter((x == y for x, y in zip(a.tolist(), v.tolist())), bool, len(a))
+        )
         if vm is not None:
             unknown |= vm
             eq &= ~vm
@@ -255,8 +269,9 @@ def _like(ev, e, b):
         rx = like_regex(e.args[1].value)
         out = np.fromiter((rx.fullmatch(x) is not None for x in a.tolist()), bool, len(a))
     else:
-        out = np.fromiter((like_regex(p).fullmatch(x) is not None for x, p in zip(a.tolist(), c.tolist())),
-                          bool, len(a))
+        out = np.fromiter(
+            (like_regex(p).fullmatch(x) is not None for x, p in zip(a.tolist(), c.tolist())), bool, len(a)
+        )
     return out, m
 
 
@@ -276,13 +291,26 @@ def _concat_op(ev, e, b):
 
 
 _OPS = {
-    "+": _arith(np.add), "-": _arith(np.subtract), "*": _arith(np.multiply),
-    "/": _div, "div": _div, "%": _mod,
-    "=": _compare(lambda x, y: x == y), "<>": _compare(lambda x, y: x != y),
-    "<": _compare(lambda x, y: x < y), "<=": _compare(lambda x, y: x <= y),
-    ">": _compare(lambda x, y: x > y), ">=": _compare(lambda x, y: x >= y),
-    "and": _and, "or": _or, "not": _not, "neg": _neg, "is_null": _is_null, "in": _in,
-    "like": _like, "||": _concat_op,
+    "+": _arith(np.add),
+    "-": _arith(np.subtract),
+    "*": _arith(np.multiply),
+    "/": _div,
+    "div": _div,
+    "%": _mod,
+    "=": _compare(lambda x, y: x == y),
+    "<>": _compare(lambda x, y: x != y),
+    "<": _compare(lambda x, y: x < y),
+    "<=": _compare(lambda x, y: x <= y),
+    ">": _compare(lambda x, y: x > y),
+    ">=": _compare(lambda x, y: x >= y),
+    "and": _and,
+    "or": _or,
+    "not": _not,
+    "neg": _neg,
+    "is_null": _is_null,
+    "in": _in,
+    "like": _like,
+    "||": _concat_op,
 }
 
 
@@ -299,6 +327,7 @@ def _strmap(fn, rtype=object):
         if rtype is object:
             out[:] = res
         return out, _or_masks(m, *[a[1] for a in rest])
+
     return k
 
 
@@ -308,11 +337,11 @@ def _round(e, args, n):
     if v.dtype != np.float64:
         if not rest:
             return v.copy(), m
-        scale = 10.0 ** d
+        scale = 10.0**d
         vf = v.astype(np.float64)
         out = np.sign(vf) * np.floor(np.abs(vf) * scale + 0.5) / scale
         return out.astype(v.dtype), _or_masks(m, rest[0][1] if rest else None)
-    scale = 10.0 ** d
+    scale = 10.0**d
     out = np.sign(v) * np.floor(np.abs(v) * scale + 0.5) / scale
     return out, _or_masks(m, rest[0][1] if rest else None)
 
@@ -325,6 +354,7 @@ def _float_fn(fn, domain=None):
             out = fn(*[np.where(bad, 1.0, x) for x in vals])
         bad = bad | ~np.isfinite(out)
         return np.where(bad, 0.0, out), _or_masks(*[a[1] for a in args], bad if bad.any() else None)
+
     return k
 
 
@@ -358,12 +388,13 @@ def _extreme(pick):
             out = np.where(better, v, out)
             have = have | ~m
         return out, (None if have.all() else ~have)
+
     return k
 
 
 def _substr(s, start, length=None):
     begin = max(start - 1, 0)
-    return s[begin:] if length is None else s[begin:begin + max(length, 0)]
+    return s[begin:] if length is None else s[begin : begin + max(length, 0)]
 
 
 def _concat_fn(e, args, n):
@@ -415,4 +446,3 @@ def _call_udf(fn, e: X.Func, args, n: int) -> Col:
     else:
         out = np.array([0 if r is None else r for r in res], dtype=dt)
     return out, (nulls if nulls.any() else None)
-

@@ -4,16 +4,16 @@ A stream input accepts non-decreasing timestamps; with a declared slack it buffe
 tuples within the slack and counts (and reports) the ones later than that. A relation input
 accepts signed updates and matches each delete to a live insert of the same value.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict, deque
 
 import numpy as np
-
-from cql.catalog import SourceDef
-from engine.batch import Batch, concat, from_rows
-from engine.operators.base import IdSource
-from engine.queues import Queue
+from cqlstream.cql.catalog import SourceDef
+from cqlstream.engine.batch import Batch, concat, from_rows
+from cqlstream.engine.operators.base import IdSource
+from cqlstream.engine.queues import Queue
 
 
 class InputError(ValueError):
@@ -50,11 +50,18 @@ class StreamInput:
             bad = np.nonzero(ts[1:] < ts[:-1])[0]
             if len(bad):
                 i = int(bad[0]) + 1
-                raise InputError(f"timestamp {int(ts[i])} is smaller than the previous one ({int(ts[i - 1])}); "
-                                 f"stream '{self.d.name}' needs non-decreasing timestamps (or declare a slack)", i, "ts")
+                raise InputError(
+                    f"timestamp {int(ts[i])} is smaller than the previous one ({int(ts[i - 1])}); "
+                    f"stream '{self.d.name}' needs non-decreasing timestamps (or declare a slack)",
+                    i,
+                    "ts",
+                )
             if floor is not None and int(ts[0]) < floor:
-                raise InputError(f"timestamp {int(ts[0])} is smaller than {floor}, already accepted on stream "
-                                 f"'{self.d.name}'", 0, "ts")
+                raise InputError(
+                    f"timestamp {int(ts[0])} is smaller than {floor}, already accepted on stream '{self.d.name}'",
+                    0,
+                    "ts",
+                )
             self._note_first(int(ts[0]))
             batch.id = self.ids.take(n)
             self.max_ts = int(ts[-1])
@@ -138,14 +145,20 @@ class RelationInput:
             i = int(bad[0]) + 1
             raise InputError(f"timestamp {int(ts[i])} is smaller than the previous one ({int(ts[i - 1])})", i, "ts")
         if self.max_ts is not None and int(ts[0]) < self.max_ts:
-            raise InputError(f"timestamp {int(ts[0])} is smaller than {self.max_ts}, already accepted on relation "
-                             f"'{self.d.name}'", 0, "ts")
+            raise InputError(
+                f"timestamp {int(ts[0])} is smaller than {self.max_ts}, already accepted on relation '{self.d.name}'",
+                0,
+                "ts",
+            )
         if self.d.static and self.clock is not None:
             t0 = self.clock()
             if t0 is not None and int(ts[-1]) > t0:
                 i = int(np.argmax(ts > t0))
-                raise InputError(f"relation '{self.d.name}' is static: updates must not come after time starts "
-                                 f"(instant {t0})", i, "ts")
+                raise InputError(
+                    f"relation '{self.d.name}' is static: updates must not come after time starts (instant {t0})",
+                    i,
+                    "ts",
+                )
         # match deletes to live inserts by value; validate everything before changing state
         rows = batch.rows()
         signs = batch.sign.tolist()
@@ -248,10 +261,12 @@ def rows_to_batch(rows, types, ts, signs=None) -> Batch:
             v = r[i]
             if v is None:
                 continue
-            ok = {"int": lambda x: isinstance(x, int) and not isinstance(x, bool),
-                  "timestamp": lambda x: isinstance(x, int) and not isinstance(x, bool),
-                  "float": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
-                  "bool": lambda x: isinstance(x, bool)}.get(t.kind, lambda x: isinstance(x, str))(v)
+            ok = {
+                "int": lambda x: isinstance(x, int) and not isinstance(x, bool),
+                "timestamp": lambda x: isinstance(x, int) and not isinstance(x, bool),
+                "float": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
+                "bool": lambda x: isinstance(x, bool),
+            }.get(t.kind, lambda x: isinstance(x, str))(v)
             if not ok:
                 raise InputError(f"row {j} column {i + 1}: {v!r} is not a {t}", j, str(i))
     return from_rows(out, types, ts, signs)

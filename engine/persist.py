@@ -14,14 +14,15 @@ sharing decisions written offline are honoured); knobs set at run time are writt
 Operator knobs are keyed by the operator's subplan, which stays the same across restarts even
 when operator numbers do not.
 """
+
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
 
-from cql.errors import CqlError
-from cql.logical.explain import explain_plan
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.logical.explain import explain_plan
 
 FORMAT, VERSION = "cqlstream-plan", 1
 
@@ -36,8 +37,9 @@ def _op_key(op) -> str:
 
 def _operators(d) -> list:
     """Every operator with knobs: scheduled ones and the members of grouped selections."""
-    return list(d.plan.operators) + [pn.op for pn in d.plan.nodes.values()
-                                     if pn.op is not None and pn.op not in d.plan.operators]
+    return list(d.plan.operators) + [
+        pn.op for pn in d.plan.nodes.values() if pn.op is not None and pn.op not in d.plan.operators
+    ]
 
 
 class PlanFile:
@@ -57,13 +59,18 @@ class PlanFile:
                 elif eid.startswith("src:"):
                     knobs.append({"entity": eid, "knob": knob, "value": value})
         s = d.scheduler
-        return {"format": FORMAT, "version": VERSION,
-                "engine": {"share": d.share, "scheduler": s.name, "budget": getattr(s, "budget", None)},
-                "next_query_id": d.peek_next_query_id(),
-                "catalog": list(d.ddl.values()),
-                "queries": [{"id": h.id, "name": h.name, "cql": h.text, "active": h.active, "weight": h.weight,
-                             "share": h.share} for h in sorted(d.queries.values(), key=lambda h: h.id)],
-                "knobs": knobs}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "engine": {"share": d.share, "scheduler": s.name, "budget": getattr(s, "budget", None)},
+            "next_query_id": d.peek_next_query_id(),
+            "catalog": list(d.ddl.values()),
+            "queries": [
+                {"id": h.id, "name": h.name, "cql": h.text, "active": h.active, "weight": h.weight, "share": h.share}
+                for h in sorted(d.queries.values(), key=lambda h: h.id)
+            ],
+            "knobs": knobs,
+        }
 
     def save(self, d) -> None:
         """Write atomically (a crash leaves the old or the new file, never half of one)."""
@@ -85,7 +92,7 @@ class PlanFile:
         except (OSError, ValueError) as e:
             raise PlanFileError(f"{self.path}: not readable JSON: {e}") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise PlanFileError(f"{self.path}: not a {FORMAT} file (\"format\" must be \"{FORMAT}\")")
+            raise PlanFileError(f'{self.path}: not a {FORMAT} file ("format" must be "{FORMAT}")')
         self.restoring = True
         try:
             self._apply(d, doc)
@@ -107,8 +114,14 @@ class PlanFile:
                 raise PlanFileError(f"{where}: catalog[{i}]: {e}") from None
         for i, q in enumerate(doc.get("queries") or []):
             try:
-                d.register_query(q["cql"], name=q.get("name"), active=bool(q.get("active", True)),
-                                 weight=float(q.get("weight", 1.0)), share=q.get("share"), query_id=int(q["id"]))
+                d.register_query(
+                    q["cql"],
+                    name=q.get("name"),
+                    active=bool(q.get("active", True)),
+                    weight=float(q.get("weight", 1.0)),
+                    share=q.get("share"),
+                    query_id=int(q["id"]),
+                )
             except CqlError as e:
                 raise PlanFileError(f"{where}: queries[{i}] (id {q.get('id')}): {e}") from None
             except (KeyError, TypeError, ValueError) as e:
@@ -124,7 +137,7 @@ class PlanFile:
 
     @staticmethod
     def _knob(d, eid, knob, value, where) -> None:
-        from engine import control
+        from cqlstream.engine import control
 
         try:
             control.set_knob(d, eid, knob, value)

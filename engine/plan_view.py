@@ -1,10 +1,11 @@
 """The global plan as people and UIs see it: EXPLAIN of every operator, store and query (text,
 or a graph whose nodes are control tables and whose edges are queues), and `peek` at the tuples
 in a queue, window or store."""
+
 from __future__ import annotations
 
-from cql.logical.explain import node_label
-from engine.control import _plan_entities, _sources, tables
+from cqlstream.cql.logical.explain import node_label
+from cqlstream.engine.control import _plan_entities, _sources, tables
 
 
 def explain_plan(d, fmt: str = "text"):
@@ -28,35 +29,48 @@ def explain_plan(d, fmt: str = "text"):
         return {"nodes": nodes, "edges": edges}
     if fmt != "text":
         raise ValueError("fmt is 'text' or 'json'")
-    lines = [f"Global plan: {len(d.queries)} queries, {len(d.plan.operators)} operators, "
-             f"{len(d.plan.nodes)} queues, stores: {sum(1 for e in ents.values() if e[0] == 'store')}"]
+    lines = [
+        f"Global plan: {len(d.queries)} queries, {len(d.plan.operators)} operators, "
+        f"{len(d.plan.nodes)} queues, stores: {sum(1 for e in ents.values() if e[0] == 'store')}"
+    ]
     for op in d.plan.operators:
         pn = ents[op.eid][2]
-        ins = ", ".join(q.eid + (f" ({q.name})" if q.name and ents.get(q.eid, (0, 0, None))[2] is not None
-                                 and ents[q.eid][2].op is None else "") for q in op.inputs)
+        ins = ", ".join(
+            q.eid
+            + (
+                f" ({q.name})"
+                if q.name and ents.get(q.eid, (0, 0, None))[2] is not None and ents[q.eid][2].op is None
+                else ""
+            )
+            for q in op.inputs
+        )
         users = ents[op.eid][3]
         lines.append(f"  {op.eid:<7} {op.kind:<12} {node_label(op.node)}")
-        lines.append(f"          in: {ins}  out: {op.output.eid}  queries: {users}  "
-                     f"tuples {op.counters.tuples_in}→{op.counters.tuples_out}  state {op.state_bytes()} B"
-                     + (f"  [{pn.note}]" if pn is not None and pn.note else ""))
-    for eid, (kind, st, pn, users) in ents.items():
+        lines.append(
+            f"          in: {ins}  out: {op.output.eid}  queries: {users}  "
+            f"tuples {op.counters.tuples_in}→{op.counters.tuples_out}  state {op.state_bytes()} B"
+            + (f"  [{pn.note}]" if pn is not None and pn.note else "")
+        )
+    for eid, (kind, st, _pn, users) in ents.items():
         if kind == "store":
-            lines.append(f"  {eid:<7} {st.kind:<12} on {st.queue.eid}: {len(st)} rows, {st.nbytes()} B, "
-                         f"queries: {users}")
+            lines.append(
+                f"  {eid:<7} {st.kind:<12} on {st.queue.eid}: {len(st)} rows, {st.nbytes()} B, queries: {users}"
+            )
     for h in d.queries.values():
         cf = h.completeness()
         state = "active" if h.active else "inactive"
-        lines.append(f"  query:{h.id} ({state}, weight {h.weight:g}) → "
-                     f"{h.pnode.queue.eid if h.pnode else '-'}"
-                     + (f"  complete from {cf['complete_from']}" if cf["complete_from"] is not None and h.active else "")
-                     + ("" if cf["complete"] or not h.active
-                        else "  (started late: results reflect data since registration)"))
+        lines.append(
+            f"  query:{h.id} ({state}, weight {h.weight:g}) → "
+            f"{h.pnode.queue.eid if h.pnode else '-'}"
+            + (f"  complete from {cf['complete_from']}" if cf["complete_from"] is not None and h.active else "")
+            + ("" if cf["complete"] or not h.active else "  (started late: results reflect data since registration)")
+        )
     return "\n".join(lines)
 
 
 def peek(d, eid: str, n: int = 20) -> dict:
     """Recent tuples entering a queue, or a store's / window's current contents (for the UI)."""
-    from engine.operators.window import WindowOp, contents
+    from cqlstream.engine.operators.window import WindowOp, contents
 
     n = max(0, min(int(n), 1000))
     ents = _plan_entities(d)
@@ -68,13 +82,16 @@ def peek(d, eid: str, n: int = 20) -> dict:
     e = ents.get(eid)
     if e is None:
         raise KeyError(f"no entity '{eid}'")
-    kind, obj, pn, users = e
+    kind, obj, _pn, _users = e
     if kind == "queue":
         b = obj.recent_rows(n)
         what = "recent tuples entering the queue"
     elif kind == "store":
-        b = getattr(obj, "buf", None) if not hasattr(obj, "alive_at") else (
-            obj.alive_at(obj.through) if obj.through is not None else None)
+        b = (
+            getattr(obj, "buf", None)
+            if not hasattr(obj, "alive_at")
+            else (obj.alive_at(obj.through) if obj.through is not None else None)
+        )
         what = "current contents"
     elif isinstance(obj, WindowOp):
         b = contents(obj)
@@ -85,8 +102,7 @@ def peek(d, eid: str, n: int = 20) -> dict:
     if b is None:
         return {"id": eid, "what": what, "tuples": []}
     b = b.slice(max(len(b) - n, 0), len(b))
-    return {"id": eid, "what": what,
-            "tuples": [{"ts": t, "sign": s, "row": list(r)} for t, s, r in b.elements()]}
+    return {"id": eid, "what": what, "tuples": [{"ts": t, "sign": s, "row": list(r)} for t, s, r in b.elements()]}
 
 
 __all__ = ["explain_plan", "peek"]

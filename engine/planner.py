@@ -8,23 +8,24 @@ nodes no other query uses. A query registered while data flows attaches to runni
 snapshot of their relation (a window: its extent of the stream's shared window store) and records from which
 instant its results are complete (`PNode.complete_from`).
 """
+
 from __future__ import annotations
 
 import itertools
 import math
 from dataclasses import dataclass, field
 
-from cql.logical import nodes as L
-from engine.exprs import Evaluator
-from engine.operators.base import IdSource, Operator
-from engine.operators.basic import FilterOp, ProjectOp, SampleOp
-from engine.operators.filterhub import FilterHub, HubMember, eq_const
-from engine.operators.window import WindowOp
-from engine.window_store import WindowRelation, WindowStore, plain_kind
-from engine.queues import Queue, Reader
-from engine import snapshots
-from engine.sharing import share_key
-from engine.synopses import RelationStore
+from cqlstream.cql.logical import nodes as L
+from cqlstream.engine import snapshots
+from cqlstream.engine.exprs import Evaluator
+from cqlstream.engine.operators.base import IdSource, Operator
+from cqlstream.engine.operators.basic import FilterOp, ProjectOp, SampleOp
+from cqlstream.engine.operators.filterhub import FilterHub, HubMember, eq_const
+from cqlstream.engine.operators.window import WindowOp
+from cqlstream.engine.queues import Queue, Reader
+from cqlstream.engine.sharing import share_key
+from cqlstream.engine.synopses import RelationStore
+from cqlstream.engine.window_store import WindowRelation, WindowStore, plain_kind
 
 
 @dataclass(frozen=True)
@@ -58,44 +59,51 @@ def _sample(n, qs, out, ids, ev, opt):
 
 # Builders of stateful relational operators import their module when first used.
 def _join(n, qs, out, ids, ev, opt, stores=None):
-    from engine.operators.join import JoinOp
+    from cqlstream.engine.operators.join import JoinOp
 
     return JoinOp(qs, out, ids, n.predicate, [_types(i) for i in n.inputs], ev, stores=stores)
 
 
 def _aggregate(n, qs, out, ids, ev, opt):
-    from engine.operators.aggregate import AggregateOp
+    from cqlstream.engine.operators.aggregate import AggregateOp
 
     return AggregateOp(qs, out, ids, n.keys, n.aggs, ev, compat=opt.compat)
 
 
 def _distinct(n, qs, out, ids, ev, opt):
-    from engine.operators.relational import DistinctOp
+    from cqlstream.engine.operators.relational import DistinctOp
 
     return DistinctOp(qs, out, ids)
 
 
 def _setop(n, qs, out, ids, ev, opt):
-    from engine.operators.relational import SetOpOp
+    from cqlstream.engine.operators.relational import SetOpOp
 
     return SetOpOp(qs, out, ids, n.op, n.all)
 
 
 def _semijoin(n, qs, out, ids, ev, opt):
-    from engine.operators.semijoin import SemiJoinOp
+    from cqlstream.engine.operators.semijoin import SemiJoinOp
 
     return SemiJoinOp(qs, out, ids, n.predicate, len(n.left.schema), n.anti, n.null_aware, ev)
 
 
 def _r2s(n, qs, out, ids, ev, opt):
-    from engine.operators.r2s import RelToStreamOp
+    from cqlstream.engine.operators.r2s import RelToStreamOp
 
     return RelToStreamOp(qs, out, ids, n.op, compat=opt.compat)
 
 
 BUILDERS = {
-    L.Window: _window, L.Filter: _filter, L.Project: _project, L.Sample: _sample, L.Join: _join,
-    L.Aggregate: _aggregate, L.Distinct: _distinct, L.SetOp: _setop, L.SemiJoin: _semijoin,
+    L.Window: _window,
+    L.Filter: _filter,
+    L.Project: _project,
+    L.Sample: _sample,
+    L.Join: _join,
+    L.Aggregate: _aggregate,
+    L.Distinct: _distinct,
+    L.SetOp: _setop,
+    L.SemiJoin: _semijoin,
     L.RelToStream: _r2s,
 }
 
@@ -112,7 +120,7 @@ class PNode:
     node: L.Plan
     queue: Queue
     op: Operator | None = None
-    inputs: list["PNode"] = field(default_factory=list)
+    inputs: list[PNode] = field(default_factory=list)
     users: set = field(default_factory=set)
     complete_from: float | None = None  # None: complete from the start
     store: RelationStore | None = None  # a result store (relation-valued query outputs)
@@ -367,9 +375,19 @@ class PhysicalPlan:
         hkey = (id(kid.queue), col)
         hub = self.filter_hubs.get(hkey)
         if hub is None:
-            sib = next((pn for pn in self.nodes.values() if type(pn.op) is FilterOp and pn.inputs == [kid]
-                        and pn.key == share_key(pn.node) and (eq_const(pn.node.predicate) or (None,))[0] == col
-                        and pn.op.readers[0].prefix is None and pn.op.hold_until is None), None)
+            sib = next(
+                (
+                    pn
+                    for pn in self.nodes.values()
+                    if type(pn.op) is FilterOp
+                    and pn.inputs == [kid]
+                    and pn.key == share_key(pn.node)
+                    and (eq_const(pn.node.predicate) or (None,))[0] == col
+                    and pn.op.readers[0].prefix is None
+                    and pn.op.hold_until is None
+                ),
+                None,
+            )
             if sib is None:
                 return None
             hub = self._new_hub(kid, col, sib)
@@ -450,13 +468,13 @@ class PhysicalPlan:
     def _binary_tree(self, node: L.Join, key, kids: list[PNode], user, share: bool) -> PNode:
         """((I0 ⋈ I1) ⋈ I2) ⋈ ...: each conjunct is applied at the first join that has its columns.
         The columns keep their positions (each step's output is a prefix of the full schema)."""
-        from cql.logical import expr as X
+        from cqlstream.cql.logical import expr as X
 
         widths = [len(i.schema) for i in node.inputs_]
         pending = X.conjuncts(node.predicate)
         left, left_node = kids[0], node.inputs_[0]
         for k in range(1, len(kids)):
-            width = sum(widths[:k + 1])
+            width = sum(widths[: k + 1])
             here = [c for c in pending if max(X.columns(c), default=-1) < width]
             pending = [c for c in pending if c not in here]
             step = L.Join((left_node, node.inputs_[k]), X.conjoin(here))

@@ -6,13 +6,13 @@ A reader attached while data flows can start at another reader's position and ca
 *prefix* (a snapshot of the relation so far, as inserts) that it returns before the queue's
 own elements: that is how a query registered late starts from shared state (plan manager, #5).
 """
+
 from __future__ import annotations
 
 from collections import deque
 
 import numpy as np
-
-from engine.batch import Batch, concat
+from cqlstream.engine.batch import Batch, concat
 
 RECENT = 32  # elements kept per queue for `peek` (the UI's "recent tuples")
 
@@ -45,13 +45,13 @@ class Queue:
         if watermark is not None and (self.watermark is None or watermark > self.watermark):
             self.watermark = watermark
 
-    def reader(self, at: "Reader | None" = None, prefix: Batch | None = None) -> "Reader":
+    def reader(self, at: Reader | None = None, prefix: Batch | None = None) -> Reader:
         r = Reader(self, at, prefix)
         self.readers.append(r)
         self.at[r.batch] = self.at.get(r.batch, 0) + 1
         return r
 
-    def detach(self, r: "Reader") -> None:
+    def detach(self, r: Reader) -> None:
         """Remove a reader (its consumer is gone); batches only it still needed are freed."""
         if r in self.readers:
             self.readers.remove(r)
@@ -79,7 +79,7 @@ class Queue:
             while low < end and low not in at:
                 low += 1
             if low > self.base:
-                del self.batches[:low - self.base]
+                del self.batches[: low - self.base]
                 self.base = low
 
     def length(self) -> int:
@@ -100,7 +100,7 @@ class Queue:
 class Reader:
     """A cursor into a queue: (absolute batch index, row offset), plus an optional prefix."""
 
-    def __init__(self, q: Queue, at: "Reader | None" = None, prefix: Batch | None = None):
+    def __init__(self, q: Queue, at: Reader | None = None, prefix: Batch | None = None):
         self.q = q
         if at is None:  # new readers see only what arrives from now on
             self.batch, self.row = q.base + len(q.batches), 0

@@ -1,4 +1,5 @@
 """Schedulers: which operator runs next and with how much work (pluggable; Chain comes later)."""
+
 from __future__ import annotations
 
 

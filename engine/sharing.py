@@ -5,13 +5,14 @@ every predicate normalized: conjuncts sorted, operands of commutative operators 
 comparisons mirrored into one direction, so `a > 1 AND b = c` and `c = b AND 1 < a` meet.
 The key is only used for lookup: the operator runs the first registered form, which is equivalent.
 """
+
 from __future__ import annotations
 
 from dataclasses import fields, replace
 from functools import lru_cache
 
-from cql.logical import expr as X
-from cql.logical import nodes as L
+from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
 
 COMMUTATIVE = {"=", "<>", "+", "*", "and", "or"}
 

@@ -8,11 +8,11 @@ a selection/projection applies itself to its input's snapshot; otherwise a relat
 queue (a join input's store or a query's result store). Producers with none of these (distinct,
 set operations, semijoins) get a result store when they produce a query's result.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
-from engine.batch import Batch
+from cqlstream.engine.batch import Batch
 
 
 def at_instant(b: Batch, at: int) -> Batch:
@@ -20,7 +20,7 @@ def at_instant(b: Batch, at: int) -> Batch:
 
 
 def _window(plan, pn, at):
-    from engine.operators.window import snapshot
+    from cqlstream.engine.operators.window import snapshot
 
     return snapshot(pn.op)
 
@@ -43,8 +43,8 @@ def _aggregate(plan, pn, at):
 
 
 def _join(plan, pn, at):
-    from engine.operators.join import JoinOp
-    from engine.queues import Queue
+    from cqlstream.engine.operators.join import JoinOp
+    from cqlstream.engine.queues import Queue
 
     parts = []
     for k in pn.inputs:
@@ -53,8 +53,7 @@ def _join(plan, pn, at):
             return None
         parts.append(s[0])
     op = pn.op
-    fresh = JoinOp([Queue(t) for t in op.input_types], Queue(op.out_types), op.ids, op.predicate, op.input_types,
-                   op.ev)
+    fresh = JoinOp([Queue(t) for t in op.input_types], Queue(op.out_types), op.ids, op.predicate, op.input_types, op.ev)
     return fresh.process(parts, at)
 
 
@@ -68,14 +67,21 @@ def _stateless(plan, pn, at):
 
 
 def _table():
-    from engine.operators.aggregate import AggregateOp
-    from engine.operators.basic import FilterOp, PassOp, ProjectOp
-    from engine.operators.filterhub import HubMember
-    from engine.operators.join import JoinOp
-    from engine.operators.window import WindowOp
+    from cqlstream.engine.operators.aggregate import AggregateOp
+    from cqlstream.engine.operators.basic import FilterOp, PassOp, ProjectOp
+    from cqlstream.engine.operators.filterhub import HubMember
+    from cqlstream.engine.operators.join import JoinOp
+    from cqlstream.engine.operators.window import WindowOp
 
-    return {WindowOp: _window, AggregateOp: _aggregate, JoinOp: _join, FilterOp: _stateless,
-            ProjectOp: _stateless, PassOp: _stateless, HubMember: _stateless}
+    return {
+        WindowOp: _window,
+        AggregateOp: _aggregate,
+        JoinOp: _join,
+        FilterOp: _stateless,
+        ProjectOp: _stateless,
+        PassOp: _stateless,
+        HubMember: _stateless,
+    }
 
 
 SNAPSHOTS: dict = {}
@@ -107,7 +113,7 @@ def snapshot(plan, pn, at: int | None = None):
 
 def snapshotable(plan, pn) -> bool:
     """Whether snapshot() can give pn's relation once data flows (without running it)."""
-    from engine.operators.window import WindowOp, has_state
+    from cqlstream.engine.operators.window import WindowOp, has_state
 
     if pn.op is None:
         return pn.key in plan.source_snapshots

@@ -22,27 +22,28 @@ once a block has failed. Writing builds each output line from fixed-width fields
 bytes — packed into uint64 words when every field fits in 8 bytes, else in one byte matrix per
 chunk — and a single `bytes.translate` per chunk removes the padding.
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-
-from cql import ast
-from cql.analyzer import AnalyzeOptions, analyze
-from cql.catalog import Catalog, SourceDef
-from cql.errors import CqlError
-from cql.frontend import compile_query
-from cql.parser import parse_query, parse_statement
-from cql.types import resolve as resolve_type
-from engine.batch import Batch, concat
+from cqlstream.cql import ast
+from cqlstream.cql.analyzer import AnalyzeOptions, analyze
+from cqlstream.cql.catalog import Catalog, SourceDef
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.frontend import compile_query
+from cqlstream.cql.parser import parse_query, parse_statement
+from cqlstream.cql.types import resolve as resolve_type
+from cqlstream.engine.batch import Batch, concat
 
 
 class ScriptError(Exception):
@@ -179,12 +180,12 @@ def _read_items(path: Path, text: str):
             continue
         m = _LINE.match(raw)
         if not m:
-            raise ScriptError(path, lineno, f"expected 'keyword : ...' with one of {', '.join(KEYWORDS)}; "
-                                            f"found {s[:40]!r}")
+            raise ScriptError(
+                path, lineno, f"expected 'keyword : ...' with one of {', '.join(KEYWORDS)}; found {s[:40]!r}"
+            )
         kw = m.group(1).lower()
         if kw not in KEYWORDS:
-            raise ScriptError(path, lineno, f"unknown keyword '{m.group(1)}' (expected one of "
-                                            f"{', '.join(KEYWORDS)})")
+            raise ScriptError(path, lineno, f"unknown keyword '{m.group(1)}' (expected one of {', '.join(KEYWORDS)})")
         col = m.start(2) + 1
         rest = m.group(2)
         if kw not in _STATEMENT_KEYWORDS:
@@ -200,11 +201,12 @@ def _read_items(path: Path, text: str):
         while True:
             end = _statement_end(cur, state)
             if end >= 0:
-                parts.append(cur[:end + 1])
-                tail = cur[end + 1:].strip()
+                parts.append(cur[: end + 1])
+                tail = cur[end + 1 :].strip()
                 if tail and not tail.startswith("#") and not tail.startswith("--"):
-                    raise ScriptError(path, cur_line, f"unexpected text after ';': {tail[:40]!r} "
-                                                      f"(one statement per '{kw} :' line)")
+                    raise ScriptError(
+                        path, cur_line, f"unexpected text after ';': {tail[:40]!r} (one statement per '{kw} :' line)"
+                    )
                 break
             parts.append(cur)
             if i >= len(lines):
@@ -214,10 +216,18 @@ def _read_items(path: Path, text: str):
             i += 1
             if cur.strip().startswith("#") and not state.get("quote") and not state.get("block"):
                 cur = ""  # a script comment inside a statement (kept as a blank line: lines still match)
-            elif not state.get("quote") and not state.get("block") and _LINE.match(cur) and \
-                    _LINE.match(cur).group(1).lower() in KEYWORDS:
-                raise ScriptError(path, lineno, f"the {kw} statement does not end with ';' "
-                                                f"(line {cur_line} starts a new '{_LINE.match(cur).group(1)} :')")
+            elif (
+                not state.get("quote")
+                and not state.get("block")
+                and _LINE.match(cur)
+                and _LINE.match(cur).group(1).lower() in KEYWORDS
+            ):
+                raise ScriptError(
+                    path,
+                    lineno,
+                    f"the {kw} statement does not end with ';' "
+                    f"(line {cur_line} starts a new '{_LINE.match(cur).group(1)} :')",
+                )
         items.append((kw, "\n".join(parts), lineno, col))
     return items
 
@@ -252,8 +262,9 @@ def parse_script(path, *, compat: bool = False) -> Script:
             expected = need[pending.kind]
             if kw != expected:
                 what = {"table": "table", "view": "vquery", "query": "query"}[pending.kind]
-                raise ScriptError(path, pending.line, f"'{what}' must be followed by '{expected} :' "
-                                                      f"(found '{kw} :' on line {line})")
+                raise ScriptError(
+                    path, pending.line, f"'{what}' must be followed by '{expected} :' (found '{kw} :' on line {line})"
+                )
             if kw == "source":
                 pending.file = _resolve(folder, body)
                 pending.file_text, pending.file_line = body, line
@@ -264,8 +275,9 @@ def parse_script(path, *, compat: bool = False) -> Script:
                 pending.file = _resolve(folder, body)
                 pending.file_text, pending.file_line = body, line
                 if pending.file in dests:
-                    raise ScriptError(path, line, f"dest '{body}' is already written by the query of line "
-                                                  f"{dests[pending.file]}")
+                    raise ScriptError(
+                        path, line, f"dest '{body}' is already written by the query of line {dests[pending.file]}"
+                    )
                 dests[pending.file] = pending.line
             else:  # vtable
                 pending.ddl, pending.ddl_line, pending.ddl_col = body, line, col
@@ -355,21 +367,35 @@ class _Registrar:
             raise self._err(e, step.line, step.col) from None
         kind = "stream" if plan.is_stream else "relation"
         if vt.kind != kind:
-            hint = ("wrap the vquery in Istream(...), Dstream(...) or Rstream(...)" if vt.kind == "stream"
-                    else "declare it 'register stream'")
-            raise ScriptError(path, step.ddl_line, f"vtable '{vt.name}' is declared a {vt.kind} but its vquery "
-                                                   f"(line {step.line}) yields a {kind}; {hint}")
+            hint = (
+                "wrap the vquery in Istream(...), Dstream(...) or Rstream(...)"
+                if vt.kind == "stream"
+                else "declare it 'register stream'"
+            )
+            raise ScriptError(
+                path,
+                step.ddl_line,
+                f"vtable '{vt.name}' is declared a {vt.kind} but its vquery (line {step.line}) yields a {kind}; {hint}",
+            )
         if len(vt.attrs) != len(plan.schema):
-            raise ScriptError(path, step.ddl_line, f"vtable '{vt.name}' declares {len(vt.attrs)} attributes but "
-                                                   f"its vquery (line {step.line}) returns {len(plan.schema)}")
+            raise ScriptError(
+                path,
+                step.ddl_line,
+                f"vtable '{vt.name}' declares {len(vt.attrs)} attributes but "
+                f"its vquery (line {step.line}) returns {len(plan.schema)}",
+            )
         for a, got in zip(vt.attrs, plan.schema):
             try:
                 want = resolve_type(a.type)
             except CqlError as e:
                 raise self._err(e, step.ddl_line, step.ddl_col) from None
             if got.type.kind != "null" and _type_kind_group(want.kind) != _type_kind_group(got.type.kind):
-                raise ScriptError(path, step.ddl_line, f"vtable '{vt.name}' declares {a.name} {want} but its "
-                                                       f"vquery (line {step.line}) gives {got.name} {got.type}")
+                raise ScriptError(
+                    path,
+                    step.ddl_line,
+                    f"vtable '{vt.name}' declares {a.name} {want} but its "
+                    f"vquery (line {step.line}) gives {got.name} {got.type}",
+                )
         rv = ast.RegisterView(vt.name, tuple(a.name for a in vt.attrs), q, pos=vt.pos)
         try:
             self.catalog.register_view(rv, step.text)
@@ -429,8 +455,9 @@ def check_type_line(path, source: SourceDef) -> list[str]:
     path = Path(path)
     text, _ = _read_first_line(path)
     if not text.strip():
-        raise ScriptError(path, 1, f"expected a type line listing the columns ({_LETTER_DESC}), "
-                                   f"e.g. {_example_line(source)}")
+        raise ScriptError(
+            path, 1, f"expected a type line listing the columns ({_LETTER_DESC}), e.g. {_example_line(source)}"
+        )
     letters = [x.strip() for x in text.split(",")]
     for j, x in enumerate(letters):
         if not _LETTER.match(x):
@@ -439,23 +466,35 @@ def check_type_line(path, source: SourceDef) -> list[str]:
     want = 1 + rel + len(source.attrs)
     if len(letters) != want:
         lead = "a timestamp (i), a sign (b)" if rel else "a timestamp (i)"
-        raise ScriptError(path, 1, f"the type line lists {len(letters)} columns but {source.kind} "
-                                   f"'{source.name}' needs {want}: {lead}, then "
-                                   f"{', '.join(f'{a.name} {a.type}' for a in source.attrs)} "
-                                   f"(e.g. {_example_line(source)})")
+        raise ScriptError(
+            path,
+            1,
+            f"the type line lists {len(letters)} columns but {source.kind} "
+            f"'{source.name}' needs {want}: {lead}, then "
+            f"{', '.join(f'{a.name} {a.type}' for a in source.attrs)} "
+            f"(e.g. {_example_line(source)})",
+        )
     if letters[0] != "i":
         raise ScriptError(path, 1, f"column 1 is the timestamp and must be 'i', not {letters[0]!r}")
     if rel and letters[1] != "b":
         raise ScriptError(path, 1, f"column 2 of a relation is the sign (+/-) and must be 'b', not {letters[1]!r}")
-    for j, (x, a) in enumerate(zip(letters[1 + rel:], source.attrs)):
+    for j, (x, a) in enumerate(zip(letters[1 + rel :], source.attrs)):
         want_letter = _letter_for(a.type)
         if want_letter is None:
-            raise ScriptError(path, 1, f"attribute {a.name} of '{source.name}' has type {a.type}, which STREAM "
-                                       f"source files cannot hold ({_LETTER_DESC})")
+            raise ScriptError(
+                path,
+                1,
+                f"attribute {a.name} of '{source.name}' has type {a.type}, which STREAM "
+                f"source files cannot hold ({_LETTER_DESC})",
+            )
         ok = x == want_letter or (want_letter == "c" and x.startswith("c"))
         if not ok:
-            raise ScriptError(path, 1, f"column {j + 2 + rel} is {x!r} but attribute {a.name} of '{source.name}' "
-                                       f"is {a.type} ({want_letter if want_letter != 'c' else 'cN'})")
+            raise ScriptError(
+                path,
+                1,
+                f"column {j + 2 + rel} is {x!r} but attribute {a.name} of '{source.name}' "
+                f"is {a.type} ({want_letter if want_letter != 'c' else 'cN'})",
+            )
     return letters
 
 
@@ -497,10 +536,17 @@ class SourceReader:
                 types[self._names[j]] = pa.dictionary(pa.int32(), pa.string())
             else:
                 types[self._names[j]] = {"i": pa.int64(), "f": pa.float64()}.get(x, pa.string())
-        self._convert = pacsv.ConvertOptions(column_types=types, null_values=[], strings_can_be_null=False,
-                                             quoted_strings_can_be_null=False, true_values=[], false_values=[])
-        self._parse = pacsv.ParseOptions(delimiter=",", quote_char=False, escape_char=False,
-                                         newlines_in_values=False, ignore_empty_lines=True)
+        self._convert = pacsv.ConvertOptions(
+            column_types=types,
+            null_values=[],
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+            true_values=[],
+            false_values=[],
+        )
+        self._parse = pacsv.ParseOptions(
+            delimiter=",", quote_char=False, escape_char=False, newlines_in_values=False, ignore_empty_lines=True
+        )
         self._attr_types = [a.type for a in source.attrs]
 
     # ---------------------------------------------------------------- reading
@@ -509,8 +555,9 @@ class SourceReader:
         return self.path.stat().st_size > first_len
 
     def _open(self, use_threads: bool = True):
-        ro = pacsv.ReadOptions(column_names=self._names, skip_rows=1, block_size=self.block_size,
-                               use_threads=use_threads)
+        ro = pacsv.ReadOptions(
+            column_names=self._names, skip_rows=1, block_size=self.block_size, use_threads=use_threads
+        )
         return pacsv.open_csv(self.path, read_options=ro, parse_options=self._parse, convert_options=self._convert)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -552,11 +599,17 @@ class SourceReader:
             bad = np.flatnonzero(ts[1:] < ts[:-1])
             if len(bad):
                 k = int(bad[0]) + 1
-                raise _RowError(base + k, f"timestamp {int(ts[k])} is smaller than the previous one "
-                                          f"({int(ts[k - 1])}); timestamps must not decrease")
+                raise _RowError(
+                    base + k,
+                    f"timestamp {int(ts[k])} is smaller than the previous one "
+                    f"({int(ts[k - 1])}); timestamps must not decrease",
+                )
         if self.last_ts is not None and n and int(ts[0]) < self.last_ts:
-            raise _RowError(base, f"timestamp {int(ts[0])} is smaller than the previous one ({self.last_ts}); "
-                                  f"timestamps must not decrease")
+            raise _RowError(
+                base,
+                f"timestamp {int(ts[0])} is smaller than the previous one ({self.last_ts}); "
+                f"timestamps must not decrease",
+            )
         if self.rel:
             sign = self._signs(rb.column(1), base)
         else:
@@ -593,8 +646,10 @@ class SourceReader:
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
         # spaces around a value are allowed: strip them (only when there are any)
-        if pc.any(pc.or_(pc.starts_with(arr, " "), pc.ends_with(arr, " "))).as_py() or \
-                pc.any(pc.or_(pc.starts_with(arr, "\t"), pc.ends_with(arr, "\t"))).as_py():
+        if (
+            pc.any(pc.or_(pc.starts_with(arr, " "), pc.ends_with(arr, " "))).as_py()
+            or pc.any(pc.or_(pc.starts_with(arr, "\t"), pc.ends_with(arr, "\t"))).as_py()
+        ):
             arr = pc.utf8_trim(arr, " \t")
         lengths = pc.utf8_length(arr).to_numpy(zero_copy_only=False)
         if t.kind == "byte":
@@ -628,8 +683,9 @@ class SourceReader:
             return True
         ro = pacsv.ReadOptions(column_names=self._names, use_threads=False, block_size=max(len(data) + 16, 1 << 16))
         try:
-            pacsv.read_csv(pa.py_buffer(data), read_options=ro, parse_options=self._parse,
-                           convert_options=self._convert)
+            pacsv.read_csv(
+                pa.py_buffer(data), read_options=ro, parse_options=self._parse, convert_options=self._convert
+            )
             return True
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return False
@@ -658,21 +714,25 @@ class SourceReader:
             return "not UTF-8 text"
         values = text.split(",")
         if len(values) != len(self.letters):
-            return f"expected {len(self.letters)} comma-separated values ({','.join(self.letters)}), " \
-                   f"found {len(values)}"
+            return (
+                f"expected {len(self.letters)} comma-separated values ({','.join(self.letters)}), found {len(values)}"
+            )
         for j, (v, x) in enumerate(zip(values, self.letters)):
-            what = ("timestamp" if j == 0 else "sign" if (self.rel and j == 1)
-                    else self.source.attrs[j - 1 - self.rel].name)
+            what = (
+                "timestamp" if j == 0 else "sign" if (self.rel and j == 1) else self.source.attrs[j - 1 - self.rel].name
+            )
             if x in ("i", "f"):
                 typ = pa.int64() if x == "i" else pa.float64()
                 kind = "an integer" if x == "i" else "a number"
                 if not v.strip():
                     return f"column {j + 1} ({what}): {v.strip()!r} is not {kind}"
                 try:
-                    pacsv.read_csv(pa.py_buffer(v.encode() + b"\n"),
-                                   read_options=pacsv.ReadOptions(column_names=["v"]),
-                                   parse_options=self._parse,
-                                   convert_options=pacsv.ConvertOptions(column_types={"v": typ}, null_values=[]))
+                    pacsv.read_csv(
+                        pa.py_buffer(v.encode() + b"\n"),
+                        read_options=pacsv.ReadOptions(column_names=["v"]),
+                        parse_options=self._parse,
+                        convert_options=pacsv.ConvertOptions(column_types={"v": typ}, null_values=[]),
+                    )
                 except (pa.ArrowInvalid, pa.ArrowTypeError):
                     return f"column {j + 1} ({what}): {v.strip()!r} is not {kind}"
         return f"cannot read the line: {message}"
@@ -843,7 +903,7 @@ def _float_field(x: np.ndarray) -> np.ndarray:
         for i in np.flatnonzero(slow & ~zero).tolist():  # rare: only the flagged values
             b = np.frombuffer(("%g" % float(x[i])).encode(), np.uint8)
             out[i] = _PAD
-            out[i, :len(b)] = b
+            out[i, : len(b)] = b
     return out
 
 
@@ -857,8 +917,11 @@ def _text_field(col: np.ndarray) -> np.ndarray | None:
     offs = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4)
     data_buf = arr.buffers()[2]
     start, stop = int(offs[0]), int(offs[-1])
-    data = np.frombuffer(data_buf, np.uint8, stop - start, start) if data_buf is not None and stop > start \
+    data = (
+        np.frombuffer(data_buf, np.uint8, stop - start, start)
+        if data_buf is not None and stop > start
         else np.zeros(0, np.uint8)
+    )
     lens = np.diff(offs).astype(np.int64)
     width = int(lens.max()) if n else 0
     if width == 0:
@@ -869,8 +932,9 @@ def _text_field(col: np.ndarray) -> np.ndarray | None:
     if width == 1:
         out[lens == 1, 0] = data
         return out
-    pos = np.arange(len(data), dtype=np.int64) + np.repeat(np.arange(n, dtype=np.int64) * width - (offs[:-1] - start),
-                                                           lens)
+    pos = np.arange(len(data), dtype=np.int64) + np.repeat(
+        np.arange(n, dtype=np.int64) * width - (offs[:-1] - start), lens
+    )
     out.reshape(-1)[pos] = data
     return out
 
@@ -902,8 +966,16 @@ def _format_slow(b: Batch) -> bytes:
     """Per-line formatting (only for values the fast path cannot pad: text containing NUL)."""
     out = []
     for row, t, s in zip(b.rows(), b.ts.tolist(), b.sign.tolist()):
-        vals = ", ".join("null" if v is None else ("%g" % v) if isinstance(v, float) else
-                         ("true" if v else "false") if isinstance(v, bool) else str(v) for v in row)
+        vals = ", ".join(
+            "null"
+            if v is None
+            else ("%g" % v)
+            if isinstance(v, float)
+            else ("true" if v else "false")
+            if isinstance(v, bool)
+            else str(v)
+            for v in row
+        )
         out.append(f"[{t}]:{'+' if s > 0 else '-'}:{vals}\n")
     return "".join(out).encode("utf-8")
 
@@ -964,7 +1036,7 @@ def _int_words(v: np.ndarray):
     if nd + neg > 8:
         return None
     w = nd + neg
-    if -_SMALL <= lo and hi < _SMALL:
+    if lo >= -_SMALL and hi < _SMALL:
         return _small_table()[v + _SMALL], w
     if hi - lo < n // 2:  # a table smaller than the column
         return _words_of(np.arange(lo, hi + 1, dtype=np.int64), nd, neg)[v - lo], w
@@ -1077,9 +1149,9 @@ def _format_chunk_bytes(b: Batch) -> bytes:
     at = 0
     for f, w in zip(fields, widths):
         if isinstance(f, bytes):
-            mat[:, at:at + w] = np.frombuffer(f, np.uint8)
+            mat[:, at : at + w] = np.frombuffer(f, np.uint8)
         else:
-            mat[:, at:at + w] = f
+            mat[:, at : at + w] = f
         at += w
     return mat.tobytes().translate(None, b"\0")
 
@@ -1105,6 +1177,7 @@ def _format_chunks(batch: Batch):
 # =====================================================================================
 # Running a script
 # =====================================================================================
+
 
 def _dest_path(step: Step, out_dir) -> Path:
     return Path(out_dir) / step.file.name if out_dir is not None else step.file
@@ -1146,8 +1219,8 @@ def run_script(path, out_dir=None, compat: bool = False, batch_rows: int = DEFAU
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
     pushes), and write each query's result to its dest (in `out_dir` when given, same file name).
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
-    from engine.dsms import Dsms
-    from engine.inputs import InputError
+    from cqlstream.engine.dsms import Dsms
+    from cqlstream.engine.inputs import InputError
 
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -1168,15 +1241,19 @@ def run_script(path, out_dir=None, compat: bool = False, batch_rows: int = DEFAU
         for step, h in reg.queries:
             dest = _dest_path(step, out_dir)
             if dest in seen:
-                raise ScriptError(script.path, step.file_line, f"dest '{dest}' is also written by the query of "
-                                                               f"line {seen[dest]} (same file name in --out-dir)")
+                raise ScriptError(
+                    script.path,
+                    step.file_line,
+                    f"dest '{dest}' is also written by the query of line {seen[dest]} (same file name in --out-dir)",
+                )
             seen[dest] = step.line
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                f = open(dest, "wb")
+                f = open(dest, "wb")  # noqa: SIM115 -- closed when the run ends (several dests stay open)
             except OSError as e:
-                raise ScriptError(script.path, step.file_line,
-                                  f"cannot write dest '{dest}': {e.strerror or e}") from None
+                raise ScriptError(
+                    script.path, step.file_line, f"cannot write dest '{dest}': {e.strerror or e}"
+                ) from None
             outs.append((str(dest), f, d.subscribe(h.id)))
             counts[str(dest)] = 0
 
@@ -1225,7 +1302,7 @@ class _Feed:
                 self.buf, self.pos, self.done = None, 0, True
 
     def pending(self) -> np.ndarray:
-        return self.buf.ts[self.pos:] if self.buf is not None else np.zeros(0, np.int64)
+        return self.buf.ts[self.pos :] if self.buf is not None else np.zeros(0, np.int64)
 
 
 def _feed_all(d, feeds: list[_Feed], batch_rows: int, drain, InputError) -> None:
@@ -1284,5 +1361,16 @@ def _feed_all(d, feeds: list[_Feed], batch_rows: int, drain, InputError) -> None
         drain()
 
 
-__all__ = ["ScriptError", "Script", "TableDecl", "ViewDecl", "QueryDecl", "parse_script", "read_source",
-           "SourceReader", "check_type_line", "format_output", "run_script"]
+__all__ = [
+    "QueryDecl",
+    "Script",
+    "ScriptError",
+    "SourceReader",
+    "TableDecl",
+    "ViewDecl",
+    "check_type_line",
+    "format_output",
+    "parse_script",
+    "read_source",
+    "run_script",
+]

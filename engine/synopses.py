@@ -5,12 +5,12 @@ A `RelationStore` holds the live instances of one relation-valued queue with the
 window) reads one copy "as of" its own progress instead of keeping its own. Instances are purged
 once no reader can see them any more.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
-from engine.batch import Batch, concat, match_deletes
-from engine.queues import Queue
+from cqlstream.engine.batch import Batch, concat, match_deletes
+from cqlstream.engine.queues import Queue
 
 INF = np.iinfo(np.int64).max
 

@@ -8,21 +8,23 @@ SysStream(entity, metric, value) is system-timestamped in milliseconds. It is pu
 `Dsms.tick()` (at most every `interval` seconds) and only while some query reads it, so it costs
 nothing otherwise. Users cannot push to it.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
-from cql.catalog import UNIT_MS
-from engine.inputs import StreamInput
+from cqlstream.cql.catalog import UNIT_MS
+from cqlstream.engine.inputs import StreamInput
 
 NAME = "SysStream"
-DDL = (f"register stream {NAME} (entity char(40), metric char(40), value float) "
-       "with (timestamp = system, unit = millisecond)")
+DDL = (
+    f"register stream {NAME} (entity char(40), metric char(40), value float) "
+    "with (timestamp = system, unit = millisecond)"
+)
 
 
 class SysPublisher:
     def __init__(self, dsms, interval: float = 1.0):
-        from cql.parser import parse_script
+        from cqlstream.cql.parser import parse_script
 
         self.dsms = dsms
         self.interval = interval
@@ -45,7 +47,7 @@ class SysPublisher:
         if not self.wanted or (not force and self.last is not None and now - self.last < self.interval):
             return 0
         self.last = now
-        from engine import control
+        from cqlstream.engine import control
 
         rows = []
         for t in control.tables(self.dsms):
@@ -54,7 +56,7 @@ class SysPublisher:
                     rows.append((t["id"][:40], metric[:40], float(v)))
         t = max(self.now_units(), self.input.max_ts or 0)
         if rows:
-            from engine.batch import from_rows
+            from cqlstream.engine.batch import from_rows
 
             self.input.push(from_rows(rows, self.input.types, np.full(len(rows), t, np.int64)))
         self.input.heartbeat(t)

@@ -1,15 +1,15 @@
 """One store of a stream's elements for every plain window over it (STREAM's shared window
 synopsis, IEEE DE Bulletin §2.2; plan manager, #5), and the view through which joins read a
 window's relation from it."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
-
-from cql.logical.nodes import RangeSpec, RowsSpec
-from engine.batch import Batch, concat
-from engine.operators.window import WindowOp, emit
+from cqlstream.cql.logical.nodes import RangeSpec, RowsSpec
+from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.operators.window import WindowOp, emit
 
 
 def plain_kind(spec) -> str | None:
@@ -146,7 +146,7 @@ class WindowStore:
             ins = self.buf.slice(c0 - self.first, c1 - self.first)
             j0, j1 = max(c0 - n, self.first), max(c1 - n, self.first)
             dels = self.buf.slice(j0 - self.first, j1 - self.first)
-            out = emit(ins, dels, ts[j0 + n - self.first:j1 + n - self.first])
+            out = emit(ins, dels, ts[j0 + n - self.first : j1 + n - self.first])
             self.done[id(op)] = c1
         op.done_through = bound  # (step sets it too) the purge below must see this member's progress
         self._purge()

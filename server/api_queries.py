@@ -1,23 +1,22 @@
 """Routes for continuous queries and views, and the streaming results of a query."""
+
 from __future__ import annotations
 
 import asyncio
 from typing import Literal
 
+from cqlstream.server import encoders
+from cqlstream.server.models import NAME_PATTERN, QueryIn, QueryOut, QueryPatch, ViewIn, ViewOut
+from cqlstream.server.problems import ProblemError, responses
+from cqlstream.server.results import ResultsResponse
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
-
-from server import encoders
-from server.models import NAME_PATTERN, QueryIn, QueryOut, QueryPatch, ViewIn, ViewOut
-from server.problems import ProblemError, responses
-from server.results import ResultsResponse
 
 QueryId = Path(ge=1, le=(1 << 62), description="query id")
 ViewName = Path(pattern=NAME_PATTERN, max_length=128, description="view name (case-insensitive)")
 
 _RESULT_CONTENT = {
-    "application/x-ndjson": {"schema": {"type": "string"},
-                             "example": '{"ts":5,"sign":1,"row":[1,"x",null]}\n'},
+    "application/x-ndjson": {"schema": {"type": "string"}, "example": '{"ts":5,"sign":1,"row":[1,"x",null]}\n'},
     "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
     "text/event-stream": {"schema": {"type": "string"}},
     "application/xml": {"schema": {"type": "string"}},
@@ -29,85 +28,137 @@ def router(host, auth) -> APIRouter:
     mutating = [Depends(auth)]
 
     # ------------------------------------------------------------ queries
-    @r.post("/queries", status_code=201, response_model=QueryOut, response_model_by_alias=True,
-            dependencies=mutating, tags=["queries"], summary="Register a continuous query",
-            description="Replies with the query's id, result kind (stream or relation), schema, EXPLAIN text and "
-                        "completeness: `complete_from` (the instant its results are exact from; null: from the "
-                        "start) and `complete` (false when it started late over a window needing history nothing "
-                        "kept). The query merges into the running global plan (`GET /plan`), sharing what it can. "
-                        "CQL errors carry `line`, `column` and a caret `excerpt`.",
-            responses=responses(400, 401, 409, 413, 422))
+    @r.post(
+        "/queries",
+        status_code=201,
+        response_model=QueryOut,
+        response_model_by_alias=True,
+        dependencies=mutating,
+        tags=["queries"],
+        summary="Register a continuous query",
+        description="Replies with the query's id, result kind (stream or relation), schema, EXPLAIN text and "
+        "completeness: `complete_from` (the instant its results are exact from; null: from the "
+        "start) and `complete` (false when it started late over a window needing history nothing "
+        "kept). The query merges into the running global plan (`GET /plan`), sharing what it can. "
+        "CQL errors carry `line`, `column` and a caret `excerpt`.",
+        responses=responses(400, 401, 409, 413, 422),
+    )
     async def create_query(body: QueryIn, response: Response):
         out = await run_in_threadpool(host.register_query, body.cql, body.name)
         response.headers["Location"] = f"/queries/{out['id']}"
         return out
 
-    @r.get("/queries", response_model=list[QueryOut], response_model_by_alias=True, tags=["queries"],
-           summary="List queries")
+    @r.get(
+        "/queries",
+        response_model=list[QueryOut],
+        response_model_by_alias=True,
+        tags=["queries"],
+        summary="List queries",
+    )
     async def list_queries():
         return await run_in_threadpool(host.list_queries)
 
-    @r.get("/queries/{qid}", response_model=QueryOut, response_model_by_alias=True, tags=["queries"],
-           summary="Describe a query", responses=responses(404, 422))
+    @r.get(
+        "/queries/{qid}",
+        response_model=QueryOut,
+        response_model_by_alias=True,
+        tags=["queries"],
+        summary="Describe a query",
+        responses=responses(404, 422),
+    )
     async def get_query(qid: int = QueryId):
         return await run_in_threadpool(host.get_query, qid)
 
-    @r.patch("/queries/{qid}", response_model=QueryOut, response_model_by_alias=True, dependencies=mutating,
-             tags=["queries"], summary="Activate/deactivate a query or set its scheduling weight",
-             responses=responses(400, 401, 404, 413, 422))
+    @r.patch(
+        "/queries/{qid}",
+        response_model=QueryOut,
+        response_model_by_alias=True,
+        dependencies=mutating,
+        tags=["queries"],
+        summary="Activate/deactivate a query or set its scheduling weight",
+        responses=responses(400, 401, 404, 413, 422),
+    )
     async def patch_query(body: QueryPatch, qid: int = QueryId):
         return await run_in_threadpool(host.patch_query, qid, body.active, body.weight)
 
-    @r.delete("/queries/{qid}", status_code=204, dependencies=mutating, tags=["queries"],
-              summary="Deregister a query", description="Its subscribers receive an `end` message.",
-              responses=responses(401, 404, 409, 422))
+    @r.delete(
+        "/queries/{qid}",
+        status_code=204,
+        dependencies=mutating,
+        tags=["queries"],
+        summary="Deregister a query",
+        description="Its subscribers receive an `end` message.",
+        responses=responses(401, 404, 409, 422),
+    )
     async def delete_query(qid: int = QueryId):
         await run_in_threadpool(host.delete_query, qid)
         return Response(status_code=204)
 
     # ------------------------------------------------------------ results
-    @r.get("/queries/{qid}/results", tags=["results"], summary="Stream a query's results",
-           response_class=Response,
-           description="A chunked stream of result elements, each with its timestamp and sign, as NDJSON "
-                       "(`{\"ts\":5,\"sign\":1,\"row\":[...]}` per line), a streamed JSON array of the same "
-                       "objects, Server-Sent Events (`data:` lines) or STREAM-style XML "
-                       "(`<tuple ts=\"5\" sign=\"+\"><v>1</v>...</tuple>`), chosen by `format` or the Accept "
-                       "header (default NDJSON). Elements arrive once final. `snapshot=true` starts with the "
-                       "query's current relation as `+` elements stamped with the instant its results are final "
-                       "through, followed exactly by the changes after it (the engine's snapshot; when the engine "
-                       "cannot give one for the query's plan shape the request fails with 409 "
-                       "`snapshot_unavailable`: subscribe without it for the changes from now on); it is ignored "
-                       "for stream-valued queries. `follow=false` ends after the snapshot; `limit` and "
-                       "`until` end the stream after that many elements / once results are final through that "
-                       "instant. A subscriber that falls `buffer` elements behind receives a `lagged` message "
-                       "and is disconnected; a deregistered or deactivated query ends its streams with an `end` "
-                       "message, and an inactive query's results cannot be subscribed to (409 `query_inactive`).",
-           responses={200: {"description": "the result stream", "content": _RESULT_CONTENT, "headers": {
-               "X-Snapshot-At": {"description": "with `snapshot=true` on a relation-valued query: the instant "
-                                                "the snapshot is stamped with (its results are final through it; "
-                                                "the changes that follow have larger timestamps). Absent when "
-                                                "nothing is final yet (the snapshot is then empty).",
-                                 "schema": {"type": "integer"}}}},
-                      **responses(404, 406, 409, 422)})
-    async def results(request: Request, qid: int = QueryId,
-                      format: Literal["ndjson", "json", "sse", "xml"] | None = Query(
-                          None, description="output format (overrides Accept)"),
-                      snapshot: bool = Query(False, description="start with the current relation contents"),
-                      follow: bool = Query(True, description="keep streaming new results (false: snapshot only)"),
-                      limit: int | None = Query(None, ge=1, le=1 << 40, description="end after this many elements"),
-                      until: int | None = Query(None, ge=-(1 << 62), le=1 << 62,
-                                                description="end once results are final through this instant"),
-                      buffer: int | None = Query(None, ge=1, le=1 << 30,
-                                                 description="this subscriber's buffer, in result elements")):
+    @r.get(
+        "/queries/{qid}/results",
+        tags=["results"],
+        summary="Stream a query's results",
+        response_class=Response,
+        description="A chunked stream of result elements, each with its timestamp and sign, as NDJSON "
+        '(`{"ts":5,"sign":1,"row":[...]}` per line), a streamed JSON array of the same '
+        "objects, Server-Sent Events (`data:` lines) or STREAM-style XML "
+        '(`<tuple ts="5" sign="+"><v>1</v>...</tuple>`), chosen by `format` or the Accept '
+        "header (default NDJSON). Elements arrive once final. `snapshot=true` starts with the "
+        "query's current relation as `+` elements stamped with the instant its results are final "
+        "through, followed exactly by the changes after it (the engine's snapshot; when the engine "
+        "cannot give one for the query's plan shape the request fails with 409 "
+        "`snapshot_unavailable`: subscribe without it for the changes from now on); it is ignored "
+        "for stream-valued queries. `follow=false` ends after the snapshot; `limit` and "
+        "`until` end the stream after that many elements / once results are final through that "
+        "instant. A subscriber that falls `buffer` elements behind receives a `lagged` message "
+        "and is disconnected; a deregistered or deactivated query ends its streams with an `end` "
+        "message, and an inactive query's results cannot be subscribed to (409 `query_inactive`).",
+        responses={
+            200: {
+                "description": "the result stream",
+                "content": _RESULT_CONTENT,
+                "headers": {
+                    "X-Snapshot-At": {
+                        "description": "with `snapshot=true` on a relation-valued query: the instant "
+                        "the snapshot is stamped with (its results are final through it; "
+                        "the changes that follow have larger timestamps). Absent when "
+                        "nothing is final yet (the snapshot is then empty).",
+                        "schema": {"type": "integer"},
+                    }
+                },
+            },
+            **responses(404, 406, 409, 422),
+        },
+    )
+    async def results(
+        request: Request,
+        qid: int = QueryId,
+        format: Literal["ndjson", "json", "sse", "xml"] | None = Query(
+            None, description="output format (overrides Accept)"
+        ),
+        snapshot: bool = Query(False, description="start with the current relation contents"),
+        follow: bool = Query(True, description="keep streaming new results (false: snapshot only)"),
+        limit: int | None = Query(None, ge=1, le=1 << 40, description="end after this many elements"),
+        until: int | None = Query(
+            None, ge=-(1 << 62), le=1 << 62, description="end once results are final through this instant"
+        ),
+        buffer: int | None = Query(None, ge=1, le=1 << 30, description="this subscriber's buffer, in result elements"),
+    ):
         fmt = format
         if fmt is None:
             accept = request.headers.get("accept")
             fmt = encoders.format_from_accept(accept)
             if fmt is None:
-                if accept and not any(a.split(";")[0].strip() in ("*/*", "application/*", "text/*", "")
-                                      for a in accept.split(",")):
-                    raise ProblemError(406, "not_acceptable", f"cannot produce any of '{accept}'; formats: "
-                                       "application/x-ndjson, application/json, text/event-stream, application/xml")
+                if accept and not any(
+                    a.split(";")[0].strip() in ("*/*", "application/*", "text/*", "") for a in accept.split(",")
+                ):
+                    raise ProblemError(
+                        406,
+                        "not_acceptable",
+                        f"cannot produce any of '{accept}'; formats: "
+                        "application/x-ndjson, application/json, text/event-stream, application/xml",
+                    )
                 fmt = "ndjson"
         loop = asyncio.get_running_loop()
         kind, schema = await run_in_threadpool(host.query_info, qid)
@@ -115,41 +166,69 @@ def router(host, auth) -> APIRouter:
         headers = {}
         if snapshot and kind == "relation" and snap.through is not None:
             headers["X-Snapshot-At"] = str(snap.through)
-        return ResultsResponse(sub, fmt, encoders.header(fmt, qid, kind, schema), follow=follow, limit=limit,
-                               until=until, keepalive=host.settings.keepalive_seconds, snapshot_chunk=snap,
-                               headers=headers)
+        return ResultsResponse(
+            sub,
+            fmt,
+            encoders.header(fmt, qid, kind, schema),
+            follow=follow,
+            limit=limit,
+            until=until,
+            keepalive=host.settings.keepalive_seconds,
+            snapshot_chunk=snap,
+            headers=headers,
+        )
 
     # ------------------------------------------------------------ views
-    @r.post("/views", status_code=201, response_model=ViewOut, response_model_by_alias=True, dependencies=mutating,
-            tags=["views"], summary="Register a view",
-            description="`{\"cql\": \"register view V as select ...\"}` or `{\"name\": \"V\", \"query\": "
-                        "\"select ...\"}`; a view is a named query that other queries and views read like a "
-                        "stream or relation.", responses=responses(400, 401, 409, 413, 422))
+    @r.post(
+        "/views",
+        status_code=201,
+        response_model=ViewOut,
+        response_model_by_alias=True,
+        dependencies=mutating,
+        tags=["views"],
+        summary="Register a view",
+        description='`{"cql": "register view V as select ..."}` or `{"name": "V", "query": '
+        '"select ..."}`; a view is a named query that other queries and views read like a '
+        "stream or relation.",
+        responses=responses(400, 401, 409, 413, 422),
+    )
     async def create_view(body: ViewIn, response: Response):
         if body.cql is not None and (body.name is None and body.query is None):
             text = body.cql
         elif body.cql is None and body.name is not None and body.query is not None:
             text = f"register view {body.name} as {body.query}"
         else:
-            raise ProblemError(422, "invalid_request", "give either 'cql' (a register view statement) or 'name' "
-                               "and 'query'")
+            raise ProblemError(
+                422, "invalid_request", "give either 'cql' (a register view statement) or 'name' and 'query'"
+            )
         out = await run_in_threadpool(host.register_view, text)
         response.headers["Location"] = f"/views/{out['name']}"
         return out
 
-    @r.get("/views", response_model=list[ViewOut], response_model_by_alias=True, tags=["views"],
-           summary="List views")
+    @r.get("/views", response_model=list[ViewOut], response_model_by_alias=True, tags=["views"], summary="List views")
     async def list_views():
         return await run_in_threadpool(host.list_views)
 
-    @r.get("/views/{name}", response_model=ViewOut, response_model_by_alias=True, tags=["views"],
-           summary="Describe a view", responses=responses(404, 422))
+    @r.get(
+        "/views/{name}",
+        response_model=ViewOut,
+        response_model_by_alias=True,
+        tags=["views"],
+        summary="Describe a view",
+        responses=responses(404, 422),
+    )
     async def get_view(name: str = ViewName):
         return await run_in_threadpool(host.get_view, name)
 
-    @r.delete("/views/{name}", status_code=204, dependencies=mutating, tags=["views"], summary="Drop a view",
-              description="Refused with 409 while a query or view reads it.",
-              responses=responses(401, 404, 409, 422))
+    @r.delete(
+        "/views/{name}",
+        status_code=204,
+        dependencies=mutating,
+        tags=["views"],
+        summary="Drop a view",
+        description="Refused with 409 while a query or view reads it.",
+        responses=responses(401, 404, 409, 422),
+    )
     async def drop_view(name: str = ViewName):
         await run_in_threadpool(host.drop_view, name)
         return Response(status_code=204)

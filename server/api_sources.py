@@ -1,32 +1,48 @@
 """Routes for streams and relations: register (DDL text or JSON schema), list, describe, drop;
 push tuples (JSON, NDJSON, CSV, Arrow IPC); heartbeats."""
+
 from __future__ import annotations
 
 import json
 
+from cqlstream.server.ingest import MEDIA_ARROW, MEDIA_CSV, MEDIA_JSON, MEDIA_NDJSON
+from cqlstream.server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
+from cqlstream.server.problems import ProblemError, responses
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from server.ingest import MEDIA_ARROW, MEDIA_CSV, MEDIA_JSON, MEDIA_NDJSON
-from server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
-from server.problems import ProblemError, responses
-
 SourceName = Path(pattern=NAME_PATTERN, max_length=128, description="stream or relation name (case-insensitive)")
 
-_SOURCE_BODY = {"required": True, "content": {
-    "application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/SourceIn"},
-                                              {"$ref": "#/components/schemas/DdlIn"}]}},
-    "text/plain": {"schema": {"type": "string", "minLength": 1,
-                              "example": "register stream S (A integer, B float) with (slack = 2)"}}}}
+_SOURCE_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {"oneOf": [{"$ref": "#/components/schemas/SourceIn"}, {"$ref": "#/components/schemas/DdlIn"}]}
+        },
+        "text/plain": {
+            "schema": {
+                "type": "string",
+                "minLength": 1,
+                "example": "register stream S (A integer, B float) with (slack = 2)",
+            }
+        },
+    },
+}
 
 _ROW = {"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "array"}]}
-_PUSH_BODY = {"required": True, "content": {
-    MEDIA_JSON: {"schema": {"type": "array", "items": _ROW},
-                 "example": [{"ts": 1, "A": 1, "B": 0.5}, {"ts": 2, "A": 2, "B": 1.5}]},
-    MEDIA_NDJSON: {"schema": {"type": "string"}, "example": '{"ts": 1, "A": 1, "B": 0.5}\n'},
-    MEDIA_CSV: {"schema": {"type": "string"}, "example": "ts,A,B\n1,1,0.5\n"},
-    MEDIA_ARROW: {"schema": {"type": "string", "format": "binary"}}}}
+_PUSH_BODY = {
+    "required": True,
+    "content": {
+        MEDIA_JSON: {
+            "schema": {"type": "array", "items": _ROW},
+            "example": [{"ts": 1, "A": 1, "B": 0.5}, {"ts": 2, "A": 2, "B": 1.5}],
+        },
+        MEDIA_NDJSON: {"schema": {"type": "string"}, "example": '{"ts": 1, "A": 1, "B": 0.5}\n'},
+        MEDIA_CSV: {"schema": {"type": "string"}, "example": "ts,A,B\n1,1,0.5\n"},
+        MEDIA_ARROW: {"schema": {"type": "string", "format": "binary"}},
+    },
+}
 
 
 def ddl_of(src: SourceIn) -> str:
@@ -52,26 +68,34 @@ def ddl_of(src: SourceIn) -> str:
 def _validation_problem(e: ValidationError) -> ProblemError:
     err = e.errors()[0]
     loc = ".".join(str(x) for x in err.get("loc", ()))
-    return ProblemError(422, "invalid_request", f"{loc}: {err.get('msg')}" if loc else err.get("msg", "invalid"),
-                        field=loc or None)
+    return ProblemError(
+        422, "invalid_request", f"{loc}: {err.get('msg')}" if loc else err.get("msg", "invalid"), field=loc or None
+    )
 
 
 def router(host, auth) -> APIRouter:
     r = APIRouter(tags=["streams"])
     mutating = [Depends(auth)]
 
-    @r.post("/streams", status_code=201, response_model=SourceOut, dependencies=mutating,
-            summary="Register a stream or relation",
-            description="Either DDL text (`text/plain`, or JSON `{\"ddl\": ...}`) such as "
-                        "`register stream S (A integer, B float) with (slack = 2, unit = second)` / "
-                        "`register relation R (A integer)`, or a JSON schema "
-                        "`{name, kind, attrs: [{name, type}], options: {unit, slack, timestamp}}`.",
-            openapi_extra={"requestBody": _SOURCE_BODY}, responses=responses(400, 401, 409, 413, 415, 422))
+    @r.post(
+        "/streams",
+        status_code=201,
+        response_model=SourceOut,
+        dependencies=mutating,
+        summary="Register a stream or relation",
+        description='Either DDL text (`text/plain`, or JSON `{"ddl": ...}`) such as '
+        "`register stream S (A integer, B float) with (slack = 2, unit = second)` / "
+        "`register relation R (A integer)`, or a JSON schema "
+        "`{name, kind, attrs: [{name, type}], options: {unit, slack, timestamp}}`.",
+        openapi_extra={"requestBody": _SOURCE_BODY},
+        responses=responses(400, 401, 409, 413, 415, 422),
+    )
     async def create_source(request: Request):
         body = await request.body()
         ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
-        if ctype in ("text/plain", "application/sql", "text/x-cql") or (not ctype and not body.lstrip()[:1] in
-                                                                         (b"{", b"[")):
+        if ctype in ("text/plain", "application/sql", "text/x-cql") or (
+            not ctype and body.lstrip()[:1] not in (b"{", b"[")
+        ):
             try:
                 ddl = body.decode("utf-8")
             except UnicodeDecodeError:
@@ -90,45 +114,71 @@ def router(host, auth) -> APIRouter:
             except ValidationError as e:
                 raise _validation_problem(e) from None
         else:
-            raise ProblemError(415, "unsupported_media_type", f"unsupported Content-Type '{ctype}'; send DDL as "
-                               "text/plain or a JSON description as application/json")
+            raise ProblemError(
+                415,
+                "unsupported_media_type",
+                f"unsupported Content-Type '{ctype}'; send DDL as text/plain or a JSON description as application/json",
+            )
         out = await run_in_threadpool(host.register_source, ddl)
-        return Response(json.dumps(out), status_code=201, media_type="application/json",
-                        headers={"Location": f"/streams/{out['name']}"})
+        return Response(
+            json.dumps(out),
+            status_code=201,
+            media_type="application/json",
+            headers={"Location": f"/streams/{out['name']}"},
+        )
 
     @r.get("/streams", response_model=list[SourceOut], summary="List streams and relations")
     async def list_sources():
         return await run_in_threadpool(host.list_sources)
 
-    @r.get("/streams/{name}", response_model=SourceOut, summary="Describe a stream or relation",
-           responses=responses(404, 422))
+    @r.get(
+        "/streams/{name}",
+        response_model=SourceOut,
+        summary="Describe a stream or relation",
+        responses=responses(404, 422),
+    )
     async def get_source(name: str = SourceName):
         return await run_in_threadpool(host.get_source, name)
 
-    @r.delete("/streams/{name}", status_code=204, dependencies=mutating, summary="Drop a stream or relation",
-              description="Refused with 409 while a query or view reads it.",
-              responses=responses(401, 404, 409, 422))
+    @r.delete(
+        "/streams/{name}",
+        status_code=204,
+        dependencies=mutating,
+        summary="Drop a stream or relation",
+        description="Refused with 409 while a query or view reads it.",
+        responses=responses(401, 404, 409, 422),
+    )
     async def drop_source(name: str = SourceName):
         await run_in_threadpool(host.drop_source, name)
         return Response(status_code=204)
 
-    @r.post("/streams/{name}/tuples", response_model=PushResult, dependencies=mutating,
-            summary="Push tuples (all or nothing)",
-            description="Rows as a JSON array (objects `{ts, [sign], A, B}` or arrays `[ts, [sign], A, B]`), NDJSON "
-                        "(one object per line), CSV (header line naming the fields) or an Arrow IPC stream. "
-                        "Each row carries its timestamp in `ts` unless the stream is system-timestamped; "
-                        "relation updates carry `sign` (1 / -1, or '+' / '-'). Timestamps must not decrease "
-                        "(unless the stream declares a slack). A rejected push changes nothing; the problem names "
-                        "the offending `row` (0-based) and `field`.",
-            openapi_extra={"requestBody": _PUSH_BODY}, responses=responses(400, 401, 404, 409, 413, 415, 422))
+    @r.post(
+        "/streams/{name}/tuples",
+        response_model=PushResult,
+        dependencies=mutating,
+        summary="Push tuples (all or nothing)",
+        description="Rows as a JSON array (objects `{ts, [sign], A, B}` or arrays `[ts, [sign], A, B]`), NDJSON "
+        "(one object per line), CSV (header line naming the fields) or an Arrow IPC stream. "
+        "Each row carries its timestamp in `ts` unless the stream is system-timestamped; "
+        "relation updates carry `sign` (1 / -1, or '+' / '-'). Timestamps must not decrease "
+        "(unless the stream declares a slack). A rejected push changes nothing; the problem names "
+        "the offending `row` (0-based) and `field`.",
+        openapi_extra={"requestBody": _PUSH_BODY},
+        responses=responses(400, 401, 404, 409, 413, 415, 422),
+    )
     async def push(request: Request, name: str = SourceName):
         body = await request.body()
         return await run_in_threadpool(host.push, name, body, request.headers.get("content-type"))
 
-    @r.post("/streams/{name}/heartbeat", response_model=HeartbeatOut, dependencies=mutating,
-            summary="Advance a source's time",
-            description="Time on the source reached `ts`: no element with a smaller timestamp will come, so "
-                        "results through ts-1 become final.", responses=responses(400, 401, 404, 413, 422))
+    @r.post(
+        "/streams/{name}/heartbeat",
+        response_model=HeartbeatOut,
+        dependencies=mutating,
+        summary="Advance a source's time",
+        description="Time on the source reached `ts`: no element with a smaller timestamp will come, so "
+        "results through ts-1 become final.",
+        responses=responses(400, 401, 404, 413, 422),
+    )
     async def heartbeat(body: HeartbeatIn, name: str = SourceName):
         return await run_in_threadpool(host.heartbeat, name, body.ts)
 

@@ -4,24 +4,24 @@ Wires the engine host (server/host.py), the routers, RFC 7807 error handling (no
 the process down: anything unexpected becomes a 500 problem), the request-size limit (413), the
 optional API key, `/metrics`, `/healthz` and the OpenAPI document (`/openapi.json`, `/docs`).
 """
+
 from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
 
+from cqlstream.engine.dsms import Dsms
+from cqlstream.server import api_control, api_queries, api_sources, metrics
+from cqlstream.server.auth import api_key_dependency
+from cqlstream.server.host import EngineHost
+from cqlstream.server.models import DdlIn, Health, SourceIn
+from cqlstream.server.problems import Problem, ProblemError
+from cqlstream.server.settings import Settings
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from engine.dsms import Dsms
-from server import api_control, api_queries, api_sources, metrics
-from server.auth import api_key_dependency
-from server.host import EngineHost
-from server.models import DdlIn, Health, SourceIn
-from server.problems import Problem, ProblemError
-from server.settings import Settings
 
 log = logging.getLogger("cqlstream.server")
 
@@ -51,9 +51,13 @@ class _Limits:
                 except ValueError:
                     n = -1
                 if n > limit or n < 0:
-                    p = ProblemError(413 if n > limit else 400, "body_too_large" if n > limit else "bad_request",
-                                     f"request body of {n} bytes is over the limit of {limit} bytes" if n > limit
-                                     else "bad Content-Length")
+                    p = ProblemError(
+                        413 if n > limit else 400,
+                        "body_too_large" if n > limit else "bad_request",
+                        f"request body of {n} bytes is over the limit of {limit} bytes"
+                        if n > limit
+                        else "bad Content-Length",
+                    )
                     await p.response()(scope, receive, send)
                     self.counts[f"{p.status // 100}xx"] = self.counts.get(f"{p.status // 100}xx", 0) + 1
                     return
@@ -94,11 +98,15 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         finally:
             host.stop()
 
-    app = FastAPI(title="cqlstream", version="0.1.0", lifespan=lifespan,
-                  description="Continuous CQL queries over data streams (after Stanford STREAM): register streams, "
-                              "relations, views and queries, push input, stream results as NDJSON, JSON, SSE or "
-                              "XML, read and tune control tables. Errors are RFC 7807 problem documents with a "
-                              "machine-readable `code`.")
+    app = FastAPI(
+        title="cqlstream",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Continuous CQL queries over data streams (after Stanford STREAM): register streams, "
+        "relations, views and queries, push input, stream results as NDJSON, JSON, SSE or "
+        "XML, read and tune control tables. Errors are RFC 7807 problem documents with a "
+        "machine-readable `code`.",
+    )
     app.state.host = host
     app.state.settings = settings
     http_counts: dict[str, int] = {}
@@ -124,18 +132,25 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         status, code = 422, "invalid_request"
         if first.get("type") in ("json_invalid",):
             status, code = 400, "malformed_body"
-        return ProblemError(status, code, f"{where}: {first.get('msg', 'invalid request')}" if where else
-                            first.get("msg", "invalid request"), field=where or None,
-                            errors=[{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg"))}
-                                    for e in errs[:20]]).response()
+        return ProblemError(
+            status,
+            code,
+            f"{where}: {first.get('msg', 'invalid request')}" if where else first.get("msg", "invalid request"),
+            field=where or None,
+            errors=[{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg"))} for e in errs[:20]],
+        ).response()
 
     @app.exception_handler(Exception)
     async def on_crash(request, exc: Exception):
         host.errors_5xx += 1
         log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
-        return ProblemError(500, "internal_error", f"unexpected {type(exc).__name__}; the server keeps running and "
-                            "its state is unchanged by the failed request where the engine rejected it "
-                            "whole").response()
+        return ProblemError(
+            500,
+            "internal_error",
+            f"unexpected {type(exc).__name__}; the server keeps running and "
+            "its state is unchanged by the failed request where the engine rejected it "
+            "whole",
+        ).response()
 
     # ------------------------------------------------------------ routes
     app.include_router(api_sources.router(host, auth))
@@ -146,8 +161,13 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
     async def healthz():
         return await run_in_threadpool(host.health)
 
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["service"], summary="Prometheus metrics",
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        tags=["service"],
+        summary="Prometheus metrics",
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def get_metrics():
         m = await run_in_threadpool(host.metrics)
         return PlainTextResponse(metrics.render(m, dict(http_counts)), media_type=metrics.CONTENT_TYPE)
@@ -171,8 +191,9 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
                 for status, resp in op.get("responses", {}).items():
                     if status.startswith(("4", "5")):
                         resp["content"] = {"application/problem+json": ref}
-                op.get("responses", {}).setdefault("500", {"description": "Internal Server Error",
-                                                           "content": {"application/problem+json": ref}})
+                op.get("responses", {}).setdefault(
+                    "500", {"description": "Internal Server Error", "content": {"application/problem+json": ref}}
+                )
         app.openapi_schema = schema
         return schema
 

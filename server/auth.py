@@ -1,19 +1,22 @@
 """Optional API-key authentication: when a key is configured, every mutating request (POST,
 PATCH, DELETE) must carry it in the `X-API-Key` header (name configurable); reads stay open."""
+
 from __future__ import annotations
 
 import hmac
 
+from cqlstream.server.problems import ProblemError
 from fastapi import Security
 from fastapi.security import APIKeyHeader
-
-from server.problems import ProblemError
 
 
 def api_key_dependency(settings):
     """A FastAPI dependency (documented as an apiKey security scheme) that checks the key."""
-    scheme = APIKeyHeader(name=settings.api_key_header, auto_error=False,
-                          description="required on mutating endpoints when the server runs with --api-key")
+    scheme = APIKeyHeader(
+        name=settings.api_key_header,
+        auto_error=False,
+        description="required on mutating endpoints when the server runs with --api-key",
+    )
 
     async def require_key(key: str | None = Security(scheme)) -> None:
         if not settings.api_key:

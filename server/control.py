@@ -1,10 +1,10 @@
 """The plan manager over HTTP: control tables, knobs, global plan and peek, as JSON-safe values and problem errors."""
+
 from __future__ import annotations
 
 import numpy as np
-
-from engine.errors import KnobError
-from server.problems import ProblemError
+from cqlstream.engine.errors import KnobError
+from cqlstream.server.problems import ProblemError
 
 
 def plain(v):
@@ -57,15 +57,20 @@ class Control:
             known = self._table(entity_id)["knobs"]
             for k in knobs:
                 if k not in known:
-                    raise ProblemError(422, "unknown_knob", f"entity '{entity_id}' has no knob '{k}' (knobs: "
-                                       f"{', '.join(sorted(known)) or 'none'})", field=k)
+                    raise ProblemError(
+                        422,
+                        "unknown_knob",
+                        f"entity '{entity_id}' has no knob '{k}' (knobs: {', '.join(sorted(known)) or 'none'})",
+                        field=k,
+                    )
             try:
                 for k, v in knobs.items():
                     try:
                         self.d.set_knob(entity_id, k, v)
                     except (KnobError, TypeError) as e:
-                        raise ProblemError(422, "bad_knob_value", f"entity '{entity_id}' knob '{k}': {e}",
-                                           field=k) from None
+                        raise ProblemError(
+                            422, "bad_knob_value", f"entity '{entity_id}' knob '{k}': {e}", field=k
+                        ) from None
             finally:
                 self.host.publish()  # `active` may have run the plan or ended a query's subscribers
             return self._table(entity_id)

@@ -7,6 +7,7 @@ pushing a few seeded random orders and clicks every quarter second; a second thr
 big-orders query's results as they become final. Nothing is registered twice: with a
 `--data-dir` that already holds the shop, the demo reuses it.
 """
+
 from __future__ import annotations
 
 import random
@@ -20,13 +21,21 @@ CATALOG = [
 ]
 ITEMS = [(1, "coffee"), (2, "tea"), (3, "croissant"), (4, "bagel"), (5, "muffin"), (6, "juice")]
 QUERIES = [
-    ("big_orders", "Istream(select I.name, O.qty, O.price * O.qty from Orders [Now] as O, Items as I "
-                   "where O.item = I.item and O.qty >= 4)"),
+    (
+        "big_orders",
+        "Istream(select I.name, O.qty, O.price * O.qty from Orders [Now] as O, Items as I "
+        "where O.item = I.item and O.qty >= 4)",
+    ),
     ("sales_last_10s", "select item, count(*), sum(qty) from Orders [Range 10 Seconds] group by item"),
-    ("clicks_then_orders", "Istream(select C.user, O.item, O.qty from Clicks [Range 5 Seconds] as C, "
-                           "Orders [Now] as O where C.item = O.item)"),
-    ("engine_load", "select entity, Avg(value) from SysStream [Range 10 Seconds] "
-                    "where metric = 'accepted' group by entity"),
+    (
+        "clicks_then_orders",
+        "Istream(select C.user, O.item, O.qty from Clicks [Range 5 Seconds] as C, "
+        "Orders [Now] as O where C.item = O.item)",
+    ),
+    (
+        "engine_load",
+        "select entity, Avg(value) from SysStream [Range 10 Seconds] where metric = 'accepted' group by entity",
+    ),
 ]
 USERS = ["ann", "bob", "cyd", "dee", "eve"]
 
@@ -79,9 +88,13 @@ class DemoDriver:
                 return
             self.setup(c)
             base = self.url.rstrip("/")
-            self.out(f"demo shop: streams Orders, Clicks, relation Items; queries "
-                     + ", ".join(f"{n} (id {i})" for n, i in self.ids.items()))
-            self.out(f"  try: curl -N '{base}/queries/{self.ids['sales_last_10s']}/results?format=ndjson&snapshot=true'")
+            self.out(
+                "demo shop: streams Orders, Clicks, relation Items; queries "
+                + ", ".join(f"{n} (id {i})" for n, i in self.ids.items())
+            )
+            self.out(
+                f"  try: curl -N '{base}/queries/{self.ids['sales_last_10s']}/results?format=ndjson&snapshot=true'"
+            )
             self.out(f"       open {base}/docs  ·  {base}/plan?format=text  ·  {base}/metrics")
             self.out("big orders as they happen (time  item  qty  value):")
             t = threading.Thread(target=self._tail, name="demo-tail", daemon=True)
@@ -98,8 +111,14 @@ class DemoDriver:
     def tick(self, c) -> None:
         """One round of shop traffic: a few orders and clicks, and Items' time moves on."""
         r = self.rng
-        orders = [{"item": r.randint(1, 6), "qty": r.choice([1, 1, 1, 2, 2, 3, 4, 5]),
-                   "price": r.choice([2.5, 3.0, 3.5, 4.25])} for _ in range(r.randint(0, 3))]
+        orders = [
+            {
+                "item": r.randint(1, 6),
+                "qty": r.choice([1, 1, 1, 2, 2, 3, 4, 5]),
+                "price": r.choice([2.5, 3.0, 3.5, 4.25]),
+            }
+            for _ in range(r.randint(0, 3))
+        ]
         clicks = [{"item": r.randint(1, 6), "user": r.choice(USERS)} for _ in range(r.randint(0, 4))]
         if orders:
             c.push("Orders", orders)

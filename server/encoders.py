@@ -8,6 +8,7 @@ Formats (one element per result tuple, with its timestamp and sign):
   `<results query=… kind=…>`, after a `<schema>` element.
 Control messages (`lagged`, `end`) are `{"event": …}` objects / SSE events / XML elements.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,24 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from engine.batch import Batch
+from cqlstream.engine.batch import Batch
 
 FORMATS = ("ndjson", "json", "sse", "xml")
-MEDIA = {"ndjson": "application/x-ndjson", "json": "application/json", "sse": "text/event-stream",
-         "xml": "application/xml"}
-_BY_MEDIA = {"application/x-ndjson": "ndjson", "application/ndjson": "ndjson", "application/jsonl": "ndjson",
-             "application/json": "json", "text/event-stream": "sse", "application/xml": "xml", "text/xml": "xml"}
+MEDIA = {
+    "ndjson": "application/x-ndjson",
+    "json": "application/json",
+    "sse": "text/event-stream",
+    "xml": "application/xml",
+}
+_BY_MEDIA = {
+    "application/x-ndjson": "ndjson",
+    "application/ndjson": "ndjson",
+    "application/jsonl": "ndjson",
+    "application/json": "json",
+    "text/event-stream": "sse",
+    "application/xml": "xml",
+    "text/xml": "xml",
+}
 
 
 def format_from_accept(accept: str | None) -> str | None:
@@ -108,7 +119,7 @@ def _body(arr: pa.Array) -> bytes:
         arr = pa.concat_arrays([arr])  # normalise
     offs = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
     data = arr.buffers()[2]
-    return data.to_pybytes()[int(offs[0]):int(offs[-1])] if data is not None else b""
+    return data.to_pybytes()[int(offs[0]) : int(offs[-1])] if data is not None else b""
 
 
 def _ints(a: np.ndarray) -> pa.Array:
@@ -123,8 +134,13 @@ def ndjson_lines(b: Batch) -> bytes:
     n = len(b)
     if n == 0:
         return b""
-    parts: list = ['{"ts":', _ints(b.ts), ',"sign":', pc.cast(pa.array(b.sign.astype(np.int8)), pa.string()),
-                   ',"row":[']
+    parts: list = [
+        '{"ts":',
+        _ints(b.ts),
+        ',"sign":',
+        pc.cast(pa.array(b.sign.astype(np.int8)), pa.string()),
+        ',"row":[',
+    ]
     for i, col in enumerate(b.cols):
         if i:
             parts.append(",")
@@ -168,13 +184,14 @@ def header(fmt: str, query_id: int, kind: str, schema: list[tuple[str, str]]) ->
     if fmt == "json":
         return b"[\n"
     if fmt == "sse":
-        info = {"event": "open", "query": query_id, "kind": kind,
-                "schema": [{"name": n, "type": t} for n, t in schema]}
+        info = {"event": "open", "query": query_id, "kind": kind, "schema": [{"name": n, "type": t} for n, t in schema]}
         return b"retry: 3000\nevent: open\ndata: " + json.dumps(info).encode() + b"\n\n"
     if fmt == "xml":
         attrs = "".join(f"<attribute name={quoteattr(n)} type={quoteattr(t)}/>" for n, t in schema)
-        return (f'<?xml version="1.0" encoding="UTF-8"?>\n<results query="{query_id}" kind="{kind}">\n'
-                f"<schema>{attrs}</schema>\n").encode()
+        return (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<results query="{query_id}" kind="{kind}">\n'
+            f"<schema>{attrs}</schema>\n"
+        ).encode()
     return b""
 
 

@@ -1,4 +1,5 @@
 """The engine host: the process's one `Dsms` behind a lock, and the catalog, query and input calls of the routes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,19 +9,18 @@ import time
 from collections import defaultdict
 
 import numpy as np
-
-from cql import ast
-from cql.catalog import SourceDef, ViewDef
-from cql.errors import CqlError
-from cql.parser import parse_script
-from engine.batch import Batch
-from engine.dsms import Dsms, InputError
-from engine.errors import InUseError
-from server.control import Control
-from server.ingest import IngestError, Target, parse
-from server.problems import ProblemError, cql_problem, input_problem
-from server.publication import Fanout, ResultChunk, SnapshotUnavailable, Subscriber
-from server.settings import Settings
+from cqlstream.cql import ast
+from cqlstream.cql.catalog import SourceDef, ViewDef
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.parser import parse_script
+from cqlstream.engine.batch import Batch
+from cqlstream.engine.dsms import Dsms, InputError
+from cqlstream.engine.errors import InUseError
+from cqlstream.server.control import Control
+from cqlstream.server.ingest import IngestError, Target, parse
+from cqlstream.server.problems import ProblemError, cql_problem, input_problem
+from cqlstream.server.publication import Fanout, ResultChunk, SnapshotUnavailable, Subscriber
+from cqlstream.server.settings import Settings
 
 log = logging.getLogger("cqlstream.server")
 
@@ -93,7 +93,7 @@ class EngineHost:
                 with self.lock:
                     self.d.tick()
                     self._run()
-            except Exception:  # noqa: BLE001 - the clock must keep going
+            except Exception:
                 log.exception("clock tick failed")
 
     def _needs_clock(self) -> bool:
@@ -121,18 +121,30 @@ class EngineHost:
 
     def _source_out(self, s: SourceDef) -> dict:
         inp = self.d.inputs.get(s.name.lower())
-        return {"name": s.name, "kind": s.kind, "attrs": _attrs(s.attrs), "time_unit": s.time_unit,
-                "slack": s.slack, "timestamp": s.timestamp, "static": s.static, "keys": [list(k) for k in s.keys],
-                "accepted": int(inp.accepted) if inp is not None else 0,
-                "max_ts": None if inp is None else inp.max_ts}
+        return {
+            "name": s.name,
+            "kind": s.kind,
+            "attrs": _attrs(s.attrs),
+            "time_unit": s.time_unit,
+            "slack": s.slack,
+            "timestamp": s.timestamp,
+            "static": s.static,
+            "keys": [list(k) for k in s.keys],
+            "accepted": int(inp.accepted) if inp is not None else 0,
+            "max_ts": None if inp is None else inp.max_ts,
+        }
 
     def register_source(self, ddl: str) -> dict:
         with self.lock:
             try:
                 stmts = parse_script(ddl)
                 if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterSource):
-                    raise ProblemError(422, "not_ddl", "expected exactly one 'register stream|relation' statement"
-                                       + (f" (found {len(stmts)} statements)" if len(stmts) != 1 else ""))
+                    raise ProblemError(
+                        422,
+                        "not_ddl",
+                        "expected exactly one 'register stream|relation' statement"
+                        + (f" (found {len(stmts)} statements)" if len(stmts) != 1 else ""),
+                    )
                 d = self.d.register_source(ddl)
             except CqlError as e:
                 raise cql_problem(e.with_text(ddl), 422) from None
@@ -162,8 +174,14 @@ class EngineHost:
     def target(self, name: str) -> Target:
         with self.lock:
             s = self._source(name)
-            return Target(s.name, s.kind, tuple((a.name, a.type.kind) for a in s.attrs), s.timestamp == "system",
-                          self.settings.ts_field, self.settings.sign_field)
+            return Target(
+                s.name,
+                s.kind,
+                tuple((a.name, a.type.kind) for a in s.attrs),
+                s.timestamp == "system",
+                self.settings.ts_field,
+                self.settings.sign_field,
+            )
 
     def push(self, name: str, body: bytes, content_type: str | None) -> dict:
         """Parse (outside the lock), push whole or reject whole, run, publish."""
@@ -219,10 +237,20 @@ class EngineHost:
 
     def _query_out(self, h) -> dict:
         pub = self.fanout.pubs.get(h.id)
-        return {"id": h.id, "name": h.name, "cql": h.text, "kind": h.kind, "schema": _attrs(h.schema),
-                "explain": h.explain(), **h.completeness(), "active": h.active, "weight": h.weight,
-                "bounded_memory": h.bounded_memory, "bounded_memory_note": h.bounded_memory_note,
-                "subscribers": pub.live() if pub else 0}
+        return {
+            "id": h.id,
+            "name": h.name,
+            "cql": h.text,
+            "kind": h.kind,
+            "schema": _attrs(h.schema),
+            "explain": h.explain(),
+            **h.completeness(),
+            "active": h.active,
+            "weight": h.weight,
+            "bounded_memory": h.bounded_memory,
+            "bounded_memory_note": h.bounded_memory_note,
+            "subscribers": pub.live() if pub else 0,
+        }
 
     def register_query(self, cql: str, name: str | None = None) -> dict:
         with self.lock:
@@ -231,8 +259,11 @@ class EngineHost:
             try:
                 stmts = parse_script(cql)
                 if len(stmts) != 1 or isinstance(stmts[0], (ast.RegisterSource, ast.RegisterView)):
-                    raise ProblemError(422, "not_a_query", "expected exactly one CQL query (register streams at "
-                                       "/streams, views at /views)")
+                    raise ProblemError(
+                        422,
+                        "not_a_query",
+                        "expected exactly one CQL query (register streams at /streams, views at /views)",
+                    )
                 h = self.d.register_query(cql, name=name)
             except CqlError as e:
                 raise cql_problem(e.with_text(cql), 422) from None
@@ -310,8 +341,15 @@ class EngineHost:
                 raise ProblemError(409, "in_use", str(e), users=e.users) from None
 
     # ------------------------------------------------------------ subscriptions
-    def subscribe(self, qid: int, fmt: str, loop: asyncio.AbstractEventLoop, snapshot: bool = False,
-                  follow: bool = True, capacity: int | None = None) -> tuple[Subscriber | None, ResultChunk]:
+    def subscribe(
+        self,
+        qid: int,
+        fmt: str,
+        loop: asyncio.AbstractEventLoop,
+        snapshot: bool = False,
+        follow: bool = True,
+        capacity: int | None = None,
+    ) -> tuple[Subscriber | None, ResultChunk]:
         """(subscriber attached to the query's results, or None when not following; the snapshot
         chunk, empty unless asked for). Both are taken under the lock right after a publish, so the
         snapshot (the engine's, at the instant the results are final through) and the deltas that
@@ -319,8 +357,12 @@ class EngineHost:
         with self.lock:
             h = self._query(qid)
             if not h.active or h.pnode is None:
-                raise ProblemError(409, "query_inactive", f"query {qid} is inactive: activate it (PATCH "
-                                   f"/queries/{qid} with {{\"active\": true}}) to stream its results")
+                raise ProblemError(
+                    409,
+                    "query_inactive",
+                    f"query {qid} is inactive: activate it (PATCH "
+                    f'/queries/{qid} with {{"active": true}}) to stream its results',
+                )
             pub = self.fanout.pubs.get(qid) or self.fanout.add(h)
             self.fanout.publish()
             b = Batch.empty([a.type for a in h.schema])
@@ -328,8 +370,11 @@ class EngineHost:
                 try:
                     b = self.fanout.snapshot(pub)
                 except SnapshotUnavailable as e:
-                    raise ProblemError(409, "snapshot_unavailable", f"query {qid}: {e}; subscribe without "
-                                       "snapshot=true for its changes from now on") from None
+                    raise ProblemError(
+                        409,
+                        "snapshot_unavailable",
+                        f"query {qid}: {e}; subscribe without snapshot=true for its changes from now on",
+                    ) from None
             snap = ResultChunk(b, pub.through)
             s = None
             if follow:
@@ -347,27 +392,40 @@ class EngineHost:
         with self.lock:
             try:
                 attribution = self.d.attribution()
-            except Exception:  # noqa: BLE001 - metrics never fail the scrape
+            except Exception:
                 log.exception("attribution failed")
                 attribution = {}
             pubs = self.fanout.pubs
             return {
-                "accepted": dict(self.accepted), "rejected": dict(self.rejected),
-                "rejected_pushes": dict(self.rejected_pushes), "pushes": self.pushes,
-                "lag_disconnects": self.fanout.lag_disconnects, "cutoffs": self.fanout.cutoffs,
+                "accepted": dict(self.accepted),
+                "rejected": dict(self.rejected),
+                "rejected_pushes": dict(self.rejected_pushes),
+                "pushes": self.pushes,
+                "lag_disconnects": self.fanout.lag_disconnects,
+                "cutoffs": self.fanout.cutoffs,
                 "subscriptions_total": self.fanout.subscriptions_total,
                 "subscribers": {qid: p.live() for qid, p in pubs.items()},
                 "emitted": {qid: p.emitted for qid, p in pubs.items()},
                 "buffered": {qid: sum(s.count for s in p.subscribers.values()) for qid, p in pubs.items()},
-                "attribution": attribution, "run_seconds": self.run_seconds, "runs": self.runs,
+                "attribution": attribution,
+                "run_seconds": self.run_seconds,
+                "runs": self.runs,
                 "queries": len(self.d.queries),
-                "sources": {i.d.name: {"accepted": int(i.accepted), "late": int(getattr(i, "late", 0)),
-                                       "max_ts": i.max_ts} for i in self.d.inputs.values()},
-                "uptime": time.time() - self.started, "errors_5xx": self.errors_5xx,
+                "sources": {
+                    i.d.name: {"accepted": int(i.accepted), "late": int(getattr(i, "late", 0)), "max_ts": i.max_ts}
+                    for i in self.d.inputs.values()
+                },
+                "uptime": time.time() - self.started,
+                "errors_5xx": self.errors_5xx,
             }
 
     def health(self) -> dict:
         with self.lock:
-            return {"status": "ok", "streams": len(self.d.inputs), "queries": len(self.d.queries),
-                    "subscribers": self.fanout.live(), "uptime_seconds": round(time.time() - self.started, 3),
-                    "persistence": self.persistent}
+            return {
+                "status": "ok",
+                "streams": len(self.d.inputs),
+                "queries": len(self.d.queries),
+                "subscribers": self.fanout.live(),
+                "uptime_seconds": round(time.time() - self.started, 3),
+                "persistence": self.persistent,
+            }

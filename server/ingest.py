@@ -14,6 +14,7 @@ Row shapes:
   non-text columns; signs may be written `+`/`-`.
 - Arrow IPC stream: one column per field, cast safely to the declared types.
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,8 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from engine.batch import Batch
+from cqlstream.engine.batch import Batch
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -34,16 +34,28 @@ MEDIA_NDJSON = "application/x-ndjson"
 MEDIA_CSV = "text/csv"
 MEDIA_ARROW = "application/vnd.apache.arrow.stream"
 MEDIA_TYPES = (MEDIA_JSON, MEDIA_NDJSON, MEDIA_CSV, MEDIA_ARROW)
-_ALIASES = {"application/ndjson": MEDIA_NDJSON, "application/jsonl": MEDIA_NDJSON, "application/json-lines":
-            MEDIA_NDJSON, "application/jsonlines": MEDIA_NDJSON, "application/vnd.apache.arrow.file": MEDIA_ARROW,
-            "application/x-arrow": MEDIA_ARROW}
+_ALIASES = {
+    "application/ndjson": MEDIA_NDJSON,
+    "application/jsonl": MEDIA_NDJSON,
+    "application/json-lines": MEDIA_NDJSON,
+    "application/jsonlines": MEDIA_NDJSON,
+    "application/vnd.apache.arrow.file": MEDIA_ARROW,
+    "application/x-arrow": MEDIA_ARROW,
+}
 
 
 class IngestError(ValueError):
     """A rejected body: `status` 400 (malformed) or 422 (well-formed but wrong); `row` 0-based."""
 
-    def __init__(self, message: str, row: int | None = None, field: str | None = None, *, status: int = 422,
-                 code: str = "invalid_input"):
+    def __init__(
+        self,
+        message: str,
+        row: int | None = None,
+        field: str | None = None,
+        *,
+        status: int = 422,
+        code: str = "invalid_input",
+    ):
         super().__init__(message)
         self.row = row
         self.field = field
@@ -88,16 +100,20 @@ class Parsed:
         n = len(self)
         t = self.ts if ts is None else ts
         sign = self.sign if self.sign is not None else np.ones(n, np.int8)
-        return Batch(self.cols, self.nulls, np.asarray(t, np.int64), sign.astype(np.int8, copy=False),
-                     np.zeros(n, np.uint64))
+        return Batch(
+            self.cols, self.nulls, np.asarray(t, np.int64), sign.astype(np.int8, copy=False), np.zeros(n, np.uint64)
+        )
 
 
 def media_type(content_type: str | None) -> str:
     mt = (content_type or "").split(";")[0].strip().lower()
     mt = _ALIASES.get(mt, mt)
     if mt not in MEDIA_TYPES:
-        raise IngestError(f"unsupported Content-Type '{content_type or ''}'; use one of {', '.join(MEDIA_TYPES)}",
-                          status=415, code="unsupported_media_type")
+        raise IngestError(
+            f"unsupported Content-Type '{content_type or ''}'; use one of {', '.join(MEDIA_TYPES)}",
+            status=415,
+            code="unsupported_media_type",
+        )
     return mt
 
 
@@ -121,7 +137,8 @@ def _arrow_type(kind: str) -> pa.DataType:
     return _ARROW.get(kind, pa.string())
 
 
-def _arrow_schema(target: Target, sign_type=pa.int64()) -> pa.Schema:
+def _arrow_schema(target: Target, sign_type: pa.DataType | None = None) -> pa.Schema:
+    sign_type = pa.int64() if sign_type is None else sign_type
     fields = []
     if not target.system_ts:
         fields.append(pa.field(target.ts_field, pa.int64()))
@@ -196,8 +213,11 @@ def _signs(c, target: Target) -> np.ndarray:
     bad = np.flatnonzero(out == 0)
     if len(bad):
         i = int(bad[0])
-        raise IngestError(f"row {i}: field '{target.sign_field}' must be 1 or -1 (or '+' / '-'), got "
-                          f"{c[i].as_py()!r}", i, target.sign_field)
+        raise IngestError(
+            f"row {i}: field '{target.sign_field}' must be 1 or -1 (or '+' / '-'), got {c[i].as_py()!r}",
+            i,
+            target.sign_field,
+        )
     return out
 
 
@@ -211,9 +231,11 @@ def _parse_ndjson(body: bytes, target: Target) -> Parsed:
         return _empty(target)
     try:
         opts = pj.ParseOptions(explicit_schema=_arrow_schema(target), unexpected_field_behavior="error")
-        tbl = pj.read_json(io.BytesIO(body), read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(body) // 8,
-                                                                                                     16 << 20))),
-                           parse_options=opts)
+        tbl = pj.read_json(
+            io.BytesIO(body),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(body) // 8, 16 << 20))),
+            parse_options=opts,
+        )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowException):
         tbl = None
     if tbl is not None and not any(c.null_count for c in tbl.columns):
@@ -248,8 +270,9 @@ def _parse_json(body: bytes, target: Target) -> Parsed:
     if isinstance(data, dict) and "rows" in data and len(data) == 1:
         data = data["rows"]
     if not isinstance(data, list):
-        raise IngestError("the body must be a JSON array of rows (objects or arrays)", status=400,
-                          code="malformed_body")
+        raise IngestError(
+            "the body must be a JSON array of rows (objects or arrays)", status=400, code="malformed_body"
+        )
     return _from_rows(data, target)
 
 
@@ -268,8 +291,9 @@ def _check_value(v, kind: str, row: int, field: str):
     else:
         ok = isinstance(v, str)
     if not ok:
-        raise IngestError(f"row {row} field '{field}': {json.dumps(v)[:80]} is not a{_article(kind)} "
-                          f"{_kind_name(kind)}", row, field)
+        raise IngestError(
+            f"row {row} field '{field}': {json.dumps(v)[:80]} is not a{_article(kind)} {_kind_name(kind)}", row, field
+        )
     return v
 
 
@@ -278,8 +302,9 @@ def _article(kind: str) -> str:
 
 
 def _kind_name(kind: str) -> str:
-    return {"int": "integer", "timestamp": "integer timestamp", "float": "number", "bool": "boolean"}.get(kind,
-                                                                                                        "string")
+    return {"int": "integer", "timestamp": "integer timestamp", "float": "number", "bool": "boolean"}.get(
+        kind, "string"
+    )
 
 
 def _from_rows(rows: list, target: Target) -> Parsed:
@@ -296,8 +321,9 @@ def _from_rows(rows: list, target: Target) -> Parsed:
                 if f is None:
                     if not target.system_ts or str(key).lower() != target.ts_field.lower():
                         raise IngestError(f"row {i}: unknown field '{key}' (expected {', '.join(fields)})", i, key)
-                    raise IngestError(f"row {i}: '{target.name}' is system-timestamped: rows carry no "
-                                      f"'{target.ts_field}'", i, key)
+                    raise IngestError(
+                        f"row {i}: '{target.name}' is system-timestamped: rows carry no '{target.ts_field}'", i, key
+                    )
                 if f in seen:
                     raise IngestError(f"row {i}: field '{f}' is given twice", i, f)
                 seen.add(f)
@@ -327,8 +353,9 @@ def _from_rows(rows: list, target: Target) -> Parsed:
         for i, v in enumerate(values[f]):
             s = {1: 1, -1: -1, "+": 1, "-": -1, "+1": 1, "-1": -1, "1": 1}.get(v) if not isinstance(v, bool) else None
             if s is None:
-                raise IngestError(f"row {i}: field '{f}' must be 1 or -1 (or '+' / '-'), got {json.dumps(v)[:40]}",
-                                  i, f)
+                raise IngestError(
+                    f"row {i}: field '{f}' must be 1 or -1 (or '+' / '-'), got {json.dumps(v)[:40]}", i, f
+                )
             sign[i] = s
     cols, nulls = [], []
     for name, kind in target.columns:
@@ -346,8 +373,11 @@ def _column(vals: list, kind: str) -> tuple[np.ndarray, np.ndarray | None]:
     if kind in ("int", "timestamp", "float", "bool"):
         dtype = {"float": np.float64, "bool": np.bool_}.get(kind, np.int64)
         fill = {"float": 0.0, "bool": False}.get(kind, 0)
-        arr = np.array([fill if v is None else v for v in vals] if anynull else vals, dtype=dtype) if n else \
-            np.zeros(0, dtype)
+        arr = (
+            np.array([fill if v is None else v for v in vals] if anynull else vals, dtype=dtype)
+            if n
+            else np.zeros(0, dtype)
+        )
     else:
         arr = np.empty(n, dtype=object)
         arr[:] = ["" if v is None else v for v in vals] if anynull else vals
@@ -385,11 +415,18 @@ def _parse_csv(body: bytes, target: Target) -> Parsed:
     kinds = {target.ts_field: "int", target.sign_field: "sign", **{c: k for c, k in target.columns}}
     types = {h: (pa.string() if kinds[f] == "sign" else _arrow_type(kinds[f])) for h, f in zip(names, mapped)}
     try:
-        tbl = pcsv.read_csv(io.BytesIO(body), read_options=pcsv.ReadOptions(block_size=max(1 << 20, min(
-            len(body) // 8, 16 << 20))), convert_options=pcsv.ConvertOptions(
-            column_types=types, null_values=["", "null", "NULL"], strings_can_be_null=False,
-            quoted_strings_can_be_null=False, true_values=["true", "True", "TRUE", "1"],
-            false_values=["false", "False", "FALSE", "0"]))
+        tbl = pcsv.read_csv(
+            io.BytesIO(body),
+            read_options=pcsv.ReadOptions(block_size=max(1 << 20, min(len(body) // 8, 16 << 20))),
+            convert_options=pcsv.ConvertOptions(
+                column_types=types,
+                null_values=["", "null", "NULL"],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+                true_values=["true", "True", "TRUE", "1"],
+                false_values=["false", "False", "FALSE", "0"],
+            ),
+        )
     except (pa.ArrowInvalid, pa.ArrowException):
         tbl = None
     if tbl is not None and tbl.num_columns == len(names):
@@ -436,8 +473,9 @@ def _convert(s: str, kind: str, row: int, field: str):
                 raise ValueError
             return b
     except ValueError:
-        raise IngestError(f"row {row} field '{field}': {s[:80]!r} is not a{_article(kind)} {_kind_name(kind)}", row,
-                          field) from None
+        raise IngestError(
+            f"row {row} field '{field}': {s[:80]!r} is not a{_article(kind)} {_kind_name(kind)}", row, field
+        ) from None
     return s
 
 
@@ -462,8 +500,9 @@ def _parse_arrow(body: bytes, target: Target) -> Parsed:
         f = lower.get(col.lower())
         if f is None:
             if target.system_ts and col.lower() == target.ts_field.lower():
-                raise IngestError(f"'{target.name}' is system-timestamped: rows carry no '{target.ts_field}'", None,
-                                  col)
+                raise IngestError(
+                    f"'{target.name}' is system-timestamped: rows carry no '{target.ts_field}'", None, col
+                )
             raise IngestError(f"unknown field '{col}' (expected {', '.join(fields)})", None, col)
         if f in names:
             raise IngestError(f"field '{f}' is given twice", None, f)
@@ -483,15 +522,20 @@ def _parse_arrow(body: bytes, target: Target) -> Parsed:
             if pa.types.is_dictionary(arr.type):
                 arr = pc.cast(arr, arr.type.value_type)
             textual = pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
-            if pa.types.is_boolean(arr.type) and kinds[f] != "bool" or (want == pa.string() and not textual) or (
-                    textual and want != pa.string()):
-                raise IngestError(f"field '{f}': Arrow type {arr.type} is not a{_article(kinds[f])} "
-                                  f"{_kind_name(kinds[f])}", None, f)
+            if (
+                (pa.types.is_boolean(arr.type) and kinds[f] != "bool")
+                or (want == pa.string() and not textual)
+                or (textual and want != pa.string())
+            ):
+                raise IngestError(
+                    f"field '{f}': Arrow type {arr.type} is not a{_article(kinds[f])} {_kind_name(kinds[f])}", None, f
+                )
             try:
                 arr = pc.cast(arr, want, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowException) as e:
-                raise IngestError(f"field '{f}': cannot convert {tbl.column(col).type} to {_kind_name(kinds[f])}: "
-                                  f"{e}", None, f) from None
+                raise IngestError(
+                    f"field '{f}': cannot convert {tbl.column(col).type} to {_kind_name(kinds[f])}: {e}", None, f
+                ) from None
         cols[f] = arr
     t2 = pa.table({f: cols[f] for f in fields})
     return _from_table(t2, target, {f: f for f in fields})

@@ -1,4 +1,5 @@
 """`GET /metrics`: Prometheus text exposition (format 0.0.4) of the host's counters and gauges."""
+
 from __future__ import annotations
 
 import math
@@ -42,37 +43,87 @@ class _Out:
 def render(m: dict, http: dict) -> str:
     o = _Out()
     o.metric("cqlstream_uptime_seconds", "gauge", "Seconds since the server started.", m["uptime"])
-    o.metric("cqlstream_tuples_accepted_total", "counter", "Tuples accepted, per stream or relation.",
-             [({"source": k}, v) for k, v in sorted(m["accepted"].items())])
-    o.metric("cqlstream_tuples_rejected_total", "counter", "Tuples in pushes the engine rejected, per source.",
-             [({"source": k}, v) for k, v in sorted(m["rejected"].items())])
-    o.metric("cqlstream_pushes_rejected_total", "counter", "Rejected pushes, per problem code.",
-             [({"code": k}, v) for k, v in sorted(m["rejected_pushes"].items())])
+    o.metric(
+        "cqlstream_tuples_accepted_total",
+        "counter",
+        "Tuples accepted, per stream or relation.",
+        [({"source": k}, v) for k, v in sorted(m["accepted"].items())],
+    )
+    o.metric(
+        "cqlstream_tuples_rejected_total",
+        "counter",
+        "Tuples in pushes the engine rejected, per source.",
+        [({"source": k}, v) for k, v in sorted(m["rejected"].items())],
+    )
+    o.metric(
+        "cqlstream_pushes_rejected_total",
+        "counter",
+        "Rejected pushes, per problem code.",
+        [({"code": k}, v) for k, v in sorted(m["rejected_pushes"].items())],
+    )
     o.metric("cqlstream_pushes_total", "counter", "Accepted pushes.", m["pushes"])
-    o.metric("cqlstream_source_late_total", "counter", "Tuples dropped for arriving later than the slack.",
-             [({"source": k}, v["late"]) for k, v in sorted(m["sources"].items())])
-    o.metric("cqlstream_source_time", "gauge", "Largest timestamp or heartbeat seen per source.",
-             [({"source": k}, v["max_ts"]) for k, v in sorted(m["sources"].items()) if v["max_ts"] is not None])
+    o.metric(
+        "cqlstream_source_late_total",
+        "counter",
+        "Tuples dropped for arriving later than the slack.",
+        [({"source": k}, v["late"]) for k, v in sorted(m["sources"].items())],
+    )
+    o.metric(
+        "cqlstream_source_time",
+        "gauge",
+        "Largest timestamp or heartbeat seen per source.",
+        [({"source": k}, v["max_ts"]) for k, v in sorted(m["sources"].items()) if v["max_ts"] is not None],
+    )
     o.metric("cqlstream_queries", "gauge", "Registered queries.", m["queries"])
-    o.metric("cqlstream_subscribers", "gauge", "Connected result subscribers, per query.",
-             [({"query": q}, v) for q, v in sorted(m["subscribers"].items())])
-    o.metric("cqlstream_subscriber_buffered_elements", "gauge", "Result elements buffered for subscribers.",
-             [({"query": q}, v) for q, v in sorted(m["buffered"].items())])
+    o.metric(
+        "cqlstream_subscribers",
+        "gauge",
+        "Connected result subscribers, per query.",
+        [({"query": q}, v) for q, v in sorted(m["subscribers"].items())],
+    )
+    o.metric(
+        "cqlstream_subscriber_buffered_elements",
+        "gauge",
+        "Result elements buffered for subscribers.",
+        [({"query": q}, v) for q, v in sorted(m["buffered"].items())],
+    )
     o.metric("cqlstream_subscriptions_total", "counter", "Result subscriptions opened.", m["subscriptions_total"])
-    o.metric("cqlstream_subscriber_lag_disconnects_total", "counter",
-             "Subscribers disconnected because their buffer overflowed (too slow).", m["lag_disconnects"])
-    o.metric("cqlstream_subscriber_cutoffs_total", "counter",
-             "Lagged subscribers whose connection was cut because they did not read the lagged message in time.",
-             m["cutoffs"])
-    o.metric("cqlstream_results_total", "counter", "Result elements produced, per query.",
-             [({"query": q}, v) for q, v in sorted(m["emitted"].items())])
-    o.metric("cqlstream_query_memory_bytes", "gauge", "Memory attributed to each query (shared state split).",
-             [({"query": q}, a.get("memory_bytes")) for q, a in sorted(m["attribution"].items())])
-    o.metric("cqlstream_query_cpu_seconds_total", "counter", "CPU time attributed to each query.",
-             [({"query": q}, a.get("cpu_seconds")) for q, a in sorted(m["attribution"].items())])
-    o.metric("cqlstream_engine_run_seconds_total", "counter", "Wall time spent running the engine.",
-             m["run_seconds"])
+    o.metric(
+        "cqlstream_subscriber_lag_disconnects_total",
+        "counter",
+        "Subscribers disconnected because their buffer overflowed (too slow).",
+        m["lag_disconnects"],
+    )
+    o.metric(
+        "cqlstream_subscriber_cutoffs_total",
+        "counter",
+        "Lagged subscribers whose connection was cut because they did not read the lagged message in time.",
+        m["cutoffs"],
+    )
+    o.metric(
+        "cqlstream_results_total",
+        "counter",
+        "Result elements produced, per query.",
+        [({"query": q}, v) for q, v in sorted(m["emitted"].items())],
+    )
+    o.metric(
+        "cqlstream_query_memory_bytes",
+        "gauge",
+        "Memory attributed to each query (shared state split).",
+        [({"query": q}, a.get("memory_bytes")) for q, a in sorted(m["attribution"].items())],
+    )
+    o.metric(
+        "cqlstream_query_cpu_seconds_total",
+        "counter",
+        "CPU time attributed to each query.",
+        [({"query": q}, a.get("cpu_seconds")) for q, a in sorted(m["attribution"].items())],
+    )
+    o.metric("cqlstream_engine_run_seconds_total", "counter", "Wall time spent running the engine.", m["run_seconds"])
     o.metric("cqlstream_engine_runs_total", "counter", "Engine runs.", m["runs"])
-    o.metric("cqlstream_http_requests_total", "counter", "HTTP requests, per status class.",
-             [({"status": k}, v) for k, v in sorted(http.items())])
+    o.metric(
+        "cqlstream_http_requests_total",
+        "counter",
+        "HTTP requests, per status class.",
+        [({"status": k}, v) for k, v in sorted(http.items())],
+    )
     return o.text()

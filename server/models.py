@@ -1,4 +1,5 @@
 """Request and reply bodies of the HTTP API (pydantic models; they are the OpenAPI contract)."""
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -11,17 +12,23 @@ TYPE_PATTERN = r"^[A-Za-z]+( *\( *[0-9]+ *\))?$"
 
 class Attr(BaseModel):
     name: str = Field(pattern=NAME_PATTERN, max_length=128, examples=["price"])
-    type: str = Field(pattern=TYPE_PATTERN, max_length=32, examples=["integer", "float", "char(8)"],
-                      description="integer, float, byte, char(n), varchar(n), string, boolean, timestamp")
+    type: str = Field(
+        pattern=TYPE_PATTERN,
+        max_length=32,
+        examples=["integer", "float", "char(8)"],
+        description="integer, float, byte, char(n), varchar(n), string, boolean, timestamp",
+    )
 
 
 class SourceOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     unit: Literal["millisecond", "second", "minute", "hour", "day"] | None = Field(
-        None, description="time unit of the timestamps (default second)")
+        None, description="time unit of the timestamps (default second)"
+    )
     slack: int | None = Field(None, ge=0, le=1 << 40, description="streams: out-of-order slack in time units")
     timestamp: Literal["application", "system"] | None = Field(
-        None, description="streams: 'system' = the server stamps arrivals with its clock")
+        None, description="streams: 'system' = the server stamps arrivals with its clock"
+    )
 
 
 class SourceIn(BaseModel):
@@ -90,16 +97,25 @@ class QueryOut(BaseModel):
     kind: Literal["stream", "relation"]
     schema_: list[AttrOut] = Field(alias="schema", serialization_alias="schema")
     explain: str
-    complete_from: int | None = Field(None, description="instant from which the results are exact (null: from "
-                                      "the start, or never when `complete` is false); a query registered while "
-                                      "data flows starts from the shared plan's current state")
-    complete: bool = Field(True, description="false when the query started late over a window needing history "
-                           "it cannot have: its results reflect only the data since registration")
+    complete_from: int | None = Field(
+        None,
+        description="instant from which the results are exact (null: from "
+        "the start, or never when `complete` is false); a query registered while "
+        "data flows starts from the shared plan's current state",
+    )
+    complete: bool = Field(
+        True,
+        description="false when the query started late over a window needing history "
+        "it cannot have: its results reflect only the data since registration",
+    )
     active: bool = True
     weight: float = 1.0
-    bounded_memory: bool | None = Field(None, description="bounded-memory verdict of the plan this engine runs: "
-                                       "true = bounded whatever the input, null = bounded if the arrival rate is "
-                                       "(time-based windows), false = state grows with the input")
+    bounded_memory: bool | None = Field(
+        None,
+        description="bounded-memory verdict of the plan this engine runs: "
+        "true = bounded whatever the input, null = bounded if the arrival rate is "
+        "(time-based windows), false = state grows with the input",
+    )
     bounded_memory_note: str = Field("", description="why, naming the operators that hold the most state")
     subscribers: int = 0
 

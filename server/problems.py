@@ -1,5 +1,6 @@
 """RFC 7807 problem details: every error reply is `application/problem+json` with a machine-readable
 `code`; CQL errors add line/column/excerpt (caret text), input errors add row/field."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,9 +9,19 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import JSONResponse
 
 PROBLEM_TYPE = "https://cqlstream.dev/problems/"
-_TITLES = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-           406: "Not Acceptable", 409: "Conflict", 413: "Payload Too Large", 415: "Unsupported Media Type",
-           422: "Unprocessable Content", 500: "Internal Server Error", 503: "Service Unavailable"}
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    406: "Not Acceptable",
+    409: "Conflict",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class Problem(BaseModel):
@@ -42,12 +53,19 @@ class ProblemError(Exception):
         self.extra = {k: v for k, v in extra.items() if v is not None}
 
     def to_dict(self) -> dict:
-        return {"type": PROBLEM_TYPE + self.code, "title": _TITLES.get(self.status, "Error"), "status": self.status,
-                "detail": self.detail, "code": self.code, **self.extra}
+        return {
+            "type": PROBLEM_TYPE + self.code,
+            "title": _TITLES.get(self.status, "Error"),
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+            **self.extra,
+        }
 
     def response(self, headers: dict | None = None) -> JSONResponse:
-        return JSONResponse(self.to_dict(), status_code=self.status, media_type="application/problem+json",
-                            headers=headers)
+        return JSONResponse(
+            self.to_dict(), status_code=self.status, media_type="application/problem+json", headers=headers
+        )
 
 
 def cql_problem(e, status: int = 400) -> ProblemError:
@@ -55,17 +73,30 @@ def cql_problem(e, status: int = 400) -> ProblemError:
     d = e.to_dict()
     if d.get("code") == "duplicate_name":
         status = 409
-    return ProblemError(status, d.get("code") or "cql_error", str(e.reason), line=d.get("line"),
-                        column=d.get("column"), excerpt=d.get("excerpt") or None)
+    return ProblemError(
+        status,
+        d.get("code") or "cql_error",
+        str(e.reason),
+        line=d.get("line"),
+        column=d.get("column"),
+        excerpt=d.get("excerpt") or None,
+    )
 
 
 def input_problem(e, status: int = 422) -> ProblemError:
     """An `engine.inputs.InputError` (or our own parse error) as a problem naming row and field."""
-    return ProblemError(status, getattr(e, "code", None) or "invalid_input", str(e), row=getattr(e, "row", None),
-                        field=getattr(e, "field", None))
+    return ProblemError(
+        status,
+        getattr(e, "code", None) or "invalid_input",
+        str(e),
+        row=getattr(e, "row", None),
+        field=getattr(e, "field", None),
+    )
 
 
 def responses(*statuses: int) -> dict:
     """OpenAPI `responses=` entry documenting problem replies."""
-    return {s: {"model": Problem, "description": _TITLES.get(s, "Error"),
-                "content": {"application/problem+json": {}}} for s in statuses}
+    return {
+        s: {"model": Problem, "description": _TITLES.get(s, "Error"), "content": {"application/problem+json": {}}}
+        for s in statuses
+    }

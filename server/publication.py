@@ -1,4 +1,5 @@
 """Result fan-out: one engine subscription per query shared by its HTTP subscribers, and snapshots lined up with it."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,8 +9,8 @@ import threading
 import time
 from collections import deque
 
-from engine.batch import Batch
-from server import encoders
+from cqlstream.engine.batch import Batch
+from cqlstream.server import encoders
 
 log = logging.getLogger("cqlstream.server")
 
@@ -17,7 +18,7 @@ log = logging.getLogger("cqlstream.server")
 class ResultChunk:
     """Results of one query made final by one engine run, encoded lazily once per format."""
 
-    __slots__ = ("batch", "through", "_enc", "_lock")
+    __slots__ = ("_enc", "_lock", "batch", "through")
 
     def __init__(self, batch: Batch, through: int | None):
         self.batch = batch
@@ -44,8 +45,9 @@ class Subscriber:
 
     _ids = itertools.count(1)
 
-    def __init__(self, fanout: "Fanout", query_id: int, fmt: str, loop: asyncio.AbstractEventLoop, capacity: int,
-                 lag_grace: float):
+    def __init__(
+        self, fanout: Fanout, query_id: int, fmt: str, loop: asyncio.AbstractEventLoop, capacity: int, lag_grace: float
+    ):
         self.id = next(self._ids)
         self.fanout = fanout
         self.query_id = query_id
@@ -214,8 +216,12 @@ class Fanout:
         if pub.subscribers.pop(s.id, None) is not None:
             s.detached = True
             self.lag_disconnects += 1
-            log.info("subscriber %d of query %d lagged (buffer of %d elements) and is disconnected", s.id,
-                     pub.handle.id, s.capacity)
+            log.info(
+                "subscriber %d of query %d lagged (buffer of %d elements) and is disconnected",
+                s.id,
+                pub.handle.id,
+                s.capacity,
+            )
 
     def attach(self, pub: Publication, fmt: str, loop: asyncio.AbstractEventLoop, capacity: int) -> Subscriber:
         s = Subscriber(self, pub.handle.id, fmt, loop, capacity, self.lag_grace)
@@ -227,17 +233,20 @@ class Fanout:
         deltas are published (call right after `publish`). Raises SnapshotUnavailable."""
         h = pub.handle
         pn = h.pnode
-        if pub.through is None and (not pn.flowed or pn.op is not None and pn.op.done_through is None):
+        if pub.through is None and (not pn.flowed or (pn.op is not None and pn.op.done_through is None)):
             # nothing final yet and nothing produced: the relation is empty, every delta is to come
             return Batch.empty([a.type for a in h.schema])
         snap = self.d.plan.snapshot(pn)
         if snap is None:
-            raise SnapshotUnavailable("the engine keeps no snapshot of this query's result relation (plan shape: "
-                                      f"{_producer(pn)})")
+            raise SnapshotUnavailable(
+                f"the engine keeps no snapshot of this query's result relation (plan shape: {_producer(pn)})"
+            )
         b, at = snap
         if at != pub.through:
-            raise SnapshotUnavailable(f"the engine's snapshot of this query's result is at instant {at}, but its "
-                                      f"results are final through {pub.through} (plan shape: {_producer(pn)})")
+            raise SnapshotUnavailable(
+                f"the engine's snapshot of this query's result is at instant {at}, but its "
+                f"results are final through {pub.through} (plan shape: {_producer(pn)})"
+            )
         return b
 
     def end_all(self, reason: str) -> None:
@@ -253,6 +262,6 @@ def _producer(pn) -> str:
     """The operator producing a query's result, as in `GET /plan` (e.g. `op:5 select FILTER (N > 1)`)."""
     if pn.op is None:
         return f"source relation {pn.queue.name or ''}".strip()
-    from cql.logical.explain import node_label
+    from cqlstream.cql.logical.explain import node_label
 
     return f"{pn.op.eid} {pn.op.kind} {node_label(pn.op.node)}"

@@ -6,15 +6,15 @@ once), sends keep-alives on idle SSE/JSON/XML streams, and cuts off a lagged sub
 client does not even read the final `lagged` message within the grace period (the connection is
 then closed without a proper end).
 """
+
 from __future__ import annotations
 
 import anyio
 import numpy as np
 from anyio import to_thread
+from cqlstream.server import encoders
+from cqlstream.server.publication import ResultChunk, Subscriber
 from starlette.responses import Response
-
-from server import encoders
-from server.publication import ResultChunk, Subscriber
 
 
 class _Abandon(Exception):
@@ -22,9 +22,20 @@ class _Abandon(Exception):
 
 
 class ResultsResponse(Response):
-    def __init__(self, sub: Subscriber | None, fmt: str, head: bytes, *, follow: bool = True, limit: int | None = None,
-                 until: int | None = None, keepalive: float = 15.0, snapshot_chunk: ResultChunk | None = None,
-                 on_done=None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        sub: Subscriber | None,
+        fmt: str,
+        head: bytes,
+        *,
+        follow: bool = True,
+        limit: int | None = None,
+        until: int | None = None,
+        keepalive: float = 15.0,
+        snapshot_chunk: ResultChunk | None = None,
+        on_done=None,
+        headers: dict[str, str] | None = None,
+    ):
         self.sub = sub
         self.fmt = fmt
         self.head = head
@@ -41,11 +52,24 @@ class ResultsResponse(Response):
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
     async def __call__(self, scope, receive, send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", encoders.MEDIA[self.fmt].encode() + (b"; charset=utf-8" if self.fmt != "json" else b"")),
-            (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"), *self.raw_headers]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (
+                        b"content-type",
+                        encoders.MEDIA[self.fmt].encode() + (b"; charset=utf-8" if self.fmt != "json" else b""),
+                    ),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                    *self.raw_headers,
+                ],
+            }
+        )
         try:
             async with anyio.create_task_group() as tg:
+
                 async def watch_disconnect():
                     while True:
                         msg = await receive()
@@ -124,9 +148,17 @@ class ResultsResponse(Response):
                     break
                 continue
             if sub.lagged:
-                await self._send(send, encoders.control(self.fmt, "lagged", {
-                    "detail": f"this subscriber fell more than {sub.capacity} result elements behind and is "
-                              f"disconnected; reconnect (with snapshot=true for relations) to resume"}))
+                await self._send(
+                    send,
+                    encoders.control(
+                        self.fmt,
+                        "lagged",
+                        {
+                            "detail": f"this subscriber fell more than {sub.capacity} result elements behind and is "
+                            f"disconnected; reconnect (with snapshot=true for relations) to resume"
+                        },
+                    ),
+                )
                 break
             if sub.ended:
                 await self._send(send, encoders.control(self.fmt, "end", {"detail": sub.ended}))

@@ -1,5 +1,6 @@
 """Running the app under uvicorn: a `uvicorn.Server` that ends every result stream (with an `end`
 message) as soon as shutdown begins, so open subscriptions do not hold the shutdown back."""
+
 from __future__ import annotations
 
 import uvicorn

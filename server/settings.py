@@ -1,4 +1,5 @@
 """Server settings: one frozen dataclass, filled from the CLI (`cqlstream serve`) or by tests."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Make the source checkout importable when pytest runs without an installed package."""
+
 import sys
 from pathlib import Path
 

@@ -4,14 +4,16 @@ Inputs use the reference's shape: stream events `(ts, tuple)`, relation events `
 a `None` tuple is a heartbeat. The engine is fed in chunks of `chunk` events per source (round
 robin across sources in global ts order), running the scheduler after each chunk.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
-from cql.analyzer import AnalyzeOptions
-from cql.catalog import Catalog
-from cql.frontend import compile_query
-from engine.dsms import Dsms
+from cqlstream.cql.analyzer import AnalyzeOptions
+from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.frontend import compile_query
+from cqlstream.engine.dsms import Dsms
+
 from tests.reference import evaluate
 from tests.reference.io import canonical
 
@@ -50,14 +52,22 @@ def _start(ddl: str, query: str, compat: bool, functions_setup=None, **dsms_opti
     return d, h, d.subscribe(h.id)
 
 
-def run_engine(ddl: str, query: str, inputs: dict[str, list], *, chunk: int | None = None, compat=False,
-               functions_setup=None, **dsms_options):
+def run_engine(
+    ddl: str,
+    query: str,
+    inputs: dict[str, list],
+    *,
+    chunk: int | None = None,
+    compat=False,
+    functions_setup=None,
+    **dsms_options,
+):
     d, h, sub = _start(ddl, query, compat, functions_setup, **dsms_options)
     events = _merge_events(inputs)
     step = chunk or max(len(events), 1)
     parts = []
     for i in range(0, len(events), step):
-        group = events[i:i + step]
+        group = events[i : i + step]
         # consecutive events of one source go in one push
         j = 0
         while j < len(group):
@@ -83,8 +93,7 @@ def run_engine(ddl: str, query: str, inputs: dict[str, list], *, chunk: int | No
     for p in parts:
         for t, c in net_by_instant(p).items():
             result.setdefault(t, Counter()).update(c)
-    return {t: Counter({k: v for k, v in c.items() if v}) for t, c in result.items()
-            if any(v for v in c.values())}, h
+    return {t: Counter({k: v for k, v in c.items() if v}) for t, c in result.items() if any(v for v in c.values())}, h
 
 
 def run_reference(ddl: str, query: str, inputs, *, compat=False, functions_setup=None):
@@ -104,21 +113,35 @@ def round_floats(result: dict[int, Counter], digits: int = 9, zero_below: float 
     return canonical(result, digits, zero_below)
 
 
-def assert_same(ddl: str, query: str, inputs, *, chunks=(1, 7, None), compat=False, functions_setup=None,
-                float_digits: int | None = None, reference_functions_setup=None, **dsms_options):
+def assert_same(
+    ddl: str,
+    query: str,
+    inputs,
+    *,
+    chunks=(1, 7, None),
+    compat=False,
+    functions_setup=None,
+    float_digits: int | None = None,
+    reference_functions_setup=None,
+    **dsms_options,
+):
     """Engine result equals the reference for every chunking (floats compared to `float_digits`
     significant digits when given)."""
-    expected = run_reference(ddl, query, inputs, compat=compat,
-                             functions_setup=reference_functions_setup or functions_setup)
+    expected = run_reference(
+        ddl, query, inputs, compat=compat, functions_setup=reference_functions_setup or functions_setup
+    )
     if float_digits is not None:
         expected = round_floats(expected, float_digits)
     for chunk in chunks:
-        got, h = run_engine(ddl, query, inputs, chunk=chunk, compat=compat, functions_setup=functions_setup,
-                            **dsms_options)
+        got, h = run_engine(
+            ddl, query, inputs, chunk=chunk, compat=compat, functions_setup=functions_setup, **dsms_options
+        )
         if float_digits is not None:
             got = round_floats(got, float_digits)
-        assert got == expected, (f"chunk={chunk}\n{h.explain()}\nengine:    {dict(sorted(got.items()))}\n"
-                                 f"reference: {dict(sorted(expected.items()))}")
+        assert got == expected, (
+            f"chunk={chunk}\n{h.explain()}\nengine:    {dict(sorted(got.items()))}\n"
+            f"reference: {dict(sorted(expected.items()))}"
+        )
 
 
 def engine_raw(ddl: str, query: str, inputs, chunk, compat: bool = False):
@@ -136,7 +159,7 @@ def feed(d, events, step: int | None = None, after=None):
     run; `after(i)` is called after chunk i (to poll, or to register queries mid-flow)."""
     step = step or max(len(events), 1)
     for n, i in enumerate(range(0, len(events), step)):
-        for name, ev in events[i:i + step]:
+        for name, ev in events[i : i + step]:
             if ev[-1] is None:
                 d.heartbeat(name, ev[0])
             elif len(ev) == 3:

@@ -1,10 +1,12 @@
 """Helpers for plan-manager tests: feed one Dsms many queries, collect results per query, and
 compare relation states / stream outputs from an instant on."""
+
 from __future__ import annotations
 
 from collections import Counter
 
-from engine.dsms import Dsms
+from cqlstream.engine.dsms import Dsms
+
 from tests.engine_harness import _merge_events, feed, net_by_instant, run_reference
 
 

@@ -1,4 +1,5 @@
 """Hypothesis strategies shared by the engine tests."""
+
 from __future__ import annotations
 
 from hypothesis import strategies as st

@@ -1,11 +1,13 @@
 """The benchmarks run end to end at a tiny size (figures are printed, never asserted), and the
 whole-process suite's results are checked against the reference evaluator at a tinier one."""
+
 from __future__ import annotations
 
 import json
 
+from cqlstream.engine.stream_script import parse_script, run_script
+
 from bench import operators, stream_queries
-from engine.stream_script import parse_script, run_script
 from tests.test_stream_script import _reference_lines, net_lines
 
 

@@ -1,9 +1,9 @@
 """Bounded-memory verdicts (engine/boundedness.py), one case per line: query → verdict."""
+
 from __future__ import annotations
 
 import pytest
-
-from engine.dsms import Dsms
+from cqlstream.engine.dsms import Dsms
 
 DDL = "register stream S (A int, B int); register stream T (A int, B int); register relation R (A int, B int)"
 

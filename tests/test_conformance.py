@@ -16,6 +16,7 @@ Every expected file is checked against both implementations:
 The engine also runs every case fed 1 and 3 source rows per scheduling round (results must not
 depend on batching).
 """
+
 from __future__ import annotations
 
 import re
@@ -23,13 +24,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from cqlstream.cql import ast
+from cqlstream.cql.analyzer import AnalyzeOptions
+from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.frontend import compile_query
+from cqlstream.cql.parser import parse_query, parse_statement
+from cqlstream.engine.stream_script import parse_script, read_source, run_script
 
-from cql import ast
-from cql.analyzer import AnalyzeOptions
-from cql.catalog import Catalog
-from cql.frontend import compile_query
-from cql.parser import parse_query, parse_statement
-from engine.stream_script import parse_script, read_source, run_script
 from tests.reference import evaluate, format_result
 
 CORPUS = Path(__file__).parent / "conformance"
@@ -85,8 +86,6 @@ def test_corpus_size():
     assert len(CASES) >= 65, f"the conformance corpus has {len(CASES)} cases"
 
 
-
-
 def _reference_catalog(script) -> Catalog:
     """The script's tables and views registered as the script runner registers them."""
     cat = Catalog()
@@ -129,8 +128,12 @@ def test_reference(case: Path):
         for label, plan in (("analyzed", compiled.analyzed.plan), ("optimized", compiled.plan)):
             got = format_result(evaluate(plan, inputs, compat=compat, functions=cat.functions))
             if got != want[name]:
-                failures.append(f"--- {name} ({label} plan) {q.cql}\nexpected:\n  " + "\n  ".join(want[name])
-                                + "\nreference:\n  " + "\n  ".join(got))
+                failures.append(
+                    f"--- {name} ({label} plan) {q.cql}\nexpected:\n  "
+                    + "\n  ".join(want[name])
+                    + "\nreference:\n  "
+                    + "\n  ".join(got)
+                )
     assert not failures, f"{case.name} (compat={compat})\n" + "\n".join(failures)
 
 

@@ -3,19 +3,19 @@
 tests/corpus/papers.cql holds the DDL, then one block per query headed by a comment naming its
 source line; a `-- expect-error: CODE` line marks a printed query that SQL rules reject.
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 import pytest
-
-from cql import ast
-from cql.catalog import Catalog
-from cql.errors import CqlError
-from cql.frontend import compile_query
-from cql.parser import parse_statement
-from cql.types import BOOL
+from cqlstream.cql import ast
+from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.frontend import compile_query
+from cqlstream.cql.parser import parse_statement
+from cqlstream.cql.types import BOOL
 
 CORPUS = Path(__file__).parent / "corpus" / "papers.cql"
 

@@ -1,5 +1,6 @@
 """README's first command, `make demo` = `cqlstream serve --demo`: the server comes up on
 127.0.0.1, the demo shop registers itself through the API and its queries produce results."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,12 @@ def _free_port() -> int:
 
 def test_serve_demo_registers_the_shop_and_streams_results():
     port = _free_port()
-    proc = subprocess.Popen([CQLSTREAM, "serve", "--demo", "--port", str(port), "--log-level", "warning"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [CQLSTREAM, "serve", "--demo", "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
     try:
@@ -44,8 +49,11 @@ def test_serve_demo_registers_the_shop_and_streams_results():
         url = f"http://127.0.0.1:{port}"
         text = subprocess.run([CQLSTREAM, "plan", "--url", url], capture_output=True, text=True, timeout=30)
         assert text.returncode == 0 and text.stdout.startswith("Global plan: 4 queries"), text.stderr
-        graph = json.loads(subprocess.run([CQLSTREAM, "plan", "--url", url, "--json"], capture_output=True,
-                                          text=True, timeout=30).stdout)
+        graph = json.loads(
+            subprocess.run(
+                [CQLSTREAM, "plan", "--url", url, "--json"], capture_output=True, text=True, timeout=30
+            ).stdout
+        )
         ids = {n["id"] for n in graph["nodes"]}
         assert {"src:Orders", "query:1"} <= ids and all(e["to"] in ids for e in graph["edges"])
     finally:

@@ -3,6 +3,7 @@
 Every operator and window kind appears in the generator; each example is run on the engine fed
 1, 7 and all events per push, and must equal the reference evaluator instant by instant.
 """
+
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
@@ -10,11 +11,21 @@ from hypothesis import strategies as st
 
 from tests.engine_harness import assert_same
 
-DDL = ("register stream S (a int, b int); register stream T (a int, b int); "
-       "register relation R (a int, b int);")
+DDL = "register stream S (a int, b int); register stream T (a int, b int); register relation R (a int, b int);"
 
-WINDOWS = ["", "[Range 2]", "[Now]", "[Range Unbounded]", "[Rows 2]", "[Rows 3 Slide 2]", "[Range 3 Slide 2]",
-           "[Partition By {x}.b Rows 2]", "[Rows Unbounded]", "[Range 1 Where {x}.a > 0]", "[Rows 2 Where {x}.b <> 1]"]
+WINDOWS = [
+    "",
+    "[Range 2]",
+    "[Now]",
+    "[Range Unbounded]",
+    "[Rows 2]",
+    "[Rows 3 Slide 2]",
+    "[Range 3 Slide 2]",
+    "[Partition By {x}.b Rows 2]",
+    "[Rows Unbounded]",
+    "[Range 1 Where {x}.a > 0]",
+    "[Rows 2 Where {x}.b <> 1]",
+]
 
 small = st.one_of(st.integers(0, 3), st.just(None))
 
@@ -72,8 +83,11 @@ def single_source(draw):
     if shape == "expr":
         return f"select x.a + x.b * 2, x.a / 2, case when x.b > 1 then x.a else -1 end from {item}"
     if shape == "agg":
-        agg = draw(st.sampled_from(["count(*)", "sum(x.a)", "min(x.a)", "max(x.a)", "count(distinct x.a)",
-                                    "avg(x.a)", "count(x.a)"]))
+        agg = draw(
+            st.sampled_from(
+                ["count(*)", "sum(x.a)", "min(x.a)", "max(x.a)", "count(distinct x.a)", "avg(x.a)", "count(x.a)"]
+            )
+        )
         having = draw(st.sampled_from(["", " having count(*) > 1"]))
         return f"select x.b, {agg} from {item} group by x.b{having}"
     if shape == "scalar_agg":
@@ -124,8 +138,11 @@ def test_engine_equals_reference_stream_compat(q, s):
 
 @st.composite
 def three_way(draw):
-    items = [draw(stream_item("S", "x")), draw(stream_item("T", "y")),
-             draw(st.sampled_from(["R as z", "S [Rows 2] as z"]))]
+    items = [
+        draw(stream_item("S", "x")),
+        draw(stream_item("T", "y")),
+        draw(st.sampled_from(["R as z", "S [Rows 2] as z"])),
+    ]
     pred = draw(st.sampled_from(["x.a = y.a and y.b = z.b", "x.a = z.a and x.b < y.b", "x.a = y.a and y.a = z.a"]))
     return f"select x.a, y.b, z.a from {', '.join(items)} where {pred}"
 
@@ -137,8 +154,8 @@ def test_three_way_joins_as_mjoin_or_binary_tree(q, s, t, r, binary):
 
 
 def test_binary_join_tree_builds_one_join_per_extra_input():
-    from engine.dsms import Dsms
-    from engine.operators.join import JoinOp
+    from cqlstream.engine.dsms import Dsms
+    from cqlstream.engine.operators.join import JoinOp
 
     for binary, joins in ((False, 1), (True, 2)):
         d = Dsms(binary_joins=binary)

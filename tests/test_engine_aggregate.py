@@ -4,25 +4,38 @@ hand-written edge cases (scalar aggregates over empty windows, compat mode, min/
 extreme leaves, DISTINCT, float exactness), user-defined aggregates, id invariants of the output
 deltas, and unit tests of the vectorized helpers against brute force.
 """
+
 from __future__ import annotations
 
 import math
 from collections import Counter
 
 import numpy as np
+from cqlstream.cql.types import FLOAT, INT
+from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.operators.aggregate import AggregateOp, _cover, _IntInterner, _Multiset, _stable_order
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cql.types import FLOAT, INT
-from engine.dsms import Dsms
-from engine.operators.aggregate import AggregateOp, _cover, _IntInterner, _Multiset, _stable_order
 from tests.engine_harness import _merge_events, assert_same, round_floats, run_engine, run_reference
 
-DDL = ("register stream S (a int, b int, f float, s varchar(4)); "
-       "register relation R (a int, b int, f float, s varchar(4));")
+DDL = (
+    "register stream S (a int, b int, f float, s varchar(4)); "
+    "register relation R (a int, b int, f float, s varchar(4));"
+)
 
-WINDOWS = ["[Range 2]", "[Now]", "[Range Unbounded]", "[Rows 2]", "[Rows 4]", "[Rows 3 Slide 2]",
-           "[Range 3 Slide 2]", "[Partition By b Rows 1]", "[Range 1]", "[Range 5]"]
+WINDOWS = [
+    "[Range 2]",
+    "[Now]",
+    "[Range Unbounded]",
+    "[Rows 2]",
+    "[Rows 4]",
+    "[Rows 3 Slide 2]",
+    "[Range 3 Slide 2]",
+    "[Partition By b Rows 1]",
+    "[Range 1]",
+    "[Range 5]",
+]
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
@@ -71,10 +84,32 @@ def relation_events(draw, n=14):
     return events
 
 
-AGGS = ["count(*)", "count(a)", "count(distinct a)", "sum(a)", "sum(distinct a)", "avg(a)", "avg(distinct a)",
-        "min(a)", "max(a)", "sum(f)", "avg(f)", "min(f)", "max(f)", "sum(distinct f)", "count(distinct f)",
-        "min(s)", "max(s)", "count(distinct s)", "count(s)", "sum(a * b)", "max(a + b)", "count(distinct b)",
-        "avg(distinct f)", "min(distinct a)"]
+AGGS = [
+    "count(*)",
+    "count(a)",
+    "count(distinct a)",
+    "sum(a)",
+    "sum(distinct a)",
+    "avg(a)",
+    "avg(distinct a)",
+    "min(a)",
+    "max(a)",
+    "sum(f)",
+    "avg(f)",
+    "min(f)",
+    "max(f)",
+    "sum(distinct f)",
+    "count(distinct f)",
+    "min(s)",
+    "max(s)",
+    "count(distinct s)",
+    "count(s)",
+    "sum(a * b)",
+    "max(a + b)",
+    "count(distinct b)",
+    "avg(distinct f)",
+    "min(distinct a)",
+]
 KEYS = [(), ("b",), ("s",), ("b", "s"), ("a % 2",), ("b", "a % 2"), ("f",), ("s", "b", "a")]
 HAVING = [None, "count(*) > 1", "sum(a) > 1", "max(a) >= 2", "count(distinct s) >= 1"]
 
@@ -201,38 +236,66 @@ def test_scalar_row_emitted_when_bound_reaches_t0_only():
 
 
 def test_min_max_when_extreme_leaves_range_and_rows():
-    s = [(1, (5, 0, 5.0, "m")), (2, (1, 0, 1.0, "a")), (3, (3, 0, 3.0, "c")), (4, (2, 0, 2.0, "b")),
-         (5, (9, 0, 9.0, "z")), (6, (4, 0, 4.0, "d")), (12, None)]
+    s = [
+        (1, (5, 0, 5.0, "m")),
+        (2, (1, 0, 1.0, "a")),
+        (3, (3, 0, 3.0, "c")),
+        (4, (2, 0, 2.0, "b")),
+        (5, (9, 0, 9.0, "z")),
+        (6, (4, 0, 4.0, "d")),
+        (12, None),
+    ]
     for win in ["[Range 1]", "[Range 2]", "[Rows 2]", "[Rows 3]", "[Partition By b Rows 2]"]:
-        for q in [f"select min(a), max(a), min(f), max(f), min(s), max(s) from S {win}",
-                  f"select b, min(a), max(s) from S {win} group by b"]:
+        for q in [
+            f"select min(a), max(a), min(f), max(f), min(s), max(s) from S {win}",
+            f"select b, min(a), max(s) from S {win} group by b",
+        ]:
             check(q, {"S": s})
             check(q, {"S": s}, compat=True)
 
 
 def test_min_max_relation_with_deletes_of_duplicated_extreme():
-    r = [(1, 1, (5, 0, None, "x")), (1, 1, (5, 0, None, "x")), (1, 1, (3, 0, None, "y")),
-         (2, -1, (5, 0, None, "x")),  # one copy of the max leaves: max stays 5
-         (3, -1, (5, 0, None, "x")),  # the other: max falls to 3
-         (4, -1, (3, 0, None, "y")), (4, 1, (3, 0, None, "y")),  # delete + re-insert: no change
-         (5, -1, (3, 0, None, "y")),  # the group is empty
-         (6, 1, (None, 0, None, None))]  # a group of NULLs only: min/max NULL, count(a) 0
-    for q in ["select b, max(a), min(a), count(a), count(*), max(s) from R group by b",
-              "select max(a), min(s), count(distinct a) from R"]:
+    r = [
+        (1, 1, (5, 0, None, "x")),
+        (1, 1, (5, 0, None, "x")),
+        (1, 1, (3, 0, None, "y")),
+        (2, -1, (5, 0, None, "x")),  # one copy of the max leaves: max stays 5
+        (3, -1, (5, 0, None, "x")),  # the other: max falls to 3
+        (4, -1, (3, 0, None, "y")),
+        (4, 1, (3, 0, None, "y")),  # delete + re-insert: no change
+        (5, -1, (3, 0, None, "y")),  # the group is empty
+        (6, 1, (None, 0, None, None)),
+    ]  # a group of NULLs only: min/max NULL, count(a) 0
+    for q in [
+        "select b, max(a), min(a), count(a), count(*), max(s) from R group by b",
+        "select max(a), min(s), count(distinct a) from R",
+    ]:
         got, _ = run_engine(DDL, q, {"R": r})
         check(q, {"R": r})
         assert 4 not in got  # delete + re-insert at one instant changes nothing
     got, _ = run_engine(DDL, "select b, max(a) from R group by b", {"R": r})
-    assert got == {1: Counter({(0, 5): 1}), 3: Counter({(0, 5): -1, (0, 3): 1}), 5: Counter({(0, 3): -1}),
-                   6: Counter({(0, None): 1})}
+    assert got == {
+        1: Counter({(0, 5): 1}),
+        3: Counter({(0, 5): -1, (0, 3): 1}),
+        5: Counter({(0, 3): -1}),
+        6: Counter({(0, None): 1}),
+    }
 
 
 def test_count_distinct_with_duplicates_and_deletes():
-    r = [(1, 1, (1, 0, 0.5, "x")), (1, 1, (1, 0, 0.5, "x")), (1, 1, (2, 0, None, "y")),
-         (2, -1, (1, 0, 0.5, "x")), (3, -1, (1, 0, 0.5, "x")), (3, 1, (None, 0, 0.5, None)),
-         (4, 1, (2, 1, 0.5, "y"))]
-    q = ("select b, count(distinct a), sum(distinct a), avg(distinct a), count(distinct f), "
-         "count(distinct s), count(a) from R group by b")
+    r = [
+        (1, 1, (1, 0, 0.5, "x")),
+        (1, 1, (1, 0, 0.5, "x")),
+        (1, 1, (2, 0, None, "y")),
+        (2, -1, (1, 0, 0.5, "x")),
+        (3, -1, (1, 0, 0.5, "x")),
+        (3, 1, (None, 0, 0.5, None)),
+        (4, 1, (2, 1, 0.5, "y")),
+    ]
+    q = (
+        "select b, count(distinct a), sum(distinct a), avg(distinct a), count(distinct f), "
+        "count(distinct s), count(a) from R group by b"
+    )
     check(q, {"R": r})
     got, _ = run_engine(DDL, "select b, count(distinct a) from R group by b", {"R": r})
     assert got == {1: Counter({(0, 2): 1}), 3: Counter({(0, 2): -1, (0, 1): 1}), 4: Counter({(1, 1): 1})}
@@ -249,8 +312,15 @@ def test_unchanged_value_emits_nothing():
 
 def test_unchanged_rows_are_not_reemitted():
     """Not only the net: the raw output has no −/+ pair for a row that did not change."""
-    s = [(1, (1, 0, None, None)), (1, (2, 0, None, None)), (2, (3, 0, None, None)), (3, (4, 0, None, None)),
-         (3, (9, 1, None, None)), (4, (5, 0, None, None)), (6, None)]
+    s = [
+        (1, (1, 0, None, None)),
+        (1, (2, 0, None, None)),
+        (2, (3, 0, None, None)),
+        (3, (4, 0, None, None)),
+        (3, (9, 1, None, None)),
+        (4, (5, 0, None, None)),
+        (6, None),
+    ]
     for chunk in (1, None):
         d = Dsms()
         d.execute(DDL)
@@ -258,7 +328,7 @@ def test_unchanged_rows_are_not_reemitted():
         sub = d.subscribe(h.id)
         step = chunk or len(s)
         for lo in range(0, len(s), step):
-            part = [e for e in s[lo:lo + step] if e[1] is not None]
+            part = [e for e in s[lo : lo + step] if e[1] is not None]
             if part:
                 d.push("S", [e[1] for e in part], ts=[e[0] for e in part])
             d.run()
@@ -276,16 +346,18 @@ def test_group_compaction(monkeypatch):
     s = [(t, (t % 7, t, float(t % 5), "k" + str(t % 3))) for t in range(1, 60)]
     s += [(t, (t % 7, 2 * t, 0.5, None)) for t in range(20, 40)] + [(70, None)]
     s.sort(key=lambda e: e[0])
-    for q in ["select b, count(*), sum(a), min(s), count(distinct a) from S [Range 2] group by b",
-              "select b, s, max(f), avg(a) from S [Rows 3] group by b, s",
-              "select b, cnt(a), spread(a) from S [Now] group by b"]:
+    for q in [
+        "select b, count(*), sum(a), min(s), count(distinct a) from S [Range 2] group by b",
+        "select b, s, max(f), avg(a) from S [Rows 3] group by b, s",
+        "select b, cnt(a), spread(a) from S [Now] group by b",
+    ]:
         if "cnt(" in q:
             assert_udaf(q, q.replace("cnt(a)", "count(a)").replace("spread(a)", "max(a) - min(a)"), {"S": s})
         else:
             check(q, {"S": s})
     d = Dsms()
     d.execute(DDL)
-    h = d.register_query("select b, count(*) from S [Now] group by b")
+    d.register_query("select b, count(*) from S [Now] group by b")
     d.push("S", [(0, t, 0.0, "x") for t in range(100)], ts=list(range(100)))
     d.end()
     op = next(o for o in d.plan.operators if isinstance(o, AggregateOp))
@@ -295,9 +367,11 @@ def test_group_compaction(monkeypatch):
 def test_many_tuples_per_instant_and_null_keys():
     s = [(1, (i % 4, None if i % 3 == 0 else i % 2, float(i) / 8, "x" if i % 2 else None)) for i in range(30)]
     s += [(2, (i, i % 2, 0.25, "y")) for i in range(10)] + [(9, None)]
-    for q in ["select b, count(*), sum(a), avg(f), max(s) from S [Rows 7] group by b",
-              "select b, s, count(*), min(a) from S [Range 1] group by b, s",
-              "select a % 2, count(distinct b) from S [Rows 25] group by a % 2"]:
+    for q in [
+        "select b, count(*), sum(a), avg(f), max(s) from S [Rows 7] group by b",
+        "select b, s, count(*), min(a) from S [Range 1] group by b, s",
+        "select a % 2, count(distinct b) from S [Rows 25] group by a % 2",
+    ]:
         check(q, {"S": s})
 
 
@@ -319,7 +393,7 @@ def test_float_sum_exact_over_long_stream():
     sub = d.subscribe(h.id)
     ts = np.arange(n) // 3
     for lo in range(0, n, 4096):
-        d.push("S", [(0, 0, float(x), "x") for x in v[lo:lo + 4096]], ts=ts[lo:lo + 4096])
+        d.push("S", [(0, 0, float(x), "x") for x in v[lo : lo + 4096]], ts=ts[lo : lo + 4096])
         d.run()
     d.end()
     out = sub.poll()
@@ -329,12 +403,12 @@ def test_float_sum_exact_over_long_stream():
             last[t] = val
     lt = max(last)
     k = int(np.searchsorted(ts, lt, side="right"))
-    exact = math.fsum(v[max(0, k - 50):k].tolist())
+    exact = math.fsum(v[max(0, k - 50) : k].tolist())
     assert abs(last[lt] - exact) <= 1e-9 * max(1.0, abs(exact))
 
 
 def test_integer_sums_are_exact_int64():
-    big = 2 ** 53 + 1
+    big = 2**53 + 1
     s = [(1, (big, 0, None, None)), (1, (1, 0, None, None)), (2, (-big, 0, None, None)), (4, None)]
     got, _ = run_engine(DDL, "select sum(a), count(a) from S [Range Unbounded]", {"S": s})
     assert got[1] == Counter({(big + 1, 2): 1})  # the t0 row is born with the data
@@ -343,9 +417,11 @@ def test_integer_sums_are_exact_int64():
 
 def test_expression_keys_and_having():
     s = [(t, (t % 5 - 2, t % 3, t / 4, "abc"[t % 3])) for t in range(1, 25)] + [(30, None)]
-    for q in ["select a % 2, b * 2, count(*), sum(f) from S [Range 4] group by a % 2, b * 2 having count(*) > 1",
-              "select s || 'q', max(a) from S [Rows 5] group by s || 'q' having max(a) > 0",
-              "select b, count(*) from S [Range 3] group by b having sum(a) > 0"]:
+    for q in [
+        "select a % 2, b * 2, count(*), sum(f) from S [Range 4] group by a % 2, b * 2 having count(*) > 1",
+        "select s || 'q', max(a) from S [Rows 5] group by s || 'q' having max(a) > 0",
+        "select b, count(*) from S [Range 3] group by b having sum(a) > 0",
+    ]:
         check(q, {"S": s})
 
 
@@ -487,22 +563,21 @@ def test_deletes_retract_the_ids_of_their_inserts(data):
 
 
 @settings(max_examples=150, **SETTINGS)
-@given(st.integers(1, 40), st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 99)),
-                                    max_size=30))
+@given(st.integers(1, 40), st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 99)), max_size=30))
 def test_cover_is_min_and_max_over_covering_intervals(ncells, ivs):
     starts = np.array([min(a, b) % ncells for a, b, _ in ivs], np.int64)
     ends = np.array([min(max(a, b), ncells) for a, b, _ in ivs], np.int64)
     vals = np.array([v for _, _, v in ivs], np.int64)
-    lo = _cover(ncells, starts, ends, vals, 10 ** 9, np.minimum)
+    lo = _cover(ncells, starts, ends, vals, 10**9, np.minimum)
     hi = _cover(ncells, starts, ends, vals, -1, np.maximum)
     for c in range(ncells):
         cov = [v for s, e, v in zip(starts.tolist(), ends.tolist(), vals.tolist()) if s <= c < e]
-        assert lo[c] == (min(cov) if cov else 10 ** 9)
+        assert lo[c] == (min(cov) if cov else 10**9)
         assert hi[c] == (max(cov) if cov else -1)
 
 
 @settings(max_examples=100, **SETTINGS)
-@given(st.lists(st.lists(st.integers(-2 ** 62, 2 ** 62) | st.integers(-50, 50), max_size=20), max_size=6))
+@given(st.lists(st.lists(st.integers(-(2**62), 2**62) | st.integers(-50, 50), max_size=20), max_size=6))
 def test_int_interner_is_a_consistent_dense_map(batches):
     it = _IntInterner()
     seen = {}
@@ -533,8 +608,11 @@ def multiset_batches(draw):
     """Batches of (gid, value, ts, sign) events, ts-sorted, keeping every live count ≥ 0 at the
     end of each instant (within an instant a delete may come before its insert)."""
     kind = draw(st.sampled_from(["int", "float", "str"]))
-    vals = {"int": st.integers(-40, 40), "float": st.sampled_from([-2.5, -0.0, 0.0, 0.1, 1.0, 7.25, 1e9]),
-            "str": st.sampled_from(["", "a", "ab", "b", "zz", "é"])}[kind]
+    vals = {
+        "int": st.integers(-40, 40),
+        "float": st.sampled_from([-2.5, -0.0, 0.0, 0.1, 1.0, 7.25, 1e9]),
+        "str": st.sampled_from(["", "a", "ab", "b", "zz", "é"]),
+    }[kind]
     live, t, batches = Counter(), 0, []
     for _ in range(draw(st.integers(1, 4))):
         t += 1  # every call brings later instants
@@ -575,14 +653,14 @@ def test_multiset_transitions_and_extremes_match_a_model(batches):
         cell_g = np.array([c[0] for c in cells], np.int64)
         trans, ext = ms.update(g_e, v_e, s_e, cell_e, cell_g, ["min", "max"])
         want_trans = []
-        for g, v, t, sg in evs:  # events are in ts order; the model applies them one by one
+        for g, v, _t, sg in evs:  # events are in ts order; the model applies them one by one
             before = model[(g, v)]
             model[(g, v)] += sg
             want_trans.append(1 if before == 0 and sg > 0 else -1 if model[(g, v)] == 0 and sg < 0 else 0)
         assert trans.tolist() == want_trans
         # extremes at each cell: the model replayed up to the end of that cell's instant
         replay = Counter({k: c for k, c in model.items()})
-        for g, v, t, sg in reversed(evs):
+        for g, v, _t, sg in reversed(evs):
             replay[(g, v)] -= sg
         for i, (g, t) in enumerate(cells):
             now = Counter(replay)

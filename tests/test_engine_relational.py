@@ -2,27 +2,39 @@
 engine vs the reference evaluator (differential), fed 1, 7 and all events per push, plus id
 invariants of the engine's output deltas and hand-written edge cases.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
 import numpy as np
+from cqlstream.cql.types import FLOAT, INT, VARCHAR
+from cqlstream.engine.batch import from_rows
+from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.operators.base import IdSource
+from cqlstream.engine.operators.valuecount import ValueTable, row_codes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cql.types import FLOAT, INT, VARCHAR
-from engine.batch import from_rows
-from engine.dsms import Dsms
-from engine.operators.base import IdSource
-from engine.operators.valuecount import ValueTable, row_codes
 from tests import strategies
 from tests.engine_harness import assert_same, engine_raw, run_reference
 
-DDL = ("register stream S (a int, b int); register stream T (a int, c int); "
-       "register relation R (a int, b int); register relation Q (a int, b int);")
+DDL = (
+    "register stream S (a int, b int); register stream T (a int, c int); "
+    "register relation R (a int, b int); register relation Q (a int, b int);"
+)
 
-WINDOWS = ["[Range 2]", "[Now]", "[Range Unbounded]", "[Rows 2]", "[Rows 5]", "[Rows 3 Slide 2]",
-           "[Range 3 Slide 2]", "[Partition By a Rows 1]", "[Range 1]"]
+WINDOWS = [
+    "[Range 2]",
+    "[Now]",
+    "[Range Unbounded]",
+    "[Rows 2]",
+    "[Rows 5]",
+    "[Rows 3 Slide 2]",
+    "[Range 3 Slide 2]",
+    "[Partition By a Rows 1]",
+    "[Range 1]",
+]
 
 small = st.one_of(st.integers(0, 2), st.just(None))
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -45,8 +57,6 @@ def source(draw, stream="S", rel="R"):
 
 
 # ------------------------------------------------------------------ running and id invariants
-
-
 
 
 def check_ids(batches, is_stream: bool):
@@ -81,8 +91,13 @@ def check(query, inputs, ddl=DDL, compat=False):
 
 
 @settings(max_examples=120, **SETTINGS)
-@given(src=source(), cols=st.sampled_from(["a", "b", "a, b", "*", "b, a, a"]),
-       s=stream_events(), r=relation_events(), compat=st.booleans())
+@given(
+    src=source(),
+    cols=st.sampled_from(["a", "b", "a, b", "*", "b, a, a"]),
+    s=stream_events(),
+    r=relation_events(),
+    compat=st.booleans(),
+)
 def test_distinct(src, cols, s, r, compat):
     check(f"select distinct {cols} from {src}", {"S": s, "R": r}, compat=compat)
 
@@ -91,8 +106,17 @@ SETOPS = ["union", "union all", "except", "except all", "intersect", "intersect 
 
 
 @settings(max_examples=150, **SETTINGS)
-@given(left=source("S", "R"), right=source("T", "Q"), op=st.sampled_from(SETOPS), star=st.booleans(),
-       s=stream_events(), t=stream_events(), r=relation_events(), q=relation_events(), compat=st.booleans())
+@given(
+    left=source("S", "R"),
+    right=source("T", "Q"),
+    op=st.sampled_from(SETOPS),
+    star=st.booleans(),
+    s=stream_events(),
+    t=stream_events(),
+    r=relation_events(),
+    q=relation_events(),
+    compat=st.booleans(),
+)
 def test_set_operations(left, right, op, star, s, t, r, q, compat):
     cols = "*" if star else "a"
     query = f"select {cols} from {left} {op} select {cols} from {right}"
@@ -100,22 +124,41 @@ def test_set_operations(left, right, op, star, s, t, r, q, compat):
 
 
 @settings(max_examples=150, **SETTINGS)
-@given(op=st.sampled_from(["Istream", "Dstream", "Rstream"]), src=source(),
-       inner=st.sampled_from(["select * from {src}", "select a from {src}", "select distinct b from {src}",
-                              "select a from {src} union all select a from Q",
-                              "select a from {src} except all select a from T [Rows 2]",
-                              "select b, a from {src} where a is not null"]),
-       s=stream_events(), t=stream_events(), r=relation_events(), q=relation_events(), compat=st.booleans())
+@given(
+    op=st.sampled_from(["Istream", "Dstream", "Rstream"]),
+    src=source(),
+    inner=st.sampled_from(
+        [
+            "select * from {src}",
+            "select a from {src}",
+            "select distinct b from {src}",
+            "select a from {src} union all select a from Q",
+            "select a from {src} except all select a from T [Rows 2]",
+            "select b, a from {src} where a is not null",
+        ]
+    ),
+    s=stream_events(),
+    t=stream_events(),
+    r=relation_events(),
+    q=relation_events(),
+    compat=st.booleans(),
+)
 def test_relation_to_stream(op, src, inner, s, t, r, q, compat):
     check(f"{op}({inner.format(src=src)})", {"S": s, "T": t, "R": r, "Q": q}, compat=compat)
 
 
 @settings(max_examples=60, **SETTINGS)
-@given(op=st.sampled_from(["Istream", "Dstream", "Rstream"]), w=st.sampled_from(["[Rows 2]", "[Range 1]", "[Now]"]),
-       w2=st.sampled_from(["[Rows 2]", "[Range 2]", "[Range Unbounded]"]), s=stream_events(), compat=st.booleans())
+@given(
+    op=st.sampled_from(["Istream", "Dstream", "Rstream"]),
+    w=st.sampled_from(["[Rows 2]", "[Range 1]", "[Now]"]),
+    w2=st.sampled_from(["[Rows 2]", "[Range 2]", "[Range Unbounded]"]),
+    s=stream_events(),
+    compat=st.booleans(),
+)
 def test_views_over_views(op, w, w2, s, compat):
-    ddl = DDL + (f"register view V1 as {op}(select a, b from S {w}); "
-                 f"register view V2 as select distinct a from V1 {w2}; ")
+    ddl = DDL + (
+        f"register view V1 as {op}(select a, b from S {w}); register view V2 as select distinct a from V1 {w2}; "
+    )
     check("select a from V2 except select b from S [Range 1]", {"S": s}, ddl=ddl, compat=compat)
     check(f"Istream(select * from V2 union all select a from V1 {w})", {"S": s}, ddl=ddl, compat=compat)
 
@@ -128,18 +171,24 @@ def test_brief_queries():
     t = [(0, (1, 5)), (3, (2, 5)), (3, (1, 5)), (8, (1, 1))]
     r = [(0, 1, (1, 2)), (2, 1, (3, 4)), (3, -1, (1, 2)), (3, 1, (1, 2)), (5, -1, (3, 4)), (6, 1, (None, 4))]
     inputs = {"S": s, "T": t, "R": r}
-    for q in ["Istream(select * from S [Range 3])", "Dstream(select * from S [Rows 2])",
-              "Rstream(select * from S [Range 2])", "select distinct a from S [Rows 5]",
-              "select a from S [Rows 3] except all select a from T [Range 2]",
-              "select * from R union select * from S [Now]"]:
+    for q in [
+        "Istream(select * from S [Range 3])",
+        "Dstream(select * from S [Rows 2])",
+        "Rstream(select * from S [Range 2])",
+        "select distinct a from S [Rows 5]",
+        "select a from S [Rows 3] except all select a from T [Range 2]",
+        "select * from R union select * from S [Now]",
+    ]:
         for compat in (False, True):
             check(q, inputs, compat=compat)
 
 
 def test_istream_delete_and_reinsert_at_one_instant_is_nothing():
     r = [(1, 1, (1, 2)), (3, -1, (1, 2)), (3, 1, (1, 2)), (3, 1, (5, 5)), (5, 0, None)]
-    assert run_reference(DDL, "Istream(select * from R)", {"R": r}) == {1: Counter({(1, 2): 1}),
-                                                                       3: Counter({(5, 5): 1})}
+    assert run_reference(DDL, "Istream(select * from R)", {"R": r}) == {
+        1: Counter({(1, 2): 1}),
+        3: Counter({(5, 5): 1}),
+    }
     check("Istream(select * from R)", {"R": r})
     check("Dstream(select * from R)", {"R": r})
     # a value whose count goes 2 → 1 → 2 inside one instant: nothing either
@@ -151,8 +200,10 @@ def test_istream_delete_and_reinsert_at_one_instant_is_nothing():
 def test_bag_counts_istream_dstream():
     # R(1) = {x, x}, R(2) = {x, x, x}: Istream gives one x at 2; R(4) = {x}: Dstream two x.
     r = [(1, 1, (1, 1)), (1, 1, (1, 1)), (2, 1, (1, 1)), (4, -1, (1, 1)), (4, -1, (1, 1)), (6, 0, None)]
-    assert run_reference(DDL, "Istream(select * from R)", {"R": r}) == {1: Counter({(1, 1): 2}),
-                                                                       2: Counter({(1, 1): 1})}
+    assert run_reference(DDL, "Istream(select * from R)", {"R": r}) == {
+        1: Counter({(1, 1): 2}),
+        2: Counter({(1, 1): 1}),
+    }
     assert run_reference(DDL, "Dstream(select * from R)", {"R": r}) == {4: Counter({(1, 1): 2})}
     check("Istream(select * from R)", {"R": r})
     check("Dstream(select * from R)", {"R": r})
@@ -161,8 +212,12 @@ def test_bag_counts_istream_dstream():
 def test_rstream_over_gaps():
     s = [(2, (1, 1)), (2, (1, 1)), (3, (2, None)), (20, (3, 3)), (40, (4, 4))]
     r = [(0, 1, (7, 7)), (10, 1, (8, 8)), (15, -1, (7, 7)), (30, 0, None)]
-    for q in ["Rstream(select * from S [Range 5])", "Rstream(select * from R)", "Rstream(select a from S [Rows 2])",
-              "Rstream(select * from S [Range 3] union all select * from R)"]:
+    for q in [
+        "Rstream(select * from S [Range 5])",
+        "Rstream(select * from R)",
+        "Rstream(select a from S [Rows 2])",
+        "Rstream(select * from S [Range 3] union all select * from R)",
+    ]:
         for compat in (False, True):
             check(q, {"S": s, "R": r}, compat=compat)
     got = run_reference(DDL, "Rstream(select * from R)", {"R": r})
@@ -185,12 +240,26 @@ def test_compat_no_output_at_last_instant():
 
 def test_strings_floats_and_nulls():
     ddl = "register stream S (a varchar(8), f float); register relation R (a varchar(8), f float);"
-    s = [(1, ("x", 1.5)), (1, ("x", 1.5)), (1, (None, 1.5)), (2, ("y", None)), (2, (None, None)),
-         (3, ("x", 1.5)), (3, ("", 0.0)), (4, ("xx", -0.0)), (6, None)]
+    s = [
+        (1, ("x", 1.5)),
+        (1, ("x", 1.5)),
+        (1, (None, 1.5)),
+        (2, ("y", None)),
+        (2, (None, None)),
+        (3, ("x", 1.5)),
+        (3, ("", 0.0)),
+        (4, ("xx", -0.0)),
+        (6, None),
+    ]
     r = [(0, 1, ("x", 1.5)), (2, 1, (None, None)), (3, -1, ("x", 1.5)), (5, 1, ("", 0.0))]
-    for q in ["select distinct * from S [Rows 3]", "select * from S [Range 2] except select * from R",
-              "select * from S [Range 2] intersect all select * from R", "Istream(select * from S [Rows 2])",
-              "Rstream(select * from S [Range 1] union select * from R)", "Dstream(select distinct f from S [Rows 2])"]:
+    for q in [
+        "select distinct * from S [Rows 3]",
+        "select * from S [Range 2] except select * from R",
+        "select * from S [Range 2] intersect all select * from R",
+        "Istream(select * from S [Rows 2])",
+        "Rstream(select * from S [Range 1] union select * from R)",
+        "Dstream(select distinct f from S [Rows 2])",
+    ]:
         check(q, {"S": s, "R": r}, ddl=ddl)
 
 
@@ -200,11 +269,15 @@ def test_many_instants_in_one_batch_and_long_runs():
     ts = np.sort(rng.integers(0, 150, n))
     s = [(int(t), (int(rng.integers(0, 4)), int(rng.integers(0, 3)))) for t in ts]
     tt = [(int(t), (int(rng.integers(0, 4)), 0)) for t in np.sort(rng.integers(0, 150, 200))]
-    for q in ["Istream(select a from S [Rows 7])", "Dstream(select a, b from S [Range 3])",
-              "Rstream(select distinct a from S [Rows 4])", "select distinct b from S [Range 5]",
-              "select a from S [Rows 9] except all select a from T [Rows 4]",
-              "select a from S [Rows 9] intersect all select a from T [Range 6]",
-              "select a from S [Range 4] union select a from T [Now]"]:
+    for q in [
+        "Istream(select a from S [Rows 7])",
+        "Dstream(select a, b from S [Range 3])",
+        "Rstream(select distinct a from S [Rows 4])",
+        "select distinct b from S [Range 5]",
+        "select a from S [Rows 9] except all select a from T [Rows 4]",
+        "select a from S [Rows 9] intersect all select a from T [Range 6]",
+        "select a from S [Range 4] union select a from T [Now]",
+    ]:
         assert_same(DDL, q, {"S": s, "T": tt}, chunks=(13, None))
 
 
@@ -220,22 +293,28 @@ def test_istream_keeps_no_state():
     d.end()
     out = sub.poll()
     assert len(out) == n
-    op = [o for o in d.plan.operators if o.kind == "istream"][0]
+    op = next(o for o in d.plan.operators if o.kind == "istream")
     assert op.state_bytes() == 0
 
 
 def test_value_table_codes_and_changes():
     types = [INT, FLOAT, VARCHAR]
     t = ValueTable(types, IdSource(), sides=1)
-    rows = [(1, 1.0, "a"), (1, 1.0, "a"), (None, 1.0, "a"), (1, None, "a"), (1, 1.0, None), (None, None, None),
-            (1, 1.0, "a")]
+    rows = [
+        (1, 1.0, "a"),
+        (1, 1.0, "a"),
+        (None, 1.0, "a"),
+        (1, None, "a"),
+        (1, 1.0, None),
+        (None, None, None),
+        (1, 1.0, "a"),
+    ]
     b = from_rows(rows, types, ts=[1, 1, 1, 2, 2, 2, 3], sign=[1, 1, 1, 1, 1, 1, -1])
     enc = t.encode(b)
     codes = enc.slot
     assert len(set(codes.tolist())) == 5 and codes[0] == codes[1] == codes[6]
     ch = t.changes(enc, b.ts, b.sign.astype(np.int64)[None])
-    by = {(int(s), int(ts)): (int(bf), int(af)) for s, ts, bf, af in
-          zip(ch.slot, ch.ts, ch.before[0], ch.after[0])}
+    by = {(int(s), int(ts)): (int(bf), int(af)) for s, ts, bf, af in zip(ch.slot, ch.ts, ch.before[0], ch.after[0])}
     assert by[(int(codes[0]), 1)] == (0, 2) and by[(int(codes[0]), 3)] == (2, 1)
     t.finish(enc)
     assert len(t) == 5
@@ -244,8 +323,9 @@ def test_value_table_codes_and_changes():
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(op=st.sampled_from(SETOPS), w1=st.sampled_from(["[Rows 2]", "[Range 1]"]),
-       s=stream_events(), r=relation_events())
+@given(
+    op=st.sampled_from(SETOPS), w1=st.sampled_from(["[Rows 2]", "[Range 1]"]), s=stream_events(), r=relation_events()
+)
 def test_set_operation_of_a_source_with_itself(op, w1, s, r):
     """Both sides read one queue (shared plan), so their input ids coincide."""
     check(f"select * from R {op} select * from R", {"R": r})
@@ -256,15 +336,26 @@ def test_wide_integer_ranges_and_many_columns():
     """Column codes: huge integer ranges (np.unique path), key products beyond int64 (re-densify)."""
     ddl = "register stream S (a int, b int, c int, d int, e int); register relation R (a int, b int, c int, d int, e int);"
     rng = np.random.default_rng(3)
-    big = [-(2 ** 62), 2 ** 62, 0, 2 ** 41, None]
-    s = [(int(t), tuple(big[int(rng.integers(0, 5))] if rng.random() < 0.5 else int(rng.integers(-2, 2))
-                        for _ in range(5))) for t in np.sort(rng.integers(0, 30, 120))]
+    big = [-(2**62), 2**62, 0, 2**41, None]
+    s = [
+        (
+            int(t),
+            tuple(big[int(rng.integers(0, 5))] if rng.random() < 0.5 else int(rng.integers(-2, 2)) for _ in range(5)),
+        )
+        for t in np.sort(rng.integers(0, 30, 120))
+    ]
     r = [(0, 1, s[0][1]), (3, 1, s[1][1]), (6, -1, s[0][1]), (9, 1, s[2][1])]
-    for q in ["select distinct * from S [Rows 6]", "Istream(select * from S [Range 2])",
-              "select * from S [Rows 10] except all select * from R", "Rstream(select distinct a, e from S [Rows 3])"]:
+    for q in [
+        "select distinct * from S [Rows 6]",
+        "Istream(select * from S [Range 2])",
+        "select * from S [Rows 10] except all select * from R",
+        "Rstream(select distinct a, e from S [Rows 3])",
+    ]:
         check(q, {"S": s, "R": r}, ddl=ddl)
-    codes, k = row_codes([np.array([2 ** 62, -(2 ** 62), 2 ** 62]), np.array([1, 2, 1]), np.array([2 ** 61, 0, 2 ** 61])],
-                         [None, np.array([False, True, False]), None])
+    codes, k = row_codes(
+        [np.array([2**62, -(2**62), 2**62]), np.array([1, 2, 1]), np.array([2**61, 0, 2**61])],
+        [None, np.array([False, True, False]), None],
+    )
     assert k == 2 and codes[0] == codes[2] != codes[1]
 
 
@@ -273,9 +364,11 @@ def test_tie_order_over_windows_matches_reference():
     at one instant: Istream emits the newest inserts of each value, Dstream the oldest deletes,
     Rstream R(t) in insertion order, each in arrival order (the reference's order over windows)."""
     x, y = (1, 1), (2, 2)
-    cases = [("Istream(select * from S [Now])", [(1, x), (2, x), (2, y), (2, x), (3, None)]),
-             ("Dstream(select * from S [Now])", [(1, x), (1, y), (1, x), (2, x), (3, None)]),
-             ("Rstream(select * from S [Range 1])", [(1, x), (1, y), (2, x), (2, None), (3, y), (4, None)])]
+    cases = [
+        ("Istream(select * from S [Now])", [(1, x), (2, x), (2, y), (2, x), (3, None)]),
+        ("Dstream(select * from S [Now])", [(1, x), (1, y), (1, x), (2, x), (3, None)]),
+        ("Rstream(select * from S [Range 1])", [(1, x), (1, y), (2, x), (2, None), (3, y), (4, None)]),
+    ]
     for view, s in cases:
         ddl = DDL + f"register view V as {view};"
         for rows in (1, 2):

@@ -1,12 +1,13 @@
 """Time and input: ordering, slack, heartbeats, clocks, silence timeout, skew, end of input,
 whole-push rejection, and scheduling budgets that must not change results."""
+
 from __future__ import annotations
 
 import pytest
+from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.inputs import InputError
+from cqlstream.engine.scheduler import RoundRobin
 
-from engine.dsms import Dsms
-from engine.inputs import InputError
-from engine.scheduler import RoundRobin
 from tests.engine_harness import net_by_instant
 
 
@@ -103,8 +104,12 @@ def test_system_timestamped_stream_is_stamped_and_heartbeaten_by_the_clock():
 
 def test_silence_timeout_advances_a_quiet_source_and_says_so():
     clock = FakeClock(0.0)
-    d, sub = make("register stream S (a int, b int); register stream T (a int, b int);",
-                  "select * from S [Range 5], T [Range 5] where S.a = T.a", clock=clock, silence_timeout=2.0)
+    d, sub = make(
+        "register stream S (a int, b int); register stream T (a int, b int);",
+        "select * from S [Range 5], T [Range 5] where S.a = T.a",
+        clock=clock,
+        silence_timeout=2.0,
+    )
     d.push("S", [(1, 1)], ts=[1])
     d.push("T", [(1, 2)], ts=[1])
     clock.t = 1.0
@@ -119,8 +124,11 @@ def test_silence_timeout_advances_a_quiet_source_and_says_so():
 
 
 def test_skew_bound_advances_lagging_streams():
-    d, sub = make("register stream S (a int, b int); register stream T (a int, b int);",
-                  "select * from S [Now], T [Now] where S.a = T.a", skew=3)
+    d, sub = make(
+        "register stream S (a int, b int); register stream T (a int, b int);",
+        "select * from S [Now], T [Now] where S.a = T.a",
+        skew=3,
+    )
     d.push("S", [(1, 1)], ts=[1])
     d.push("T", [(1, 2)], ts=[1])
     d.push("S", [(5, 5)], ts=[10])  # T cannot be more than 3 behind: complete through 6
@@ -141,8 +149,9 @@ def test_relation_delete_of_missing_tuple_rejects_whole_push():
 
 
 def test_static_relation_rejects_updates_after_time_starts():
-    d, _ = make("register stream S (a int, b int); register static relation D (a int);",
-                "select S.a from S, D where S.a = D.a")
+    d, _ = make(
+        "register stream S (a int, b int); register static relation D (a int);", "select S.a from S, D where S.a = D.a"
+    )
     d.push("D", [(1,)], ts=[1], signs=[1])
     d.push("S", [(1, 1)], ts=[1])
     with pytest.raises(InputError) as e:

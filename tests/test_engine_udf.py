@@ -1,22 +1,25 @@
 """User-defined scalar functions in the engine, vectorized and row-at-a-time, vs the reference."""
+
 from __future__ import annotations
 
 import numpy as np
+from cqlstream.cql.types import FLOAT, INT, VARCHAR
 from hypothesis import HealthCheck, given, settings
 
-from cql.types import FLOAT, INT, VARCHAR
 from tests.engine_harness import assert_same
 from tests.test_differential import DDL, stream_events
 
 
 def setup(functions):
     # row-at-a-time: receives Python values (None for NULL), may return None
-    functions.register_scalar("clamp", lambda x, hi: None if x is None or hi is None else min(x, hi), INT,
-                              min_args=2, max_args=2)
+    functions.register_scalar(
+        "clamp", lambda x, hi: None if x is None or hi is None else min(x, hi), INT, min_args=2, max_args=2
+    )
     functions.register_scalar("label", lambda x: None if x is None else f"v{x}", VARCHAR, min_args=1, max_args=1)
     # vectorized: receives numpy arrays (NULL slots hold arbitrary values; the result is NULL there)
-    functions.register_scalar("half", lambda x: np.asarray(x, float) / 2, FLOAT, min_args=1, max_args=1,
-                              vectorized=True)
+    functions.register_scalar(
+        "half", lambda x: np.asarray(x, float) / 2, FLOAT, min_args=1, max_args=1, vectorized=True
+    )
 
 
 def reference_setup(functions):

@@ -12,6 +12,7 @@ The .out file holds `CompiledQuery.explain()` (cql.frontend.compile_query) plus 
 Regenerate with `CQLSTREAM_UPDATE_GOLDEN=1 pytest tests/test_explain_golden.py`, then read the
 diff: a golden file is only as good as the review of its plan.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from cql.analyzer import AnalyzeOptions
-from cql.catalog import Catalog
-from cql.frontend import compile_query
+from cqlstream.cql.analyzer import AnalyzeOptions
+from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.frontend import compile_query
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "explain"
 UPDATE = os.environ.get("CQLSTREAM_UPDATE_GOLDEN", "").lower() not in ("", "0", "false", "no")

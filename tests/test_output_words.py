@@ -2,14 +2,15 @@
 fields all fit in 8 bytes (integers of up to 8 characters, booleans, NULLs) must be exactly the
 per-line reference text, whatever the chunk boundaries and value ranges (table, run and direct
 digit paths, negative numbers, fields straddling two words)."""
+
 from __future__ import annotations
 
 import numpy as np
+from cqlstream.engine import stream_script
+from cqlstream.engine.stream_script import format_output
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import stream_script
-from engine.stream_script import format_output
 from tests.test_stream_script import _batch, _ref_line
 
 _small = st.integers(-70_000, 70_000)
@@ -17,19 +18,32 @@ _word = st.integers(-9_999_999, 99_999_999)  # the widest integers that fit in 8
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(_word | _small | st.none(), _small | st.none(), st.booleans() | st.none(),
-                          st.integers(0, 99_999_999), st.booleans()), min_size=1, max_size=80),
-       st.integers(1, 4))
+@given(
+    st.lists(
+        st.tuples(
+            _word | _small | st.none(),
+            _small | st.none(),
+            st.booleans() | st.none(),
+            st.integers(0, 99_999_999),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=80,
+    ),
+    st.integers(1, 4),
+)
 def test_word_lines_match_reference_text(rows, ncols):
     a = [r[0] for r in rows]
     b = [r[1] for r in rows]
     c = [r[2] for r in rows]
     ts = sorted(r[3] for r in rows)
     sign = [1 if r[4] else -1 for r in rows]
-    cols = [np.array([0 if v is None else v for v in a], np.int64),
-            np.array([0 if v is None else v for v in b], np.int64),
-            np.array([False if v is None else v for v in c], bool),
-            np.array([0 if v is None else v for v in b], np.int64) * 3]
+    cols = [
+        np.array([0 if v is None else v for v in a], np.int64),
+        np.array([0 if v is None else v for v in b], np.int64),
+        np.array([False if v is None else v for v in c], bool),
+        np.array([0 if v is None else v for v in b], np.int64) * 3,
+    ]
     vals = [a, b, c, [None if v is None else 3 * v for v in b]]
     nulls = [np.array([v is None for v in x]) for x in vals]
     nulls = [m if m.any() else None for m in nulls]
@@ -44,12 +58,15 @@ def test_word_lines_across_chunks_and_paths(monkeypatch):
     n = 17_000
     ts = np.sort(rng.integers(0, 40_000_000, n))  # runs of equal timestamps are rare here
     ts[:6000] = np.repeat(np.arange(30), 200) + 12_345_678  # ... and frequent here
-    cols = [rng.integers(0, 100, n), rng.integers(-9_999_999, 9_999_999, n),  # table / direct digits
-            rng.integers(-5_000, 5_000, n), rng.integers(100_000, 103_000, n)]  # small span above 2**16
+    cols = [
+        rng.integers(0, 100, n),
+        rng.integers(-9_999_999, 9_999_999, n),  # table / direct digits
+        rng.integers(-5_000, 5_000, n),
+        rng.integers(100_000, 103_000, n),
+    ]  # small span above 2**16
     sign = np.where(rng.random(n) < 0.5, 1, -1)
     got = format_output(_batch(cols, ts=ts, sign=sign)).decode()
-    want = "".join(_ref_line(int(t), int(s), tuple(int(c[i]) for c in cols))
-                   for i, (t, s) in enumerate(zip(ts, sign)))
+    want = "".join(_ref_line(int(t), int(s), tuple(int(c[i]) for c in cols)) for i, (t, s) in enumerate(zip(ts, sign)))
     assert got == want
 
 

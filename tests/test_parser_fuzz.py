@@ -3,17 +3,17 @@ syntax error always says where (line/column inside the text) without leaking a t
 
 `check_text` is the single oracle; later stages (the analyzer) hook in there.
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 import pytest
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.parser import parse_script, parse_statement
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from cql.errors import CqlError
-from cql.parser import parse_script, parse_statement
 
 CORPUS = Path(__file__).parent / "corpus" / "papers.cql"
 
@@ -50,19 +50,141 @@ def _check_error(err: CqlError, text: str) -> None:
 # ---------------------------------------------------------------- random token soup
 
 KEYWORDS = [
-    "select", "SELECT", "Select", "from", "FROM", "where", "group", "by", "having", "distinct",
-    "register", "REGISTER", "static", "stream", "relation", "table", "view", "primary", "key", "with",
-    "as", "union", "all", "except", "minus", "intersect", "istream", "Dstream", "RSTREAM",
-    "range", "rows", "now", "slide", "partition", "unbounded", "preceding", "sample",
-    "and", "or", "not", "between", "in", "like", "is", "null", "true", "false", "exists",
-    "case", "when", "then", "else", "end", "cast", "count", "sum", "integer", "char", "varchar",
-    "minutes", "second", "ms", "day", "hours",
+    "select",
+    "SELECT",
+    "Select",
+    "from",
+    "FROM",
+    "where",
+    "group",
+    "by",
+    "having",
+    "distinct",
+    "register",
+    "REGISTER",
+    "static",
+    "stream",
+    "relation",
+    "table",
+    "view",
+    "primary",
+    "key",
+    "with",
+    "as",
+    "union",
+    "all",
+    "except",
+    "minus",
+    "intersect",
+    "istream",
+    "Dstream",
+    "RSTREAM",
+    "range",
+    "rows",
+    "now",
+    "slide",
+    "partition",
+    "unbounded",
+    "preceding",
+    "sample",
+    "and",
+    "or",
+    "not",
+    "between",
+    "in",
+    "like",
+    "is",
+    "null",
+    "true",
+    "false",
+    "exists",
+    "case",
+    "when",
+    "then",
+    "else",
+    "end",
+    "cast",
+    "count",
+    "sum",
+    "integer",
+    "char",
+    "varchar",
+    "minutes",
+    "second",
+    "ms",
+    "day",
+    "hours",
 ]
-PUNCT = ["(", ")", "[", "]", ",", ".", ";", "*", "=", "==", "!=", "<>", "<", ">", "<=", ">=",
-         "+", "-", "/", "%", "||", "|", "--", "/*", "*/", "'", '"', "`", "!", "?", "@", "$", "#", "{", "}"]
-ATOMS = ["S", "T", "a", "b", "S1", "_x", "`a b`", "`", "``", "0", "1", "10", "1,000", "50,000", "1,00",
-         "1.5", ".5", "1e9", "1e", "1.5e-3", "007", "'str'", "'it''s'", "''", "'", '"dq"', '"',
-         "'unterminated", "-- comment\n", "/* c */", "/* open"]
+PUNCT = [
+    "(",
+    ")",
+    "[",
+    "]",
+    ",",
+    ".",
+    ";",
+    "*",
+    "=",
+    "==",
+    "!=",
+    "<>",
+    "<",
+    ">",
+    "<=",
+    ">=",
+    "+",
+    "-",
+    "/",
+    "%",
+    "||",
+    "|",
+    "--",
+    "/*",
+    "*/",
+    "'",
+    '"',
+    "`",
+    "!",
+    "?",
+    "@",
+    "$",
+    "#",
+    "{",
+    "}",
+]
+ATOMS = [
+    "S",
+    "T",
+    "a",
+    "b",
+    "S1",
+    "_x",
+    "`a b`",
+    "`",
+    "``",
+    "0",
+    "1",
+    "10",
+    "1,000",
+    "50,000",
+    "1,00",
+    "1.5",
+    ".5",
+    "1e9",
+    "1e",
+    "1.5e-3",
+    "007",
+    "'str'",
+    "'it''s'",
+    "''",
+    "'",
+    '"dq"',
+    '"',
+    "'unterminated",
+    "-- comment\n",
+    "/* c */",
+    "/* open",
+]
 WHITESPACE = [" ", " ", " ", "", "\n", "\t", "\r\n", "\x0c", "\u00a0", "\u2028"]
 UNICODE = ["é", "ß", "∑", "→", "😀", "\x00", "\x7f", "\ufeff", "中文", "\U0010ffff"]
 
@@ -139,11 +261,11 @@ def mutated(draw):
             op = draw(st.sampled_from(["delete", "insert", "replace"]))
             c = draw(st.sampled_from(list("()[],.;*='\"`-/ \n0a") + UNICODE))
             if op == "delete":
-                text = text[:p] + text[p + 1:]
+                text = text[:p] + text[p + 1 :]
             elif op == "insert":
                 text = text[:p] + c + text[p:]
             else:
-                text = text[:p] + c + text[p + 1:]
+                text = text[:p] + c + text[p + 1 :]
             parts = _tokens(text) if text else []
         else:  # truncate
             parts = parts[:i]

@@ -1,16 +1,18 @@
 """Catalog and plans on disk (#5): restored at start-up with the same ids; offline edits and
 run-time changes honoured; a bad file is reported by entry."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
+from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.persist import PlanFileError
 
-from engine.dsms import Dsms
-from engine.persist import PlanFileError
-
-DDL = ("register stream S (A int, B int) with (slack = 2); register relation R (A int, B varchar(8)); "
-       "register view V as select * from S [Range 5] where A > 0")
+DDL = (
+    "register stream S (A int, B int) with (slack = 2); register relation R (A int, B varchar(8)); "
+    "register view V as select * from S [Range 5] where A > 0"
+)
 
 
 def _setup(tmp_path):
@@ -49,7 +51,7 @@ def test_restart_keeps_sources_views_and_queries_with_their_ids(tmp_path):
 
 
 def test_file_is_readable_and_offline_edits_are_honoured(tmp_path):
-    d, a, c, e = _setup(tmp_path)
+    _d, _a, c, _e = _setup(tmp_path)
     doc = json.loads((tmp_path / "plan.json").read_text())
     assert doc["format"] == "cqlstream-plan" and doc["catalog"][0].upper().startswith("REGISTER STREAM S")
     assert [q["id"] for q in doc["queries"]] == [1, 3, 4]
@@ -79,18 +81,27 @@ def test_run_time_knobs_are_written_back(tmp_path):
     assert r.control_table("engine")["knobs"]["scheduler"] == "weighted"
 
 
-@pytest.mark.parametrize("doc,where", [
-    ("{not json", "not readable JSON"),
-    ('{"format": "other"}', "not a cqlstream-plan file"),
-    ('{"format": "cqlstream-plan", "catalog": ["register stream S (A int"]}', "catalog[0]"),
-    ('{"format": "cqlstream-plan", "catalog": ["register stream S (A int)"], '
-     '"queries": [{"id": 1, "cql": "select nope from S"}]}', "queries[0] (id 1)"),
-    ('{"format": "cqlstream-plan", "queries": [{"cql": "select 1"}]}', "queries[0]"),
-    ('{"format": "cqlstream-plan", "knobs": [{"operator": "join: X", "knob": "probe_orders", "value": []}]}',
-     "knobs[0]"),
-])
+@pytest.mark.parametrize(
+    "doc,where",
+    [
+        ("{not json", "not readable JSON"),
+        ('{"format": "other"}', "not a cqlstream-plan file"),
+        ('{"format": "cqlstream-plan", "catalog": ["register stream S (A int"]}', "catalog[0]"),
+        (
+            '{"format": "cqlstream-plan", "catalog": ["register stream S (A int)"], '
+            '"queries": [{"id": 1, "cql": "select nope from S"}]}',
+            "queries[0] (id 1)",
+        ),
+        ('{"format": "cqlstream-plan", "queries": [{"cql": "select 1"}]}', "queries[0]"),
+        (
+            '{"format": "cqlstream-plan", "knobs": [{"operator": "join: X", "knob": "probe_orders", "value": []}]}',
+            "knobs[0]",
+        ),
+    ],
+)
 def test_bad_plan_file_names_the_entry(tmp_path, doc, where):
     (tmp_path / "plan.json").write_text(doc)
-    with pytest.raises(PlanFileError, match=where.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
-                       .replace(")", r"\)")):
+    with pytest.raises(
+        PlanFileError, match=where.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")
+    ):
         Dsms(data_dir=tmp_path)

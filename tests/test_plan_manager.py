@@ -3,17 +3,18 @@
 Checked through the control tables (what a user of the API sees), and against each query run
 alone and the reference evaluator.
 """
+
 from __future__ import annotations
 
 import random
 
 import pytest
+from cqlstream.engine.dsms import Dsms, InputError
+from cqlstream.engine.errors import InUseError, KnobError
+from cqlstream.engine.operators.filterhub import HubMember
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.dsms import Dsms, InputError
-from engine.errors import InUseError, KnobError
-from engine.operators.filterhub import HubMember
 from tests.engine_harness import _merge_events, feed, run_engine
 from tests.plan_harness import Results, assert_exact_from, collect, reference, run_all, states_from
 from tests.strategies import relation_events, stream_events
@@ -70,10 +71,15 @@ def test_equal_predicates_up_to_order_and_commutativity_share():
 
 def test_register_deregister_1000_queries_leaves_no_orphans():
     rng = random.Random(7)
-    templates = ["select * from S [Range {k}] where A = {c}", "select B, Count(*) from S [Range {k}] group by B",
-                 "Istream(select S.A, T.B from S [Range {k}], T [Range 3] where S.A = T.A)",
-                 "select * from S [Rows {k}]", "select A from S where B > {c}", "select distinct A from S [Range {k}]",
-                 "select R.B from R, S [Now] where R.A = S.A"]
+    templates = [
+        "select * from S [Range {k}] where A = {c}",
+        "select B, Count(*) from S [Range {k}] group by B",
+        "Istream(select S.A, T.B from S [Range {k}], T [Range 3] where S.A = T.A)",
+        "select * from S [Rows {k}]",
+        "select A from S where B > {c}",
+        "select distinct A from S [Range {k}]",
+        "select R.B from R, S [Now] where R.A = S.A",
+    ]
     d = Dsms()
     d.execute(DDL)
     live: list[int] = []
@@ -120,8 +126,9 @@ def _check_no_orphans(d, live):
         assert hub.members and all(m in [pn.op for pn in d.plan.nodes.values()] for m in hub.members)
     # every reader of every queue belongs to a live operator, store or subscription
     consumers = {id(r) for op in d.plan.operators for r in op.readers}
-    consumers |= {id(st.reader) for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values())
-                  + d.plan.late_stores}
+    consumers |= {
+        id(st.reader) for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()) + d.plan.late_stores
+    }
     consumers |= {id(pn.store.reader) for pn in d.plan.nodes.values() if pn.store is not None}
     consumers |= {id(s.reader) for h in d.queries.values() for s in h.subscriptions if s.reader is not None}
     for pn in d.plan.nodes.values():
@@ -148,8 +155,13 @@ small3 = st.integers(0, 2)
 
 @pytest.mark.parametrize("options", [{}, {"binary_joins": True}, {"compat": True}], ids=["", "binary", "compat"])
 @settings(max_examples=40, deadline=None)
-@given(s=stream_events(first=small3), t=stream_events(first=small3), r=relation_events(first=small3),
-       picks=st.lists(st.integers(0, len(POOL) - 1), min_size=2, max_size=6), step=st.sampled_from([1, 5, None]))
+@given(
+    s=stream_events(first=small3),
+    t=stream_events(first=small3),
+    r=relation_events(first=small3),
+    picks=st.lists(st.integers(0, len(POOL) - 1), min_size=2, max_size=6),
+    step=st.sampled_from([1, 5, None]),
+)
 def test_shared_results_equal_each_query_alone(options, s, t, r, picks, step):
     queries = [POOL[i] for i in picks]
     inputs = {"S": s, "T": t, "R": r}
@@ -160,27 +172,40 @@ def test_shared_results_equal_each_query_alone(options, s, t, r, picks, step):
 
 # ------------------------------------------------------------------ late registration
 LATE = [  # (running queries, late query)
-    (["select * from S [Range 6]"], "select * from S [Range 4] where A = 1"),  # a smaller window over the same window store
+    (
+        ["select * from S [Range 6]"],
+        "select * from S [Range 4] where A = 1",
+    ),  # a smaller window over the same window store
     (["select * from S [Range 4]"], "select A, Count(*) from S [Range 4] group by A"),  # snapshot of the window
-    (["select * from S [Range 4]", "select * from T [Range 3]"],
-     "Istream(select S.A, T.B from S [Range 4], T [Range 3] where S.A = T.A)"),
+    (
+        ["select * from S [Range 4]", "select * from T [Range 3]"],
+        "Istream(select S.A, T.B from S [Range 4], T [Range 3] where S.A = T.A)",
+    ),
     (["select B, Sum(A) from S [Range 5] group by B"], "select B, Sum(A) from S [Range 5] group by B"),  # identical
     (["select * from R"], "select A, Count(*) from R group by A"),  # relation source snapshot
     (["select * from S [Rows 5]"], "select * from S [Rows 3]"),  # Rows sibling
     (["select * from S [Range 5]", "select * from R"], "select R.B, S.B from R, S [Range 2] where R.A = S.A"),
     ([], "select * from S [Range 3]"),  # no window store yet: complete once the window has filled
-    (["select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A"],  # identical join: recomputed snapshot
-     "select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A"),
+    (
+        ["select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A"],  # identical join: recomputed snapshot
+        "select S.A, T.B from S [Range 3], T [Range 2] where S.A = T.A",
+    ),
     (["select distinct A from S [Range 3]"], "select distinct A from S [Range 3]"),  # result store
-    (["select A, Count(*) from S [Range 3] group by A"],  # over a running aggregate: its state
-     "select A from (select A, Count(*) as c from S [Range 3] group by A) as X where c > 1"),
+    (
+        ["select A, Count(*) from S [Range 3] group by A"],  # over a running aggregate: its state
+        "select A from (select A, Count(*) as c from S [Range 3] group by A) as X where c > 1",
+    ),
 ]
 
 
 @pytest.mark.parametrize("running,late", LATE, ids=[q for _, q in LATE])
 @settings(max_examples=15, deadline=None)
-@given(s=stream_events(n=14, first=small3), t=stream_events(n=10, first=small3),
-       r=relation_events(n=8, first=small3), cut=st.integers(1, 20))
+@given(
+    s=stream_events(n=14, first=small3),
+    t=stream_events(n=10, first=small3),
+    r=relation_events(n=8, first=small3),
+    cut=st.integers(1, 20),
+)
 def test_late_query_exact_from_its_complete_from(running, late, s, t, r, cut):
     inputs = {"S": s, "T": t, "R": r}
     events = _merge_events(inputs)
@@ -279,7 +304,7 @@ def test_inactive_query_produces_nothing_and_holds_no_operators():
     # the window holds A=1 (ts 1), A=2 (ts 2) at 3; A=1 (ts 4) enters at 4 while ts 1 stays (Range 3
     # holds (t−4, t]); at 5 ts 1 leaves and A=2 (ts 5) enters
     state = {}
-    for t, s, row in got:
+    for t, _s, _row in got:
         state.setdefault(t, {})
     net = {}
     for t, s, row in got:
@@ -326,9 +351,16 @@ def test_join_probe_order_changes_at_run_time_without_changing_results():
     res.watch(h.id)
     (join,) = _ops(d, "join")
     orders = [[[1, 2], [2, 0], [0, 1]], [[2, 1], [0, 2], [1, 0]]]
-    feed(d, _merge_events(data), 20, after=lambda n: (d.set_knob(join["id"], "probe_orders", orders[n % 2]),
-                                                      d.set_knob(join["id"], "index", ["dyadic", "chains"][n % 2]),
-                                                      res.poll()))
+    feed(
+        d,
+        _merge_events(data),
+        20,
+        after=lambda n: (
+            d.set_knob(join["id"], "probe_orders", orders[n % 2]),
+            d.set_knob(join["id"], "index", ["dyadic", "chains"][n % 2]),
+            res.poll(),
+        ),
+    )
     d.end()
     res.poll()
     assert res.of(h.id) == want
@@ -459,9 +491,13 @@ def test_sysstream_is_queryable_with_cql():
 
 # ------------------------------------------------------------------ one window store, many sizes
 @settings(max_examples=40, deadline=None)
-@given(s=stream_events(n=16, first=small3), sizes=st.lists(st.integers(0, 5), min_size=2, max_size=4),
-       rows=st.lists(st.integers(1, 5), min_size=1, max_size=3), step=st.sampled_from([1, 3, None]),
-       compat=st.booleans())
+@given(
+    s=stream_events(n=16, first=small3),
+    sizes=st.lists(st.integers(0, 5), min_size=2, max_size=4),
+    rows=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    step=st.sampled_from([1, 3, None]),
+    compat=st.booleans(),
+)
 def test_windows_of_different_sizes_read_one_store(s, sizes, rows, step, compat):
     queries = [f"select * from S [Range {k}]" for k in sizes] + [f"select * from S [Rows {n}]" for n in rows]
     inputs = {"S": s}
@@ -535,9 +571,12 @@ HUB_DDL = "register stream S (A int, B int); register stream N (K varchar(4), V 
 
 
 @settings(max_examples=40, deadline=None)
-@given(s=stream_events(n=24, first=st.one_of(st.integers(0, 12), st.just(None))),
-       consts=st.lists(st.integers(0, 12), min_size=1, max_size=12),
-       cuts=st.lists(st.integers(0, 12), min_size=12, max_size=12), windowed=st.booleans())
+@given(
+    s=stream_events(n=24, first=st.one_of(st.integers(0, 12), st.just(None))),
+    consts=st.lists(st.integers(0, 12), min_size=1, max_size=12),
+    cuts=st.lists(st.integers(0, 12), min_size=12, max_size=12),
+    windowed=st.booleans(),
+)
 def test_grouped_selection_members_join_and_leave_while_data_flows(s, consts, cuts, windowed):
     """`A = c` selections over one queue share one grouped selection (mask path below 8 members,
     sort path from 8); members registered at any point are exact from their complete_from."""
@@ -593,8 +632,10 @@ def test_grouped_selection_over_strings_and_the_sort_path():
 @settings(max_examples=60, deadline=None)
 @given(s=stream_events(first=small3), r=relation_events(first=small3), step=st.sampled_from([1, 4, None]))
 def test_join_index_knob_never_changes_results(s, r, step):
-    queries = ["select * from S [Range 2] as X, S as Y where X.A = Y.A",
-               "select R.B, S.B from R, S [Rows 2] where R.A = S.A"]
+    queries = [
+        "select * from S [Range 2] as X, S as Y where X.A = Y.A",
+        "select R.B, S.B from R, S [Rows 2] where R.A = S.A",
+    ]
     inputs = {"S": s, "R": r}
 
     def dyadic(d):
@@ -609,20 +650,28 @@ def test_join_index_knob_never_changes_results(s, r, step):
 
 
 CHURN = POOL + [
-    "select * from S [Range 2] where A = 0", "select * from S [Range 4] where A = 1",
-    "select B, Count(*) from S [Range 2] group by B", "select distinct B from S [Range 4]",
-    "Istream(select * from S [Range 2] where A = 2)", "select * from S where A = 1",
+    "select * from S [Range 2] where A = 0",
+    "select * from S [Range 4] where A = 1",
+    "select B, Count(*) from S [Range 2] group by B",
+    "select distinct B from S [Range 4]",
+    "Istream(select * from S [Range 2] where A = 2)",
+    "select * from S where A = 1",
     "select S.A, T.B from S [Range 2], T [Range 4] where S.A = T.A",
-    "select A, Sum(B) from T [Rows 3] group by A", "select * from R where A = 1",
+    "select A, Sum(B) from T [Rows 3] group by A",
+    "select * from R where A = 1",
 ]
 
 
 @settings(max_examples=60, deadline=None)
-@given(s=stream_events(n=16, first=small3), t=stream_events(n=12, first=small3),
-       r=relation_events(n=8, first=small3),
-       plan=st.lists(st.tuples(st.integers(0, len(CHURN) - 1), st.integers(0, 14), st.integers(0, 20)),
-                     min_size=1, max_size=8),
-       step=st.sampled_from([1, 3]))
+@given(
+    s=stream_events(n=16, first=small3),
+    t=stream_events(n=12, first=small3),
+    r=relation_events(n=8, first=small3),
+    plan=st.lists(
+        st.tuples(st.integers(0, len(CHURN) - 1), st.integers(0, 14), st.integers(0, 20)), min_size=1, max_size=8
+    ),
+    step=st.sampled_from([1, 3]),
+)
 def test_queries_coming_and_going_are_exact_from_their_complete_from(s, t, r, plan, step):
     """Random queries registered and deregistered at random points while data flows: every query
     still registered at the end equals the reference from its complete_from on."""

@@ -4,16 +4,17 @@ Every expected result below was worked out from docs/semantics.md by hand, not c
 Each query is evaluated on both the analyzed plan (before rewrites) and the optimized plan, which
 must agree.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
 import pytest
+from cqlstream.cql.analyzer import AnalyzeOptions
+from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.frontend import compile_query
+from cqlstream.cql.types import INT
 
-from cql.analyzer import AnalyzeOptions
-from cql.catalog import Catalog
-from cql.frontend import compile_query
-from cql.types import INT
 from tests.reference import canonical, evaluate, format_result, sample_keeps, splitmix64
 
 STREAMS = """
@@ -87,9 +88,7 @@ def test_rows_slide():
 def test_range_slide_tumbling():
     # b = floor(t/5)*5, window (b-5, b]: t in 5..9 holds tau 1..5, t in 10..14 holds 6..10, ...
     inputs = {"S": [(1, (1,)), (4, (4,)), (5, (5,)), (7, (7,)), (11, (11,)), (15, None)]}
-    want = exp({5: {(1,): 1, (4,): 1, (5,): 1},
-                10: {(1,): -1, (4,): -1, (5,): -1, (7,): 1},
-                15: {(7,): -1, (11,): 1}})
+    want = exp({5: {(1,): 1, (4,): 1, (5,): 1}, 10: {(1,): -1, (4,): -1, (5,): -1, (7,): 1}, 15: {(7,): -1, (11,): 1}})
     assert run("select * from S [Range 5 Slide 5]", inputs) == want
 
 
@@ -102,11 +101,32 @@ def test_range_slide_hopping():
 
 
 def test_partition_by_eviction():
-    inputs = {"P": [(1, (1, 1)), (2, (2, 2)), (3, (1, 3)), (4, (1, 4)), (5, (2, 5)), (6, (2, 6)),
-                    (7, (None, 7)), (8, (None, 8)), (9, (None, 9))]}
-    want = exp({1: {(1, 1): 1}, 2: {(2, 2): 1}, 3: {(1, 3): 1}, 4: {(1, 4): 1, (1, 1): -1},
-                5: {(2, 5): 1}, 6: {(2, 6): 1, (2, 2): -1},
-                7: {(None, 7): 1}, 8: {(None, 8): 1}, 9: {(None, 9): 1, (None, 7): -1}})
+    inputs = {
+        "P": [
+            (1, (1, 1)),
+            (2, (2, 2)),
+            (3, (1, 3)),
+            (4, (1, 4)),
+            (5, (2, 5)),
+            (6, (2, 6)),
+            (7, (None, 7)),
+            (8, (None, 8)),
+            (9, (None, 9)),
+        ]
+    }
+    want = exp(
+        {
+            1: {(1, 1): 1},
+            2: {(2, 2): 1},
+            3: {(1, 3): 1},
+            4: {(1, 4): 1, (1, 1): -1},
+            5: {(2, 5): 1},
+            6: {(2, 6): 1, (2, 2): -1},
+            7: {(None, 7): 1},
+            8: {(None, 8): 1},
+            9: {(None, 9): 1, (None, 7): -1},
+        }
+    )
     assert run("select * from P [Partition By k Rows 2]", inputs) == want
 
 
@@ -132,18 +152,33 @@ def test_default_window_gives_a_stream():
 def test_scalar_aggregate_over_empty_window():
     inputs = {"S": [(0, None), (2, (7,)), (6, None)]}
     q = "select count(*), sum(a) from S [Range 2]"
-    assert run(q, inputs) == exp({0: {(0, None): 1},
-                                  2: {(0, None): -1, (1, 7): 1},
-                                  5: {(1, 7): -1, (0, None): 1}})
+    assert run(q, inputs) == exp({0: {(0, None): 1}, 2: {(0, None): -1, (1, 7): 1}, 5: {(1, 7): -1, (0, None): 1}})
     # compat: (t-2, t] and no row over an empty window
     assert run(q, inputs, compat=True) == exp({2: {(1, 7): 1}, 4: {(1, 7): -1}})
 
 
 def test_min_max_after_deletions():
-    inputs = {"R": [(1, +1, (5,)), (1, +1, (3,)), (1, +1, (3,)), (2, +1, (8,)), (3, -1, (3,)),
-                    (4, -1, (3,)), (5, -1, (8,)), (6, -1, (5,))]}
-    want = exp({1: {(3, 5): 1}, 2: {(3, 5): -1, (3, 8): 1}, 4: {(3, 8): -1, (5, 8): 1},
-                5: {(5, 8): -1, (5, 5): 1}, 6: {(5, 5): -1, (None, None): 1}})
+    inputs = {
+        "R": [
+            (1, +1, (5,)),
+            (1, +1, (3,)),
+            (1, +1, (3,)),
+            (2, +1, (8,)),
+            (3, -1, (3,)),
+            (4, -1, (3,)),
+            (5, -1, (8,)),
+            (6, -1, (5,)),
+        ]
+    }
+    want = exp(
+        {
+            1: {(3, 5): 1},
+            2: {(3, 5): -1, (3, 8): 1},
+            4: {(3, 8): -1, (5, 8): 1},
+            5: {(5, 8): -1, (5, 5): 1},
+            6: {(5, 5): -1, (None, None): 1},
+        }
+    )
     assert run("select min(a), max(a) from R", inputs, kind="relation") == want
 
 
@@ -151,9 +186,15 @@ def test_group_by_null_keys_and_distinct_aggregates():
     rows = [(1, 10), (1, 10), (1, 20), (None, 5), (None, None), (2, None)]
     inputs = {"G": [(1, +1, r) for r in rows]}
     q = "select k, count(*), count(v), count(distinct v), sum(v), avg(v), min(v), sum(distinct v) from G group by k"
-    want = exp({1: {(1, 3, 3, 2, 40, 40 / 3, 10, 30): 1,
-                    (None, 2, 1, 1, 5, 5.0, 5, 5): 1,
-                    (2, 1, 0, 0, None, None, None, None): 1}})
+    want = exp(
+        {
+            1: {
+                (1, 3, 3, 2, 40, 40 / 3, 10, 30): 1,
+                (None, 2, 1, 1, 5, 5.0, 5, 5): 1,
+                (2, 1, 0, 0, None, None, None, None): 1,
+            }
+        }
+    )
     assert run(q, inputs) == want
 
 
@@ -172,11 +213,13 @@ def test_istream_delete_and_reinsert_at_one_instant():
     inputs = {"R": [(1, +1, (5,)), (2, -1, (5,)), (2, +1, (5,)), (3, +1, (6,)), (4, -1, (6,))]}
     assert run("select istream(*) from R", inputs, kind="stream") == exp({1: {(5,): 1}, 3: {(6,): 1}})
     assert run("select dstream(*) from R", inputs, kind="stream") == exp({4: {(6,): 1}})
-    assert run("select rstream(*) from R", inputs) == exp({1: {(5,): 1}, 2: {(5,): 1}, 3: {(5,): 1, (6,): 1},
-                                                          4: {(5,): 1}})
+    assert run("select rstream(*) from R", inputs) == exp(
+        {1: {(5,): 1}, 2: {(5,): 1}, 3: {(5,): 1, (6,): 1}, 4: {(5,): 1}}
+    )
     # compat: nothing at L = 4
-    assert run("select rstream(*) from R", inputs, compat=True) == exp({1: {(5,): 1}, 2: {(5,): 1},
-                                                                       3: {(5,): 1, (6,): 1}})
+    assert run("select rstream(*) from R", inputs, compat=True) == exp(
+        {1: {(5,): 1}, 2: {(5,): 1}, 3: {(5,): 1, (6,): 1}}
+    )
 
 
 def test_istream_bag_difference():
@@ -204,8 +247,7 @@ def test_rstream_over_a_gap():
 def test_rstream_of_aggregate_every_instant():
     inputs = {"S": [(1, (1,)), (4, (4,)), (6, None)]}
     q = "select rstream(count(*)) from S [Range 1]"
-    assert run(q, inputs) == exp({1: {(1,): 1}, 2: {(1,): 1}, 3: {(0,): 1}, 4: {(1,): 1}, 5: {(1,): 1},
-                                  6: {(0,): 1}})
+    assert run(q, inputs) == exp({1: {(1,): 1}, 2: {(1,): 1}, 3: {(0,): 1}, 4: {(1,): 1}, 5: {(1,): 1}, 6: {(0,): 1}})
     assert run(q, inputs, compat=True) == exp({1: {(1,): 1}, 4: {(1,): 1}})
 
 
@@ -217,19 +259,24 @@ def test_rstream_now_is_the_stream():
 # ------------------------------------------------------------------ set operations
 
 
-SET_INPUTS = {"R": [(1, +1, (v,)) for v in (1, 1, 1, 2, 3, 3)],
-              "Q": [(1, +1, (v,)) for v in (1, 1, 3, 3, 3, 4)] + [(2, -1, (1,))]}
+SET_INPUTS = {
+    "R": [(1, +1, (v,)) for v in (1, 1, 1, 2, 3, 3)],
+    "Q": [(1, +1, (v,)) for v in (1, 1, 3, 3, 3, 4)] + [(2, -1, (1,))],
+}
 
 
-@pytest.mark.parametrize("op,want", [
-    # R = {1:3, 2:1, 3:2}; Q = {1:2, 3:3, 4:1} at t=1, {1:1, 3:3, 4:1} at t=2
-    ("except all", {1: {(1,): 1, (2,): 1}, 2: {(1,): 1}}),
-    ("except", {1: {(2,): 1}}),
-    ("intersect all", {1: {(1,): 2, (3,): 2}, 2: {(1,): -1}}),
-    ("intersect", {1: {(1,): 1, (3,): 1}}),
-    ("union all", {1: {(1,): 5, (2,): 1, (3,): 5, (4,): 1}, 2: {(1,): -1}}),
-    ("union", {1: {(1,): 1, (2,): 1, (3,): 1, (4,): 1}}),
-])
+@pytest.mark.parametrize(
+    "op,want",
+    [
+        # R = {1:3, 2:1, 3:2}; Q = {1:2, 3:3, 4:1} at t=1, {1:1, 3:3, 4:1} at t=2
+        ("except all", {1: {(1,): 1, (2,): 1}, 2: {(1,): 1}}),
+        ("except", {1: {(2,): 1}}),
+        ("intersect all", {1: {(1,): 2, (3,): 2}, 2: {(1,): -1}}),
+        ("intersect", {1: {(1,): 1, (3,): 1}}),
+        ("union all", {1: {(1,): 5, (2,): 1, (3,): 5, (4,): 1}, 2: {(1,): -1}}),
+        ("union", {1: {(1,): 1, (2,): 1, (3,): 1, (4,): 1}}),
+    ],
+)
 def test_set_operations(op, want):
     assert run(f"select a from R {op} select b from Q", SET_INPUTS) == exp(want)
 
@@ -238,8 +285,10 @@ def test_set_operations(op, want):
 
 
 def test_not_in_with_null():
-    inputs = {"R": [(1, +1, (1,)), (1, +1, (2,)), (1, +1, (None,))],
-              "Q": [(1, +1, (2,)), (2, +1, (None,)), (3, -1, (None,)), (4, -1, (2,))]}
+    inputs = {
+        "R": [(1, +1, (1,)), (1, +1, (2,)), (1, +1, (None,))],
+        "Q": [(1, +1, (2,)), (2, +1, (None,)), (3, -1, (None,)), (4, -1, (2,))],
+    }
     q = "select a from R where a not in (select b from Q)"
     assert run(q, inputs) == exp({1: {(1,): 1}, 2: {(1,): -1}, 3: {(1,): 1}, 4: {(2,): 1, (None,): 1}})
     q = "select a from R where a in (select b from Q)"
@@ -247,8 +296,10 @@ def test_not_in_with_null():
 
 
 def test_exists_correlated():
-    inputs = {"R": [(1, +1, (1,)), (1, +1, (1,)), (1, +1, (2,))],
-              "Q": [(1, +1, (2,)), (1, +1, (3,)), (2, +1, (1,)), (3, -1, (2,))]}
+    inputs = {
+        "R": [(1, +1, (1,)), (1, +1, (1,)), (1, +1, (2,))],
+        "Q": [(1, +1, (2,)), (1, +1, (3,)), (2, +1, (1,)), (3, -1, (2,))],
+    }
     q = "select a from R where exists (select * from Q where Q.b = R.a)"
     assert run(q, inputs) == exp({1: {(2,): 1}, 2: {(1,): 2}, 3: {(2,): -1}})
     q = "select a from R where not exists (select * from Q where Q.b = R.a)"
@@ -272,11 +323,14 @@ def test_windowed_stream_join():
 
 
 def test_view_over_view():
-    ddl = STREAMS + """
+    ddl = (
+        STREAMS
+        + """
     register stream T (a integer, b integer);
     register view Pos as select a, b from T where a > 0;
     register view Recent as select a from Pos [Range 2] where b < 10;
     """
+    )
     inputs = {"T": [(1, (1, 5)), (1, (-1, 5)), (2, (1, 20)), (3, (2, 1)), (6, None)]}
     # Pos: (1,5)@1, (1,20)@2, (2,1)@3; Recent: a of b<10 tuples within [t-2, t]:
     # t1..3 {1}, t3..5 {2}.
@@ -289,7 +343,7 @@ def test_view_over_view():
 
 def _mix(i):
     """splitmix64 as docs/semantics.md spells it, written out again here."""
-    m = 2 ** 64
+    m = 2**64
     z = (i + 0x9E3779B97F4A7C15) % m
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % m
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % m
@@ -305,7 +359,7 @@ def test_splitmix64_reference_value():
 
 def test_sample_is_deterministic():
     inputs = {"S": [(i // 2 + 1, (i,)) for i in range(40)]}
-    kept = [i for i in range(40) if (_mix(i) >> 11) * 2.0 ** -53 < 0.5]
+    kept = [i for i in range(40) if (_mix(i) >> 11) * 2.0**-53 < 0.5]
     assert 5 < len(kept) < 35
     want = {}
     for i in kept:
@@ -318,8 +372,9 @@ def test_sample_is_deterministic():
     want_even = {t: Counter({r: c for r, c in rows.items() if r[0] % 2 == 0}) for t, rows in want.items()}
     want_even = {t: c for t, c in want_even.items() if c}
     assert run("select * from S sample(50) where a % 2 = 0", inputs) == want_even
-    assert run("select * from S sample(100)", inputs) == {t: Counter({(2 * t - 2,): 1, (2 * t - 1,): 1})
-                                                           for t in range(1, 21)}
+    assert run("select * from S sample(100)", inputs) == {
+        t: Counter({(2 * t - 2,): 1, (2 * t - 1,): 1}) for t in range(1, 21)
+    }
 
 
 # ------------------------------------------------------------------ expressions
@@ -334,10 +389,18 @@ def test_arithmetic():
 
 
 def test_strings_and_functions():
-    q = ("select s || '!', s like 'h_l%', upper(s), substr(s, 2, 3), length(s), round(f), "
-         "coalesce(s, 'none'), f || 'x', a || s from E")
-    want = exp({1: {("hello!", True, "HELLO", "ell", 5, 3.0, "hello", "2.5x", "-7hello"): 1,
-                    (None, None, None, None, None, -3.0, "none", "-2.5x", None): 1}})
+    q = (
+        "select s || '!', s like 'h_l%', upper(s), substr(s, 2, 3), length(s), round(f), "
+        "coalesce(s, 'none'), f || 'x', a || s from E"
+    )
+    want = exp(
+        {
+            1: {
+                ("hello!", True, "HELLO", "ell", 5, 3.0, "hello", "2.5x", "-7hello"): 1,
+                (None, None, None, None, None, -3.0, "none", "-2.5x", None): 1,
+            }
+        }
+    )
     assert run(q, {"E": E_ROWS}) == want
 
 
@@ -381,8 +444,12 @@ def test_t0_and_heartbeats():
 
 def test_format_result():
     res = exp({2: {(1, 2.5, None, True, "x"): 2, (0, 1e20, None, False, "y"): -1}, 1: {(3,): 1}})
-    assert format_result(res) == ["[1]:+:3", "[2]:+:1, 2.5, null, true, x", "[2]:+:1, 2.5, null, true, x",
-                                  "[2]:-:0, 1e+20, null, false, y"]
+    assert format_result(res) == [
+        "[1]:+:3",
+        "[2]:+:1, 2.5, null, true, x",
+        "[2]:+:1, 2.5, null, true, x",
+        "[2]:-:0, 1e+20, null, false, y",
+    ]
 
 
 def test_canonical_tolerates_float_noise():
@@ -399,18 +466,20 @@ def test_rows_over_a_stream_view_keeps_arrival_order():
     # holds {3, 9} (a value order 3, 5, 9 would give {5, 9}). The optimized plan reads S directly.
     ddl = STREAMS + "register view V as select a from S where a > 0;"
     inputs = {"S": [(1, (5,)), (1, (3,)), (1, (9,)), (1, (-1,)), (2, (4,))]}
-    assert run("select * from V [Rows 2]", inputs, ddl=ddl) == exp({1: {(3,): 1, (9,): 1},
-                                                                   2: {(3,): -1, (4,): 1}})
+    assert run("select * from V [Rows 2]", inputs, ddl=ddl) == exp({1: {(3,): 1, (9,): 1}, 2: {(3,): -1, (4,): 1}})
 
 
 # ------------------------------------------------------------------ rewrites agree with the definitions
 
 
-REWRITE_DDL = STREAMS + """
+REWRITE_DDL = (
+    STREAMS
+    + """
 register stream T (a integer, b integer);
 register stream U (a integer, b integer);
 register view V as select a, b from T where b > 0;
 """
+)
 REWRITE_QUERIES = [
     "select * from T [Rows 3] where a > 1",
     "select * from T [Partition By a Rows 2] where b > 1",
@@ -458,5 +527,8 @@ def test_static_relation_loaded_at_t0():
     # A static relation is fixed once time starts (docs/semantics.md; the engine rejects later
     # updates), which is what makes the CIDR §2.2 rewrite exact.
     ddl = STREAMS + "register static relation D (a integer);"
-    run("select S.a from S, D where S.a = D.a",
-        {"S": [(1, (1,)), (4, (1,)), (5, (2,))], "D": [(1, +1, (1,)), (1, +1, (2,))]}, ddl=ddl)
+    run(
+        "select S.a from S, D where S.a = D.a",
+        {"S": [(1, (1,)), (4, (1,)), (5, (2,))], "D": [(1, +1, (1,)), (1, +1, (2,))]},
+        ddl=ddl,
+    )

@@ -4,6 +4,7 @@ The strategies below generate only shapes the parser can produce (e.g. no Unary(
 the parser folds `-3` into Literal(-3); no `==`/`!=` ops; no negated Exists; no bare TableQuery
 except as a set operand or ISTREAM/DSTREAM/RSTREAM argument; lower-case function names; ...).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,12 +13,11 @@ import math
 from pathlib import Path
 
 import pytest
+from cqlstream.cql import ast
+from cqlstream.cql.parser import parse_script, parse_statement
+from cqlstream.cql.printer import keywords, quote_name, to_cql
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from cql import ast
-from cql.parser import parse_script, parse_statement
-from cql.printer import keywords, quote_name, to_cql
 
 CORPUS = Path(__file__).parent / "corpus" / "papers.cql"
 
@@ -26,8 +26,27 @@ CORPUS = Path(__file__).parent / "corpus" / "papers.cql"
 PLAIN_NAMES = ["a", "b", "x", "S", "T", "S1", "Requests", "cid", "_t", "Key2", "A_b9"]
 # Time-unit words and `type` are not keywords of the grammar (TIME_UNIT is only lexed after a
 # window count), so they print bare; the rest need backticks.
-TRICKY_NAMES = ["day", "min", "ms", "type", "select", "From", "key", "RANGE", "sample", "istream",
-                "a b", "1abc", "é", "x.y", "--c", "'q'", " ", "a\nb", "/*"]
+TRICKY_NAMES = [
+    "day",
+    "min",
+    "ms",
+    "type",
+    "select",
+    "From",
+    "key",
+    "RANGE",
+    "sample",
+    "istream",
+    "a b",
+    "1abc",
+    "é",
+    "x.y",
+    "--c",
+    "'q'",
+    " ",
+    "a\nb",
+    "/*",
+]
 names = st.one_of(st.sampled_from(PLAIN_NAMES), st.sampled_from(TRICKY_NAMES))
 # Function names are stored lower-cased by the parser.
 func_names = st.sampled_from(["count", "sum", "max", "f", "lookup", "min", "day", "exists", "my fn"])
@@ -69,7 +88,7 @@ def _small_tuple(s, lo=1, hi=3):
 def _cached(build):
     """Memoize a depth-indexed strategy builder; `deferred` keeps hypothesis' repr of it small."""
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def wrapper(depth: int):
         return st.deferred(lambda: build(depth))
 
@@ -91,7 +110,9 @@ def exprs(depth: int):
     arithmetic = st.builds(ast.Binary, st.sampled_from(["||", "+", "-", "*", "/", "%"]), sub, sub)
     compound = st.one_of(
         st.builds(ast.Unary, st.sampled_from(["-", "+", "not"]), sub).map(_fix_sign),
-        logic, comparisons, arithmetic,  # the most common shapes in real queries: weight them up
+        logic,
+        comparisons,
+        arithmetic,  # the most common shapes in real queries: weight them up
         st.builds(ast.Between, sub, sub, sub, st.booleans()),
         st.builds(ast.InList, sub, _small_tuple(sub), st.booleans()),
         st.builds(ast.InQuery, sub, subqueries(depth - 1), st.booleans()),
@@ -183,9 +204,7 @@ def subqueries(depth: int):
 
 # ---------------------------------------------------------------- statements
 
-option_values = st.one_of(
-    st.text(max_size=8), st.integers(-(10**12), 10**12), floats, st.booleans(), st.none()
-)
+option_values = st.one_of(st.text(max_size=8), st.integers(-(10**12), 10**12), floats, st.booleans(), st.none())
 attr_defs = st.builds(ast.AttrDef, names, types)
 register_sources = st.builds(
     ast.RegisterSource,
@@ -246,31 +265,48 @@ def test_corpus_roundtrip():
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("select a from S [range 10 minutes slide 1 min]",
-         "SELECT a\nFROM S [RANGE 10 MINUTE SLIDE 1 MINUTE]"),
+        ("select a from S [range 10 minutes slide 1 min]", "SELECT a\nFROM S [RANGE 10 MINUTE SLIDE 1 MINUTE]"),
         ("select * from S sample(5) [rows 10] x", "SELECT *\nFROM S SAMPLE(5.0) [ROWS 10] AS x"),
-        ("select * from S [now], R [range unbounded preceding], U [rows unbounded]",
-         "SELECT *\nFROM S [NOW], R [RANGE UNBOUNDED], U [ROWS UNBOUNDED]"),
-        ("select * from S [partition by a, S.b rows 3 preceding where a > 1]",
-         "SELECT *\nFROM S [PARTITION BY a, S.b ROWS 3 WHERE a > 1]"),
+        (
+            "select * from S [now], R [range unbounded preceding], U [rows unbounded]",
+            "SELECT *\nFROM S [NOW], R [RANGE UNBOUNDED], U [ROWS UNBOUNDED]",
+        ),
+        (
+            "select * from S [partition by a, S.b rows 3 preceding where a > 1]",
+            "SELECT *\nFROM S [PARTITION BY a, S.b ROWS 3 WHERE a > 1]",
+        ),
         ("select istream(distinct a) from S", "ISTREAM(SELECT DISTINCT a FROM S)"),
         ("V1 union all V2 minus V3", "(V1 UNION ALL V2) EXCEPT V3"),
         ("V1 union V2 intersect V3", "V1 UNION (V2 INTERSECT V3)"),
-        ("select a - -3, - -3, -(-a), +-3, 1.5e300, .5, 'it''s' from S",
-         "SELECT a - -3, -(-3), -(-a), +(-3), 1.5e+300, 0.5, 'it''s'\nFROM S"),
-        ("select (a + b) * c, a + b * c, a - (b - c), (a - b) - c, not a = b, (a or b) and c from S",
-         "SELECT (a + b) * c, a + b * c, a - (b - c), a - b - c, NOT a = b, (a OR b) AND c\nFROM S"),
-        ("select * from S where not exists (select * from T) and a not in (1, 2) and b is not null",
-         "SELECT *\nFROM S\nWHERE NOT EXISTS (SELECT * FROM T) AND a NOT IN (1, 2) AND b IS NOT NULL"),
-        ("select case when a then 1 else 2 end, cast(a as char(4)) c from S",
-         "SELECT CASE WHEN a THEN 1 ELSE 2 END, CAST(a AS CHAR(4)) AS c\nFROM S"),
-        ("select count(distinct a), `select`, `a b`.day, min(x) from S",
-         "SELECT count(DISTINCT a), `select`, `a b`.day, min(x)\nFROM S"),
-        ("select a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x, y, z, aa, bb, cc from S",
-         "SELECT a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x, y,\n"
-         "       z, aa, bb, cc\nFROM S"),
-        ("register static table R (a int, b char(4), primary key (a)) with (unit = millisecond, slack = -5, f = 1.5)",
-         "REGISTER STATIC RELATION R (a INT, b CHAR(4), KEY (a)) WITH (unit = 'millisecond', slack = -5, f = 1.5)"),
+        (
+            "select a - -3, - -3, -(-a), +-3, 1.5e300, .5, 'it''s' from S",
+            "SELECT a - -3, -(-3), -(-a), +(-3), 1.5e+300, 0.5, 'it''s'\nFROM S",
+        ),
+        (
+            "select (a + b) * c, a + b * c, a - (b - c), (a - b) - c, not a = b, (a or b) and c from S",
+            "SELECT (a + b) * c, a + b * c, a - (b - c), a - b - c, NOT a = b, (a OR b) AND c\nFROM S",
+        ),
+        (
+            "select * from S where not exists (select * from T) and a not in (1, 2) and b is not null",
+            "SELECT *\nFROM S\nWHERE NOT EXISTS (SELECT * FROM T) AND a NOT IN (1, 2) AND b IS NOT NULL",
+        ),
+        (
+            "select case when a then 1 else 2 end, cast(a as char(4)) c from S",
+            "SELECT CASE WHEN a THEN 1 ELSE 2 END, CAST(a AS CHAR(4)) AS c\nFROM S",
+        ),
+        (
+            "select count(distinct a), `select`, `a b`.day, min(x) from S",
+            "SELECT count(DISTINCT a), `select`, `a b`.day, min(x)\nFROM S",
+        ),
+        (
+            "select a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x, y, z, aa, bb, cc from S",
+            "SELECT a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x, y,\n"
+            "       z, aa, bb, cc\nFROM S",
+        ),
+        (
+            "register static table R (a int, b char(4), primary key (a)) with (unit = millisecond, slack = -5, f = 1.5)",
+            "REGISTER STATIC RELATION R (a INT, b CHAR(4), KEY (a)) WITH (unit = 'millisecond', slack = -5, f = 1.5)",
+        ),
         ("register view V (a, b) as select a, b from S", "REGISTER VIEW V (a, b) AS\nSELECT a, b\nFROM S"),
     ],
 )
@@ -300,7 +336,9 @@ def test_other_nodes():
     assert to_cql(ast.Literal(-2.0, "float")) == "-2.0"
     assert to_cql(ast.Literal(float("-inf"), "float")) == "-1e999"
     assert to_cql(ast.Binary("*", ast.Literal(-3, "int"), ast.Column("S", "a"))) == "-3 * S.a"
-    assert math.isclose(parse_statement(f"select {to_cql(ast.Literal(1e-7, 'float'))} from S").items[0].expr.value, 1e-7)
+    assert math.isclose(
+        parse_statement(f"select {to_cql(ast.Literal(1e-7, 'float'))} from S").items[0].expr.value, 1e-7
+    )
 
 
 def test_long_chain_does_not_recurse():

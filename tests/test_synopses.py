@@ -1,14 +1,15 @@
 """Shared synopses: one store per relation-valued queue, read by every join over it."""
+
 from __future__ import annotations
 
+from cqlstream.cql.types import INT
+from cqlstream.engine.batch import from_rows
+from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.operators.join import JoinOp
+from cqlstream.engine.queues import Queue
+from cqlstream.engine.synopses import RelationStore
 from hypothesis import HealthCheck, given, settings
 
-from cql.types import INT
-from engine.batch import from_rows
-from engine.dsms import Dsms
-from engine.operators.join import JoinOp
-from engine.queues import Queue
-from engine.synopses import RelationStore
 from tests.engine_harness import net_by_instant, run_reference
 from tests.test_differential import DDL, stream_events
 
@@ -57,8 +58,10 @@ def test_two_joins_over_the_same_windows_share_two_stores():
 def test_joins_sharing_stores_give_the_reference_results(s, t):
     d, hs, queries = _two_queries()
     subs = [d.subscribe(h.id) for h in hs]
-    events = sorted([(ts, 0, k, "S", row) for k, (ts, row) in enumerate(s)] +
-                    [(ts, 1, k, "T", row) for k, (ts, row) in enumerate(t)])
+    events = sorted(
+        [(ts, 0, k, "S", row) for k, (ts, row) in enumerate(s)]
+        + [(ts, 1, k, "T", row) for k, (ts, row) in enumerate(t)]
+    )
     for i, (ts, _, _, name, row) in enumerate(events):
         d.push(name, [row], ts=[ts])
         if i % 3 == 0:  # the two joins progress at different moments

@@ -1,7 +1,8 @@
 """EXPLAIN: logical plans print themselves as an indented tree, one operator per line."""
+
 from __future__ import annotations
 
-from cql.logical import nodes as L
+from cqlstream.cql.logical import nodes as L
 
 
 def _cols(attrs) -> str:
@@ -32,8 +33,10 @@ def node_label(n: L.Plan) -> str:
         case L.Filter():
             return f"FILTER {n.predicate.sql()}"
         case L.Project():
-            items = [e.sql() if e.sql() == name or e.sql().endswith("." + name) else f"{e.sql()} AS {name}"
-                     for e, name in zip(n.exprs, n.names)]
+            items = [
+                e.sql() if e.sql() == name or e.sql().endswith("." + name) else f"{e.sql()} AS {name}"
+                for e, name in zip(n.exprs, n.names)
+            ]
             return "PROJECT " + ", ".join(items)
         case L.Join():
             return "JOIN" + (f" ON {n.predicate.sql()}" if n.predicate is not None else " (cross product)")

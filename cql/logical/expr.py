@@ -2,17 +2,18 @@
 
 Frozen and hashable, so equal predicates compare and hash equal (plan sharing is a dict lookup).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from cql.types import BOOL, DataType
+from cqlstream.cql.types import BOOL, DataType
 
 
 class Expr:
     type: DataType
 
-    def children(self) -> tuple["Expr", ...]:
+    def children(self) -> tuple[Expr, ...]:
         return ()
 
 
@@ -45,9 +46,22 @@ class Const(Expr):
 
 # Operators by arity and display; `div` is integer division (both operands integers).
 INFIX = {
-    "+": "+", "-": "-", "*": "*", "/": "/", "div": "/", "%": "%", "||": "||",
-    "=": "=", "<>": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">=",
-    "and": "AND", "or": "OR", "like": "LIKE",
+    "+": "+",
+    "-": "-",
+    "*": "*",
+    "/": "/",
+    "div": "/",
+    "%": "%",
+    "||": "||",
+    "=": "=",
+    "<>": "<>",
+    "<": "<",
+    "<=": "<=",
+    ">": ">",
+    ">=": ">=",
+    "and": "AND",
+    "or": "OR",
+    "like": "LIKE",
 }
 COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
 MIRROR = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -153,8 +167,11 @@ def remap(e: Expr, mapping) -> Expr:
     if isinstance(e, (Op, Func)):
         return replace(e, args=tuple(remap(a, mapping) for a in e.args))
     if isinstance(e, CaseWhen):
-        return replace(e, whens=tuple((remap(c, mapping), remap(r, mapping)) for c, r in e.whens),
-                       default=remap(e.default, mapping))
+        return replace(
+            e,
+            whens=tuple((remap(c, mapping), remap(r, mapping)) for c, r in e.whens),
+            default=remap(e.default, mapping),
+        )
     if isinstance(e, Cast):
         return replace(e, operand=remap(e.operand, mapping))
     return e

@@ -3,13 +3,14 @@
 Relational operators plus the CQL stream↔relation operators (Window, RelToStream). Equal subplans
 compare and hash equal, which is what plan sharing keys on.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from cql.logical.expr import AggCall, Expr, columns
-from cql.types import BOOL, DataType
+from cqlstream.cql.logical.expr import AggCall, Expr, columns
+from cqlstream.cql.types import BOOL, DataType
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Plan:
     """Base: `inputs`, `schema`, `is_stream`; `monotonic` means the relation only ever grows."""
 
     @property
-    def inputs(self) -> tuple["Plan", ...]:
+    def inputs(self) -> tuple[Plan, ...]:
         return ()
 
     schema: tuple[Attribute, ...]

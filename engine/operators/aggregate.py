@@ -60,16 +60,16 @@ at the end of every instant at which the group had events; a group's state is dr
 group becomes empty. UDAFs are evaluated by a per-event Python loop (see `_udaf_cells`): the implementation
 is an opaque Python object, so there is no vectorized form.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-
-from cql.logical.expr import AggCall, Expr
-from engine.batch import Batch, dtype_of
-from engine.exprs import Evaluator
-from engine.operators.base import Operator
+from cqlstream.cql.logical.expr import AggCall, Expr
+from cqlstream.engine.batch import Batch, dtype_of
+from cqlstream.engine.exprs import Evaluator
+from cqlstream.engine.operators.base import Operator
 
 _BUILTINS = ("count", "sum", "avg", "min", "max")
 _EMPTY_I = np.zeros(0, np.int64)
@@ -154,8 +154,8 @@ def _cover(ncells: int, starts: np.ndarray, ends: np.ndarray, vals: np.ndarray, 
         if prev is not None:
             h = 1 << lev
             op(cur, prev, out=cur)
-            op(cur[h:], prev[:ncells - h], out=cur[h:])
-        sel = order[bounds[lev]:bounds[lev + 1]]
+            op(cur[h:], prev[: ncells - h], out=cur[h:])
+        sel = order[bounds[lev] : bounds[lev + 1]]
         if len(sel):
             op.at(cur, starts[sel], vals[sel])
             op.at(cur, ends[sel] - (1 << lev), vals[sel])
@@ -299,8 +299,9 @@ class _GroupKeys:
 
     def __init__(self, types):
         self.types = list(types)
-        self.cols = [_ObjInterner() if dtype_of(t) is object and t.kind != "null" else _IntInterner()
-                     for t in self.types]
+        self.cols = [
+            _ObjInterner() if dtype_of(t) is object and t.kind != "null" else _IntInterner() for t in self.types
+        ]
         self.pairs = [_IntInterner() for _ in self.types[1:]]
 
     @property
@@ -322,7 +323,7 @@ class _GroupKeys:
         gid = None
         for i, (t, v, m) in enumerate(zip(self.types, vals, nulls)):
             interner = self.cols[i]
-            enc = (lambda x: x) if isinstance(interner, _ObjInterner) else (lambda x: _int_key(x, t.kind))
+            enc = (lambda x: x) if isinstance(interner, _ObjInterner) else (lambda x, kind=t.kind: _int_key(x, kind))
             if m is None:
                 code = interner.map(enc(v)) + 1
             else:  # NULL: code 0 (only real values are interned)
@@ -547,8 +548,17 @@ class AggregateOp(Operator):
     kind = "aggregate"
     COMPACT_MIN = 1 << 16  # renumber groups only past this many group ids (tests lower it)
 
-    def __init__(self, inputs, output, ids, keys: tuple[Expr, ...], aggs: tuple[AggCall, ...],
-                 evaluator: Evaluator, compat: bool = False, options=None):
+    def __init__(
+        self,
+        inputs,
+        output,
+        ids,
+        keys: tuple[Expr, ...],
+        aggs: tuple[AggCall, ...],
+        evaluator: Evaluator,
+        compat: bool = False,
+        options=None,
+    ):
         super().__init__(inputs, output, ids, options)
         self.keys = tuple(keys)
         self.aggs = tuple(aggs)
@@ -564,9 +574,14 @@ class AggregateOp(Operator):
         self.quantities: list[tuple] = [("rows", -1)]
         self.multisets: dict[int, list[str]] = {}  # ai → extremes wanted
         for s in self.specs:
-            need = {"cnt": [("cnt", s.ai)], "dcnt": [("dcnt", s.ai)], "sum": [("cnt", s.ai), ("sum", s.ai)],
-                    "avg": [("cnt", s.ai), ("sum", s.ai)], "dsum": [("dcnt", s.ai), ("dsum", s.ai)],
-                    "davg": [("dcnt", s.ai), ("dsum", s.ai)]}.get(s.kind, [])
+            need = {
+                "cnt": [("cnt", s.ai)],
+                "dcnt": [("dcnt", s.ai)],
+                "sum": [("cnt", s.ai), ("sum", s.ai)],
+                "avg": [("cnt", s.ai), ("sum", s.ai)],
+                "dsum": [("dcnt", s.ai), ("dsum", s.ai)],
+                "davg": [("dcnt", s.ai), ("dsum", s.ai)],
+            }.get(s.kind, [])
             for q in need:
                 if q not in self.quantities:
                     self.quantities.append(q)
@@ -646,7 +661,7 @@ class AggregateOp(Operator):
         for name, arr in self.pg.items():
             dt, default = self._defaults[name]
             new = self._new_array(dt, default, cap)
-            new[:len(arr)] = arr
+            new[: len(arr)] = arr
             self.pg[name] = new
         self.cap = cap
 
@@ -747,8 +762,9 @@ class AggregateOp(Operator):
                 x = (np.where(an[ai], av[ai], 0) if nulls_in[ai] else av[ai]) * weight
                 w = x[order]
             if kind in ("sum", "dsum") and self.floating_arg[ai]:
-                qv[q] = self._fsum_cells(w.astype(np.float64), ce, cell_gs, pg[f"q_hi{q}"][cell_g],
-                                         pg[f"q_lo{q}"][cell_g])
+                qv[q] = self._fsum_cells(
+                    w.astype(np.float64), ce, cell_gs, pg[f"q_hi{q}"][cell_g], pg[f"q_lo{q}"][cell_g]
+                )
             else:
                 cs = np.empty(n + 1, np.int64)
                 cs[0] = 0

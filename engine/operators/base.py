@@ -5,6 +5,7 @@ An operator call processes every input element with ts ≤ bound, where bound is
 input watermark (cut earlier to whole instants when a work budget is given), so outputs never
 depend on how input was batched or how often the scheduler runs it.
 """
+
 from __future__ import annotations
 
 import time
@@ -12,9 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from engine.batch import Batch, splitmix64
-from engine.queues import Queue, Reader
+from cqlstream.engine.batch import Batch, splitmix64
+from cqlstream.engine.queues import Queue, Reader
 
 
 class IdSource:
@@ -118,7 +118,7 @@ class Operator(ABC):
         sampled relation stays consistent."""
         if not len(d):
             return d
-        u = (splitmix64(d.id ^ np.uint64(0x5DEECE66D)) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        u = (splitmix64(d.id ^ np.uint64(0x5DEECE66D)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
         keep = u < self.sampling_rate
         self.counters.extra["shed"] = self.counters.extra.get("shed", 0) + int(len(d) - keep.sum())
         return d if keep.all() else d.take(keep)

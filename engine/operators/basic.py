@@ -1,12 +1,12 @@
 """Stateless operators: select (filter), project, sample, and the output sink."""
+
 from __future__ import annotations
 
 import numpy as np
-
-from cql.logical import expr as X
-from engine.batch import splitmix64
-from engine.exprs import Evaluator
-from engine.operators.base import Operator
+from cqlstream.cql.logical import expr as X
+from cqlstream.engine.batch import splitmix64
+from cqlstream.engine.exprs import Evaluator
+from cqlstream.engine.operators.base import Operator
 
 
 class FilterOp(Operator):
@@ -60,7 +60,7 @@ class SampleOp(Operator):
         b = inputs[0]
         idx = np.arange(self.seen, self.seen + len(b), dtype=np.uint64)
         self.seen += len(b)
-        u = (splitmix64(idx) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        u = (splitmix64(idx) >> np.uint64(11)).astype(np.float64) * 2.0**-53
         return b.take(u < self.percent / 100.0)
 
 

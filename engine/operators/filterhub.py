@@ -7,14 +7,14 @@ once (stable, so each member's rows stay in ts order) and cuts one slice per con
 Each query keeps its own physical node: a `HubMember` (its output queue, its counters) that the
 hub fills; members join and leave while data flows (the plan manager, engine/planner.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
-
-from cql.logical import expr as X
-from engine.operators.base import Operator
-from engine.operators.basic import FilterOp
-from engine.queues import Queue
+from cqlstream.cql.logical import expr as X
+from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.basic import FilterOp
+from cqlstream.engine.queues import Queue
 
 SORT_FROM = 8  # members from which one sort beats a comparison per member
 
@@ -26,8 +26,13 @@ def eq_const(pred) -> tuple[int, object] | None:
     a, b = pred.args
     if isinstance(b, X.ColRef) and isinstance(a, X.Const):
         a, b = b, a
-    if isinstance(a, X.ColRef) and isinstance(b, X.Const) and b.value is not None \
-            and a.type.kind == b.type.kind and a.type.kind in ("int", "varchar", "char", "string", "bool"):
+    if (
+        isinstance(a, X.ColRef)
+        and isinstance(b, X.Const)
+        and b.value is not None
+        and a.type.kind == b.type.kind
+        and a.type.kind in ("int", "varchar", "char", "string", "bool")
+    ):
         return a.index, b.value
     return None
 
@@ -42,7 +47,7 @@ class FilterHub(Operator):
         self.members: list[HubMember] = []
         self.label = ""
 
-    def add(self, m: "HubMember") -> None:
+    def add(self, m: HubMember) -> None:
         m.hub = self
         self.members.append(m)
 
@@ -82,7 +87,7 @@ class FilterHub(Operator):
         lo = np.searchsorted(sorted_vals, consts, side="left")
         hi = np.searchsorted(sorted_vals, consts, side="right")
         rows = idx[order]  # ascending within each equal-value run: ts order is kept
-        return {id(m): b.take(rows[lo[k]:hi[k]]) for k, m in enumerate(self.members) if hi[k] > lo[k]}
+        return {id(m): b.take(rows[lo[k] : hi[k]]) for k, m in enumerate(self.members) if hi[k] > lo[k]}
 
 
 class HubMember(FilterOp):

@@ -27,13 +27,13 @@ cost does not grow with the number of instants in the batch. Other conjuncts are
 soon as their inputs are bound; conjuncts reading one input filter that input's events up front
 (a tuple failing them never joins); NULL keys never match.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
-from cql.logical import expr as X
-from engine.batch import Batch, combine_ids, concat
-from engine.operators.base import Operator
+from cqlstream.cql.logical import expr as X
+from cqlstream.engine.batch import Batch, combine_ids, concat
+from cqlstream.engine.operators.base import Operator
 
 INF = np.iinfo(np.int64).max
 MAX_CHAIN_ROUNDS = 2  # chain passes before the remaining instances go to the dyadic index
@@ -223,7 +223,7 @@ def combine_keys(inst_parts, probe_parts):
     size = 1
     for (ic, ivc), (pc, pvc) in zip(inst_parts, probe_parts):
         (di, dp), n = dense(ic, pc)
-        if size * n >= 2 ** 62:
+        if size * n >= 2**62:
             (ik, pk), size = dense(ik, pk)
         ik, pk, size = ik * n + di, pk * n + dp, size * n
         iv &= ivc
@@ -469,8 +469,9 @@ def gather_batch(width, needed, offsets, widths, tables, idx, ts) -> Batch:
 class JoinOp(Operator):
     kind = "join"
 
-    def __init__(self, inputs, output, ids, predicate: X.Expr | None, input_types, evaluator, options=None,
-                 stores=None):
+    def __init__(
+        self, inputs, output, ids, predicate: X.Expr | None, input_types, evaluator, options=None, stores=None
+    ):
         """`stores`: one shared engine.synopses.RelationStore per input, read instead of a private
         copy of that input's state (None: private state)."""
         super().__init__(inputs, output, ids, options)
@@ -614,8 +615,9 @@ class JoinOp(Operator):
                 if t in applied or not own <= bound or not len(seq):
                     continue
                 applied.add(t)
-                b = gather_batch(self.width, sorted(X.columns(c)), self.offsets, self.widths, tables, idx,
-                                 ti.b.ts[idx[i]])
+                b = gather_batch(
+                    self.width, sorted(X.columns(c)), self.offsets, self.widths, tables, idx, ti.b.ts[idx[i]]
+                )
                 keep = self.ev.predicate(c, b)
                 idx = {k: v[keep] for k, v in idx.items()}
                 seq = seq[keep]

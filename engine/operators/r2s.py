@@ -20,13 +20,13 @@ np.repeat, so long runs of unchanged instants cost output size, never Python loo
 Compat (STREAM 0.6): nothing at the last input instant L, i.e. in the call that processes the
 final bound of ended inputs.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
-from engine.batch import Batch, concat, match_deletes
-from engine.operators.base import Operator
-from engine.operators.valuecount import instant_value_groups
+from cqlstream.engine.batch import Batch, concat, match_deletes
+from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.valuecount import instant_value_groups
 
 INF = np.iinfo(np.int64).max
 

@@ -17,13 +17,13 @@ Output ids are derived, not stored: the k-th copy ever inserted of a value gets
 combine_ids(vkey, k) (vkey: a fresh id owned by the value while it is live) and a delete retracts
 the oldest live copy, so only two serial counters per value are carried.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
-from engine.batch import Batch, combine_ids, concat
-from engine.operators.base import Operator
-from engine.operators.valuecount import Changes, ValueTable
+from cqlstream.engine.batch import Batch, combine_ids, concat
+from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.valuecount import Changes, ValueTable
 
 
 def emit_changes(table: ValueTable, b: Batch, ch: Changes, delta: np.ndarray) -> Batch:
@@ -69,8 +69,11 @@ def _f_set(op: str, all_: bool):
     if op == "except":
         return (lambda l, r: np.maximum(l - r, 0)) if all_ else (lambda l, r: ((l > 0) & (r <= 0)).astype(np.int64))
     if op == "intersect":
-        return (lambda l, r: np.maximum(np.minimum(l, r), 0)) if all_ else (
-            lambda l, r: ((l > 0) & (r > 0)).astype(np.int64))
+        return (
+            (lambda l, r: np.maximum(np.minimum(l, r), 0))
+            if all_
+            else (lambda l, r: ((l > 0) & (r > 0)).astype(np.int64))
+        )
     raise ValueError(op)
 
 
@@ -79,7 +82,7 @@ _SIDE_R = np.uint64(0x5E7_0002)
 
 
 class SetOpOp(Operator):
-    def __init__(self, inputs, output, ids, op: str, all: bool, options=None):  # noqa: A002 — planner's name
+    def __init__(self, inputs, output, ids, op: str, all: bool, options=None):
         super().__init__(inputs, output, ids, options)
         self.op = op
         self.all = all

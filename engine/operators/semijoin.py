@@ -28,22 +28,40 @@ wildcards: a row with a NULL in a compared column is paired with every row of th
 cross product, proportional to the NULL rows; candidates are then checked by evaluating the
 conjuncts), others by key.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
-from cql.logical import expr as X
-from engine.batch import Batch
-from engine.operators.base import Operator
-from engine.operators.join import (INF, StabIndex, Table, key_codes, classify, combine_keys, gather_batch,
-                                   global_seqs)
+from cqlstream.cql.logical import expr as X
+from cqlstream.engine.batch import Batch
+from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.join import (
+    INF,
+    StabIndex,
+    Table,
+    classify,
+    combine_keys,
+    gather_batch,
+    global_seqs,
+    key_codes,
+)
 
 
 class SemiJoinOp(Operator):
     kind = "semijoin"
 
-    def __init__(self, inputs, output, ids, predicate: X.Expr, left_width: int, anti: bool, null_aware: bool,
-                 evaluator, options=None):
+    def __init__(
+        self,
+        inputs,
+        output,
+        ids,
+        predicate: X.Expr,
+        left_width: int,
+        anti: bool,
+        null_aware: bool,
+        evaluator,
+        options=None,
+    ):
         super().__init__(inputs, output, ids, options)
         self.ev = evaluator
         self.anti = anti
@@ -89,8 +107,10 @@ class SemiJoinOp(Operator):
     def _keys(self, tl: Table, tr: Table):
         """(key, valid) for every row of both tables; valid = no NULL/NaN in a compared value."""
         if not self.equi:
-            return ((np.zeros(len(tl.b), np.int64), np.ones(len(tl.b), bool)),
-                    (np.zeros(len(tr.b), np.int64), np.ones(len(tr.b), bool)))
+            return (
+                (np.zeros(len(tl.b), np.int64), np.ones(len(tl.b), bool)),
+                (np.zeros(len(tr.b), np.int64), np.ones(len(tr.b), bool)),
+            )
         lp, rp = [], []
         for e in self.equi:
             (cl, okl, _), (cr, okr, _) = key_codes([self.ev.eval(e.ea, tl.b), self.ev.eval(e.eb, tr.b)])
@@ -252,8 +272,15 @@ class SemiJoinOp(Operator):
             if not sel.any():
                 continue
             pos = np.flatnonzero(sel)
-            b = gather_batch(self.width, sorted(X.columns(c)), self.offsets, self.widths, tables,
-                             {0: lrows[pos], 1: rrows[pos]}, np.zeros(len(pos), np.int64))
+            b = gather_batch(
+                self.width,
+                sorted(X.columns(c)),
+                self.offsets,
+                self.widths,
+                tables,
+                {0: lrows[pos], 1: rrows[pos]},
+                np.zeros(len(pos), np.int64),
+            )
             keep[pos[~self._holds(c, b)]] = False
         return keep
 
@@ -265,8 +292,9 @@ class SemiJoinOp(Operator):
         newi = np.flatnonzero((tl.lo >= 0) & lelig[tl.inst])
         if len(newi) and len(tr.inst):
             lr = tl.inst[newi]
-            p, rr, wild = self._pairs(tr.inst, rkey[tr.inst], rvalid[tr.inst], tr.lo, tr.hi,
-                                      lkey[lr], lvalid[lr], tl.lo[newi], m)
+            p, rr, wild = self._pairs(
+                tr.inst, rkey[tr.inst], rvalid[tr.inst], tr.lo, tr.hi, lkey[lr], lvalid[lr], tl.lo[newi], m
+            )
             keep = self._check(tl, tr, lr[p], rr, wild)
             c_start[newi] = np.bincount(p[keep], minlength=len(newi))
         # deltas: right events against the left instances alive there
@@ -276,8 +304,9 @@ class SemiJoinOp(Operator):
         if len(tr.ev) and len(elig_i):
             er = tr.ev
             li = tl.inst[elig_i]
-            p, lrows, wild = self._pairs(li, lkey[li], lvalid[li], tl.lo[elig_i], tl.hi[elig_i],
-                                         rkey[er], rvalid[er], tr.seq[er], m)
+            p, lrows, wild = self._pairs(
+                li, lkey[li], lvalid[li], tl.lo[elig_i], tl.hi[elig_i], rkey[er], rvalid[er], tr.seq[er], m
+            )
             keep = self._check(tl, tr, lrows, er[p], wild)
             p, lrows = p[keep], lrows[keep]
             d_x = np.searchsorted(tl.inst, lrows)  # instance position (tl.inst is ascending)
@@ -310,8 +339,8 @@ def _state_pos(tl: Table) -> np.ndarray:
 
 def _seq_ts(seq: np.ndarray, tl: Table, tr: Table) -> np.ndarray:
     """ts of the events at global positions `seq` (every seq here is an event of either side)."""
-    allseq = np.concatenate([tl.seq[tl.n_state:], tr.seq[tr.n_state:]])
-    allts = np.concatenate([tl.b.ts[tl.n_state:], tr.b.ts[tr.n_state:]])
+    allseq = np.concatenate([tl.seq[tl.n_state :], tr.seq[tr.n_state :]])
+    allts = np.concatenate([tl.b.ts[tl.n_state :], tr.b.ts[tr.n_state :]])
     ts = np.empty(len(allseq), np.int64)
     ts[allseq] = allts
     return ts[seq]

@@ -15,14 +15,14 @@ and after the instant (net over the instant): the rows are grouped by value with
 (one radix or plain argsort), per-group deltas come from np.add.reduceat and a segmented
 cumulative sum over each value's groups adds them to the carried counts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
-
-from engine.batch import Batch, combine_ids
+from cqlstream.engine.batch import Batch, combine_ids
 
 _EMPTY_I = np.zeros(0, np.int64)
 _BIG = 1 << 62
@@ -269,14 +269,14 @@ class ValueTable:
     def _alloc(self, k: int) -> np.ndarray:
         """k slots: freed ones first, then never-used ones."""
         reuse = min(k, len(self.free))
-        reused = self.free[len(self.free) - reuse:]
+        reused = self.free[len(self.free) - reuse :]
         self.free = self.free[: len(self.free) - reuse]
         fresh = np.arange(self._high, self._high + (k - reuse), dtype=np.int64)
         self._high += k - reuse
         self._grow(self._high)
         return np.concatenate([reused, fresh]) if reuse else fresh
 
-    def encode(self, b: Batch) -> "Encoded":
+    def encode(self, b: Batch) -> Encoded:
         """Slot per row of `b` (values not seen before get new slots, in first-arrival order)
         and the rows grouped by value (the sort `changes` needs)."""
         n = len(b)
@@ -303,7 +303,7 @@ class ValueTable:
             self.count[:, slots] = 0
         return Encoded(slot_of[code], order, slot_of, rows, new)
 
-    def finish(self, enc: "Encoded") -> None:
+    def finish(self, enc: Encoded) -> None:
         """After a batch: values whose counts and live output copies are all zero give up their
         slot (and leave the dict); new values still live enter the dict."""
         touched = enc.value_slot
@@ -322,7 +322,7 @@ class ValueTable:
             self.free = np.concatenate([self.free, touched[dead]])
 
     # ------------------------------------------------------------ per-instant multiplicities
-    def changes(self, enc: "Encoded", ts: np.ndarray, deltas: np.ndarray) -> Changes:
+    def changes(self, enc: Encoded, ts: np.ndarray, deltas: np.ndarray) -> Changes:
         """Rows given by their encoding, ts (non-decreasing) and signed deltas (sides × n) →
         per (slot, instant) multiplicity before/after; the carried counts are advanced past
         the batch."""

@@ -5,13 +5,13 @@ know both ends on arrival; Rows and Partition windows learn t_out when the N-th 
 (of the partition) arrives. All work is vectorized over the batch; the carried state is only the
 elements still in (or about to enter) the window.
 """
+
 from __future__ import annotations
 
 import numpy as np
-
-from cql.logical.nodes import PartitionSpec, RangeSpec, RowsSpec
-from engine.batch import Batch, concat
-from engine.operators.base import Operator
+from cqlstream.cql.logical.nodes import PartitionSpec, RangeSpec, RowsSpec
+from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.operators.base import Operator
 
 INF = np.iinfo(np.int64).max
 
@@ -127,7 +127,7 @@ class WindowOp(Operator):
         comb = b if self.buf is None else concat([self.buf, b])
         k = len(comb)
         dead = max(k - n, 0)  # combined positions [0, dead) leave at ts[i + n]
-        out = emit(b, comb.slice(0, dead), comb.ts[n:n + dead] if dead else np.zeros(0, np.int64))
+        out = emit(b, comb.slice(0, dead), comb.ts[n : n + dead] if dead else np.zeros(0, np.int64))
         self.buf = comb.slice(dead, k)
         return out
 
@@ -183,8 +183,6 @@ class WindowOp(Operator):
         return out
 
 
-
-
 # ---------------------------------------------------------------- late start (plan manager, #5)
 def contents(op: WindowOp) -> Batch | None:
     """The elements in the window after the last processed instant, with their own ts (None when
@@ -201,8 +199,10 @@ def contents(op: WindowOp) -> Batch | None:
 
 
 def has_state(spec) -> bool:
-    return not ((isinstance(spec, RangeSpec) and spec.size is None and not spec.slide)
-                or (isinstance(spec, RowsSpec) and spec.size is None))
+    return not (
+        (isinstance(spec, RangeSpec) and spec.size is None and not spec.slide)
+        or (isinstance(spec, RowsSpec) and spec.size is None)
+    )
 
 
 def snapshot(op: WindowOp) -> Batch | None:

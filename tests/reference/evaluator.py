@@ -25,11 +25,13 @@ surplus tuple, its newest (last) occurrences; Dstream the oldest (first) occurre
 Rstream all of R(t); each in list order. So Istream over an Unbounded window, and Rstream over
 Now, emit elements in the underlying stream's arrival order, as the equivalent rewritten plans do.
 """
+
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
-from cql.logical import nodes as L
+from cqlstream.cql.logical import nodes as L
 
 from .exprs import ExprEval, conform
 
@@ -46,11 +48,12 @@ def splitmix64(i: int) -> int:
 
 def sample_keeps(i: int, percent: float) -> bool:
     """Whether element number i (0-based) of a sampled stream is kept by Sample(percent)."""
-    return (splitmix64(i) >> 11) * 2.0 ** -53 < percent / 100
+    return (splitmix64(i) >> 11) * 2.0**-53 < percent / 100
 
 
-def evaluate(plan: L.Plan, inputs: dict, *, compat: bool = False, end: int | None = None,
-             functions=None) -> dict[int, Counter]:
+def evaluate(
+    plan: L.Plan, inputs: dict, *, compat: bool = False, end: int | None = None, functions=None
+) -> dict[int, Counter]:
     return _Reference(plan, inputs, compat, end, functions).run()
 
 
@@ -65,7 +68,7 @@ class _Reference:
         self._keep = []  # keeps memoized nodes alive, so their ids stay unique
 
         for name, evs in inputs.items():
-            for prev, ev in zip(evs, evs[1:]):
+            for prev, ev in itertools.pairwise(evs):
                 if ev[0] < prev[0]:
                     raise ValueError(f"input {name}: timestamp {ev[0]} arrives after {prev[0]}")
         read = {n.name for n in L.walk(plan) if isinstance(n, (L.StreamSource, L.RelationSource))}
@@ -88,7 +91,7 @@ class _Reference:
     # ------------------------------------------------------------ driver
     def run(self) -> dict[int, Counter]:
         out: dict[int, Counter] = {}
-        if self.t0 is None or self.L is None or self.L < self.t0:
+        if self.t0 is None or self.L is None or self.t0 > self.L:
             return out
         if self.plan.is_stream:
             for ts, row in self.stream(self.plan):
@@ -97,8 +100,7 @@ class _Reference:
             return dict(sorted(out.items()))
         for t in range(self.t0, self.L + 1):
             now, before = self.bag(self.plan, t), self.bag(self.plan, t - 1)
-            change = Counter({row: now[row] - before[row] for row in set(now) | set(before)
-                              if now[row] != before[row]})
+            change = Counter({row: now[row] - before[row] for row in set(now) | set(before) if now[row] != before[row]})
             if change:
                 out[t] = change
         return out
@@ -209,8 +211,9 @@ class _Reference:
             a, b = self.relation(n.left, t), self.relation(n.right, t)
             if not n.all:
                 right = set(b)
-                keep = {"union": lambda r: True, "except": lambda r: r not in right,
-                        "intersect": lambda r: r in right}[n.op]
+                keep = {"union": lambda r: True, "except": lambda r: r not in right, "intersect": lambda r: r in right}[
+                    n.op
+                ]
                 return [r for r in dict.fromkeys(a + b if n.op == "union" else a) if keep(r)]
             if n.op == "union":
                 return a + b  # counts add
@@ -255,13 +258,13 @@ class _Reference:
             return [(ts, r) for ts, r in elems if t - N <= ts]
         if isinstance(spec, L.RowsSpec):
             if spec.slide is not None:
-                elems = elems[:len(elems) // spec.slide * spec.slide]
-            return elems if spec.size is None else elems[max(0, len(elems) - spec.size):]
+                elems = elems[: len(elems) // spec.slide * spec.slide]
+            return elems if spec.size is None else elems[max(0, len(elems) - spec.size) :]
         if isinstance(spec, L.PartitionSpec):
             parts: dict[tuple, list] = {}
             for ts, r in elems:
                 parts.setdefault(tuple(r[k] for k in spec.keys), []).append((ts, r))
-            return [el for p in parts.values() for el in p[max(0, len(p) - spec.rows):]]
+            return [el for p in parts.values() for el in p[max(0, len(p) - spec.rows) :]]
         raise TypeError(f"unknown window {spec!r}")
 
     # ------------------------------------------------------------ aggregation

@@ -3,16 +3,17 @@
 Deliberately plain Python: one value at a time, no numpy. Choices docs/semantics.md leaves open
 are marked "(choice)" below; the engine must make the same ones.
 """
+
 from __future__ import annotations
 
 import math
 import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-from cql.logical import expr as X
-
+from cqlstream.cql.logical import expr as X
 
 # ------------------------------------------------------------------ values
+
 
 def text(v) -> str:
     """Text form of a non-NULL value: ints decimal, floats C '%g' (choice, = STREAM output form),
@@ -40,6 +41,7 @@ def _plain(v):
 
 
 # ------------------------------------------------------------------ operators
+
 
 def _idiv(a, b):
     """Integer division truncating toward zero."""
@@ -113,6 +115,7 @@ def _in(x, items):
 
 # ------------------------------------------------------------------ built-in functions
 
+
 def _round(x, d=0):
     """Half away from zero on the exact binary value of x; int stays int."""
     if x is None or d is None:
@@ -121,8 +124,11 @@ def _round(x, d=0):
         return x
     q = Decimal(1).scaleb(-d)
     try:
-        r = Decimal(x).quantize(q, rounding=ROUND_HALF_UP) if d >= 0 else \
-            (Decimal(x) / q).quantize(Decimal(1), rounding=ROUND_HALF_UP) * q
+        r = (
+            Decimal(x).quantize(q, rounding=ROUND_HALF_UP)
+            if d >= 0
+            else (Decimal(x) / q).quantize(Decimal(1), rounding=ROUND_HALF_UP) * q
+        )
     except InvalidOperation:  # more digits than Decimal's context holds: nothing to round
         return x
     return float(r) if isinstance(x, float) else int(r)
@@ -138,6 +144,7 @@ def _ceil(x):
 
 def _math1(fn):
     """Float functions; a domain error (sqrt(-1), ln(0)) is NULL, overflow is inf (choice)."""
+
     def f(*args):
         if any(a is None for a in args):
             return None
@@ -147,6 +154,7 @@ def _math1(fn):
             return None
         except OverflowError:
             return math.inf
+
     return f
 
 
@@ -163,15 +171,17 @@ def substr(s, start, *length):
     else:
         hi = max(len(s), start) + 1
     lo, hi = max(lo, 1), min(hi, len(s) + 1)
-    return s[lo - 1:hi - 1] if hi > lo else ""
+    return s[lo - 1 : hi - 1] if hi > lo else ""
 
 
 def _strict(fn):
     """NULL in any argument → NULL."""
+
     def f(*args):
         if any(a is None for a in args):
             return None
         return fn(*args)
+
     return f
 
 
@@ -206,6 +216,7 @@ BUILTINS = {
 
 # ------------------------------------------------------------------ casts
 
+
 def cast(v, dtype):
     """CAST: text → number/bool parses (unparsable → NULL), float → int truncates, anything → text
     is its text form (cut to char(n)/varchar(n) length)."""
@@ -214,7 +225,7 @@ def cast(v, dtype):
     k = dtype.kind
     if k in ("char", "varchar", "byte"):
         s = text(v)
-        return s[:dtype.length] if dtype.length is not None else s
+        return s[: dtype.length] if dtype.length is not None else s
     if isinstance(v, str):
         try:
             if k in ("int", "timestamp"):
@@ -238,6 +249,7 @@ def cast(v, dtype):
 
 
 # ------------------------------------------------------------------ the evaluator
+
 
 class ExprEval:
     """`ev(expr, row)` → value. `functions` (cql.functions.FunctionRegistry) resolves UDFs."""
@@ -301,8 +313,9 @@ class ExprEval:
             if udf.vectorized:  # the UDF takes arrays: call it on one-element arrays
                 import numpy as np
 
-                out = udf.impl(*(np.array([a], dtype=object if a is None or isinstance(a, str) else None)
-                                 for a in args))
+                out = udf.impl(
+                    *(np.array([a], dtype=object if a is None or isinstance(a, str) else None) for a in args)
+                )
                 return _plain(out[0])
             return _plain(udf.impl(*args))
         if name in BUILTINS:

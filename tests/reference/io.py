@@ -1,4 +1,5 @@
 """Result helpers: the STREAM text form of a result, and float-tolerant canonical forms."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -31,6 +32,7 @@ def canonical(result: dict[int, Counter], digits: int = 9, zero_below: float = 0
     """The result with floats rounded to `digits` significant digits (-0.0 as 0.0, and magnitudes
     below `zero_below` as 0.0), zero counts and empty instants dropped: compare
     canonical(engine) == canonical(reference)."""
+
     def norm(v):
         if isinstance(v, float) and v == v and v not in (float("inf"), float("-inf")):
             return 0.0 if abs(v) < zero_below else float(f"{v:.{digits}g}") + 0.0

@@ -1,5 +1,6 @@
 """Fixtures for the server tests: a REAL uvicorn server on 127.0.0.1 (a free port, in a thread of
 this process, or a `cqlstream serve` subprocess), clients, and a per-test time limit."""
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-
-from server.app import create_app
-from server.runner import Server
-from server.settings import Settings
+from cqlstream.server.app import create_app
+from cqlstream.server.runner import Server
+from cqlstream.server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_TIMEOUT = 60  # seconds per test (the schemathesis test sets its own, larger limit)
@@ -68,7 +68,7 @@ class ServerThread:
         self.server = Server(config, self.host)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
-    def start(self) -> "ServerThread":
+    def start(self) -> ServerThread:
         self.thread.start()
         deadline = time.monotonic() + 15
         while not self.server.started:
@@ -124,12 +124,23 @@ class ServerProcess:
         self.port = s.getsockname()[1]
         s.close()
         self.url = f"http://127.0.0.1:{self.port}"
-        exe = [sys.executable, "-m", "cqlstream", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--log-level", "warning", *args]
+        exe = [
+            sys.executable,
+            "-m",
+            "cqlstream",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+            *args,
+        ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(exe, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
-    def wait_ready(self, timeout: float = 20) -> "ServerProcess":
+    def wait_ready(self, timeout: float = 20) -> ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -1,4 +1,5 @@
 """Parse each result format back into (ts, sign, row) elements (+ the control events seen)."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """API-key authentication; restart recovery of a `cqlstream serve --data-dir` process; the Python
 client and the `cqlstream query` command against a real server."""
+
 from __future__ import annotations
 
 import subprocess
@@ -9,8 +10,7 @@ import time
 
 import pytest
 
-from cqlstream.client import (Client, Conflict, InvalidInput, NotFound, QueryInactive, SnapshotUnavailable,
-                              Unauthorized)
+from cqlstream.client import Client, Conflict, InvalidInput, NotFound, QueryInactive, SnapshotUnavailable, Unauthorized
 from tests.server.conftest import ROOT
 
 
@@ -29,15 +29,17 @@ def test_api_key_guards_every_mutating_endpoint(make_server):
         assert c.get("/streams").status_code == 200 and c.get("/queries").status_code == 200
         assert c.get("/metrics").status_code == 200 and c.get("/healthz").status_code == 200
         assert c.get("/openapi.json").status_code == 200
-        mutations = [("POST", "/queries", {"json": {"cql": "select * from S"}}),
-                     ("POST", "/streams/S/tuples", {"json": [{"ts": 1, "A": 1}]}),
-                     ("POST", "/streams/S/heartbeat", {"json": {"ts": 2}}),
-                     ("POST", "/views", {"json": {"name": "V", "query": "select * from S"}}),
-                     ("PATCH", "/queries/1", {"json": {"weight": 2}}),
-                     ("PATCH", "/entities/query:1", {"json": {"knobs": {"weight": 3}}}),
-                     ("DELETE", "/queries/1", {}),
-                     ("DELETE", "/views/V", {}),
-                     ("DELETE", "/streams/S", {})]
+        mutations = [
+            ("POST", "/queries", {"json": {"cql": "select * from S"}}),
+            ("POST", "/streams/S/tuples", {"json": [{"ts": 1, "A": 1}]}),
+            ("POST", "/streams/S/heartbeat", {"json": {"ts": 2}}),
+            ("POST", "/views", {"json": {"name": "V", "query": "select * from S"}}),
+            ("PATCH", "/queries/1", {"json": {"weight": 2}}),
+            ("PATCH", "/entities/query:1", {"json": {"knobs": {"weight": 3}}}),
+            ("DELETE", "/queries/1", {}),
+            ("DELETE", "/views/V", {}),
+            ("DELETE", "/streams/S", {}),
+        ]
         for method, path, kw in mutations:
             r = c.request(method, path, **kw)
             assert r.status_code == 401, (method, path)
@@ -140,15 +142,27 @@ def test_client_round_trip_and_errors(server):
 def test_cqlstream_query_command(server):
     with Client(server.url) as c:
         c.register_stream("register stream S (A integer, B varchar)")
-    cmd = [sys.executable, "-m", "cqlstream", "query", "select A, count(*) from S [Range 100] group by A",
-           "--url", server.url]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cqlstream",
+        "query",
+        "select A, count(*) from S [Range 100] group by A",
+        "--url",
+        server.url,
+    ]
     # without --follow: register, print the current results, exit
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert "query 1: relation (A INTEGER, count INTEGER)" in out.stderr
     # --follow: new results as they become final, in STREAM's text form
-    p = subprocess.Popen([*cmd[:4], "--id", "1", "--follow", "--url", server.url], cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [*cmd[:4], "--id", "1", "--follow", "--url", server.url],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 15
         while server.host.health()["subscribers"] < 1:
@@ -168,11 +182,17 @@ def test_cqlstream_query_command(server):
     finally:
         p.terminate()
         p.wait(10)
-    bad = subprocess.run([*cmd[:4], "select nope from S", "--url", server.url], cwd=ROOT, capture_output=True,
-                         text=True, timeout=30)
+    bad = subprocess.run(
+        [*cmd[:4], "select nope from S", "--url", server.url], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
     assert bad.returncode == 1 and "unknown column" in bad.stderr and "^" in bad.stderr
-    down = subprocess.run([*cmd[:4], "select A from S", "--url", "http://127.0.0.1:9"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=30)
+    down = subprocess.run(
+        [*cmd[:4], "select A from S", "--url", "http://127.0.0.1:9"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert down.returncode == 2 and "cannot reach" in down.stderr
 
 

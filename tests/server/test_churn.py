@@ -1,5 +1,6 @@
 """Queries come and go over HTTP while data is pushed and results are streamed: no 5xx, every
 subscriber's stream ends cleanly, and once they are all gone the plan holds no operator."""
+
 from __future__ import annotations
 
 import random
@@ -7,9 +8,13 @@ import threading
 
 import httpx
 
-TEMPLATES = ["select * from S [Range {k}] where A = {c}", "select A, count(*) from S [Range {k}] group by A",
-             "Istream(select S.A, S.B from S [Rows {k}] where B > {c})", "select distinct A from S [Range {k}]",
-             "select * from S where A = {c}"]
+TEMPLATES = [
+    "select * from S [Range {k}] where A = {c}",
+    "select A, count(*) from S [Range {k}] group by A",
+    "Istream(select S.A, S.B from S [Rows {k}] where B > {c})",
+    "select distinct A from S [Range {k}]",
+    "select * from S where A = {c}",
+]
 
 
 def _subscribe(url: str, qid: int, out: list) -> threading.Thread:
@@ -34,11 +39,14 @@ def _subscribe(url: str, qid: int, out: list) -> threading.Thread:
 
 def test_register_push_subscribe_deregister_churn(server, http):
     rng = random.Random(3)
-    assert http.post("/streams", content="register stream S (A integer, B integer)",
-                     headers={"content-type": "text/plain"}).status_code == 201
+    assert (
+        http.post(
+            "/streams", content="register stream S (A integer, B integer)", headers={"content-type": "text/plain"}
+        ).status_code
+        == 201
+    )
     live, readers, statuses = [], [], []
-    t = 0
-    for step in range(120):
+    for t in range(1, 121):
         if live and rng.random() < 0.4:
             qid = live.pop(rng.randrange(len(live)))
             assert http.delete(f"/queries/{qid}").status_code == 204
@@ -49,7 +57,6 @@ def test_register_push_subscribe_deregister_churn(server, http):
             live.append(r.json()["id"])
             if rng.random() < 0.3:
                 readers.append(_subscribe(server.url, r.json()["id"], statuses))
-        t += 1
         rows = [{"ts": t, "A": rng.randrange(4), "B": rng.randrange(4)} for _ in range(20)]
         assert http.post("/streams/S/tuples", json=rows).status_code == 200
     for qid in live:

@@ -1,4 +1,5 @@
 """Units: the vectorized result encoders and the ingest parsers (no server needed)."""
+
 from __future__ import annotations
 
 import io
@@ -9,10 +10,10 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pyarrow as pa
 import pytest
+from cqlstream.engine.batch import Batch
+from cqlstream.server import encoders
+from cqlstream.server.ingest import IngestError, Target, parse
 
-from engine.batch import Batch
-from server import encoders
-from server.ingest import IngestError, Target, parse
 from tests.server.formats import PARSERS
 
 TEXTS = ["plain", 'q"uote', "back\\slash", "<a&b>", "ünï ✓", "tab\tnl\nret\r", "\x01ctl", ""]
@@ -20,20 +21,24 @@ TEXTS = ["plain", 'q"uote', "back\\slash", "<a&b>", "ünï ✓", "tab\tnl\nret\r
 
 def _batch():
     n = len(TEXTS)
-    ints = np.array([0, -1, 2 ** 62, 7, -(2 ** 63), 5, 6, 1], np.int64)
+    ints = np.array([0, -1, 2**62, 7, -(2**63), 5, 6, 1], np.int64)
     floats = np.array([0.1, -0.0, 1e300, float("nan"), float("inf"), 1 / 3, 2.5, 1e-7])
     bools = np.array([True, False] * 4)
     texts = np.array(TEXTS, dtype=object)
     nulls = [None, np.array([0, 0, 0, 0, 0, 0, 1, 0], bool), None, np.array([0, 0, 0, 0, 0, 0, 0, 1], bool)]
-    return Batch([ints, floats, bools, texts], nulls, np.arange(n, dtype=np.int64) * 3,
-                 np.array([1, -1] * 4, np.int8), np.zeros(n, np.uint64))
+    return Batch(
+        [ints, floats, bools, texts],
+        nulls,
+        np.arange(n, dtype=np.int64) * 3,
+        np.array([1, -1] * 4, np.int8),
+        np.zeros(n, np.uint64),
+    )
 
 
 def test_json_encodings_round_trip_exactly():
     b = _batch()
     for fmt in ("ndjson", "json", "sse"):
-        body = encoders.header(fmt, 1, "relation", [("i", "INTEGER")]) + encoders.encode(b, fmt) + \
-            encoders.trailer(fmt)
+        body = encoders.header(fmt, 1, "relation", [("i", "INTEGER")]) + encoders.encode(b, fmt) + encoders.trailer(fmt)
         elems, _ = PARSERS[fmt](body.decode())
         assert len(elems) == len(b)
         for (ts, sign, row), (ets, esign, erow) in zip(elems, b.elements()):
@@ -49,11 +54,15 @@ def test_json_encodings_round_trip_exactly():
 def test_xml_is_well_formed_and_round_trips():
     b = _batch()
     schema = [("i", "INTEGER"), ("f", "FLOAT"), ("b", "BOOLEAN"), ("t", "VARCHAR")]
-    body = encoders.header("xml", 3, "stream", schema) + encoders.encode(b, "xml") + \
-        encoders.control("xml", "lagged", {"detail": "a <b> & \"c\""}) + encoders.trailer("xml")
+    body = (
+        encoders.header("xml", 3, "stream", schema)
+        + encoders.encode(b, "xml")
+        + encoders.control("xml", "lagged", {"detail": 'a <b> & "c"'})
+        + encoders.trailer("xml")
+    )
     root = ET.fromstring(body)
     assert root.get("query") == "3" and root.find("lagged").get("detail") == 'a <b> & "c"'
-    elems, events = PARSERS["xml"](body.decode())
+    elems, _events = PARSERS["xml"](body.decode())
     for (ts, sign, row), (ets, esign, erow) in zip(elems, b.elements()):
         assert (ts, sign, row[0], row[2]) == (ets, esign, erow[0], erow[2])
         t = erow[3]
@@ -69,7 +78,7 @@ def test_empty_batch_and_accept_negotiation():
 
 
 T = Target("S", "stream", (("A", "int"), ("B", "float"), ("C", "varchar"), ("D", "bool")), False)
-ROWS = [{"ts": 1, "A": 1, "B": 0.5, "C": "x", "D": True}, {"ts": 2, "A": -3, "B": 2, "C": "ü,\"q\"", "D": False}]
+ROWS = [{"ts": 1, "A": 1, "B": 0.5, "C": "x", "D": True}, {"ts": 2, "A": -3, "B": 2, "C": 'ü,"q"', "D": False}]
 
 
 def _arrow(tbl):
@@ -79,14 +88,20 @@ def _arrow(tbl):
     return sink.getvalue()
 
 
-@pytest.mark.parametrize("body,ctype", [
-    (json.dumps(ROWS).encode(), "application/json"),
-    (json.dumps([[r["ts"], r["A"], r["B"], r["C"], r["D"]] for r in ROWS]).encode(), "application/json"),
-    ("".join(json.dumps(r) + "\n" for r in ROWS).encode(), "application/x-ndjson"),
-    ("".join(json.dumps({k.lower(): v for k, v in r.items()}) + "\n" for r in ROWS).encode(), "application/x-ndjson"),
-    (b'ts,A,B,C,D\n1,1,0.5,x,true\n2,-3,2,"\xc3\xbc,""q""",false\n', "text/csv; charset=utf-8"),
-    (_arrow(pa.Table.from_pylist(ROWS)), "application/vnd.apache.arrow.stream"),
-])
+@pytest.mark.parametrize(
+    "body,ctype",
+    [
+        (json.dumps(ROWS).encode(), "application/json"),
+        (json.dumps([[r["ts"], r["A"], r["B"], r["C"], r["D"]] for r in ROWS]).encode(), "application/json"),
+        ("".join(json.dumps(r) + "\n" for r in ROWS).encode(), "application/x-ndjson"),
+        (
+            "".join(json.dumps({k.lower(): v for k, v in r.items()}) + "\n" for r in ROWS).encode(),
+            "application/x-ndjson",
+        ),
+        (b'ts,A,B,C,D\n1,1,0.5,x,true\n2,-3,2,"\xc3\xbc,""q""",false\n', "text/csv; charset=utf-8"),
+        (_arrow(pa.Table.from_pylist(ROWS)), "application/vnd.apache.arrow.stream"),
+    ],
+)
 def test_every_ingest_format_gives_the_same_batch(body, ctype):
     b = parse(body, ctype, T).batch()
     assert b.elements() == [(1, 1, (1, 0.5, "x", True)), (2, 1, (-3, 2.0, 'ü,"q"', False))]
@@ -95,8 +110,9 @@ def test_every_ingest_format_gives_the_same_batch(body, ctype):
 
 def test_nulls_and_relation_signs():
     r = Target("R", "relation", (("A", "int"), ("N", "varchar")), False)
-    b = parse(b'{"ts":1,"sign":1,"A":null,"N":"a"}\n{"ts":1,"sign":"-","A":2,"N":null}\n', "application/x-ndjson",
-              r).batch()
+    b = parse(
+        b'{"ts":1,"sign":1,"A":null,"N":"a"}\n{"ts":1,"sign":"-","A":2,"N":null}\n', "application/x-ndjson", r
+    ).batch()
     assert b.elements() == [(1, 1, (None, "a")), (1, -1, (2, None))]
     b = parse(b"ts,sign,A,N\n1,+,,a\n2,-1,3,b\n", "text/csv", r).batch()
     assert b.elements() == [(1, 1, (None, "a")), (2, -1, (3, "b"))]

@@ -1,5 +1,6 @@
 """Bad requests get the right status and problem document, and nothing accepted earlier is lost:
 after every rejected push the stream continues exactly where the accepted data left it."""
+
 from __future__ import annotations
 
 import io
@@ -35,28 +36,77 @@ BAD_PUSHES = [
     # (name, body, content type, status, code, row, field)
     ("malformed JSON", b'[{"ts": 5, "A": 1, "B": "x"', "application/json", 400, "malformed_body", None, None),
     ("not an array", b'{"ts": 5}', "application/json", 400, "malformed_body", None, None),
-    ("malformed NDJSON line", b'{"ts": 5, "A": 1, "B": "x"}\n{"ts": 6, "A": 1,\n', "application/x-ndjson", 400,
-     "malformed_body", 1, None),
-    ("wrong type", b'[{"ts": 5, "A": 1, "B": "x"}, {"ts": 6, "A": "seven", "B": "y"}]', "application/json", 422,
-     "invalid_input", 1, "A"),
-    ("wrong type NDJSON", b'{"ts": 5, "A": 1, "B": "x"}\n{"ts": 6, "A": 1, "B": 2}\n', "application/x-ndjson", 422,
-     "invalid_input", 1, "B"),
+    (
+        "malformed NDJSON line",
+        b'{"ts": 5, "A": 1, "B": "x"}\n{"ts": 6, "A": 1,\n',
+        "application/x-ndjson",
+        400,
+        "malformed_body",
+        1,
+        None,
+    ),
+    (
+        "wrong type",
+        b'[{"ts": 5, "A": 1, "B": "x"}, {"ts": 6, "A": "seven", "B": "y"}]',
+        "application/json",
+        422,
+        "invalid_input",
+        1,
+        "A",
+    ),
+    (
+        "wrong type NDJSON",
+        b'{"ts": 5, "A": 1, "B": "x"}\n{"ts": 6, "A": 1, "B": 2}\n',
+        "application/x-ndjson",
+        422,
+        "invalid_input",
+        1,
+        "B",
+    ),
     ("float for integer", b'[{"ts": 5, "A": 1.5, "B": "x"}]', "application/json", 422, "invalid_input", 0, "A"),
     ("wrong column count", b'[[5, 1, "x"], [6, 2]]', "application/json", 422, "invalid_input", 1, None),
-    ("missing field", b'[{"ts": 5, "A": 1, "B": "x"}, {"ts": 6, "A": 2}]', "application/json", 422,
-     "invalid_input", 1, "B"),
+    (
+        "missing field",
+        b'[{"ts": 5, "A": 1, "B": "x"}, {"ts": 6, "A": 2}]',
+        "application/json",
+        422,
+        "invalid_input",
+        1,
+        "B",
+    ),
     ("unknown field", b'[{"ts": 5, "A": 1, "B": "x", "C": 3}]', "application/json", 422, "invalid_input", 0, "C"),
     ("missing timestamp", b'[{"A": 1, "B": "x"}]', "application/json", 422, "invalid_input", 0, "ts"),
-    ("unsorted timestamps", b'[{"ts": 5, "A": 1, "B": "x"}, {"ts": 7, "A": 1, "B": "x"}, {"ts": 6, "A": 1, "B": "x"}]',
-     "application/json", 422, "invalid_input", 2, "ts"),
-    ("timestamp before accepted data", b'[{"ts": 1, "A": 1, "B": "x"}]', "application/json", 422, "invalid_input",
-     0, "ts"),
+    (
+        "unsorted timestamps",
+        b'[{"ts": 5, "A": 1, "B": "x"}, {"ts": 7, "A": 1, "B": "x"}, {"ts": 6, "A": 1, "B": "x"}]',
+        "application/json",
+        422,
+        "invalid_input",
+        2,
+        "ts",
+    ),
+    (
+        "timestamp before accepted data",
+        b'[{"ts": 1, "A": 1, "B": "x"}]',
+        "application/json",
+        422,
+        "invalid_input",
+        0,
+        "ts",
+    ),
     ("CSV bad value", b"ts,A,B\n5,1,x\n6,zz,y\n", "text/csv", 422, "invalid_input", 1, "A"),
     ("CSV wrong width", b"ts,A,B\n5,1,x\n6,2\n", "text/csv", 422, "invalid_input", 1, None),
     ("CSV unknown header", b"ts,A,C\n5,1,x\n", "text/csv", 422, "invalid_input", None, "C"),
     ("Arrow garbage", b"\x00\x01not arrow", "application/vnd.apache.arrow.stream", 400, "malformed_body", None, None),
-    ("Arrow wrong type", _arrow(pa.table({"ts": [5], "A": ["one"], "B": ["x"]})),
-     "application/vnd.apache.arrow.stream", 422, "invalid_input", None, "A"),
+    (
+        "Arrow wrong type",
+        _arrow(pa.table({"ts": [5], "A": ["one"], "B": ["x"]})),
+        "application/vnd.apache.arrow.stream",
+        422,
+        "invalid_input",
+        None,
+        "A",
+    ),
     ("unsupported media type", b"<rows/>", "application/xml", 415, "unsupported_media_type", None, None),
 ]
 
@@ -65,8 +115,12 @@ BAD_PUSHES = [
 def stream(make_server):
     srv = make_server(max_body_bytes=64 * 1024)
     c = srv.client()
-    assert c.post("/streams", content="register stream S (A integer, B varchar)",
-                  headers={"content-type": "text/plain"}).status_code == 201
+    assert (
+        c.post(
+            "/streams", content="register stream S (A integer, B varchar)", headers={"content-type": "text/plain"}
+        ).status_code
+        == 201
+    )
     qid = c.post("/queries", json={"cql": "select * from S"}).json()["id"]
     yield srv, c, qid
     c.close()
@@ -81,8 +135,12 @@ def test_each_bad_push_is_rejected_whole_and_nothing_is_lost(stream):
     t = 2
     for i, (what, body, ctype, status, code, row, field) in enumerate(BAD_PUSHES):
         good = [{"ts": t, "A": i, "B": what}]
-        assert c.post("/streams/S/tuples", content=json.dumps(good), headers={"content-type": "application/json"}
-                      ).json()["accepted"] == 1
+        assert (
+            c.post("/streams/S/tuples", content=json.dumps(good), headers={"content-type": "application/json"}).json()[
+                "accepted"
+            ]
+            == 1
+        )
         accepted += [(t, 1, (i, what))]
         before = c.get("/streams/S").json()["accepted"]
         p = _problem(c.post("/streams/S/tuples", content=body, headers={"content-type": ctype}), status, code)
@@ -147,20 +205,23 @@ def test_unknown_names_and_ids(http):
 
 
 def test_oversized_bodies_get_413(stream):
-    srv, c, qid = stream
+    _srv, c, _qid = stream
     row = b'{"ts": 1, "A": 1, "B": "' + b"x" * 40 + b'"}'
     big = b"[" + b",".join(row for _ in range(4000)) + b"]"
     assert len(big) > 64 * 1024
-    _problem(c.post("/streams/S/tuples", content=big, headers={"content-type": "application/json"}), 413,
-             "body_too_large")
+    _problem(
+        c.post("/streams/S/tuples", content=big, headers={"content-type": "application/json"}), 413, "body_too_large"
+    )
 
     def chunks():  # no Content-Length: the limit applies while the body streams in
         for i in range(0, len(big), 8192):
-            yield big[i:i + 8192]
+            yield big[i : i + 8192]
 
     _problem(c.post("/streams/S/tuples", content=chunks(), headers={"content-type": "application/json"}), 413)
-    _problem(c.post("/queries", content=b'{"cql": "' + b"x" * 70000 + b'"}',
-                    headers={"content-type": "application/json"}), 413)
+    _problem(
+        c.post("/queries", content=b'{"cql": "' + b"x" * 70000 + b'"}', headers={"content-type": "application/json"}),
+        413,
+    )
     assert c.get("/streams/S").json()["accepted"] == 0
     assert c.post("/streams/S/tuples", json=[{"ts": 1, "A": 1, "B": "x"}]).json()["accepted"] == 1
 
@@ -172,11 +233,17 @@ def test_cql_errors_carry_position_and_caret(http):
     assert p["excerpt"].splitlines()[-1].strip() == "^"
     p = _problem(http.post("/queries", json={"cql": "select from where"}), 422)
     assert p["line"] == 1 and p["column"] >= 1
-    p = _problem(http.post("/streams", content="register stream T (A nosuchtype)",
-                           headers={"content-type": "text/plain"}), 422, "unknown_type")
+    p = _problem(
+        http.post("/streams", content="register stream T (A nosuchtype)", headers={"content-type": "text/plain"}),
+        422,
+        "unknown_type",
+    )
     assert p["excerpt"]
-    _problem(http.post("/streams", content="register stream S (A integer)", headers={"content-type": "text/plain"}),
-             409, "duplicate_name")
+    _problem(
+        http.post("/streams", content="register stream S (A integer)", headers={"content-type": "text/plain"}),
+        409,
+        "duplicate_name",
+    )
     _problem(http.post("/queries", json={"cql": "register stream X (A integer)"}), 422, "not_a_query")
     _problem(http.post("/queries", json={"cql": ""}), 422, "invalid_request")
     _problem(http.post("/queries", content=b"{not json", headers={"content-type": "application/json"}), 400)

@@ -2,15 +2,16 @@
 that follow them (queries registered after data, late subscribers, a late query sharing a running
 plan), checked against an in-process `Dsms` fed the same input; shapes the engine cannot snapshot
 are refused with 409 `snapshot_unavailable`; `GET /plan`, peek, completeness, inactive queries."""
+
 from __future__ import annotations
 
 import random
 from collections import Counter
 
 import pytest
+from cqlstream.engine.dsms import Dsms
 
 from cqlstream.client import Client, SnapshotUnavailable
-from engine.dsms import Dsms
 from tests.server.formats import ndjson
 from tests.server.test_results import _Reader
 
@@ -30,8 +31,10 @@ def _batches(seed=11):
     out = []
     for t0 in range(1, END + 1, 3):
         for name, col in (("S", "B"), ("T", "C")):
-            rows = [{"ts": t0 + rnd.randint(0, 2), "A": rnd.randint(1, 4), col: rnd.randint(0, 9)}
-                    for _ in range(rnd.randint(0, 7))]
+            rows = [
+                {"ts": t0 + rnd.randint(0, 2), "A": rnd.randint(1, 4), col: rnd.randint(0, 9)}
+                for _ in range(rnd.randint(0, 7))
+            ]
             out.append((name, sorted(rows, key=lambda r: r["ts"])))
     return out
 
@@ -87,12 +90,12 @@ class Mirror:
 
 
 def _snapshot_and_deltas(rd):
-    elems, events = ndjson(rd.text)
+    elems, _events = ndjson(rd.text)
     at = int(rd.headers["x-snapshot-at"])
     snap = [e for e in elems if e[0] <= at]
     assert all(ts == at and s == 1 for ts, s, _ in snap), "the snapshot is + rows stamped with its instant"
-    assert elems[len(snap):] == [e for e in elems if e[0] > at], "then only changes after it"
-    return at, snap, elems[len(snap):]
+    assert elems[len(snap) :] == [e for e in elems if e[0] > at], "then only changes after it"
+    return at, snap, elems[len(snap) :]
 
 
 @pytest.mark.time_limit(60)
@@ -111,18 +114,19 @@ def test_snapshots_line_up_with_deltas_for_late_queries_and_late_subscribers(ser
 
     feed(pushes[:third])  # data first, then the queries join the running plan
     qids = {k: m.query(q)["id"] for k, q in QUERIES.items()}
-    feed(pushes[third:2 * third])
+    feed(pushes[third : 2 * third])
     twin = m.query(QUERIES["aggregate"])["id"]  # identical to a running query: shares its plan, late
     shared = http.get("/plan").json()
     assert any({qids["aggregate"], twin} <= set(n["queries"]) for n in shared["nodes"] if n["kind"] == "operator")
 
-    readers = {qid: _Reader(server.url, qid, "ndjson", {"snapshot": "true", "until": END})
-               for qid in [*qids.values(), twin]}
+    readers = {
+        qid: _Reader(server.url, qid, "ndjson", {"snapshot": "true", "until": END}) for qid in [*qids.values(), twin]
+    }
     for rd in readers.values():
         rd.start()
     for rd in readers.values():
         assert rd.ready.wait(10) and rd.error is None and rd.status == 200, (rd.error, rd.status)
-    feed(pushes[2 * third:])
+    feed(pushes[2 * third :])
     m.heartbeat(END + 1)
     for qid, rd in readers.items():
         rd.join(20)
@@ -147,8 +151,12 @@ def test_relation_source_snapshots_are_exact_or_refused(server, http):
     http.post("/streams", content="register relation R (A integer, N integer)", headers={"content-type": "text/plain"})
     cqls = ["select * from R", "select A from R where N > 1", "select A, count(*) from R group by A"]
     qids = [http.post("/queries", json={"cql": q}).json()["id"] for q in cqls]
-    rows = [{"ts": 1, "sign": 1, "A": 1, "N": 2}, {"ts": 2, "sign": 1, "A": 2, "N": 5},
-            {"ts": 3, "sign": -1, "A": 1, "N": 2}, {"ts": 3, "sign": 1, "A": 3, "N": 1}]
+    rows = [
+        {"ts": 1, "sign": 1, "A": 1, "N": 2},
+        {"ts": 2, "sign": 1, "A": 2, "N": 5},
+        {"ts": 3, "sign": -1, "A": 1, "N": 2},
+        {"ts": 3, "sign": 1, "A": 3, "N": 1},
+    ]
     assert http.post("/streams/R/tuples", json=rows).json()["accepted"] == 4
     http.post("/streams/R/heartbeat", json={"ts": 4})
     want = {qids[0]: {(2, 5): 1, (3, 1): 1}, qids[1]: {(2,): 1}, qids[2]: {(2, 1): 1, (3, 1): 1}}
@@ -214,8 +222,10 @@ def test_plan_peek_and_completeness_endpoints(http):
     assert q2["complete"] is False and q2["complete_from"] is None, "a late Rows window cannot have its history"
     q3 = http.post("/queries", json={"cql": "select B from S [Range 2]"}).json()
     assert q3["complete"] is True and q3["complete_from"] == 10, "the shared window store holds its extent"
-    assert {k: http.get(f"/queries/{q2['id']}").json()[k] for k in ("complete", "complete_from")} == \
-        {"complete": False, "complete_from": None}
+    assert {k: http.get(f"/queries/{q2['id']}").json()[k] for k in ("complete", "complete_from")} == {
+        "complete": False,
+        "complete_from": None,
+    }
 
     g = http.get("/plan")
     assert g.status_code == 200 and g.headers["content-type"].startswith("application/json")
@@ -233,8 +243,11 @@ def test_plan_peek_and_completeness_endpoints(http):
     p = http.get("/entities/src:S/peek", params={"n": 3})
     assert p.status_code == 200, p.text
     assert [t["row"] for t in p.json()["tuples"]] == [[t % 3, t] for t in (8, 9, 10)]
-    win = next(n for n in g["nodes"] if n["kind"] == "operator" and str(n.get("type")).endswith("window")
-               and q1["id"] in n["queries"])
+    win = next(
+        n
+        for n in g["nodes"]
+        if n["kind"] == "operator" and str(n.get("type")).endswith("window") and q1["id"] in n["queries"]
+    )
     p = http.get(f"/entities/{win['id']}/peek").json()
     assert p["what"] == "window contents" and sorted(t["row"][1] for t in p["tuples"]) == [6, 7, 8, 9, 10]
     assert http.get("/entities/src:S/peek", params={"n": 0}).json()["tuples"] == []

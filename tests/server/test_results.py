@@ -1,6 +1,7 @@
 """End to end over a real uvicorn server: register, push in every ingest format, subscribe in every
 result format, parse each format back and compare with the engine's own results for the same input
 (a `Dsms` run in-process alongside); snapshots line up with the deltas that follow them."""
+
 from __future__ import annotations
 
 import io
@@ -11,12 +12,14 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from cqlstream.engine.dsms import Dsms
 
-from engine.dsms import Dsms
 from tests.server.formats import PARSERS
 
-DDL = ["register stream Orders (item integer, qty integer, price float, note varchar)",
-       "register relation Items (item integer, name char(12))"]
+DDL = [
+    "register stream Orders (item integer, qty integer, price float, note varchar)",
+    "register relation Items (item integer, name char(12))",
+]
 QUERIES = [
     "select * from Orders where qty > 1",
     "select item, count(*), sum(qty) from Orders [Range 10] group by item",
@@ -32,15 +35,24 @@ def _orders(seed=7):
     for ts in range(1, 80):
         for _ in range(rnd.randint(0, 6)):
             price = None if rnd.random() < 0.1 else round(rnd.uniform(0.5, 100.0), rnd.choice([0, 1, 2, 7]))
-            rows.append({"ts": ts, "item": rnd.randint(1, 6), "qty": rnd.randint(0, 5), "price": price,
-                         "note": rnd.choice(NOTES)})
+            rows.append(
+                {
+                    "ts": ts,
+                    "item": rnd.randint(1, 6),
+                    "qty": rnd.randint(0, 5),
+                    "price": price,
+                    "note": rnd.choice(NOTES),
+                }
+            )
     return rows
 
 
 def _items():
     return [{"ts": 0, "sign": 1, "item": i, "name": f"item-{i}"} for i in range(1, 6)] + [
-        {"ts": 30, "sign": -1, "item": 2, "name": "item-2"}, {"ts": 30, "sign": 1, "item": 2, "name": "widget"},
-        {"ts": 50, "sign": -1, "item": 5, "name": "item-5"}]
+        {"ts": 30, "sign": -1, "item": 2, "name": "item-2"},
+        {"ts": 30, "sign": 1, "item": 2, "name": "widget"},
+        {"ts": 50, "sign": -1, "item": 5, "name": "item-5"},
+    ]
 
 
 def _body(rows, fmt, relation=False):
@@ -71,8 +83,12 @@ def _body(rows, fmt, relation=False):
 
 def _ref_push(d, name, rows, relation=False):
     attrs = [k for k in rows[0] if k not in ("ts", "sign")]
-    d.push(name, [tuple(r[a] for a in attrs) for r in rows], ts=[r["ts"] for r in rows],
-           signs=[r["sign"] for r in rows] if relation else None)
+    d.push(
+        name,
+        [tuple(r[a] for a in attrs) for r in rows],
+        ts=[r["ts"] for r in rows],
+        signs=[r["sign"] for r in rows] if relation else None,
+    )
 
 
 def _relation_state(elems):
@@ -105,7 +121,7 @@ class _Reader(threading.Thread):
                     self.ctype = r.headers.get("content-type")
                     self.ready.set()
                     self.text = r.read().decode()
-        except Exception as e:  # noqa: BLE001 - reported by the test
+        except Exception as e:
             self.error = e
             self.ready.set()
 
@@ -137,7 +153,7 @@ def test_every_format_equals_the_engine(server, http):
     # items first (relation updates at ts 0, 30, 50), orders in chunks, each chunk in another format
     pushes = [("Items", items[:5], "json", True)]
     fmts = ["json", "json-arrays", "ndjson", "csv", "arrow"]
-    chunks = [orders[i:i + 37] for i in range(0, len(orders), 37)]
+    chunks = [orders[i : i + 37] for i in range(0, len(orders), 37)]
     updates = [(30, items[5:7]), (50, items[7:])]
     for i, ch in enumerate(chunks):
         pushes.append(("Orders", ch, fmts[i % len(fmts)], False))
@@ -162,9 +178,13 @@ def test_every_format_equals_the_engine(server, http):
         got, events = PARSERS[rd.fmt](rd.text)
         want = expected[qids.index(rd.qid)]
         assert got == want, f"query {rd.qid} in {rd.fmt}"
-        assert events == [] or rd.fmt == "sse" and [e["event"] for e in events] == ["open"]
-        assert rd.ctype.split(";")[0] in ("application/x-ndjson", "application/json", "text/event-stream",
-                                          "application/xml")
+        assert events == [] or (rd.fmt == "sse" and [e["event"] for e in events] == ["open"])
+        assert rd.ctype.split(";")[0] in (
+            "application/x-ndjson",
+            "application/json",
+            "text/event-stream",
+            "application/xml",
+        )
 
     # a snapshot is the relation now, stamped with the last final instant; deltas follow it exactly
     for qid, want in zip(qids[1:], expected[1:]):
@@ -203,21 +223,23 @@ def test_accept_header_chooses_the_format(server, http):
     qid = http.post("/queries", json={"cql": "select * from S"}).json()["id"]
     http.post("/streams/S/tuples", json=[{"ts": 1, "A": 5}])
     http.post("/streams/S/heartbeat", json={"ts": 3})
-    for accept, fmt, ctype in [("application/xml", "xml", "application/xml"),
-                               ("text/event-stream", "sse", "text/event-stream"),
-                               ("application/json", "json", "application/json"),
-                               ("application/x-ndjson", "ndjson", "application/x-ndjson"),
-                               ("text/html, application/xml;q=0.5, application/json;q=0.9", "json",
-                                "application/json"),
-                               ("*/*", "ndjson", "application/x-ndjson")]:
+    for accept, fmt, ctype in [
+        ("application/xml", "xml", "application/xml"),
+        ("text/event-stream", "sse", "text/event-stream"),
+        ("application/json", "json", "application/json"),
+        ("application/x-ndjson", "ndjson", "application/x-ndjson"),
+        ("text/html, application/xml;q=0.5, application/json;q=0.9", "json", "application/json"),
+        ("*/*", "ndjson", "application/x-ndjson"),
+    ]:
         r = http.get(f"/queries/{qid}/results", params={"until": 2}, headers={"accept": accept})
         assert r.status_code == 200 and r.headers["content-type"].startswith(ctype)
         assert PARSERS[fmt](r.text)[0] == [], "subscribed after the data: nothing new until time moves"
     r = http.get(f"/queries/{qid}/results", params={"until": 2}, headers={"accept": "image/png"})
     assert r.status_code == 406 and r.json()["code"] == "not_acceptable"
     # format= wins over Accept
-    r = http.get(f"/queries/{qid}/results", params={"format": "xml", "follow": "false"},
-                 headers={"accept": "application/json"})
+    r = http.get(
+        f"/queries/{qid}/results", params={"format": "xml", "follow": "false"}, headers={"accept": "application/json"}
+    )
     assert r.headers["content-type"].startswith("application/xml")
 
 
@@ -243,8 +265,15 @@ def test_limit_and_deregister_end_the_stream(server, http):
 
 
 def test_system_timestamped_stream_is_stamped_and_ticked(server, http):
-    r = http.post("/streams", json={"name": "Clicks", "kind": "stream", "attrs": [{"name": "user", "type": "integer"}],
-                                    "options": {"timestamp": "system", "unit": "millisecond"}})
+    r = http.post(
+        "/streams",
+        json={
+            "name": "Clicks",
+            "kind": "stream",
+            "attrs": [{"name": "user", "type": "integer"}],
+            "options": {"timestamp": "system", "unit": "millisecond"},
+        },
+    )
     assert r.status_code == 201 and r.json()["timestamp"] == "system"
     qid = http.post("/queries", json={"cql": "select * from Clicks"}).json()["id"]
     rd = _Reader(server.url, qid, "ndjson", {"limit": 3})

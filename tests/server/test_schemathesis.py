@@ -1,6 +1,7 @@
 """Property-based API testing with schemathesis against the server's own OpenAPI document: for every
 operation, generated valid and invalid requests get no 5xx and no reply that breaks the spec
 (status code, content type, body schema). Bounded: a few examples per operation, under a minute."""
+
 from __future__ import annotations
 
 import time
@@ -11,8 +12,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (content_type_conformance, response_schema_conformance,
-                                               status_code_conformance)
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 schemathesis.serializer.alias("application/x-ndjson", "text/plain")
 schemathesis.serializer.alias("application/vnd.apache.arrow.stream", "application/octet-stream")
@@ -44,8 +48,14 @@ def test_openapi_contract_holds_under_generated_requests(make_server):
             if time.monotonic() - start > BUDGET:
                 break
 
-            @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-                      phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=EXAMPLES,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
             @given(case=op.as_strategy(generation_mode=mode))
             def run(case):
                 if case.path.endswith("/results"):  # a result stream does not end by itself
@@ -58,13 +68,15 @@ def test_openapi_contract_holds_under_generated_requests(make_server):
             try:
                 run()
             except Unsatisfiable:
-                assert mode is GenerationMode.NEGATIVE and not op.path.count("{"), "only inputs-free operations " \
-                    "have no invalid requests"
-            except Exception as e:  # noqa: BLE001 - collect every operation's failure, then report
+                assert mode is GenerationMode.NEGATIVE and not op.path.count("{"), (
+                    "only inputs-free operations have no invalid requests"
+                )
+            except Exception as e:
                 failures.append(f"{op.method.upper()} {op.path} ({mode.value}): {e}")
 
-    print(f"schemathesis: {calls['n']} requests, statuses {sorted(calls['statuses'])}, "
-          f"{time.monotonic() - start:.1f} s")
+    print(
+        f"schemathesis: {calls['n']} requests, statuses {sorted(calls['statuses'])}, {time.monotonic() - start:.1f} s"
+    )
     assert not failures, "\n\n".join(failures)
     assert calls["n"] >= 100
     assert not any(s >= 500 for s in calls["statuses"])

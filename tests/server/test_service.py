@@ -1,5 +1,6 @@
 """Service endpoints: OpenAPI docs, health, Prometheus metrics (with per-query memory and CPU),
 control tables read and written over HTTP, query activate/weight."""
+
 from __future__ import annotations
 
 import re
@@ -17,19 +18,41 @@ def _setup(http):
 def test_openapi_docs_and_health(http):
     spec = http.get("/openapi.json").json()
     paths = set(spec["paths"])
-    assert {"/streams", "/streams/{name}", "/streams/{name}/tuples", "/streams/{name}/heartbeat", "/queries",
-            "/queries/{qid}", "/queries/{qid}/results", "/views", "/views/{name}", "/entities",
-            "/entities/{entity_id}", "/entities/{entity_id}/peek", "/plan", "/metrics", "/healthz"} <= paths
+    assert {
+        "/streams",
+        "/streams/{name}",
+        "/streams/{name}/tuples",
+        "/streams/{name}/heartbeat",
+        "/queries",
+        "/queries/{qid}",
+        "/queries/{qid}/results",
+        "/views",
+        "/views/{name}",
+        "/entities",
+        "/entities/{entity_id}",
+        "/entities/{entity_id}/peek",
+        "/plan",
+        "/metrics",
+        "/healthz",
+    } <= paths
     plan = spec["paths"]["/plan"]["get"]["responses"]["200"]["content"]
     assert set(plan) == {"application/json", "text/plain"}
     assert plan["application/json"]["schema"]["$ref"].endswith("/PlanGraph")
     assert {"complete_from", "complete"} <= set(spec["components"]["schemas"]["QueryOut"]["properties"])
     push = spec["paths"]["/streams/{name}/tuples"]["post"]
-    assert set(push["requestBody"]["content"]) == {"application/json", "application/x-ndjson", "text/csv",
-                                                   "application/vnd.apache.arrow.stream"}
+    assert set(push["requestBody"]["content"]) == {
+        "application/json",
+        "application/x-ndjson",
+        "text/csv",
+        "application/vnd.apache.arrow.stream",
+    }
     assert push["responses"]["422"]["content"]["application/problem+json"]["schema"]["$ref"].endswith("/Problem")
     assert set(spec["paths"]["/queries/{qid}/results"]["get"]["responses"]["200"]["content"]) == {
-        "application/x-ndjson", "application/json", "text/event-stream", "application/xml"}
+        "application/x-ndjson",
+        "application/json",
+        "text/event-stream",
+        "application/xml",
+    }
     docs = http.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     h = http.get("/healthz").json()

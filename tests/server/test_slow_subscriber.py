@@ -1,6 +1,7 @@
 """A slow subscriber never blocks ingestion or other subscribers: its bounded buffer overflows, it
 gets a final `lagged` message and is disconnected (if it does not even read that within the grace
 period, its connection is cut off), and both are counted in /metrics."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def _ingest(c) -> float:
     """Push PUSHES × ROWS_PER_PUSH rows (about 25 MB of results per subscriber); seconds taken."""
     t0 = time.monotonic()
     for p in range(PUSHES):
-        rows = "".join(json.dumps({"ts": p * 10 + 1, "A": p * ROWS_PER_PUSH + i, "B": PAD}) + "\n"
-                       for i in range(ROWS_PER_PUSH))
+        rows = "".join(
+            json.dumps({"ts": p * 10 + 1, "A": p * ROWS_PER_PUSH + i, "B": PAD}) + "\n" for i in range(ROWS_PER_PUSH)
+        )
         r = c.post("/streams/S/tuples", content=rows.encode(), headers={"content-type": "application/x-ndjson"})
         assert r.status_code == 200 and r.json()["accepted"] == ROWS_PER_PUSH
     c.post("/streams/S/heartbeat", json={"ts": PUSHES * 10 + 1})
@@ -54,7 +56,7 @@ def test_slow_subscriber_is_told_it_lagged_and_the_fast_one_gets_everything(make
         import httpx
 
         with httpx.Client(base_url=srv.url, timeout=httpx.Timeout(5, read=40)) as h:
-            with h.stream("GET", f"/queries/{qid}/results", params={"until": PUSHES * 10, "buffer": 10 ** 8}) as r:
+            with h.stream("GET", f"/queries/{qid}/results", params={"until": PUSHES * 10, "buffer": 10**8}) as r:
                 fast["text"] = r.read().decode()
 
     th = threading.Thread(target=read_fast, daemon=True)

@@ -3,14 +3,15 @@
 Each rule is a function `rule(node) -> node | None` that looks only at the node and its inputs
 and returns a replacement, or None when it does not apply. Every rule preserves CQL semantics.
 """
+
 from __future__ import annotations
 
-from cql.logical.nodes import Plan, with_inputs
-from cql.logical.rewrites.istream_unbounded import istream_unbounded
-from cql.logical.rewrites.push_selections import push_selections
-from cql.logical.rewrites.remove_projections import remove_projections
-from cql.logical.rewrites.rstream_now import rstream_now
-from cql.logical.rewrites.static_unbounded_to_now import static_unbounded_to_now
+from cqlstream.cql.logical.nodes import Plan, with_inputs
+from cqlstream.cql.logical.rewrites.istream_unbounded import istream_unbounded
+from cqlstream.cql.logical.rewrites.push_selections import push_selections
+from cqlstream.cql.logical.rewrites.remove_projections import remove_projections
+from cqlstream.cql.logical.rewrites.rstream_now import rstream_now
+from cqlstream.cql.logical.rewrites.static_unbounded_to_now import static_unbounded_to_now
 
 RULES = (push_selections, remove_projections, istream_unbounded, static_unbounded_to_now, rstream_now)
 # STREAM 0.6 emits no Istream/Rstream output at the last instant; removing those operators

@@ -3,11 +3,12 @@
 Istream(R)(t) = R(t) − R(t−1); over `S [Range Unbounded]` that difference is exactly the tuples of
 S with τ = t, so `select A from S where A > 1` needs no window state at all.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
 
-from cql.logical import nodes as L
+from cqlstream.cql.logical import nodes as L
 
 
 def istream_unbounded(node: L.Plan) -> L.Plan | None:

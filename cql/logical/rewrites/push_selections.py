@@ -2,12 +2,13 @@
 through projections, relation-to-stream operators and the left side of semijoins; merge stacked
 filters. Never below `Rows`/`Partition` windows (a filter there changes which tuples are last).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
 
-from cql.logical import expr as X
-from cql.logical import nodes as L
+from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
 
 
 def push_selections(node: L.Plan) -> L.Plan | None:

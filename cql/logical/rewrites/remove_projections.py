@@ -1,8 +1,9 @@
 """Remove projections that change nothing and merge a projection over a projection."""
+
 from __future__ import annotations
 
-from cql.logical import expr as X
-from cql.logical import nodes as L
+from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
 
 
 def remove_projections(node: L.Plan) -> L.Plan | None:
@@ -10,7 +11,8 @@ def remove_projections(node: L.Plan) -> L.Plan | None:
         return None
     child = node.input
     identity = len(node.exprs) == len(child.schema) and all(
-        isinstance(e, X.ColRef) and e.index == i for i, e in enumerate(node.exprs))
+        isinstance(e, X.ColRef) and e.index == i for i, e in enumerate(node.exprs)
+    )
     if identity and tuple(node.names) == tuple(a.name for a in child.schema):
         return child
     if isinstance(child, L.Project):

@@ -2,11 +2,12 @@
 
 Rstream(S [Now])(t) emits exactly the tuples of S with τ = t (CQL's Rstream-Now equivalence).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
 
-from cql.logical import nodes as L
+from cqlstream.cql.logical import nodes as L
 
 
 def rstream_now(node: L.Plan) -> L.Plan | None:

@@ -4,11 +4,12 @@ Istream(π σ (S [Range Unbounded] ⋈ R1 ⋈ ... ⋈ Rk)) with every Ri static 
 Rstream(π σ (S [Now] ⋈ R1 ⋈ ... ⋈ Rk)): the new join results at t are exactly those of S's
 tuples with τ = t, because the relations never change.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
 
-from cql.logical import nodes as L
+from cqlstream.cql.logical import nodes as L
 
 
 def _static(p: L.Plan) -> bool:
@@ -24,8 +25,7 @@ def static_unbounded_to_now(node: L.Plan) -> L.Plan | None:
         base = base.input
     if not isinstance(base, L.Join):
         return None
-    windows = [i for i in base.inputs_ if isinstance(i, L.Window) and i.unbounded
-               and isinstance(i.spec, L.RangeSpec)]
+    windows = [i for i in base.inputs_ if isinstance(i, L.Window) and i.unbounded and isinstance(i.spec, L.RangeSpec)]
     others = [i for i in base.inputs_ if not any(i is w for w in windows)]
     if len(windows) != 1 or not others or not all(_static(o) for o in others):
         return None
