@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
 from cqlstream.engine.errors import EngineError
@@ -29,7 +30,7 @@ def _read_ddl(args) -> str:
 def cmd_explain(args) -> int:
     ddl = _read_ddl(args)
     try:
-        catalog = Catalog.from_ddl(ddl) if ddl.strip() else Catalog()
+        catalog = catalog_from_ddl(ddl) if ddl.strip() else Catalog()
     except CqlError as e:
         print(f"error in DDL: {e}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, fields, is_dataclass
 
 import numpy as np
-from cqlstream.cql import ast
+from cqlstream.cql import ast, ddl
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError
@@ -224,7 +224,7 @@ class Dsms:
                 return self.register_source(stmt)
             except CqlError as e:
                 raise e.with_text(text) from None
-        d = self.catalog.register_source(stmt)
+        d = ddl.register_source(self.catalog, stmt)
         if d.kind == "stream":
             q = self.plan.source_queue(d.plan())
             self.inputs[d.name.lower()] = StreamInput(d, q, self.ids)
@@ -244,7 +244,7 @@ class Dsms:
             if not isinstance(stmt, ast.RegisterView):
                 raise CqlError("not_ddl", "expected register view")
         try:
-            v = self.catalog.register_view(stmt, text)
+            v = ddl.register_view(self.catalog, stmt, text)
         except CqlError as e:
             raise (e.with_text(text) if text else e) from None
         self.ddl[v.name.lower()] = to_cql(stmt)
