@@ -12,7 +12,7 @@ nothing otherwise. Users cannot push to it.
 from __future__ import annotations
 
 import numpy as np
-from cqlstream.cql import ddl
+from cqlstream.cql import ast, ddl
 from cqlstream.cql.catalog import UNIT_MS
 from cqlstream.engine.inputs import StreamInput
 
@@ -30,6 +30,7 @@ class SysPublisher:
         self.dsms = dsms
         self.interval = interval
         (stmt,) = parse_script(DDL)
+        assert isinstance(stmt, ast.RegisterSource)
         d = ddl.register_source(dsms.catalog, stmt)
         self.input = StreamInput(d, dsms.plan.source_queue(d.plan()), dsms.ids)
         self.last: float | None = None
