@@ -9,8 +9,10 @@ from pathlib import Path
 
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
+from cqlstream.engine.errors import EngineError
 
 
 def _read_ddl(args) -> str:
@@ -28,7 +30,7 @@ def _read_ddl(args) -> str:
 def cmd_explain(args) -> int:
     ddl = _read_ddl(args)
     try:
-        catalog = Catalog.from_ddl(ddl) if ddl.strip() else Catalog()
+        catalog = catalog_from_ddl(ddl) if ddl.strip() else Catalog()
     except CqlError as e:
         print(f"error in DDL: {e}", file=sys.stderr)
         return 2
@@ -168,13 +170,13 @@ def cmd_serve(args) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the demo's own client calls are not news
     try:
         app = create_app(settings)
-    except (ValueError, OSError) as e:  # e.g. an unreadable or corrupt plan file in --data-dir
+    except (EngineError, ValueError, OSError) as e:  # e.g. an unreadable or corrupt plan file in --data-dir
         print(f"cqlstream serve: cannot start: {e}", file=sys.stderr)
         return 2
     from cqlstream.server.runner import serve
 
     if args.demo:
-        from cqlstream.server.demo import DemoDriver
+        from cqlstream.demo_shop import DemoDriver
 
         DemoDriver(
             f"http://{args.host}:{args.port}", api_key=settings.api_key, out=lambda line: print(line, flush=True)
@@ -256,11 +258,12 @@ def cmd_bench(args) -> int:
     if not (root / "bench" / "__main__.py").is_file():
         print("cqlstream bench: the benchmarks (bench/) are in the source checkout only", file=sys.stderr)
         return 2
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    from bench.__main__ import main as bench_main
+    # a child process: the benchmarks are a tool of the checkout, not a module the package imports
+    import os
+    import subprocess
 
-    return bench_main(args.args)
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.call([sys.executable, "-m", "bench", *args.args], env={**os.environ, "PYTHONPATH": path})
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from cqlstream.cql.types import DataType
+from cqlstream.engine.errors import EngineError
 
 _DTYPES = {"int": np.int64, "timestamp": np.int64, "float": np.float64, "bool": np.bool_}
 
@@ -95,7 +96,7 @@ def concat(batches: list[Batch], types=None) -> Batch:
         if batches:
             return batches[0]
         if types is None:
-            raise ValueError("concat of no batches needs the column types")
+            raise EngineError("internal", "concat of no batches needs the column types")
         return Batch.empty(types)
     batches = nonempty
     if len(batches) == 1:

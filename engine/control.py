@@ -9,7 +9,7 @@ Entity ids: `op:N`, `q:N`, `syn:N` (plan entities, numbered in creation order), 
 from __future__ import annotations
 
 from cqlstream.cql.logical.explain import node_label
-from cqlstream.engine.errors import KnobError
+from cqlstream.engine.errors import EngineError, KnobError
 
 
 # ---------------------------------------------------------------- the entities
@@ -197,7 +197,7 @@ def tables(d) -> list[dict]:
 def table(d, eid: str) -> dict:
     for t in _one(d, eid):
         return t
-    raise KeyError(f"no entity '{eid}'")
+    raise EngineError("unknown_entity", f"no entity '{eid}'")
 
 
 def _one(d, eid: str):
@@ -249,14 +249,14 @@ def _limit(v):
 
 
 def set_knob(d, eid: str, knob: str, value) -> dict:
-    """Set one knob; the entity's table after the change. Unknown entity: KeyError; unknown knob
-    or bad value: KnobError."""
+    """Set one knob; the entity's table after the change. Unknown entity: EngineError
+    `unknown_entity`; unknown knob or bad value: KnobError."""
     if eid == "engine":
         _engine_knob(d, knob, value)
     elif eid.startswith("query:"):
         h = _query(d, eid)
         if h is None:
-            raise KeyError(f"no entity '{eid}'")
+            raise EngineError("unknown_entity", f"no entity '{eid}'")
         if knob == "active":
             d.set_active(h.id, _bool(value))
         elif knob == "weight":
@@ -277,7 +277,7 @@ def set_knob(d, eid: str, knob: str, value) -> dict:
     elif eid.startswith("src:"):
         inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
         if inp is None:
-            raise KeyError(f"no entity '{eid}'")
+            raise EngineError("unknown_entity", f"no entity '{eid}'")
         if knob != "sampling_rate" or inp.d.kind != "stream":
             raise KnobError(f"stream knobs: sampling_rate (load shedding); not '{knob}' on {inp.d.kind} {inp.d.name}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
@@ -286,7 +286,7 @@ def set_knob(d, eid: str, knob: str, value) -> dict:
     else:
         e = _plan_entities(d).get(eid)
         if e is None:
-            raise KeyError(f"no entity '{eid}'")
+            raise EngineError("unknown_entity", f"no entity '{eid}'")
         kind, obj, _pn, _users = e
         _plan_knob(kind, obj, knob, value)
     d.knobs.setdefault(eid, {})[knob] = value

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, fields, is_dataclass
 
 import numpy as np
-from cqlstream.cql import ast
+from cqlstream.cql import ast, ddl
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError
@@ -24,9 +24,9 @@ from cqlstream.cql.parser import parse_query, parse_script
 from cqlstream.cql.printer import to_cql
 from cqlstream.engine.batch import Batch, from_rows, splitmix64
 from cqlstream.engine.boundedness import verdict
-from cqlstream.engine.errors import InUseError, KnobError
+from cqlstream.engine.errors import EngineError, InputError, InUseError, KnobError
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.inputs import InputError, RelationInput, StreamInput, rows_to_batch
+from cqlstream.engine.inputs import RelationInput, StreamInput, rows_to_batch
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
 from cqlstream.engine.queues import Queue, Reader
@@ -224,7 +224,7 @@ class Dsms:
                 return self.register_source(stmt)
             except CqlError as e:
                 raise e.with_text(text) from None
-        d = self.catalog.register_source(stmt)
+        d = ddl.register_source(self.catalog, stmt)
         if d.kind == "stream":
             q = self.plan.source_queue(d.plan())
             self.inputs[d.name.lower()] = StreamInput(d, q, self.ids)
@@ -244,7 +244,7 @@ class Dsms:
             if not isinstance(stmt, ast.RegisterView):
                 raise CqlError("not_ddl", "expected register view")
         try:
-            v = self.catalog.register_view(stmt, text)
+            v = ddl.register_view(self.catalog, stmt, text)
         except CqlError as e:
             raise (e.with_text(text) if text else e) from None
         self.ddl[v.name.lower()] = to_cql(stmt)
@@ -266,7 +266,7 @@ class Dsms:
         """Unregister a stream or relation; refused (InUseError) while queries or views read it."""
         d = self.catalog.get(name)
         if not isinstance(d, SourceDef):
-            raise KeyError(f"no stream or relation '{name}'")
+            raise EngineError("unknown_source", f"no stream or relation '{name}'")
         if self.sys is not None and d is self.sys.input.d:
             raise InUseError(f"'{d.name}' is built in (the engine publishes its control tables on it)", ["engine"])
         users = self._users_of(d.name)
@@ -281,7 +281,7 @@ class Dsms:
     def drop_view(self, name: str) -> None:
         v = self.catalog.get(name)
         if not isinstance(v, ViewDef):
-            raise KeyError(f"no view '{name}'")
+            raise EngineError("unknown_view", f"no view '{name}'")
         users = self._users_of(v.name)
         if users:
             raise InUseError(f"view '{v.name}' is used by {', '.join(users)}", users)
@@ -318,7 +318,7 @@ class Dsms:
         else:
             self.reserve_query_ids(query_id + 1)
         if query_id in self.queries:
-            raise ValueError(f"query id {query_id} is taken")
+            raise EngineError("query_id_taken", f"query id {query_id} is taken")
         h = QueryHandle(
             query_id,
             text,

@@ -13,6 +13,7 @@ import numpy as np
 from cqlstream.cql.functions import FunctionRegistry
 from cqlstream.cql.logical import expr as X
 from cqlstream.engine.batch import Batch, dtype_of
+from cqlstream.engine.errors import EngineError
 
 Col = tuple[np.ndarray, "np.ndarray | None"]
 
@@ -70,7 +71,7 @@ class Evaluator:
             return kernel(e, args, len(b))
         fn = self.functions.scalar(e.name)
         if fn is None or fn.impl is None:
-            raise RuntimeError(f"function {e.name} has no implementation")
+            raise EngineError("no_implementation", f"function {e.name} has no implementation")
         return _call_udf(fn, e, args, len(b))
 
     def _CaseWhen(self, e: X.CaseWhen, b: Batch) -> Col:

@@ -12,17 +12,9 @@ from collections import defaultdict, deque
 import numpy as np
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.engine.batch import Batch, concat, from_rows
+from cqlstream.engine.errors import InputError
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.queues import Queue
-
-
-class InputError(ValueError):
-    """Rejected input; `row` is the 0-based offending row of the push (None if not row-specific)."""
-
-    def __init__(self, message: str, row: int | None = None, field: str | None = None):
-        super().__init__(message)
-        self.row = row
-        self.field = field
 
 
 class StreamInput:

@@ -23,12 +23,9 @@ from pathlib import Path
 
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.logical.explain import explain_plan
+from cqlstream.engine.errors import EngineError, PlanFileError
 
 FORMAT, VERSION = "cqlstream-plan", 1
-
-
-class PlanFileError(ValueError):
-    """plan.json is malformed; the message names the file and the entry."""
 
 
 def _op_key(op) -> str:
@@ -124,7 +121,7 @@ class PlanFile:
                 )
             except CqlError as e:
                 raise PlanFileError(f"{where}: queries[{i}] (id {q.get('id')}): {e}") from None
-            except (KeyError, TypeError, ValueError) as e:
+            except (EngineError, KeyError, TypeError, ValueError) as e:
                 raise PlanFileError(f"{where}: queries[{i}]: {e}") from None
         if isinstance(doc.get("next_query_id"), int):
             d.reserve_query_ids(doc["next_query_id"])
@@ -141,5 +138,5 @@ class PlanFile:
 
         try:
             control.set_knob(d, eid, knob, value)
-        except (KeyError, ValueError) as e:
+        except (EngineError, KeyError, ValueError) as e:
             raise PlanFileError(f"{where}: {e}") from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from cqlstream.cql.logical.explain import node_label
 from cqlstream.engine.control import _plan_entities, _sources, tables
+from cqlstream.engine.errors import EngineError
 
 
 def explain_plan(d, fmt: str = "text"):
@@ -28,7 +29,7 @@ def explain_plan(d, fmt: str = "text"):
                     edges.append({"queue": eid, "from": src, "to": st.eid, "queries": users})
         return {"nodes": nodes, "edges": edges}
     if fmt != "text":
-        raise ValueError("fmt is 'text' or 'json'")
+        raise EngineError("invalid_argument", "fmt is 'text' or 'json'")
     lines = [
         f"Global plan: {len(d.queries)} queries, {len(d.plan.operators)} operators, "
         f"{len(d.plan.nodes)} queues, stores: {sum(1 for e in ents.values() if e[0] == 'store')}"
@@ -77,11 +78,11 @@ def peek(d, eid: str, n: int = 20) -> dict:
     if eid.startswith("src:"):
         inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
         if inp is None:
-            raise KeyError(f"no entity '{eid}'")
+            raise EngineError("unknown_entity", f"no entity '{eid}'")
         eid = inp.queue.eid
     e = ents.get(eid)
     if e is None:
-        raise KeyError(f"no entity '{eid}'")
+        raise EngineError("unknown_entity", f"no entity '{eid}'")
     kind, obj, _pn, _users = e
     if kind == "queue":
         b = obj.recent_rows(n)

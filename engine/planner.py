@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine import snapshots
+from cqlstream.engine.errors import EngineError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.operators.base import IdSource, Operator
 from cqlstream.engine.operators.basic import FilterOp, ProjectOp, SampleOp
@@ -295,7 +296,7 @@ class PhysicalPlan:
             return q.reader(), _max_cf([pn.complete_from, max(seen) + 1 if seen else None])
         snap = self.snapshot(pn) if pn.op is not None else self.source_prefix(pn)
         if snap is None:
-            raise RuntimeError(f"no snapshot of {q.eid}")  # attachable() prevents this
+            raise EngineError("internal", f"no snapshot of {q.eid}")  # attachable() prevents this
         batch, at = snap
         r = q.reader(prefix=batch)
         r.snap_at = at

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-from cqlstream.cql import ast
+from cqlstream.cql import ast, ddl
 from cqlstream.cql.analyzer import AnalyzeOptions, analyze
 from cqlstream.cql.catalog import Catalog, SourceDef
 from cqlstream.cql.errors import CqlError
@@ -348,7 +348,7 @@ class _Registrar:
     def _table(self, step: Step) -> None:
         stmt = self._ddl(step.text, step.line, step.col, "table")
         try:
-            d = self.dsms.register_source(stmt) if self.dsms is not None else self.catalog.register_source(stmt)
+            d = self.dsms.register_source(stmt) if self.dsms is not None else ddl.register_source(self.catalog, stmt)
         except CqlError as e:
             raise self._err(e, step.line, step.col) from None
         check_type_line(step.file, d)
@@ -398,7 +398,7 @@ class _Registrar:
                 )
         rv = ast.RegisterView(vt.name, tuple(a.name for a in vt.attrs), q, pos=vt.pos)
         try:
-            self.catalog.register_view(rv, step.text)
+            ddl.register_view(self.catalog, rv, step.text)
         except CqlError as e:
             raise self._err(e, step.ddl_line, step.ddl_col) from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from cqlstream.engine.batch import Batch, concat, match_deletes
+from cqlstream.engine.errors import EngineError
 from cqlstream.engine.queues import Queue
 
 INF = np.iinfo(np.int64).max
@@ -70,6 +71,6 @@ class RelationStore:
         if t is None or not len(self.rows):
             return Batch.empty(self.queue.types)
         if self.through is None or t > self.through:
-            raise ValueError(f"store has deltas only through {self.through}, asked for {t}")
+            raise EngineError("internal", f"store has deltas only through {self.through}, asked for {t}")
         mask = (self.ins <= t) & (self.dels > t)
         return self.rows if mask.all() else self.rows.take(mask)

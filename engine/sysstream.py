@@ -12,6 +12,7 @@ nothing otherwise. Users cannot push to it.
 from __future__ import annotations
 
 import numpy as np
+from cqlstream.cql import ast, ddl
 from cqlstream.cql.catalog import UNIT_MS
 from cqlstream.engine.inputs import StreamInput
 
@@ -29,7 +30,8 @@ class SysPublisher:
         self.dsms = dsms
         self.interval = interval
         (stmt,) = parse_script(DDL)
-        d = dsms.catalog.register_source(stmt)
+        assert isinstance(stmt, ast.RegisterSource)
+        d = ddl.register_source(dsms.catalog, stmt)
         self.input = StreamInput(d, dsms.plan.source_queue(d.plan()), dsms.ids)
         self.last: float | None = None
         self.published = 0

@@ -15,7 +15,7 @@ from cqlstream.server import api_control, api_queries, api_sources, metrics
 from cqlstream.server.auth import api_key_dependency
 from cqlstream.server.host import EngineHost
 from cqlstream.server.models import DdlIn, Health, SourceIn
-from cqlstream.server.problems import Problem, ProblemError
+from cqlstream.server.problems import PROBLEMS, Problem, ProblemError, problem_of
 from cqlstream.server.settings import Settings
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -113,10 +113,17 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
     auth = api_key_dependency(settings)
 
     # ------------------------------------------------------------ errors
-    @app.exception_handler(ProblemError)
-    async def on_problem(request, exc: ProblemError):
-        headers = {"WWW-Authenticate": f'ApiKey header="{settings.api_key_header}"'} if exc.status == 401 else None
-        return exc.response(headers)
+    async def on_error(request, exc: Exception):
+        """Problems raised by the routes, CQL errors and engine errors, as problem documents
+        (statuses from problems.STATUS); engine bugs (5xx codes) are handled like any crash."""
+        p = problem_of(exc)
+        if p.status >= 500:
+            return await on_crash(request, exc)
+        headers = {"WWW-Authenticate": f'ApiKey header="{settings.api_key_header}"'} if p.status == 401 else None
+        return p.response(headers)
+
+    for cls in PROBLEMS:
+        app.add_exception_handler(cls, on_error)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request, exc: StarletteHTTPException):

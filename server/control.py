@@ -37,10 +37,7 @@ class Control:
         return t
 
     def _table(self, entity_id: str) -> dict:
-        try:
-            return self._with_subscribers(plain(self.d.control_table(entity_id)))
-        except KeyError:
-            raise ProblemError(404, "unknown_entity", f"no entity '{entity_id}'") from None
+        return self._with_subscribers(plain(self.d.control_table(entity_id)))
 
     def entities(self) -> list[dict]:
         with self.host.lock:
@@ -67,10 +64,8 @@ class Control:
                 for k, v in knobs.items():
                     try:
                         self.d.set_knob(entity_id, k, v)
-                    except (KnobError, TypeError) as e:
-                        raise ProblemError(
-                            422, "bad_knob_value", f"entity '{entity_id}' knob '{k}': {e}", field=k
-                        ) from None
+                    except (KnobError, TypeError) as e:  # the reply names the entity and the knob
+                        raise KnobError(f"entity '{entity_id}' knob '{k}': {e}", field=k) from None
             finally:
                 self.host.publish()  # `active` may have run the plan or ended a query's subscribers
             return self._table(entity_id)
@@ -86,7 +81,4 @@ class Control:
 
     def peek(self, entity_id: str, n: int) -> dict:
         with self.host.lock:
-            try:
-                return plain(self.d.peek(entity_id, n))
-            except KeyError:
-                raise ProblemError(404, "unknown_entity", f"no entity '{entity_id}'") from None
+            return plain(self.d.peek(entity_id, n))

@@ -11,14 +11,13 @@ from collections import defaultdict
 import numpy as np
 from cqlstream.cql import ast
 from cqlstream.cql.catalog import SourceDef, ViewDef
-from cqlstream.cql.errors import CqlError
 from cqlstream.cql.parser import parse_script
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.dsms import Dsms, InputError
-from cqlstream.engine.errors import InUseError
+from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.errors import InputError
 from cqlstream.server.control import Control
 from cqlstream.server.ingest import IngestError, Target, parse
-from cqlstream.server.problems import ProblemError, cql_problem, input_problem
+from cqlstream.server.problems import ProblemError
 from cqlstream.server.publication import Fanout, ResultChunk, SnapshotUnavailable, Subscriber
 from cqlstream.server.settings import Settings
 
@@ -136,19 +135,15 @@ class EngineHost:
 
     def register_source(self, ddl: str) -> dict:
         with self.lock:
-            try:
-                stmts = parse_script(ddl)
-                if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterSource):
-                    raise ProblemError(
-                        422,
-                        "not_ddl",
-                        "expected exactly one 'register stream|relation' statement"
-                        + (f" (found {len(stmts)} statements)" if len(stmts) != 1 else ""),
-                    )
-                d = self.d.register_source(ddl)
-            except CqlError as e:
-                raise cql_problem(e.with_text(ddl), 422) from None
-            return self._source_out(d)
+            stmts = parse_script(ddl)
+            if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterSource):
+                raise ProblemError(
+                    422,
+                    "not_ddl",
+                    "expected exactly one 'register stream|relation' statement"
+                    + (f" (found {len(stmts)} statements)" if len(stmts) != 1 else ""),
+                )
+            return self._source_out(self.d.register_source(ddl))
 
     def list_sources(self) -> list[dict]:
         with self.lock:
@@ -163,12 +158,7 @@ class EngineHost:
             s = self._source(name)
             if s.name.lower() not in self.d.inputs:
                 raise ProblemError(409, "read_only", f"'{s.name}' is a system stream: it cannot be dropped")
-            try:
-                self.d.drop_source(s.name)
-            except KeyError:
-                raise ProblemError(404, "unknown_source", f"no stream or relation named '{name}'") from None
-            except InUseError as e:
-                raise ProblemError(409, "in_use", str(e), users=e.users) from None
+            self.d.drop_source(s.name)
 
     # ------------------------------------------------------------ input
     def target(self, name: str) -> Target:
@@ -203,12 +193,11 @@ class EngineHost:
             ts = np.full(n, self.d._now_units(s), np.int64) if target.system_ts else None
             try:
                 accepted = self.d.push_batch(s.name, parsed.batch(ts)) if n else 0
-            except InputError as e:
+            except InputError as e:  # counted, and the reply names the source
                 self.rejected[s.name] += n
-                self.rejected_pushes["invalid_input"] += 1
-                p = input_problem(e)
-                p.extra["source"] = s.name
-                raise p from None
+                self.rejected_pushes[e.code] += 1
+                e.details["source"] = s.name
+                raise
             self.accepted[s.name] += int(accepted)
             self.pushes += 1
             late = int(getattr(inp, "late", 0) - late0)
@@ -221,10 +210,7 @@ class EngineHost:
             s = self._source(name)
             if s.name.lower() not in self.d.inputs:
                 raise ProblemError(409, "read_only", f"'{s.name}' is a system stream: its time is the clock's")
-            try:
-                self.d.heartbeat(s.name, int(t))
-            except InputError as e:
-                raise input_problem(e) from None
+            self.d.heartbeat(s.name, int(t))
             self._run()
             return {"source": s.name, "ts": int(t)}
 
@@ -256,19 +242,14 @@ class EngineHost:
         with self.lock:
             if name is not None and any((h.name or "").lower() == name.lower() for h in self.d.queries.values()):
                 raise ProblemError(409, "duplicate_name", f"a query named '{name}' already exists")
-            try:
-                stmts = parse_script(cql)
-                if len(stmts) != 1 or isinstance(stmts[0], (ast.RegisterSource, ast.RegisterView)):
-                    raise ProblemError(
-                        422,
-                        "not_a_query",
-                        "expected exactly one CQL query (register streams at /streams, views at /views)",
-                    )
-                h = self.d.register_query(cql, name=name)
-            except CqlError as e:
-                raise cql_problem(e.with_text(cql), 422) from None
-            except NotImplementedError as e:
-                raise ProblemError(422, "not_supported", f"not supported by the engine: {e}") from None
+            stmts = parse_script(cql)
+            if len(stmts) != 1 or isinstance(stmts[0], (ast.RegisterSource, ast.RegisterView)):
+                raise ProblemError(
+                    422,
+                    "not_a_query",
+                    "expected exactly one CQL query (register streams at /streams, views at /views)",
+                )
+            h = self.d.register_query(cql, name=name)
             self.fanout.add(h)
             self.publish()  # registering ran the plan (a late query's catch-up): deliver that now
             return self._query_out(h)
@@ -289,8 +270,6 @@ class EngineHost:
                     self.d.set_weight(qid, float(weight))
                 if active is not None:
                     self.d.set_active(qid, bool(active))
-            except ValueError as e:  # engine.errors.KnobError
-                raise ProblemError(422, "bad_value", str(e)) from None
             finally:
                 self.publish()  # activating ran the plan; deactivating ends the query's subscribers
             return self._query_out(self.d.queries[qid])
@@ -307,14 +286,10 @@ class EngineHost:
 
     def register_view(self, text: str) -> dict:
         with self.lock:
-            try:
-                stmts = parse_script(text)
-                if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterView):
-                    raise ProblemError(422, "not_a_view", "expected exactly one 'register view V as …' statement")
-                v = self.d.register_view(text)
-            except CqlError as e:
-                raise cql_problem(e.with_text(text), 422) from None
-            return self._view_out(v)
+            stmts = parse_script(text)
+            if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterView):
+                raise ProblemError(422, "not_a_view", "expected exactly one 'register view V as …' statement")
+            return self._view_out(self.d.register_view(text))
 
     def list_views(self) -> list[dict]:
         with self.lock:
@@ -333,12 +308,7 @@ class EngineHost:
     def drop_view(self, name: str) -> None:
         with self.lock:
             v = self._view(name)
-            try:
-                self.d.drop_view(v.name)
-            except KeyError:
-                raise ProblemError(404, "unknown_view", f"no view named '{name}'") from None
-            except InUseError as e:
-                raise ProblemError(409, "in_use", str(e), users=e.users) from None
+            self.d.drop_view(v.name)
 
     # ------------------------------------------------------------ subscriptions
     def subscribe(

@@ -1,10 +1,15 @@
 """RFC 7807 problem details: every error reply is `application/problem+json` with a machine-readable
-`code`; CQL errors add line/column/excerpt (caret text), input errors add row/field."""
+`code`; CQL errors add line/column/excerpt (caret text), input errors add row/field. `STATUS` maps
+the error codes of CQL and of the engine to HTTP statuses; `problem_of` turns an exception into its
+problem (the app registers one handler for every class in `PROBLEMS`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from cqlstream.cql.errors import CqlError
+from cqlstream.engine.errors import EngineError
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import JSONResponse
 
@@ -68,14 +73,39 @@ class ProblemError(Exception):
         )
 
 
-def cql_problem(e, status: int = 400) -> ProblemError:
-    """A `cql.errors.CqlError` as a problem (duplicate names are conflicts)."""
+# (error family, code) -> HTTP status of the reply; code None: the family's default. CQL codes and
+# engine codes are separate families (a CQL `unknown_source` is bad query text, 422; the engine's
+# is a missing resource, 404). Adding an engine error code: give it a row here.
+STATUS: dict[tuple[str, str | None], int] = {
+    ("cql", None): 422,  # CQL text the engine cannot take
+    ("cql", "duplicate_name"): 409,
+    ("engine", None): 422,
+    ("engine", "unknown_source"): 404,
+    ("engine", "unknown_view"): 404,
+    ("engine", "unknown_entity"): 404,
+    ("engine", "in_use"): 409,
+    ("engine", "query_id_taken"): 409,
+    ("engine", "bad_knob_value"): 422,
+    ("engine", "invalid_input"): 422,
+    ("engine", "invalid_argument"): 422,
+    ("engine", "bad_plan_file"): 500,
+    ("engine", "no_implementation"): 500,
+    ("engine", "internal"): 500,
+}
+
+
+def status_of(family: str, code: str) -> int:
+    """The HTTP status for an error `code` of `family` ("cql" or "engine")."""
+    return STATUS.get((family, code), STATUS[(family, None)])
+
+
+def cql_problem(e: CqlError) -> ProblemError:
+    """A `CqlError` as a problem with its position and caret excerpt."""
     d = e.to_dict()
-    if d.get("code") == "duplicate_name":
-        status = 409
+    code = d.get("code") or "cql_error"
     return ProblemError(
-        status,
-        d.get("code") or "cql_error",
+        status_of("cql", code),
+        code,
         str(e.reason),
         line=d.get("line"),
         column=d.get("column"),
@@ -83,15 +113,25 @@ def cql_problem(e, status: int = 400) -> ProblemError:
     )
 
 
-def input_problem(e, status: int = 422) -> ProblemError:
-    """An `engine.inputs.InputError` (or our own parse error) as a problem naming row and field."""
-    return ProblemError(
-        status,
-        getattr(e, "code", None) or "invalid_input",
-        str(e),
-        row=getattr(e, "row", None),
-        field=getattr(e, "field", None),
-    )
+def engine_problem(e: EngineError) -> ProblemError:
+    """An `EngineError` as a problem; its details (`users`, `row`, `field`, ...) become members."""
+    return ProblemError(status_of("engine", e.code), e.code, str(e), **e.details)
+
+
+# exception class -> its problem document (the app's one error handler looks the class up here)
+PROBLEMS: dict[type[Exception], Callable[[Any], ProblemError]] = {
+    ProblemError: lambda e: e,
+    CqlError: cql_problem,
+    EngineError: engine_problem,
+}
+
+
+def problem_of(exc: Exception) -> ProblemError:
+    """The problem document for an exception of a class in `PROBLEMS` (or a subclass)."""
+    for cls in type(exc).__mro__:
+        if cls in PROBLEMS:
+            return PROBLEMS[cls](exc)
+    raise TypeError(f"no problem document for {type(exc).__name__}")
 
 
 def responses(*statuses: int) -> dict:

@@ -11,6 +11,7 @@ from collections import Counter
 
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import execute_ddl
 from cqlstream.cql.frontend import compile_query
 from cqlstream.engine.dsms import Dsms
 
@@ -100,7 +101,7 @@ def run_reference(ddl: str, query: str, inputs, *, compat=False, functions_setup
     cat = Catalog()
     if functions_setup:
         functions_setup(cat.functions)
-    cat.execute_ddl(ddl)
+    execute_ddl(cat, ddl)
     q = compile_query(query, cat, options=AnalyzeOptions(stream_compat=compat))
     return evaluate(q.analyzed.plan, inputs, compat=compat, functions=cat.functions)
 

@@ -27,6 +27,7 @@ import pytest
 from cqlstream.cql import ast
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import register_source, register_view
 from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.parser import parse_query, parse_statement
 from cqlstream.engine.stream_script import parse_script, read_source, run_script
@@ -91,11 +92,11 @@ def _reference_catalog(script) -> Catalog:
     cat = Catalog()
     for step in script.steps:
         if step.kind == "table":
-            cat.register_source(parse_statement(step.text))
+            register_source(cat, parse_statement(step.text))
         elif step.kind == "view":
             vt = parse_statement(step.ddl)
             rv = ast.RegisterView(vt.name, tuple(a.name for a in vt.attrs), parse_query(step.text), pos=vt.pos)
-            cat.register_view(rv, step.text)
+            register_view(cat, rv, step.text)
     return cat
 
 

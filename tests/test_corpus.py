@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from cqlstream.cql import ast
 from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import execute_ddl
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.parser import parse_statement
@@ -45,7 +46,7 @@ def _catalog() -> Catalog:
     cat.functions.register_scalar("lookup", lambda addr, table: True, BOOL, min_args=2, max_args=2)
     cat.functions.register_scalar("match", lambda data, pattern: True, BOOL, min_args=2, max_args=2)
     ddl = CORPUS.read_text().split("\n--", 1)[0]
-    cat.execute_ddl(ddl)
+    execute_ddl(cat, ddl)
     return cat
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import catalog_from_ddl, execute_ddl
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
 
@@ -523,13 +524,13 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
-    return Catalog.from_ddl(DDL)
+    return catalog_from_ddl(DDL)
 
 
 def _reject(case: Bad, catalog: Catalog) -> CqlError:
     with pytest.raises(CqlError) as info:
         if case.ddl:
-            Catalog.from_ddl(DDL).execute_ddl(case.text)  # a fresh catalog: DDL cases register things
+            execute_ddl(catalog_from_ddl(DDL), case.text)  # a fresh catalog: DDL cases register things
         else:
             compile_query(case.text, catalog)
     return info.value

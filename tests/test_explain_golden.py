@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.frontend import compile_query
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "explain"
@@ -66,7 +67,7 @@ def load(path: Path) -> GoldenCase:
 
 
 def explain_text(case: GoldenCase) -> tuple[str, str]:
-    catalog = Catalog.from_ddl(case.ddl) if case.ddl else Catalog()
+    catalog = catalog_from_ddl(case.ddl) if case.ddl else Catalog()
     compiled = compile_query(case.query, catalog, options=case.options)
     return compiled.kind, compiled.explain() + "\n"
 

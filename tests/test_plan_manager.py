@@ -10,7 +10,7 @@ import random
 
 import pytest
 from cqlstream.engine.dsms import Dsms, InputError
-from cqlstream.engine.errors import InUseError, KnobError
+from cqlstream.engine.errors import EngineError, InUseError, KnobError
 from cqlstream.engine.operators.filterhub import HubMember
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -372,8 +372,9 @@ def test_join_probe_order_changes_at_run_time_without_changing_results():
         d.set_knob(join["id"], "sampling_rate", 1.5)
     with pytest.raises(KnobError):
         d.set_knob(join["id"], "index", "hash")
-    with pytest.raises(KeyError):
+    with pytest.raises(EngineError, match="no entity 'op:999'") as e:
         d.control_table("op:999")
+    assert e.value.code == "unknown_entity"
 
 
 def test_control_tables_count_and_limit():
@@ -446,8 +447,9 @@ def test_peek_queue_and_window():
     assert p["what"] == "window contents" and [t["row"] for t in p["tuples"]] == [[46, 46], [47, 47], [48, 48]]
     q = d.peek("src:S", 2)
     assert [t["row"] for t in q["tuples"]] == [[48, 48], [49, 49]]
-    with pytest.raises(KeyError):
+    with pytest.raises(EngineError) as e:
         d.peek("q:999")
+    assert e.value.code == "unknown_entity"
 
 
 def test_drop_source_refused_while_used():
@@ -463,8 +465,12 @@ def test_drop_source_refused_while_used():
     assert d.catalog.get("S") is None
     d.drop_view("V")
     d.drop_source("T")
-    with pytest.raises(KeyError):
+    with pytest.raises(EngineError, match="no stream or relation 'nope'") as e:
         d.drop_source("nope")
+    assert e.value.code == "unknown_source"
+    with pytest.raises(EngineError) as e:
+        d.drop_view("nope")
+    assert e.value.code == "unknown_view"
 
 
 # ------------------------------------------------------------------ SysStream

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 from cqlstream.cql.analyzer import AnalyzeOptions
-from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.types import INT
 
@@ -29,7 +29,7 @@ register relation E (a integer, b integer, f float, s varchar(10));
 
 def run(query, inputs, *, compat=False, end=None, ddl=STREAMS, kind=None, catalog=None):
     """Result of `query` on both plans (they must agree)."""
-    cat = catalog or Catalog.from_ddl(ddl)
+    cat = catalog or catalog_from_ddl(ddl)
     q = compile_query(query, cat, options=AnalyzeOptions(stream_compat=compat))
     if kind is not None:
         assert q.kind == kind, q.explain()
@@ -425,7 +425,7 @@ def test_expression_kernels_directly():
 
 
 def test_udf_through_registry():
-    cat = Catalog.from_ddl(STREAMS)
+    cat = catalog_from_ddl(STREAMS)
     cat.functions.register_scalar("twice", lambda x: None if x is None else 2 * x, INT, min_args=1, max_args=1)
     inputs = {"R": [(1, +1, (4,)), (1, +1, (None,))]}
     assert run("select twice(a) from R", inputs, catalog=cat) == exp({1: {(8,): 1, (None,): 1}})

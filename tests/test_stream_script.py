@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.frontend import compile_query
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.stream_script import (
@@ -146,7 +147,7 @@ def test_statements_span_lines_and_semicolons_in_strings(tmp_path):
 
 
 def _src(ddl: str):
-    (d,) = Catalog.from_ddl(ddl).entries()
+    (d,) = catalog_from_ddl(ddl).entries()
     return d
 
 

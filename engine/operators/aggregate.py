@@ -68,6 +68,7 @@ from dataclasses import dataclass
 import numpy as np
 from cqlstream.cql.logical.expr import AggCall, Expr
 from cqlstream.engine.batch import Batch, dtype_of
+from cqlstream.engine.errors import EngineError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.operators.base import Operator
 
@@ -631,7 +632,7 @@ class AggregateOp(Operator):
         if f not in _BUILTINS:
             fn = self.ev.functions.aggregate(f)
             if fn is None or fn.impl is None:
-                raise RuntimeError(f"aggregate {a.func}() has no implementation")
+                raise EngineError("no_implementation", f"aggregate {a.func}() has no implementation")
             return _Spec("udaf", ai, impl=fn.impl, distinct=a.distinct)
         floating = a.arg.type.kind == "float"
         if f in ("min", "max"):

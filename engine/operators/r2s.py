@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 from cqlstream.engine.batch import Batch, concat, match_deletes
+from cqlstream.engine.errors import EngineError
 from cqlstream.engine.operators.base import Operator
 from cqlstream.engine.operators.valuecount import instant_value_groups
 
@@ -35,7 +36,7 @@ class RelToStreamOp(Operator):
     def __init__(self, inputs, output, ids, op: str, compat: bool = False, options=None):
         super().__init__(inputs, output, ids, options)
         if op not in ("istream", "dstream", "rstream"):
-            raise ValueError(op)
+            raise EngineError("internal", f"no relation-to-stream operator {op!r}")
         self.op = op
         self.kind = op
         self.compat = compat

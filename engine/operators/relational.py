@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 from cqlstream.engine.batch import Batch, combine_ids, concat
+from cqlstream.engine.errors import EngineError
 from cqlstream.engine.operators.base import Operator
 from cqlstream.engine.operators.valuecount import Changes, ValueTable
 
@@ -74,7 +75,7 @@ def _f_set(op: str, all_: bool):
             if all_
             else (lambda l, r: ((l > 0) & (r > 0)).astype(np.int64))
         )
-    raise ValueError(op)
+    raise EngineError("internal", f"no set operation {op!r}")
 
 
 _SIDE_L = np.uint64(0x5E7_0001)

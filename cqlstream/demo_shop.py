@@ -14,6 +14,8 @@ import random
 import threading
 import time
 
+from cqlstream.client import Client
+
 CATALOG = [
     "register stream Orders (item integer, qty integer, price float) with (timestamp = system, unit = second)",
     "register stream Clicks (item integer, user char(8)) with (timestamp = system, unit = second)",
@@ -56,9 +58,7 @@ class DemoDriver:
         t.start()
         self.threads.append(t)
 
-    def _client(self):
-        from cqlstream.client import Client
-
+    def _client(self) -> Client:
         return Client(self.url, api_key=self.api_key, timeout=10.0)
 
     def _wait_ready(self, c) -> bool:
