@@ -288,7 +288,10 @@ class TableQuery(Query):
 
 @dataclass(frozen=True)
 class SetOp(Query):
-    """`union`, `except`, `intersect` with or without ALL (`minus` is read as `except`)."""
+    """`union`, `except`, `intersect` (`minus` is read as `except`).
+
+    `all` is True for CQL's bag operators (written plain or with ALL) and False for SQL's set
+    versions written with DISTINCT."""
 
     op: str
     all: bool

@@ -191,8 +191,10 @@ class _ToAst(Transformer_NonRecursive):
         return result
 
     def set_op(self, meta, items):
+        # Bag semantics unless DISTINCT is written (ALL is the default spelled out).
         op = str(items[0]).lower()
-        return ("except" if op == "minus" else op, len(items) > 1, _tok_pos(items[0]))
+        bag = len(items) == 1 or str(items[1]).lower() == "all"
+        return ("except" if op == "minus" else op, bag, _tok_pos(items[0]))
 
     def table_query(self, meta, items):
         return ast.TableQuery(_name(items[0]), pos=_tok_pos(items[0]))

@@ -11,7 +11,7 @@ the parser can produce) and is meant to be read by people too: EXPLAIN shows it 
   `[PARTITION BY a, b ROWS 3 WHERE ...]`), a sample before the window
   (`S SAMPLE(5.0) [ROWS 10] AS x`), aliases always with AS;
 * relation-to-stream operators as `ISTREAM(<query>)`, set operations as
-  `(<left>) UNION ALL (<right>)` (a bare source name stays bare);
+  `(<left>) UNION (<right>)`, the set versions with DISTINCT (a bare source name stays bare);
 * expressions with the minimum parentheses the grammar's precedence needs;
 * names that are not plain identifiers, or that spell a keyword, in backticks.
 
@@ -245,7 +245,7 @@ def _set_operand(q: ast.Query) -> Doc:
 
 
 def _setop(q: ast.SetOp) -> Doc:
-    op = q.op.upper() + (" ALL" if q.all else "")
+    op = q.op.upper() + ("" if q.all else " DISTINCT")
     left, right = _set_operand(q.left), _set_operand(q.right)
     if len(left) == 1 and len(right) == 1 and len(left[0]) + len(right[0]) + len(op) + 2 <= _LINE_WIDTH:
         return [f"{left[0]} {op} {right[0]}"]

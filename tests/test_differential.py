@@ -113,7 +113,9 @@ def two_sources(draw):
     if shape in ("exists", "not_exists"):
         neg = "not " if shape == "not_exists" else ""
         return f"select * from {left} where {neg}exists (select * from {right} where y.a = x.b)"
-    op = draw(st.sampled_from(["union", "union all", "except", "except all", "intersect", "intersect all"]))
+    op = draw(
+        st.sampled_from([f"{op}{q}" for op in ("union", "except", "intersect") for q in ("", " all", " distinct")])
+    )
     return f"select x.a from {left} {op} select y.a from {right}"
 
 

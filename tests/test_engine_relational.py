@@ -1,4 +1,4 @@
-"""Distinct, set operations (union/except/intersect, ALL or not) and Istream/Dstream/Rstream:
+"""Distinct, set operations (union/except/intersect: bag, ALL or DISTINCT) and Istream/Dstream/Rstream:
 engine vs the reference evaluator (differential), fed 1, 7 and all events per push, plus id
 invariants of the engine's output deltas and hand-written edge cases.
 """
@@ -102,7 +102,8 @@ def test_distinct(src, cols, s, r, compat):
     check(f"select distinct {cols} from {src}", {"S": s, "R": r}, compat=compat)
 
 
-SETOPS = ["union", "union all", "except", "except all", "intersect", "intersect all"]
+# plain and ALL are the bag operators, DISTINCT SQL's set versions
+SETOPS = [f"{op}{q}" for op in ("union", "except", "intersect") for q in ("", " all", " distinct")]
 
 
 @settings(max_examples=150, **SETTINGS)
@@ -178,6 +179,7 @@ def test_brief_queries():
         "select distinct a from S [Rows 5]",
         "select a from S [Rows 3] except all select a from T [Range 2]",
         "select * from R union select * from S [Now]",
+        "select * from R union distinct select * from S [Now]",
     ]:
         for compat in (False, True):
             check(q, inputs, compat=compat)
@@ -255,9 +257,12 @@ def test_strings_floats_and_nulls():
     for q in [
         "select distinct * from S [Rows 3]",
         "select * from S [Range 2] except select * from R",
+        "select * from S [Range 2] except distinct select * from R",
+        "select * from S [Range 2] intersect distinct select * from R",
         "select * from S [Range 2] intersect all select * from R",
         "Istream(select * from S [Rows 2])",
         "Rstream(select * from S [Range 1] union select * from R)",
+        "Rstream(select * from S [Range 1] union distinct select * from R)",
         "Dstream(select distinct f from S [Rows 2])",
     ]:
         check(q, {"S": s, "R": r}, ddl=ddl)
@@ -277,6 +282,8 @@ def test_many_instants_in_one_batch_and_long_runs():
         "select a from S [Rows 9] except all select a from T [Rows 4]",
         "select a from S [Rows 9] intersect all select a from T [Range 6]",
         "select a from S [Range 4] union select a from T [Now]",
+        "select a from S [Range 4] union distinct select a from T [Now]",
+        "select a from S [Rows 9] except distinct select a from T [Rows 4]",
     ]:
         assert_same(DDL, q, {"S": s, "T": tt}, chunks=(13, None))
 

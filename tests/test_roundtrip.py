@@ -276,8 +276,11 @@ def test_corpus_roundtrip():
             "SELECT *\nFROM S [PARTITION BY a, S.b ROWS 3 WHERE a > 1]",
         ),
         ("select istream(distinct a) from S", "ISTREAM(SELECT DISTINCT a FROM S)"),
-        ("V1 union all V2 minus V3", "(V1 UNION ALL V2) EXCEPT V3"),
+        # plain and ALL are CQL's bag operators and print plain; DISTINCT (SQL's set versions) stays
+        ("V1 union all V2 minus V3", "(V1 UNION V2) EXCEPT V3"),
         ("V1 union V2 intersect V3", "V1 UNION (V2 INTERSECT V3)"),
+        ("V1 union distinct V2 minus distinct V3", "(V1 UNION DISTINCT V2) EXCEPT DISTINCT V3"),
+        ("V1 except all V2 intersect distinct V3", "V1 EXCEPT (V2 INTERSECT DISTINCT V3)"),
         (
             "select a - -3, - -3, -(-a), +-3, 1.5e300, .5, 'it''s' from S",
             "SELECT a - -3, -(-3), -(-a), +(-3), 1.5e+300, 0.5, 'it''s'\nFROM S",

@@ -47,7 +47,7 @@ def node_label(n: L.Plan) -> str:
         case L.Distinct():
             return "DISTINCT"
         case L.SetOp():
-            return n.op.upper() + (" ALL" if n.all else "")
+            return n.op.upper() + ("" if n.all else " DISTINCT")
         case L.SemiJoin():
             kind = "ANTIJOIN" if n.anti else "SEMIJOIN"
             return f"{kind}{' (null-aware)' if n.null_aware else ''} ON {n.predicate.sql()}"

@@ -348,7 +348,7 @@ class Distinct(Plan):
 
 @dataclass(frozen=True)
 class SetOp(Plan):
-    """union / except / intersect; `all` keeps bag multiplicities, otherwise the result is a set."""
+    """union / except / intersect; `all` (CQL's default) keeps bag multiplicities, False (DISTINCT) yields a set."""
 
     op: str
     all: bool

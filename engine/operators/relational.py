@@ -1,17 +1,17 @@
-"""Distinct and the set operations (union / except / intersect, with or without ALL).
+"""Distinct and the set operations: CQL's bag union / except / intersect and SQL's set versions (DISTINCT).
 
 Both compare whole tuples, NULL equal to NULL (docs/semantics.md). The output multiplicity of a
 value at an instant is a function f of its input multiplicities at the end of that instant, so
 per (value, instant) touched by a batch we compute the input counts before and after
 (`ValueTable.changes`, vectorized) and emit the change of f as that many `+`/`−`:
 
-    distinct        f(m)      = 1 if m > 0
-    union all       f(mL, mR) = mL + mR          (forwarded: no state at all)
-    union           f(mL, mR) = 1 if mL + mR > 0
-    except all      f(mL, mR) = max(0, mL − mR)
-    except          f(mL, mR) = 1 if mL > 0 and mR = 0
-    intersect all   f(mL, mR) = min(mL, mR)
-    intersect       f(mL, mR) = 1 if mL > 0 and mR > 0
+    distinct              f(m)      = 1 if m > 0
+    union                 f(mL, mR) = mL + mR          (bag; forwarded: no state at all)
+    union distinct        f(mL, mR) = 1 if mL + mR > 0
+    except                f(mL, mR) = max(0, mL − mR)  (bag difference, "monus")
+    except distinct       f(mL, mR) = 1 if mL > 0 and mR = 0
+    intersect             f(mL, mR) = min(mL, mR)      (bag)
+    intersect distinct    f(mL, mR) = 1 if mL > 0 and mR > 0
 
 Output ids are derived, not stored: the k-th copy ever inserted of a value gets
 combine_ids(vkey, k) (vkey: a fresh id owned by the value while it is live) and a delete retracts
@@ -87,7 +87,7 @@ class SetOpOp(Operator):
         super().__init__(inputs, output, ids, options)
         self.op = op
         self.all = all
-        self.kind = op + (" all" if all else "")
+        self.kind = op + ("" if all else " distinct")  # `all`: the bag operator, CQL's default
         self.types = list(output.types)
         self.f = _f_set(op, all)
         self.forward = op == "union" and all

@@ -20,7 +20,7 @@ output) see the order of the elements emitted at one instant, which the semantic
 reference keeps each relation as an ordered bag (a list with one entry per occurrence) in a
 provenance order: a window lists its elements in arrival order; Filter, Project and SemiJoin keep
 their input's order; a Join is nested loops with the first input outermost; Aggregate and Distinct
-list groups/tuples by first appearance; UNION ALL is left then right. Istream emits, for each
+list groups/tuples by first appearance; the bag UNION is left then right. Istream emits, for each
 surplus tuple, its newest (last) occurrences; Dstream the oldest (first) occurrences of R(t−1);
 Rstream all of R(t); each in list order. So Istream over an Unbounded window, and Rstream over
 Now, emit elements in the underlying stream's arrival order, as the equivalent rewritten plans do.
@@ -209,12 +209,13 @@ class _Reference:
 
         if isinstance(n, L.SetOp):
             a, b = self.relation(n.left, t), self.relation(n.right, t)
-            if not n.all:
+            if not n.all:  # DISTINCT: SQL's set versions
                 right = set(b)
                 keep = {"union": lambda r: True, "except": lambda r: r not in right, "intersect": lambda r: r in right}[
                     n.op
                 ]
                 return [r for r in dict.fromkeys(a + b if n.op == "union" else a) if keep(r)]
+            # CQL's bag operators (plain or ALL)
             if n.op == "union":
                 return a + b  # counts add
             bc = Counter(b)
