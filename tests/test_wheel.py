@@ -10,6 +10,7 @@ site-packages (a plain path line runs no editable finder, so the repo stays invi
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -52,6 +53,8 @@ def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpro
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build the wheel from a clean copy of the tree (an in-tree build/ could carry removed modules)."""
+    can_build = importlib.util.find_spec("setuptools.command.bdist_wheel") or importlib.util.find_spec("wheel")
+    assert can_build, "this venv's setuptools cannot build wheels: `make setup` installs the dev extras"
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=NOT_SOURCES)
