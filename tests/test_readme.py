@@ -271,7 +271,8 @@ def test_transcript(block: Block, tmp_path: Path) -> None:
     command, *shown = block.text.splitlines()
     done = _shell(command[2:], tmp_path)
     assert _same(done.stdout + done.stderr, "\n".join(shown)), done.stdout + done.stderr
-    code = re.search(r"exits (\d+)", block.before.strip().splitlines()[-1])
+    last_line = (block.before.strip().splitlines() or [""])[-1]
+    code = re.search(r"exits (\d+)", last_line)
     assert done.returncode == (int(code.group(1)) if code else 0)
 
 
