@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint java bench clean
+.PHONY: setup demo test lint typecheck java bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# mypy over the installed shape of the tree; joins `test` once it reports no errors
+typecheck: setup
+	$(PY) scripts/typecheck.py
 
 test: setup lint
 	$(PY) -m pytest

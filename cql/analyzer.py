@@ -116,9 +116,6 @@ class _Scope:
         return (hits[0][0], hits[0][1]) if hits else None
 
 
-_AGG_NAMES_HINT = "count, sum, avg, min, max"
-
-
 def _span(node) -> Pos | None:
     return getattr(node, "pos", None)
 

@@ -12,8 +12,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LINKS = {"cql": "cql", "engine": "engine", "io": "io", "server": "server", "spark_bridge": "spark_bridge",
-         "grammar": "grammar"}
+LINKS = {
+    "cql": "cql",
+    "engine": "engine",
+    "io": "io",
+    "server": "server",
+    "spark_bridge": "spark_bridge",
+    "grammar": "grammar",
+}
 
 
 def shadow_tree() -> Path:

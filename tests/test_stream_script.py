@@ -171,7 +171,7 @@ def _src(ddl: str):
             5,
             "timestamp 3 is smaller than the previous one (6)",
         ),
-        ("i,i,f,b,c4\n1,1,1.0,ab,b\n", 2, "A is a byte" if False else "C is a byte"),
+        ("i,i,f,b,c4\n1,1,1.0,ab,b\n", 2, "C is a byte"),
         ("i,i,f,b,c4\n1,1,1.0,,b\n", 2, "C is a byte"),
         ("i,i,f,b,c4\n1,1,1.0,a,b\n1,1,1.0,a,abcde\n", 3, "D is CHAR(4): 'abcde' has 5 characters"),
     ],
