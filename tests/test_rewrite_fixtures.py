@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cqlstream.cql import logical
 from cqlstream.cql.analyzer import analyze
-from cqlstream.cql.catalog import Catalog
+from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.logical import rewrites
 from cqlstream.cql.logical.explain import explain_plan
 from cqlstream.cql.parser import parse_query
@@ -93,7 +93,7 @@ CASES = [(f, c) for f in map(load, FIXTURE_FILES) for c in f.cases]
 
 def applied(fixture: Fixture, case: Case) -> tuple[str, str]:
     """The analyzed plan's EXPLAIN text, and the text after applying only the case's rule."""
-    catalog = Catalog.from_ddl(fixture.ddl)
+    catalog = catalog_from_ddl(fixture.ddl)
     plan = analyze(parse_query(case.query), catalog).plan
     rule = getattr(rewrites, case.rule)
     return explain_plan(plan), explain_plan(rewrites.optimize(plan, rules=(rule,)))
