@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine import snapshots
@@ -325,6 +326,7 @@ class PhysicalPlan:
 
     def _new_hub(self, kid: PNode, col: int, sib: PNode) -> FilterHub:
         old = sib.op
+        assert old is not None
         hub = FilterHub([kid.queue], self.ids, col, label=f"grouped select on {kid.node.schema[col].name} (= constant)")
         hub.resume(old)
         hub.bind(eid=self._eid("op"), node=kid.node)
@@ -446,7 +448,8 @@ class PhysicalPlan:
         """Drop a released shared object from every registry of the plan."""
         if any(o is x for o in self.operators):
             self.operators.remove(x)
-        for reg in (self.filter_hubs, self.window_stores, self.stores):
+        registries: tuple[dict[Any, Any], ...] = (self.filter_hubs, self.window_stores, self.stores)
+        for reg in registries:
             for k in [k for k, v in reg.items() if v is x]:
                 del reg[k]
         self.late_stores = [st for st in self.late_stores if st is not x]

@@ -8,7 +8,7 @@ once no reader can see them any more.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from cqlstream.engine import knobs as K
@@ -26,7 +26,7 @@ class Synopsis:
     KNOBS: ClassVar[tuple[K.Knob, ...]] = (K.MEMORY_LIMIT,)
     memory_limit: int | None = None  # knob: flagged in the control table when exceeded
     queue: Queue
-    reader: object
+    reader: Any  # the queue's Reader (None for a view, which reads nothing itself)
     users: list
     eid: str | None
     through: int | None

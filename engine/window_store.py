@@ -178,7 +178,7 @@ class WindowRelation(Synopsis):
         self.eid = eid
 
     @property
-    def through(self) -> int | None:
+    def through(self) -> int | None:  # type: ignore[override]  # a view's progress is its window's
         return self.window.done_through
 
     def __len__(self) -> int:

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 from cqlstream.cql.logical.explain import node_label
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, splitmix64
 from cqlstream.engine.queues import Queue, Reader
@@ -74,7 +75,7 @@ class Operator(ABC):
 
     def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options=None):
         self.readers: list[Reader] = [q.reader() for q in inputs]
-        self.node = None  # the logical plan node it computes (set by bind)
+        self.node: Plan | None = None  # the logical plan node it computes (set by bind)
         self.eid: str | None = None  # entity id in the control tables (set by bind)
         self.label = ""  # display name when the node's label does not describe it
         self.memory_limit: int | None = None  # knob: flagged in the control table when exceeded
@@ -206,7 +207,7 @@ class Operator(ABC):
 
     @property
     def name(self) -> str:
-        return self.label or f"{self.kind} {node_label(self.node)}".strip()
+        return self.label or f"{self.kind} {node_label(self.node) if self.node is not None else ''}".strip()
 
     def control_table(self) -> dict:
         """The operator's part of its control table: type, name, queues, counters, knobs."""

@@ -111,7 +111,9 @@ class HubMember(FilterOp):
 
     KNOBS = (K.MEMORY_LIMIT, K.Knob("sampling_rate", lambda m: m.sampling_rate, _no_sampling_rate), CONJUNCT_ORDER)
 
-    def __init__(self, output, ids, predicate, evaluator, value, hub: FilterHub, *, eid: str, node, counters=None):
+    def __init__(
+        self, output, ids, predicate, evaluator, value, hub: FilterHub, *, eid: str | None, node, counters=None
+    ):
         """`counters`: those of the running selection this member replaces, if any."""
         Operator.__init__(self, [], output, ids)
         self.conjuncts = X.conjuncts(predicate)
