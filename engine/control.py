@@ -3,11 +3,15 @@ source and query is an *entity* with live counters and settable knobs, read and 
 one API (the server, the web UI, SysStream and the re-optimizer all use it).
 
 Entity ids: `op:N`, `q:N`, `syn:N` (plan entities, numbered in creation order), `src:NAME`,
-`query:N`, and `engine` (scheduler and sharing knobs).
+`query:N`, and `engine` (scheduler and sharing knobs). Operators and stores give their own
+tables and declare, validate and set their own knobs (`control_table`, `KNOBS`, `set_knob` in
+engine/operators/base.py and engine/synopses.py); this module finds the entities and adds what
+only the plan knows (the queries using each one).
 """
 
 from __future__ import annotations
 
+from cqlstream.engine import knobs as K
 from cqlstream.engine.errors import KnobError
 
 
@@ -230,9 +234,7 @@ def set_knob(d, eid: str, knob: str, value) -> dict:
             raise KeyError(f"no entity '{eid}'")
         if knob != "sampling_rate" or inp.d.kind != "stream":
             raise KnobError(f"stream knobs: sampling_rate (load shedding); not '{knob}' on {inp.d.kind} {inp.d.name}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise KnobError(f"sampling_rate must be in (0, 1], got {value!r}")
-        inp.sampling_rate = float(value)
+        inp.sampling_rate = K.sampling_rate(value)
     else:
         e = _plan_entities(d).get(eid)
         if e is None:
