@@ -19,46 +19,28 @@ user's. This is about this engine's plan, not the best possible one (seed 003 sh
 from __future__ import annotations
 
 from cqlstream.cql.logical import nodes as L
+from cqlstream.engine.operators.base import BOUNDED as B
+from cqlstream.engine.operators.base import GROWS as U
+from cqlstream.engine.operators.base import RATE
+from cqlstream.engine.operators.registry import operator_class
 
-B, RATE, U = 0, 1, 2  # size classes, ordered
 NAMES = {B: "bounded", RATE: "bounded for a bounded arrival rate", U: "grows with the input"}
-O1_AGGS = {"count", "sum", "avg"}
-
-
-def _window(spec) -> int:
-    if isinstance(spec, L.PartitionSpec):
-        return U
-    if isinstance(spec, L.RowsSpec):
-        return B if spec.size is not None else U
-    return RATE if spec.size is not None else U
 
 
 def analyze(plan: L.Plan) -> tuple[int, list[str]]:
-    """(worst class of state the plan holds, reasons naming the operators that hold it)."""
+    """(worst class of state the plan holds, reasons naming the operators that hold it): each
+    node's operator class tells its own contribution (`Operator.state_class`)."""
     held: list[tuple[int, str]] = []
 
     def size(n: L.Plan) -> int:
         """Size class of n's relation (streams hold nothing: B)."""
         kids = [size(i) for i in n.inputs]
-        worst = max(kids, default=B)
-        if isinstance(n, (L.StreamSource, L.RelationSource)):
-            return B
-        if isinstance(n, L.Window):
-            c = _window(n.spec)
-            if not (c == U and not isinstance(n.spec, L.PartitionSpec)):  # an Unbounded window keeps
-                held.append((c, f"window [{n.spec.sql()}]"))  # nothing itself: its readers do
-            return c
-        if isinstance(n, L.Join):
-            held.append((worst, "join state"))
-            return worst
-        if isinstance(n, L.Aggregate):
-            scalar_o1 = not n.keys and all(a.func.lower() in O1_AGGS and not a.distinct for a in n.aggs)
-            held.append((B if scalar_o1 else worst, "aggregate state"))
-            return B if not n.keys else worst
-        if isinstance(n, (L.Distinct, L.SetOp, L.SemiJoin)):
-            held.append((worst, f"{type(n).__name__.lower()} state"))
-            return worst if not isinstance(n, L.SemiJoin) else kids[0]
-        return worst  # select, project, sample, relation-to-stream: no state of their own
+        cls = operator_class(n)
+        if cls is None:  # a source (registered relations count as bounded)
+            return max(kids, default=B)
+        c, why = cls.state_class(n, kids)
+        held.extend(why)
+        return c
 
     top = size(plan)
     if not plan.is_stream:  # a relation result is kept current (snapshots for subscribers)

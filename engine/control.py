@@ -3,12 +3,15 @@ source and query is an *entity* with live counters and settable knobs, read and 
 one API (the server, the web UI, SysStream and the re-optimizer all use it).
 
 Entity ids: `op:N`, `q:N`, `syn:N` (plan entities, numbered in creation order), `src:NAME`,
-`query:N`, and `engine` (scheduler and sharing knobs).
+`query:N`, and `engine` (scheduler and sharing knobs). Operators and stores give their own
+tables and declare, validate and set their own knobs (`control_table`, `KNOBS`, `set_knob` in
+engine/operators/base.py and engine/synopses.py); this module finds the entities and adds what
+only the plan knows (the queries using each one).
 """
 
 from __future__ import annotations
 
-from cqlstream.cql.logical.explain import node_label
+from cqlstream.engine import knobs as K
 from cqlstream.engine.errors import EngineError, KnobError
 
 
@@ -39,37 +42,7 @@ def _plan_entities(d):
 
 
 def _op_table(op, pn, users):
-    c = op.counters
-    state = op.state_bytes()
-    limit = op.knobs.get("memory_limit") if hasattr(op, "knobs") else None
-    counters = {
-        "tuples_in": c.tuples_in,
-        "tuples_out": c.tuples_out,
-        "selectivity": round(c.tuples_out / c.tuples_in, 6) if c.tuples_in else None,
-        "calls": c.calls,
-        "seconds": round(c.seconds, 6),
-        "state_bytes": state,
-        "done_through": op.done_through,
-        "over_memory_limit": bool(limit is not None and state > limit),
-    }
-    counters.update({k: v for k, v in c.extra.items() if isinstance(v, (int, float))})
-    knobs = {"memory_limit": limit, "sampling_rate": op.sampling_rate}
-    if op.kind == "join":
-        knobs["probe_orders"] = [list(o) for o in op.probe_orders]
-        knobs["index"] = op.index_mode
-    if op.kind == "select":
-        knobs["conjunct_order"] = list(range(len(op.conjuncts)))
-    return {
-        "kind": "operator",
-        "type": op.kind,
-        "name": getattr(op, "label", "") or f"{op.kind} {node_label(op.node)}".strip(),
-        "inputs": [q.eid for q in op.inputs],
-        "output": op.output.eid,
-        "counters": counters,
-        "knobs": knobs,
-        "queries": users,
-        "note": pn.note if pn is not None else "",
-    }
+    return {"kind": "operator", **op.control_table(), "queries": users, "note": pn.note if pn is not None else ""}
 
 
 def _queue_table(q, pn, users):
@@ -91,20 +64,7 @@ def _queue_table(q, pn, users):
 
 
 def _store_table(st, pn, users):
-    return {
-        "kind": "store",
-        "name": st.kind,
-        "queue": st.queue.eid,
-        "counters": {
-            "rows": len(st),
-            "bytes": st.nbytes(),
-            "users": len(st.users) + (pn is not None),
-            "through": st.through,
-            "over_memory_limit": bool(getattr(st, "memory_limit", None) is not None and st.nbytes() > st.memory_limit),
-        },
-        "knobs": {"memory_limit": getattr(st, "memory_limit", None)},
-        "queries": users,
-    }
+    return {"kind": "store", **st.control_table(extra_users=pn is not None), "queries": users}
 
 
 def _source_table(d, name, inp):
@@ -242,12 +202,6 @@ def _bool(v) -> bool:
     raise KnobError(f"expected true or false, got {v!r}")
 
 
-def _limit(v):
-    if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-        return v
-    raise KnobError(f"memory_limit must be a non-negative integer number of bytes or null, got {v!r}")
-
-
 def set_knob(d, eid: str, knob: str, value) -> dict:
     """Set one knob; the entity's table after the change. Unknown entity: EngineError
     `unknown_entity`; unknown knob or bad value: KnobError."""
@@ -280,15 +234,12 @@ def set_knob(d, eid: str, knob: str, value) -> dict:
             raise EngineError("unknown_entity", f"no entity '{eid}'")
         if knob != "sampling_rate" or inp.d.kind != "stream":
             raise KnobError(f"stream knobs: sampling_rate (load shedding); not '{knob}' on {inp.d.kind} {inp.d.name}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise KnobError(f"sampling_rate must be in (0, 1], got {value!r}")
-        inp.sampling_rate = float(value)
+        inp.sampling_rate = K.sampling_rate(value)
     else:
         e = _plan_entities(d).get(eid)
         if e is None:
             raise EngineError("unknown_entity", f"no entity '{eid}'")
-        kind, obj, _pn, _users = e
-        _plan_knob(kind, obj, knob, value)
+        e[1].set_knob(knob, value)
     d.knobs.setdefault(eid, {})[knob] = value
     return table(d, eid)
 
@@ -313,48 +264,6 @@ def _engine_knob(d, knob, value):
         d.share = _bool(value)
     else:
         raise KnobError(f"engine knobs are scheduler, budget and share; not '{knob}'")
-
-
-def _plan_knob(kind, obj, knob, value):
-    if knob == "memory_limit" and kind in ("operator", "store"):
-        v = _limit(value)
-        if kind == "operator":
-            if not hasattr(obj, "knobs"):
-                obj.knobs = {}
-            obj.knobs["memory_limit"] = v
-        else:
-            obj.memory_limit = v
-        return
-    if kind == "operator" and obj.kind == "join" and knob == "probe_orders":
-        n = obj.n
-        ok = (
-            isinstance(value, list)
-            and len(value) == n
-            and all(isinstance(o, list) and sorted(o) == [j for j in range(n) if j != i] for i, o in enumerate(value))
-        )
-        if not ok:
-            raise KnobError(f"probe_orders must list, for each of the {n} inputs, a permutation of the others")
-        obj.probe_orders = [list(o) for o in value]  # results do not depend on it (join.py docstring)
-        return
-    if kind == "operator" and knob == "sampling_rate":
-        if getattr(obj, "hub", None) is not None:
-            raise KnobError(f"{obj.eid} is computed by its grouped selection {obj.hub.eid}: set the knob there")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise KnobError(f"sampling_rate must be in (0, 1], got {value!r}")
-        obj.sampling_rate = float(value)
-        return
-    if kind == "operator" and obj.kind == "join" and knob == "index":
-        if value not in ("chains", "dyadic"):
-            raise KnobError(f"a join's index is 'chains' or 'dyadic', not {value!r}")
-        obj.index_mode = value
-        return
-    if kind == "operator" and obj.kind == "select" and knob == "conjunct_order":
-        n = len(obj.conjuncts)
-        if not (isinstance(value, list) and sorted(value) == list(range(n))):
-            raise KnobError(f"conjunct_order must be a permutation of 0..{n - 1}")
-        obj.conjuncts = [obj.conjuncts[i] for i in value]
-        return
-    raise KnobError(f"no knob '{knob}' on {kind} {getattr(obj, 'eid', '')}")
 
 
 def _op_weights(d) -> dict:

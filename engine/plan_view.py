@@ -71,8 +71,6 @@ def explain_plan(d, fmt: str = "text"):
 
 def peek(d, eid: str, n: int = 20) -> dict:
     """Recent tuples entering a queue, or a store's / window's current contents (for the UI)."""
-    from cqlstream.engine.operators.window import WindowOp, contents
-
     n = max(0, min(int(n), 1000))
     ents = _plan_entities(d)
     if eid.startswith("src:"):
@@ -88,18 +86,10 @@ def peek(d, eid: str, n: int = 20) -> dict:
         b = obj.recent_rows(n)
         what = "recent tuples entering the queue"
     elif kind == "store":
-        b = (
-            getattr(obj, "buf", None)
-            if not hasattr(obj, "alive_at")
-            else (obj.alive_at(obj.through) if obj.through is not None else None)
-        )
+        b = obj.peek()
         what = "current contents"
-    elif isinstance(obj, WindowOp):
-        b = contents(obj)
-        what = "window contents"
     else:
-        b = obj.output.recent_rows(n)
-        what = "recent tuples leaving the operator"
+        what, b = obj.peek(n)
     if b is None:
         return {"id": eid, "what": what, "tuples": []}
     b = b.slice(max(len(b) - n, 0), len(b))

@@ -14,19 +14,19 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine import snapshots
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.operators.base import IdSource, Operator
-from cqlstream.engine.operators.basic import FilterOp, ProjectOp, SampleOp
 from cqlstream.engine.operators.filterhub import FilterHub, HubMember, eq_const
-from cqlstream.engine.operators.window import WindowOp
+from cqlstream.engine.operators.registry import operator_class
 from cqlstream.engine.queues import Queue, Reader
 from cqlstream.engine.sharing import share_key
 from cqlstream.engine.synopses import RelationStore
-from cqlstream.engine.window_store import WindowRelation, WindowStore, plain_kind
+from cqlstream.engine.window_store import WindowStore
 
 
 @dataclass(frozen=True)
@@ -40,73 +40,6 @@ class EngineOptions:
 
 def _types(node: L.Plan):
     return [a.type for a in node.schema]
-
-
-def _window(n, qs, out, ids, ev, opt):
-    return WindowOp(qs, out, ids, n.spec, compat=opt.compat)
-
-
-def _filter(n, qs, out, ids, ev, opt):
-    return FilterOp(qs, out, ids, n.predicate, ev)
-
-
-def _project(n, qs, out, ids, ev, opt):
-    return ProjectOp(qs, out, ids, n.exprs, ev)
-
-
-def _sample(n, qs, out, ids, ev, opt):
-    return SampleOp(qs, out, ids, n.percent)
-
-
-# Builders of stateful relational operators import their module when first used.
-def _join(n, qs, out, ids, ev, opt, stores=None):
-    from cqlstream.engine.operators.join import JoinOp
-
-    return JoinOp(qs, out, ids, n.predicate, [_types(i) for i in n.inputs], ev, stores=stores)
-
-
-def _aggregate(n, qs, out, ids, ev, opt):
-    from cqlstream.engine.operators.aggregate import AggregateOp
-
-    return AggregateOp(qs, out, ids, n.keys, n.aggs, ev, compat=opt.compat)
-
-
-def _distinct(n, qs, out, ids, ev, opt):
-    from cqlstream.engine.operators.relational import DistinctOp
-
-    return DistinctOp(qs, out, ids)
-
-
-def _setop(n, qs, out, ids, ev, opt):
-    from cqlstream.engine.operators.relational import SetOpOp
-
-    return SetOpOp(qs, out, ids, n.op, n.all)
-
-
-def _semijoin(n, qs, out, ids, ev, opt):
-    from cqlstream.engine.operators.semijoin import SemiJoinOp
-
-    return SemiJoinOp(qs, out, ids, n.predicate, len(n.left.schema), n.anti, n.null_aware, ev)
-
-
-def _r2s(n, qs, out, ids, ev, opt):
-    from cqlstream.engine.operators.r2s import RelToStreamOp
-
-    return RelToStreamOp(qs, out, ids, n.op, compat=opt.compat)
-
-
-BUILDERS = {
-    L.Window: _window,
-    L.Filter: _filter,
-    L.Project: _project,
-    L.Sample: _sample,
-    L.Join: _join,
-    L.Aggregate: _aggregate,
-    L.Distinct: _distinct,
-    L.SetOp: _setop,
-    L.SemiJoin: _semijoin,
-    L.RelToStream: _r2s,
-}
 
 
 INF = math.inf  # "never complete" (e.g. an Unbounded window started late)
@@ -170,12 +103,11 @@ class PhysicalPlan:
         window store when a plain window produces it, otherwise a RelationStore."""
         st = self.stores.get(id(q))
         if st is None:
-            if isinstance(producer, WindowOp) and producer.store is not None:
-                st = WindowRelation(producer)
-            else:
-                st = RelationStore(q)
+            eid = self._eid("syn")
+            st = producer.relation_view(eid) if producer is not None else None
+            if st is None:
+                st = RelationStore(q, eid)
             self.stores[id(q)] = st
-            st.eid = self._eid("syn")
         return st
 
     def _store_for(self, pn: PNode) -> RelationStore:
@@ -187,15 +119,12 @@ class PhysicalPlan:
             return self.store(pn.queue, pn.op)
         snap = self.snapshot(pn) if pn.op is not None else self.source_prefix(pn)
         if id(pn.queue) in self.stores or snap is None:
-            st = RelationStore(pn.queue)
-            st.eid = self._eid("syn")
-            st.kind = "relation store (late join)"
+            st = RelationStore(pn.queue, self._eid("syn"), "relation store (late join)")
             self.late_stores.append(st)
         else:
             st = self.store(pn.queue)  # a RelationStore: a view would date rows by their own ts
         if snap is not None:
-            pn.queue.detach(st.reader)
-            st.reader = pn.queue.reader(prefix=snap[0])
+            st.start_from(snap[0])
         return st
 
     def _new_queue(self, types, name: str) -> Queue:
@@ -255,7 +184,7 @@ class PhysicalPlan:
         if isinstance(node, L.Join) and self.options.binary_joins and len(kids) > 2:
             pn = self._binary_tree(node, key, kids, user, share)
         else:
-            pn = self._add(node, key, BUILDERS[type(node)], kids, user)
+            pn = self._add(node, key, kids, user)
         self.nodes[key] = pn
         return pn
 
@@ -271,7 +200,7 @@ class PhysicalPlan:
             self._use(old, user)
             return old
         kids = [self.attachable(self.build(i, user, share=share), user, share) for i in pn.node.inputs]
-        fresh = self._add(pn.node, key, BUILDERS[type(pn.node)], kids, user)
+        fresh = self._add(pn.node, key, kids, user)
         fresh.note = "private copy: the shared operator's state cannot be snapshotted for a late start"
         self.nodes[key] = fresh
         return fresh
@@ -284,23 +213,22 @@ class PhysicalPlan:
             self._use(i, user)
 
     def _reader(self, pn: PNode, at: Reader | None = None):
-        """A reader on pn's queue for a new consumer, and the instant from which it sees pn's
-        output exactly (None: from the start)."""
+        """A reader on pn's queue for a new consumer, the instant from which it sees pn's
+        output exactly (None: from the start), and the instant of the snapshot it starts from
+        (None: it starts from no snapshot)."""
         q = pn.queue
         if at is not None:  # a window store's member reads from the store's position
-            return q.reader(at=at), pn.complete_from
+            return q.reader(at=at), pn.complete_from, None
         if not pn.flowed:
-            return q.reader(), pn.complete_from
+            return q.reader(), pn.complete_from, None
         if pn.is_stream:
             seen = [v for v in (q.watermark, q.last_ts) if v is not None]
-            return q.reader(), _max_cf([pn.complete_from, max(seen) + 1 if seen else None])
+            return q.reader(), _max_cf([pn.complete_from, max(seen) + 1 if seen else None]), None
         snap = self.snapshot(pn) if pn.op is not None else self.source_prefix(pn)
         if snap is None:
             raise EngineError("internal", f"no snapshot of {q.eid}")  # attachable() prevents this
         batch, at = snap
-        r = q.reader(prefix=batch)
-        r.snap_at = at
-        return r, _max_cf([pn.complete_from, at])
+        return q.reader(prefix=batch), _max_cf([pn.complete_from, at]), at
 
     def source_prefix(self, pn: PNode):
         """A source relation's snapshot at its watermark followed by the updates accepted since,
@@ -323,48 +251,40 @@ class PhysicalPlan:
         """(pn's relation at its last complete instant as inserts, that instant), or None."""
         return snapshots.snapshot(self, pn)
 
-    def _add(self, node: L.Plan, key, builder, kids: list[PNode], user) -> PNode:
-        if builder is _filter and key == share_key(node):
+    def _add(self, node: L.Plan, key, kids: list[PNode], user) -> PNode:
+        if isinstance(node, L.Filter) and key == share_key(node):
             ec = eq_const(node.predicate)
             if ec is not None:
                 pn = self._hub_member(node, key, kids[0], ec, user)
                 if pn is not None:
                     return pn
+        cls = operator_class(node)
         q = self._new_queue(_types(node), type(node).__name__)
         inputs = [k.queue for k in kids]
-        if builder is _join:  # joins read their inputs' state from shared synopses
-            op = _join(node, inputs, q, self.ids, self.ev, self.options, stores=[self._store_for(k) for k in kids])
-        else:
-            op = builder(node, inputs, q, self.ids, self.ev, self.options)
-        op.node = node
-        op.eid = self._eid("op")
+        # operators that read their inputs' state from shared synopses (joins) get them here
+        stores = [self._store_for(k) for k in kids] if cls.reads_input_stores else None
+        op = cls.from_node(node, inputs, q, self.ids, self.ev, self.options, stores=stores)
+        eid = self._eid("op")
         pn = PNode(key, node, q, op, list(kids))
         ws = None
-        if isinstance(op, WindowOp) and plain_kind(node.spec) is not None:
-            ws = self._window_store(kids[0], plain_kind(node.spec), None if key == share_key(node) else user)
-        readers, cfs = [], []
+        mode = op.window_store_mode()
+        if mode is not None:
+            ws = self._window_store(kids[0], mode, None if key == share_key(node) else user)
+        readers, cfs, starts = [], [], []
         for k in kids:  # attach to running inputs (a window store's members read from its position)
-            r, cf = self._reader(k, ws.reader if ws is not None and ws.through is not None else None)
+            r, cf, snap_at = self._reader(k, ws.reader if ws is not None and ws.through is not None else None)
             readers.append(r)
             cfs.append(cf)
-        for r in op.readers:  # replace the constructor's plain readers
-            r.q.detach(r)
-        op.readers = readers
-        starts = [r.snap_at for r in readers if getattr(r, "snap_at", None) is not None]
-        if len(readers) > 1 and starts:
-            op.hold_until = max(starts)
+            if snap_at is not None:
+                starts.append(snap_at)
+        op.bind(readers, eid=eid, node=node, hold_until=max(starts) if len(readers) > 1 and starts else None)
         if ws is not None:
-            late = ws.through is not None
-            ws.join(op)
-            if late:
-                starts = [m.t0 for m in ws.members if m.t0 is not None]
-                op.t0 = min(starts) if starts else ws.through
-                q.start, q.watermark = op.t0, ws.through
+            op.join_store(ws)
             pn.complete_from = ws.complete_from(op)
             if len(ws.members) > 1:
                 pn.note = f"reads its extent of {ws.eid}"
         else:
-            pn.complete_from = self._own_cf(op, node, _max_cf(cfs))
+            pn.complete_from = self._own_cf(op, _max_cf(cfs))
         self._use(pn, user)
         self._insert_op(op, kids)
         return pn
@@ -380,12 +300,11 @@ class PhysicalPlan:
                 (
                     pn
                     for pn in self.nodes.values()
-                    if type(pn.op) is FilterOp
+                    if pn.op is not None
+                    and pn.op.groupable()
                     and pn.inputs == [kid]
                     and pn.key == share_key(pn.node)
                     and (eq_const(pn.node.predicate) or (None,))[0] == col
-                    and pn.op.readers[0].prefix is None
-                    and pn.op.hold_until is None
                 ),
                 None,
             )
@@ -394,8 +313,7 @@ class PhysicalPlan:
             hub = self._new_hub(kid, col, sib)
             self.filter_hubs[hkey] = hub
         q = self._new_queue(_types(node), type(node).__name__)
-        m = HubMember(q, self.ids, node.predicate, self.ev, value, hub)
-        m.node, m.eid = node, self._eid("op")
+        m = HubMember(q, self.ids, node.predicate, self.ev, value, hub, eid=self._eid("op"), node=node)
         hub.add(m)
         pn = PNode(key, node, q, m, [kid])
         if hub.done_through is not None:  # joining while data flows: from the hub's position on
@@ -409,21 +327,26 @@ class PhysicalPlan:
 
     def _new_hub(self, kid: PNode, col: int, sib: PNode) -> FilterHub:
         old = sib.op
-        hub = FilterHub([kid.queue], self.ids, col)
-        kid.queue.detach(hub.readers[0])
-        hub.readers = [kid.queue.reader(at=old.readers[0])]
-        hub.done_through, hub.t0 = old.done_through, old.t0
-        hub.output.start, hub.output.watermark = old.output.start, old.output.watermark
-        hub.eid = self._eid("op")
-        hub.node = kid.node
-        hub.label = f"grouped select on {kid.node.schema[col].name} (= constant)"
-        m = HubMember(sib.queue, self.ids, sib.node.predicate, self.ev, eq_const(sib.node.predicate)[1], hub)
-        m.node, m.eid, m.counters = sib.node, old.eid, old.counters
+        assert old is not None
+        hub = FilterHub([kid.queue], self.ids, col, label=f"grouped select on {kid.node.schema[col].name} (= constant)")
+        hub.resume(old)
+        hub.bind(eid=self._eid("op"), node=kid.node)
+        value = eq_const(sib.node.predicate)[1]
+        m = HubMember(
+            sib.queue,
+            self.ids,
+            sib.node.predicate,
+            self.ev,
+            value,
+            hub,
+            eid=old.eid,
+            node=sib.node,
+            counters=old.counters,
+        )
         hub.add(m)
         i = self.operators.index(old)
         self.operators[i] = hub
-        for r in old.readers:
-            r.q.detach(r)
+        old.release()
         sib.op, sib.note = m, f"grouped in {hub.eid}"
         return hub
 
@@ -432,34 +355,25 @@ class PhysicalPlan:
         wkey = (id(kid.queue), mode, private)
         ws = self.window_stores.get(wkey)
         if ws is None:
-            ws = self.window_stores[wkey] = WindowStore(kid.queue, mode)
-            ws.eid = self._eid("syn")
+            held_from = None
             if kid.queue.tuples_in:  # started while the stream flows: it holds what arrives from now on
                 seen = [v for v in (kid.queue.watermark, kid.queue.last_ts) if v is not None]
-                ws.partial = True
-                ws.held_from = _max_cf([kid.complete_from, max(seen) + 1])
+                held_from = _max_cf([kid.complete_from, max(seen) + 1])
             elif kid.complete_from is not None:
-                ws.partial, ws.held_from = True, kid.complete_from
+                held_from = kid.complete_from
+            ws = self.window_stores[wkey] = WindowStore(kid.queue, mode, self._eid("syn"), held_from=held_from)
         return ws
 
     @staticmethod
-    def _own_cf(op: Operator, node: L.Plan, cf):
+    def _own_cf(op: Operator, cf):
         """First complete instant of op's output given its inputs are complete from `cf`."""
         if cf is None or cf == INF:
             return cf
-        if isinstance(node, L.Window):
-            s = node.spec
-            if isinstance(s, L.RangeSpec) and s.size is not None and not s.slide:
-                life = s.size + 1 if not op.compat or s.size == 0 else s.size
-                return cf + life - 1
-            return INF  # Rows/Partition/Unbounded/slides need history from before cf
-        if isinstance(node, L.RelToStream) and node.op != "rstream":
-            return cf + 1  # Istream/Dstream at t compare R(t) with R(t-1)
-        return cf
+        return op.complete_from(cf)
 
     def _insert_op(self, op: Operator, kids: list[PNode]) -> None:
         """Keep `operators` producer-before-consumer: a new operator goes after its producers."""
-        producers = {id(k.op.hub if isinstance(k.op, HubMember) else k.op) for k in kids if k.op is not None}
+        producers = {id(k.op.scheduled()) for k in kids if k.op is not None}
         pos = 0
         for i, o in enumerate(self.operators):
             if id(o) in producers:
@@ -486,7 +400,7 @@ class PhysicalPlan:
                 self._use(existing, user)
                 left = self.attachable(existing, user, share)
             else:
-                left = self._add(step, skey, _join, [left, kids[k]], user)
+                left = self._add(step, skey, [left, kids[k]], user)
                 if not last:
                     self.nodes[skey] = left
             left_node = step
@@ -523,48 +437,30 @@ class PhysicalPlan:
             return
         if op in self.operators:
             self.operators.remove(op)
-        for r in op.readers:
-            r.q.detach(r)
-        if isinstance(op, HubMember):
-            hub = op.hub
-            hub.members.remove(op)
-            if not hub.members:
-                self.operators.remove(hub)
-                for r in hub.readers:
-                    r.q.detach(r)
-                self.filter_hubs = {k: v for k, v in self.filter_hubs.items() if v is not hub}
-        ws = getattr(op, "store", None)
-        if isinstance(ws, WindowStore):
-            ws.leave(op)
-            if not ws.members:
-                ws.queue.detach(ws.reader)
-                self.window_stores = {k: v for k, v in self.window_stores.items() if v is not ws}
-        for st in getattr(op, "stores", None) or ():
-            if op in st.users:
-                st.users.remove(op)
-            if not st.users:
-                if isinstance(st, WindowRelation):
-                    st.close()
-                else:
-                    st.queue.detach(st.reader)
-                if self.stores.get(id(st.queue)) is st:
-                    del self.stores[id(st.queue)]
-                else:
-                    self.late_stores = [x for x in self.late_stores if x is not st]
+        for x in op.release():  # shared objects (stores, a grouped selection) nothing uses any more
+            self._forget(x)
         if pn.store is not None:
-            pn.queue.detach(pn.store.reader)
+            pn.store.release()
             pn.store = None
         for r in list(pn.queue.readers):  # subscriptions of the freed output end here
             pn.queue.detach(r)
+
+    def _forget(self, x) -> None:
+        """Drop a released shared object from every registry of the plan."""
+        if any(o is x for o in self.operators):
+            self.operators.remove(x)
+        registries: tuple[dict[Any, Any], ...] = (self.filter_hubs, self.window_stores, self.stores)
+        for reg in registries:
+            for k in [k for k, v in reg.items() if v is x]:
+                del reg[k]
+        self.late_stores = [st for st in self.late_stores if st is not x]
 
     def add_result_store(self, pn: PNode) -> None:
         """Keep the current relation of a query's output (for late subscribers and late identical
         queries) when its producer cannot give a snapshot."""
         if pn.is_stream or pn.store is not None or self._snapshotable(pn):
             return
-        pn.store = RelationStore(pn.queue)
-        pn.store.eid = self._eid("syn")
-        pn.store.kind = "result store"
+        pn.store = RelationStore(pn.queue, self._eid("syn"), "result store")
 
     def _snapshotable(self, pn: PNode) -> bool:
         return snapshots.snapshotable(self, pn)

@@ -8,7 +8,10 @@ once no reader can see them any more.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
+from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.queues import Queue
@@ -16,8 +19,59 @@ from cqlstream.engine.queues import Queue
 INF = np.iinfo(np.int64).max
 
 
-class RelationStore:
-    def __init__(self, queue: Queue):
+class Synopsis:
+    """What every shared store answers for in the plan: its control table and knobs, what a UI
+    shows of it, and letting go of its queue when the plan drops it."""
+
+    kind = "store"
+    KNOBS: ClassVar[tuple[K.Knob, ...]] = (K.MEMORY_LIMIT,)
+    memory_limit: int | None = None  # knob: flagged in the control table when exceeded
+    queue: Queue
+    reader: Any  # the queue's Reader (None for a view, which reads nothing itself)
+    users: list
+    eid: str | None
+    through: int | None
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def nbytes(self) -> int:
+        raise NotImplementedError
+
+    def alive_at(self, t: int | None) -> Batch:
+        raise NotImplementedError
+
+    def control_table(self, extra_users: int = 0) -> dict:
+        """The store's part of its control table (`extra_users`: users besides operators, e.g. a
+        query's result)."""
+        limit = self.memory_limit
+        return {
+            "name": self.kind,
+            "queue": self.queue.eid,
+            "counters": {
+                "rows": len(self),
+                "bytes": self.nbytes(),
+                "users": len(self.users) + extra_users,
+                "through": self.through,
+                "over_memory_limit": bool(limit is not None and self.nbytes() > limit),
+            },
+            "knobs": K.values(self, self.KNOBS),
+        }
+
+    def set_knob(self, name: str, value) -> None:
+        K.set_one(self, self.KNOBS, name, value, f"store {self.eid or ''}")
+
+    def peek(self) -> Batch | None:
+        """The store's current contents."""
+        return self.alive_at(self.through) if self.through is not None else None
+
+    def release(self) -> None:
+        """Stop reading the queue (the plan drops the store)."""
+        self.queue.detach(self.reader)
+
+
+class RelationStore(Synopsis):
+    def __init__(self, queue: Queue, eid: str | None = None, kind: str = "relation store"):
         self.queue = queue
         self.reader = queue.reader()
         self.rows = Batch.empty(queue.types)
@@ -25,8 +79,13 @@ class RelationStore:
         self.dels = np.zeros(0, np.int64)
         self.through: int | None = None  # deltas applied through this instant
         self.users: list = []  # operators reading the store (their progress bounds purging)
-        self.eid: str | None = None  # entity id in the control tables
-        self.kind = "relation store"
+        self.eid = eid  # entity id in the control tables
+        self.kind = kind
+
+    def start_from(self, prefix: Batch) -> None:
+        """Read the queue from its end, after `prefix` (a snapshot of the relation so far)."""
+        self.queue.detach(self.reader)
+        self.reader = self.queue.reader(prefix=prefix)
 
     def __len__(self) -> int:
         return len(self.rows)

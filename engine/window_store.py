@@ -7,31 +7,24 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from cqlstream.cql.logical.nodes import RangeSpec, RowsSpec
 from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.operators.window import WindowOp, emit
+from cqlstream.engine.synopses import Synopsis
 
 
-def plain_kind(spec) -> str | None:
-    """'range' / 'rows' for the windows a `WindowStore` serves (no slide); None otherwise."""
-    if isinstance(spec, RangeSpec) and spec.size is not None and not spec.slide:
-        return "range"
-    if isinstance(spec, RowsSpec) and spec.size is not None and spec.slide is None:
-        return "rows"
-    return None
-
-
-class WindowStore:
+class WindowStore(Synopsis):
     """The elements of one stream held once for every plain Range (or every plain Rows) window
     over it, whatever their sizes (STREAM's shared window synopsis, IEEE DE Bulletin §2.2): each
     window reads its own extent. A Range window of life L at bound b inserts the elements with
     τ in (p, b] and deletes those with τ + L in (p, b] (p: its previous bound); a Rows N window
     deletes element j when element j + N arrives. Both are slices of one ts-sorted buffer.
-    Elements are dropped once no member can still need them."""
+    Elements are dropped once no member can still need them. Which windows it serves is their
+    kind's `store_mode`; each reads its `extent()` (life in instants, or rows)."""
 
     kind = "window store"
 
-    def __init__(self, queue, mode: str):
+    def __init__(self, queue, mode: str, eid: str | None = None, held_from: int | None = None):
+        """`held_from`: a store started while its stream flowed holds the elements from there on."""
         self.queue = queue
         self.mode = mode
         self.reader = queue.reader()
@@ -41,11 +34,11 @@ class WindowStore:
         self.through: int | None = None
         self.members: list[WindowOp] = []
         self.done: dict[int, int] = {}  # id(member) → elements it has consumed (Rows)
-        self.eid: str | None = None
+        self.eid = eid
         # completeness: every element with τ ≥ held_from (Range) / index ≥ first (Rows) is held;
         # a store started while its stream flowed misses what came before (`partial`)
-        self.partial = False
-        self.held_from: int | None = None
+        self.partial = held_from is not None
+        self.held_from: int | None = held_from
         self.views: list[WindowRelation] = []  # members' relations read by joins
 
     def __len__(self) -> int:
@@ -58,18 +51,15 @@ class WindowStore:
     def users(self):
         return self.members
 
-    def extent(self, op: WindowOp) -> int:
-        return op.life if self.mode == "range" else op.spec.size
+    def peek(self) -> Batch | None:
+        return self.buf
 
     def join(self, op: WindowOp) -> None:
-        """Add a member; one joining while data flows starts at the store's position (`late`)."""
-        op.store = self
+        """Add a member (through `WindowOp.join_store`); one joining while data flows starts at
+        the store's position."""
         self.members.append(op)
-        op.late_from = None
         if self.through is not None:
-            op.done_through = self.through
             self.done[id(op)] = self.count
-            op.late_from = self.through
 
     def leave(self, op: WindowOp) -> None:
         if op in self.members:
@@ -81,9 +71,9 @@ class WindowStore:
         """From which instant `op`'s window is exact given what the store holds (None: from the
         start; math.inf: never, a Rows window that missed elements)."""
         if self.mode == "range":
-            return None if self.held_from is None else self.held_from + op.life - 1
+            return None if self.held_from is None else self.held_from + op.window.extent() - 1
         c = self.done.get(id(op), self.count)
-        if self.partial or (self.first > 0 and c - op.spec.size < self.first):
+        if self.partial or (self.first > 0 and c - op.window.extent() < self.first):
             return math.inf
         return None
 
@@ -110,15 +100,15 @@ class WindowStore:
         if not self.members or any(p is None for _, p in readers):
             return
         if self.mode == "range":
-            low = min(p - w.life for w, p in readers)  # keep τ > low
+            low = min(p - w.window.extent() for w, p in readers)  # keep τ > low
             k = int(np.searchsorted(self.buf.ts, low, side="right"))
         else:
             # keep j ≥ low: a member needs the N before what it consumed; a view reader the N
             # before the count at its progress
-            low = min(self.done.get(id(m), 0) - m.spec.size for m in self.members)
+            low = min(self.done.get(id(m), 0) - m.window.extent() for m in self.members)
             for v in self.views:
                 for u in v.users:
-                    low = min(low, self.count_through(u.done_through) - v.window.spec.size)
+                    low = min(low, self.count_through(u.done_through) - v.window.window.extent())
             k = max(0, min(low - self.first, len(self.buf)))
         if k > 0:
             if self.mode == "range":
@@ -132,7 +122,7 @@ class WindowStore:
         p = op.done_through
         ts = self.buf.ts
         if self.mode == "range":
-            L = op.life
+            L = op.window.extent()
             lo = 0 if p is None else int(np.searchsorted(ts, p, side="right"))
             hi = int(np.searchsorted(ts, bound, side="right"))
             dlo = 0 if p is None else int(np.searchsorted(ts, p - L, side="right"))
@@ -140,7 +130,7 @@ class WindowStore:
             dels = self.buf.slice(dlo, dhi)
             out = emit(self.buf.slice(lo, hi), dels, dels.ts + L)
         else:
-            n = op.spec.size
+            n = op.window.extent()
             c0 = self.done.get(id(op), 0)
             c1 = self.first + int(np.searchsorted(ts, bound, side="right"))
             ins = self.buf.slice(c0 - self.first, c1 - self.first)
@@ -164,31 +154,31 @@ class WindowStore:
             return None
         ts = self.buf.ts
         if self.mode == "range":
-            lo = int(np.searchsorted(ts, t - op.life, side="right"))
+            lo = int(np.searchsorted(ts, t - op.window.extent(), side="right"))
             hi = int(np.searchsorted(ts, t, side="right"))
             return self.buf.slice(lo, hi)
         c = self.count_through(t)
-        return self.buf.slice(max(c - op.spec.size - self.first, 0), c - self.first)
+        return self.buf.slice(max(c - op.window.extent() - self.first, 0), c - self.first)
 
 
-class WindowRelation:
+class WindowRelation(Synopsis):
     """A plain window's relation as a join reads it (the `RelationStore` interface), answered
     from the stream's window store: the window's contents at instant t are a slice of it, so a
     join over windows keeps no copy of their state (STREAM's synopsis stubs over one store)."""
 
     kind = "window relation (view)"
 
-    def __init__(self, window: WindowOp):
+    def __init__(self, window: WindowOp, eid: str | None = None):
         self.window = window
         self.store: WindowStore = window.store
         self.store.views.append(self)
         self.queue = window.output
         self.reader = None
         self.users: list = []
-        self.eid: str | None = None
+        self.eid = eid
 
     @property
-    def through(self) -> int | None:
+    def through(self) -> int | None:  # type: ignore[override]  # a view's progress is its window's
         return self.window.done_through
 
     def __len__(self) -> int:
@@ -209,3 +199,6 @@ class WindowRelation:
     def close(self) -> None:
         if self in self.store.views:
             self.store.views.remove(self)
+
+    def release(self) -> None:
+        self.close()

@@ -1006,3 +1006,42 @@ class AggregateOp(Operator):
             ms.remap(remap)
         for j, states in self.udaf_states.items():
             self.udaf_states[j] = {int(remap[g]): st for g, st in states.items() if remap[g] >= 0}
+
+    # operator protocol
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(inputs, output, ids, node.keys, node.aggs, ev, compat=options.compat)
+
+    def current_rows(self, at: int) -> Batch:
+        """The current groups' output rows as `+` elements at instant `at`."""
+        pg = self.pg
+        live = np.flatnonzero(pg["o_exists"])
+        cols, nulls = [], []
+        for i in range(len(self.keys)):
+            cols.append(pg[f"k_val{i}"][live])
+            m = pg[f"k_null{i}"][live]
+            nulls.append(m if m.any() else None)
+        for j in range(len(self.aggs)):
+            cols.append(pg[f"o_val{j}"][live])
+            m = pg[f"o_null{j}"][live]
+            nulls.append(m if m.any() else None)
+        n = len(live)
+        return Batch(cols, nulls, np.full(n, at, np.int64), np.ones(n, np.int8), pg["o_id"][live].copy())
+
+    def snapshot(self, at, inputs):
+        return self.current_rows(at)
+
+    def snapshotable(self, inputs):
+        return True
+
+    @classmethod
+    def state_class(cls, node, kids):
+        """A scalar count/sum/avg keeps O(1) state; otherwise state grows with the input's
+        relation; the output of a grouped aggregate is as large as its input's."""
+        from cqlstream.engine.operators.base import BOUNDED
+
+        worst = max(kids, default=BOUNDED)
+        scalar_o1 = not node.keys and all(
+            a.func.lower() in ("count", "sum", "avg") and not a.distinct for a in node.aggs
+        )
+        return (BOUNDED if not node.keys else worst), [(BOUNDED if scalar_o1 else worst, "aggregate state")]

@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
+from cqlstream.cql.logical.explain import node_label
+from cqlstream.cql.logical.nodes import Plan
+from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, splitmix64
 from cqlstream.engine.queues import Queue, Reader
+
+# Size classes of the state a plan holds (the bounded-memory verdict, engine/boundedness.py),
+# ordered: bounded whatever the input; bounded for a bounded arrival rate; grows with the input.
+BOUNDED, RATE, GROWS = 0, 1, 2
 
 
 class IdSource:
@@ -40,14 +49,36 @@ class Counters:
     extra: dict = field(default_factory=dict)
 
 
+def _set_sampling_rate(op: Operator, v) -> None:
+    op.sampling_rate = K.sampling_rate(v)
+
+
+SAMPLING_RATE = K.Knob("sampling_rate", lambda op: op.sampling_rate, _set_sampling_rate)
+
+
 class Operator(ABC):
-    """Base class; subclasses implement `process(inputs, bound) -> Batch | None`."""
+    """Base class; subclasses implement `process(inputs, bound) -> Batch | None`.
+
+    Besides `process`, an operator answers for its own behaviour in the global plan (the operator
+    protocol; each method has a default that subclasses override as needed): `from_node` builds it
+    from its logical plan node, `bind` attaches it to its readers and identity; `snapshot` /
+    `snapshotable` give its current relation for a late consumer; `complete_from` says from which
+    instant its output is exact; `state_class` its contribution to the bounded-memory verdict;
+    `KNOBS` / `control_table` / `set_knob` its control table; `release` what it frees when
+    dropped; `state_bytes` the memory it holds; `peek` what a UI shows of it.
+    """
 
     kind = "operator"
     fanout = False  # True: deliver() routes each call's output to several queues (FilterHub)
+    KNOBS: ClassVar[tuple[K.Knob, ...]] = (K.MEMORY_LIMIT, SAMPLING_RATE)
+    reads_input_stores: ClassVar[bool] = False  # True: from_node takes its inputs' shared stores (joins)
 
     def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options=None):
         self.readers: list[Reader] = [q.reader() for q in inputs]
+        self.node: Plan | None = None  # the logical plan node it computes (set by bind)
+        self.eid: str | None = None  # entity id in the control tables (set by bind)
+        self.label = ""  # display name when the node's label does not describe it
+        self.memory_limit: int | None = None  # knob: flagged in the control table when exceeded
         self.output = output
         self.ids = ids
         self.options = options
@@ -127,10 +158,140 @@ class Operator(ABC):
     def process(self, inputs: list[Batch], bound: int) -> Batch | None:
         """Every input element with ts ≤ bound → the output elements with ts ≤ bound, ts-sorted."""
 
-    def state_bytes(self) -> int:
-        return 0
-
     @property
     def ending(self) -> bool:
         """True when this call processes the last instant of the input (end of input)."""
         return all(q.ended for q in self.inputs)
+
+    # ------------------------------------------------------------ the operator protocol
+    @classmethod
+    def from_node(cls, node, inputs: list[Queue], output: Queue, ids: IdSource, ev, options, stores=None):
+        """The operator computing logical plan node `node` over `inputs` into `output`
+        (`options`: the engine's EngineOptions; `stores`: shared input synopses, joins only)."""
+        raise NotImplementedError(cls.__name__)
+
+    def bind(self, readers: list[Reader] | None = None, *, eid: str, node, hold_until: int | None = None) -> None:
+        """Attach to the plan: `readers` replace the constructor's plain ones (a consumer starting
+        while data flows reads from a snapshot or a store's position); `hold_until`: first run
+        once every input is complete through this instant (inputs starting from snapshots taken
+        at different instants)."""
+        if readers is not None:
+            for r in self.readers:
+                r.q.detach(r)
+            self.readers = readers
+        self.eid, self.node = eid, node
+        if hold_until is not None:
+            self.hold_until = hold_until
+
+    def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
+        """The operator's current relation as `+` elements at `at` (the instant it is done
+        through), or None when it cannot tell. `inputs()` gives its inputs' relations at `at`
+        (None when one of them cannot)."""
+        return None
+
+    def snapshotable(self, inputs: Callable[[], bool]) -> bool:
+        """Whether `snapshot` will give the relation once data flows (`inputs()`: whether every
+        input's relation can be snapshotted)."""
+        return False
+
+    def complete_from(self, cf):
+        """First instant from which the output is exact given inputs exact from `cf` (not None,
+        finite); math.inf: never."""
+        return cf
+
+    @classmethod
+    def state_class(cls, node, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
+        """(size class of the relation node computes, [(class, reason)] of the state it holds),
+        given its inputs' size classes `kids`. Default: no state of its own."""
+        return max(kids, default=BOUNDED), []
+
+    @property
+    def name(self) -> str:
+        return self.label or f"{self.kind} {node_label(self.node) if self.node is not None else ''}".strip()
+
+    def control_table(self) -> dict:
+        """The operator's part of its control table: type, name, queues, counters, knobs."""
+        c = self.counters
+        state = self.state_bytes()
+        limit = self.memory_limit
+        counters = {
+            "tuples_in": c.tuples_in,
+            "tuples_out": c.tuples_out,
+            "selectivity": round(c.tuples_out / c.tuples_in, 6) if c.tuples_in else None,
+            "calls": c.calls,
+            "seconds": round(c.seconds, 6),
+            "state_bytes": state,
+            "done_through": self.done_through,
+            "over_memory_limit": bool(limit is not None and state > limit),
+        }
+        counters.update({k: v for k, v in c.extra.items() if isinstance(v, (int, float))})
+        return {
+            "type": self.kind,
+            "name": self.name,
+            "inputs": [q.eid for q in self.inputs],
+            "output": self.output.eid,
+            "counters": counters,
+            "knobs": K.values(self, self.KNOBS),
+        }
+
+    def set_knob(self, name: str, value) -> None:
+        """Validate and set one of `KNOBS` (KnobError: no such knob, or a bad value)."""
+        K.set_one(self, self.KNOBS, name, value, f"operator {self.eid or ''}")
+
+    def release(self) -> list:
+        """Stop reading (the operator leaves the plan); returns the shared objects (stores,
+        grouped operators) that nothing uses any more, for the plan to forget."""
+        for r in self.readers:
+            r.q.detach(r)
+        return []
+
+    def groupable(self) -> bool:
+        """Whether a grouped selection may take this running operator over (engine/operators/filterhub.py)."""
+        return False
+
+    def scheduled(self) -> Operator:
+        """The operator the scheduler runs on this one's behalf (itself, or its group)."""
+        return self
+
+    def window_store_mode(self) -> str | None:
+        """The kind of shared window store that serves this operator ('range' / 'rows'), if any."""
+        return None
+
+    def join_store(self, ws) -> None:
+        """Read from the shared window store `ws` (operators with a `window_store_mode`)."""
+        raise NotImplementedError(type(self).__name__)
+
+    def relation_view(self, eid: str):
+        """A view (a store with entity id `eid`) through which consumers read this operator's
+        relation without a copy, or None."""
+        return None
+
+    def state_bytes(self) -> int:
+        return 0
+
+    def peek(self, n: int) -> tuple[str, Batch | None]:
+        """(what is shown, tuples) for a UI looking at this operator."""
+        return "recent tuples leaving the operator", self.output.recent_rows(n)
+
+
+def held_state(node, kids: list[int], what: str | None = None) -> tuple[int, list[tuple[int, str]]]:
+    """`state_class` of an operator holding state the size of its inputs' relations."""
+    worst = max(kids, default=BOUNDED)
+    return worst, [(worst, what or f"{type(node).__name__.lower()} state")]
+
+
+class Stateless(Operator):
+    """An operator whose output relation is a function of its input's current relation alone
+    (selection, projection, pass): its snapshot is itself applied to its input's snapshot."""
+
+    def snapshot(self, at, inputs):
+        if self.node.is_stream:
+            return None
+        parts = inputs()
+        return None if parts is None else self.process([parts[0]], at)
+
+    def snapshotable(self, inputs):
+        return not self.node.is_stream and inputs()
+
+
+__all__ = ["BOUNDED", "GROWS", "RATE", "Counters", "IdSource", "Operator", "Stateless", "held_state"]

@@ -4,20 +4,41 @@ from __future__ import annotations
 
 import numpy as np
 from cqlstream.cql.logical import expr as X
+from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import splitmix64
+from cqlstream.engine.errors import KnobError
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.base import Operator, Stateless
 
 
-class FilterOp(Operator):
+def _set_conjunct_order(op: FilterOp, value) -> None:
+    n = len(op.conjuncts)
+    if not (isinstance(value, list) and sorted(value) == list(range(n))):
+        raise KnobError(f"conjunct_order must be a permutation of 0..{n - 1}")
+    op.conjuncts = [op.conjuncts[i] for i in value]
+
+
+CONJUNCT_ORDER = K.Knob("conjunct_order", lambda op: list(range(len(op.conjuncts))), _set_conjunct_order)
+
+
+class FilterOp(Stateless):
     """Selection. Conjuncts are kept as a list whose order is data (adaptive reordering)."""
 
     kind = "select"
+    KNOBS = (*Stateless.KNOBS, CONJUNCT_ORDER)
 
     def __init__(self, inputs, output, ids, predicate: X.Expr, evaluator: Evaluator, options=None):
         super().__init__(inputs, output, ids, options)
         self.conjuncts = X.conjuncts(predicate)
         self.ev = evaluator
+
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(inputs, output, ids, node.predicate, ev)
+
+    def groupable(self) -> bool:
+        """A plain running selection that started from no snapshot can become a hub member."""
+        return self.readers[0].prefix is None and self.hold_until is None
 
     def process(self, inputs, bound):
         b = inputs[0]
@@ -28,13 +49,17 @@ class FilterOp(Operator):
         return b
 
 
-class ProjectOp(Operator):
+class ProjectOp(Stateless):
     kind = "project"
 
     def __init__(self, inputs, output, ids, exprs, evaluator: Evaluator, options=None):
         super().__init__(inputs, output, ids, options)
         self.exprs = exprs
         self.ev = evaluator
+
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(inputs, output, ids, node.exprs, ev)
 
     def process(self, inputs, bound):
         b = inputs[0]
@@ -56,6 +81,10 @@ class SampleOp(Operator):
         self.percent = percent
         self.seen = 0
 
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(inputs, output, ids, node.percent)
+
     def process(self, inputs, bound):
         b = inputs[0]
         idx = np.arange(self.seen, self.seen + len(b), dtype=np.uint64)
@@ -64,7 +93,7 @@ class SampleOp(Operator):
         return b.take(u < self.percent / 100.0)
 
 
-class PassOp(Operator):
+class PassOp(Stateless):
     """Forwards its input unchanged (a query's output stage; its queue is what subscribers read)."""
 
     kind = "output"

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 from cqlstream.cql.logical import expr as X
-from cqlstream.engine.operators.base import Operator
-from cqlstream.engine.operators.basic import FilterOp
+from cqlstream.engine import knobs as K
+from cqlstream.engine.errors import KnobError
+from cqlstream.engine.operators.base import Counters, Operator
+from cqlstream.engine.operators.basic import CONJUNCT_ORDER, FilterOp
 from cqlstream.engine.queues import Queue
 
 SORT_FROM = 8  # members from which one sort beats a comparison per member
@@ -41,11 +43,21 @@ class FilterHub(Operator):
     kind = "grouped select"
     fanout = True
 
-    def __init__(self, inputs, ids, column: int):
+    def __init__(self, inputs, ids, column: int, label: str = ""):
         super().__init__(inputs, Queue(inputs[0].types, name="hub"), ids)
         self.column = column
         self.members: list[HubMember] = []
-        self.label = ""
+        self.label = label
+
+    def resume(self, old: Operator) -> None:
+        """Take over the position and progress of `old`, a running selection over the same queue
+        that this hub replaces (a selection keeps no state, so nothing else carries over)."""
+        q = old.inputs[0]
+        for r in self.readers:
+            r.q.detach(r)
+        self.readers = [q.reader(at=old.readers[0])]
+        self.done_through, self.t0 = old.done_through, old.t0
+        self.output.start, self.output.watermark = old.output.start, old.output.watermark
 
     def add(self, m: HubMember) -> None:
         m.hub = self
@@ -90,15 +102,40 @@ class FilterHub(Operator):
         return {id(m): b.take(rows[lo[k] : hi[k]]) for k, m in enumerate(self.members) if hi[k] > lo[k]}
 
 
+def _no_sampling_rate(m: HubMember, value) -> None:
+    raise KnobError(f"{m.eid} is computed by its grouped selection {m.hub.eid}: set the knob there")
+
+
 class HubMember(FilterOp):
     """One query's `column = value` selection, computed by its hub (never scheduled itself)."""
 
-    def __init__(self, output, ids, predicate, evaluator, value, hub: FilterHub):
+    KNOBS = (K.MEMORY_LIMIT, K.Knob("sampling_rate", lambda m: m.sampling_rate, _no_sampling_rate), CONJUNCT_ORDER)
+
+    def __init__(
+        self, output, ids, predicate, evaluator, value, hub: FilterHub, *, eid: str | None, node, counters=None
+    ):
+        """`counters`: those of the running selection this member replaces, if any."""
         Operator.__init__(self, [], output, ids)
         self.conjuncts = X.conjuncts(predicate)
         self.ev = evaluator
         self.value = value
         self.hub = hub
+        self.eid, self.node = eid, node
+        if counters is not None:
+            self.counters: Counters = counters
+
+    def scheduled(self) -> Operator:
+        return self.hub
+
+    def groupable(self) -> bool:
+        return False
+
+    def release(self) -> list:
+        hub = self.hub
+        hub.members.remove(self)
+        if hub.members:
+            return []
+        return [hub, *hub.release()]
 
     @property
     def inputs(self):

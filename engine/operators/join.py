@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import numpy as np
 from cqlstream.cql.logical import expr as X
+from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, combine_ids, concat
-from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.errors import KnobError
+from cqlstream.engine.operators.base import Operator, held_state
+from cqlstream.engine.queues import Queue
 
 INF = np.iinfo(np.int64).max
 MAX_CHAIN_ROUNDS = 2  # chain passes before the remaining instances go to the dyadic index
@@ -466,8 +469,34 @@ def gather_batch(width, needed, offsets, widths, tables, idx, ts) -> Batch:
 # ------------------------------------------------------------------ the operator
 
 
+def _set_probe_orders(op: JoinOp, value) -> None:
+    n = op.n
+    ok = (
+        isinstance(value, list)
+        and len(value) == n
+        and all(isinstance(o, list) and sorted(o) == [j for j in range(n) if j != i] for i, o in enumerate(value))
+    )
+    if not ok:
+        raise KnobError(f"probe_orders must list, for each of the {n} inputs, a permutation of the others")
+    op.probe_orders = [list(o) for o in value]  # results do not depend on it (module docstring)
+
+
+def _set_index(op: JoinOp, value) -> None:
+    if value not in ("chains", "dyadic"):
+        raise KnobError(f"a join's index is 'chains' or 'dyadic', not {value!r}")
+    op.index_mode = value
+
+
+JOIN_KNOBS = (
+    K.Knob("probe_orders", lambda op: [list(o) for o in op.probe_orders], _set_probe_orders),
+    K.Knob("index", lambda op: op.index_mode, _set_index),
+)
+
+
 class JoinOp(Operator):
     kind = "join"
+    KNOBS = (*Operator.KNOBS, *JOIN_KNOBS)
+    reads_input_stores = True
 
     def __init__(
         self, inputs, output, ids, predicate: X.Expr | None, input_types, evaluator, options=None, stores=None
@@ -511,6 +540,46 @@ class JoinOp(Operator):
 
     def state_bytes(self) -> int:
         return 0 if self.stores else sum(s.nbytes() for s in self.state)  # shared stores count at plan level
+
+    # -------------------------------------------------------------- operator protocol
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(
+            inputs, output, ids, node.predicate, [[a.type for a in i.schema] for i in node.inputs], ev, stores=stores
+        )
+
+    def snapshot(self, at, inputs):
+        """The join of the inputs' snapshots: join result ids are a function of the input ids, so
+        they match what this join emitted."""
+        parts = inputs()
+        if parts is None:
+            return None
+        fresh = JoinOp(
+            [Queue(t) for t in self.input_types],
+            Queue(self.out_types),
+            self.ids,
+            self.predicate,
+            self.input_types,
+            self.ev,
+        )
+        return fresh.process(parts, at)
+
+    def snapshotable(self, inputs):
+        return inputs()
+
+    @classmethod
+    def state_class(cls, node, kids):
+        return held_state(node, kids, "join state")
+
+    def release(self):
+        freed = super().release()
+        for st in self.stores or ():
+            if self in st.users:
+                st.users.remove(self)
+            if not st.users:
+                st.release()
+                freed.append(st)
+        return freed
 
     def _carried_state(self, bound) -> list[Batch]:
         """Each input's instances alive at the start of this call (as of the last instant done)."""

@@ -51,6 +51,13 @@ class RelToStreamOp(Operator):
     def state_bytes(self) -> int:
         return self.live.nbytes() + self.live_seq.nbytes  # Rstream only; Istream/Dstream keep nothing
 
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(inputs, output, ids, node.op, compat=options.compat)
+
+    def complete_from(self, cf):
+        return cf if self.op == "rstream" else cf + 1  # Istream/Dstream at t compare R(t) with R(t-1)
+
     def _final(self, bound: int) -> bool:
         """This call processes the last instant L of the input (ended inputs, full bound)."""
         return self.ending and bound >= min(q.watermark for q in self.inputs)

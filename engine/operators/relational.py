@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import EngineError
-from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.base import Operator, held_state
 from cqlstream.engine.operators.valuecount import Changes, ValueTable
 
 
@@ -46,6 +46,14 @@ class DistinctOp(Operator):
     def __init__(self, inputs, output, ids, options=None):
         super().__init__(inputs, output, ids, options)
         self.table = ValueTable(inputs[0].types, ids)
+
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(inputs, output, ids)
+
+    @classmethod
+    def state_class(cls, node, kids):
+        return held_state(node, kids)
 
     def state_bytes(self) -> int:
         return self.table.nbytes()
@@ -92,6 +100,14 @@ class SetOpOp(Operator):
         self.f = _f_set(op, all)
         self.forward = op == "union" and all
         self.table = None if self.forward else ValueTable(self.types, ids, sides=2)
+
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(inputs, output, ids, node.op, node.all)
+
+    @classmethod
+    def state_class(cls, node, kids):
+        return held_state(node, kids)
 
     def state_bytes(self) -> int:
         return 0 if self.table is None else self.table.nbytes()

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 from cqlstream.cql.logical import expr as X
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.base import Operator, held_state
 from cqlstream.engine.operators.join import (
     INF,
     StabIndex,
@@ -87,6 +87,14 @@ class SemiJoinOp(Operator):
 
     def state_bytes(self) -> int:
         return self.lstate.nbytes() + self.rstate.nbytes() + self.lelig.nbytes + self.lcount.nbytes
+
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(inputs, output, ids, node.predicate, len(node.left.schema), node.anti, node.null_aware, ev)
+
+    @classmethod
+    def state_class(cls, node, kids):
+        return kids[0], held_state(node, kids)[1]  # its output is a part of its left input
 
     # -------------------------------------------------------------- helpers
     def _holds(self, c: X.Expr, b: Batch) -> np.ndarray:

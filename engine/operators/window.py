@@ -2,57 +2,32 @@
 
 The window emits `+` at t_in and `−` (same id) at t_out once the bound reaches them. Time windows
 know both ends on arrival; Rows and Partition windows learn t_out when the N-th later element
-(of the partition) arrives. All work is vectorized over the batch; the carried state is only the
-elements still in (or about to enter) the window.
+(of the partition) arrives. What a window of each kind does is its kind's class
+(engine/operators/window_kinds.py); the operator carries the state, and plain Range / Rows
+windows read their extent of a shared window store (engine/window_store.py) instead.
+All work is vectorized over the batch; the carried state is only the elements still in (or
+about to enter) the window.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from cqlstream.cql.logical.nodes import PartitionSpec, RangeSpec, RowsSpec
-from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.batch import Batch
 from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.window_kinds import emit, kind_of, partition_ids
 
-INF = np.iinfo(np.int64).max
-
-
-def emit(ins: Batch, dels: Batch, del_ts: np.ndarray, ins_ts: np.ndarray | None = None) -> Batch:
-    """Inserts (at ins_ts or their own ts) and deletes (at del_ts), merged in ts order."""
-    ins = ins if ins_ts is None else Batch(ins.cols, ins.nulls, ins_ts, ins.sign, ins.id)
-    dels = Batch(dels.cols, dels.nulls, del_ts.astype(np.int64), -np.ones(len(dels), np.int8), dels.id)
-    out = concat([dels, ins], None) if (len(ins) or len(dels)) else ins
-    if len(out) and not bool(np.all(out.ts[1:] >= out.ts[:-1])):
-        out = out.take(np.argsort(out.ts, kind="stable"))
-    return out
-
-
-def partition_ids(b: Batch, keys) -> np.ndarray:
-    """Dense int64 partition id per row for the key columns (NULL is a value of its own)."""
-    pid = np.zeros(len(b), np.int64)
-    for k in keys:
-        col = b.cols[k]
-        _, inv = np.unique(col, return_inverse=True)
-        inv = inv.astype(np.int64) * 2
-        m = b.nulls[k]
-        if m is not None:
-            inv = np.where(m, 1, inv + 2)
-        width = int(inv.max()) + 1 if len(inv) else 1
-        pid = pid * width + inv
-        _, pid = np.unique(pid, return_inverse=True)
-        pid = pid.astype(np.int64)
-    return pid
+__all__ = ["WindowOp", "emit", "partition_ids"]
 
 
 class WindowOp(Operator):
     kind = "seq-window"
 
-    def __init__(self, inputs, output, ids, spec, compat: bool = False, options=None, store=None):
+    def __init__(self, inputs, output, ids, spec, compat: bool = False, options=None):
         super().__init__(inputs, output, ids, options)
         self.spec = spec
         self.compat = compat
+        self.window = kind_of(spec, compat)
         self.store = None  # engine.window_store.WindowStore: shared elements (plain Range / Rows windows)
-        if store is not None:
-            store.join(self)
         self.buf: Batch | None = None  # elements still to enter or leave
         self.buf_in: np.ndarray = np.zeros(0, np.int64)  # t_in (time windows)
         self.buf_out: np.ndarray = np.zeros(0, np.int64)  # t_out (time windows)
@@ -62,152 +37,72 @@ class WindowOp(Operator):
     def state_bytes(self) -> int:
         return 0 if self.buf is None else self.buf.nbytes()  # a shared store counts at plan level
 
-    @property
-    def life(self) -> int:
-        """Instants an element of a plain Range window stays: [τ, τ + life)."""
-        n = self.spec.size
-        return n + 1 if not self.compat or n == 0 else n
-
     def process(self, inputs, bound):
         if self.store is not None:
             return self.store.deltas(self, bound)
-        b = inputs[0]
-        s = self.spec
-        if isinstance(s, RangeSpec):
-            return self._time(b, bound)
-        if isinstance(s, RowsSpec) and s.size is None:
-            return b  # Rows Unbounded: every element enters, none leaves
-        if isinstance(s, RowsSpec) and s.slide is None:
-            return self._rows(b)
-        if isinstance(s, RowsSpec):
-            return self._rows_slide(b)
-        if isinstance(s, PartitionSpec):
-            return self._partition(b)
-        raise TypeError(s)
+        return self.window.process(self, inputs[0], bound)
 
-    # ------------------------------------------------------------ Range / Now / Unbounded / Slide
-    def _lifetimes(self, ts: np.ndarray):
-        s = self.spec
-        if s.size is None:
-            return ts, np.full(len(ts), INF, np.int64)
-        if s.slide:
-            m, n = s.slide, s.size
-            t_in = -(-ts // m) * m  # smallest multiple of M ≥ τ
-            t_out = -(-(ts + n) // m) * m  # smallest multiple of M ≥ τ+N
-            return t_in, t_out
-        life = s.size + 1 if not self.compat or s.size == 0 else s.size
-        return ts, ts + life
+    def join_store(self, ws) -> None:
+        """Read the window's elements from the shared window store `ws` (see `window_store_mode`);
+        joining while data flows, the window starts at the store's position."""
+        late = ws.through is not None
+        self.store = ws
+        ws.join(self)
+        if late:
+            self.done_through = ws.through
+            starts = [m.t0 for m in ws.members if m.t0 is not None]
+            self.t0 = min(starts) if starts else ws.through
+            self.output.start, self.output.watermark = self.t0, ws.through
 
-    def _time(self, b: Batch, bound: int) -> Batch:
-        if self.spec.size is None and not self.spec.slide:
-            return b  # Unbounded: the window's deltas are the stream's elements
-        t_in, t_out = self._lifetimes(b.ts)
-        keep = t_in < t_out
-        if self.buf is None:
-            self.buf = b.take(keep)
-            self.buf_in, self.buf_out = t_in[keep], t_out[keep]
-            self.buf_entered = np.zeros(int(keep.sum()), bool)
-        else:
-            self.buf = concat([self.buf, b.take(keep)])
-            self.buf_in = np.concatenate([self.buf_in, t_in[keep]])
-            self.buf_out = np.concatenate([self.buf_out, t_out[keep]])
-            self.buf_entered = np.concatenate([self.buf_entered, np.zeros(int(keep.sum()), bool)])
-        enter = ~self.buf_entered & (self.buf_in <= bound)
-        leave = self.buf_out <= bound
-        out = emit(self.buf.take(enter), self.buf.take(leave), self.buf_out[leave], self.buf_in[enter])
-        stay = ~leave
-        self.buf_entered |= enter
-        self.buf = self.buf.take(stay)
-        self.buf_in, self.buf_out, self.buf_entered = self.buf_in[stay], self.buf_out[stay], self.buf_entered[stay]
-        return out
+    def contents(self) -> Batch | None:
+        """The elements in the window after the last processed instant, with their own ts (None
+        when the operator keeps no state to tell, e.g. Unbounded windows)."""
+        if self.store is not None:
+            return self.store.contents(self)
+        return self.window.contents(self)
 
-    # ------------------------------------------------------------ Rows N
-    def _rows(self, b: Batch) -> Batch:
-        n = self.spec.size
-        comb = b if self.buf is None else concat([self.buf, b])
-        k = len(comb)
-        dead = max(k - n, 0)  # combined positions [0, dead) leave at ts[i + n]
-        out = emit(b, comb.slice(0, dead), comb.ts[n : n + dead] if dead else np.zeros(0, np.int64))
-        self.buf = comb.slice(dead, k)
-        return out
+    # ------------------------------------------------------------ operator protocol
+    @classmethod
+    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+        return cls(inputs, output, ids, node.spec, compat=options.compat)
 
-    # ------------------------------------------------------------ Rows N Slide M
-    def _rows_slide(self, b: Batch) -> Batch:
-        n, m = self.spec.size, self.spec.slide
-        first = self.count - (0 if self.buf is None else len(self.buf))  # global index of buf[0]
-        comb = b if self.buf is None else concat([self.buf, b])
-        self.count += len(b)
-        idx = np.arange(first, first + len(comb), dtype=np.int64)
-        last = first + len(comb) - 1
+    def snapshot(self, at, inputs):
+        c = self.contents()
+        if c is None or self.done_through is None:
+            return None
+        n = len(c)
+        return Batch(c.cols, c.nulls, np.full(n, self.done_through, np.int64), np.ones(n, np.int8), c.id)
 
-        def g(j):  # index of the element completing j's slide group (1-based positions M, 2M, ...)
-            return (j // m + 1) * m - 1
+    def snapshotable(self, inputs):
+        return self.window.has_state
 
-        gi, go = g(idx), g(idx + n)
-        entered = np.zeros(len(comb), bool)
-        if self.buf is not None:
-            entered[: len(self.buf)] = self.buf_entered
-        never = gi == go
-        enter = ~entered & ~never & (gi <= last)
-        leave = ~never & (go <= last) & (entered | enter)
-        drop = never | leave
-        ts_of = lambda j: comb.ts[j - first]  # noqa: E731 — indexes into the combined batch
-        out = emit(comb.take(enter), comb.take(leave), ts_of(go[leave]), ts_of(gi[enter]))
-        keep = ~drop
-        # keep elements from the first kept one onwards so index arithmetic stays contiguous
-        start = int(np.argmax(keep)) if keep.any() else len(comb)
-        self.buf = comb.slice(start, len(comb))
-        self.buf_entered = (entered | enter)[start:]
-        return out
+    def complete_from(self, cf):
+        return self.window.complete_from(cf)
 
-    # ------------------------------------------------------------ Partition By keys Rows N
-    def _partition(self, b: Batch) -> Batch:
-        n = self.spec.rows
-        comb = b if self.buf is None else concat([self.buf, b])
-        pid = partition_ids(comb, self.spec.keys)
-        order = np.lexsort((np.arange(len(comb)), pid))
-        sp = pid[order]
-        pos = np.arange(len(comb))
-        later = pos + n
-        has_later = later < len(comb)
-        same = np.zeros(len(comb), bool)
-        same[has_later] = sp[later[has_later]] == sp[has_later]
-        dead_sorted = order[same]
-        dead_ts = comb.ts[order[later[same]]]
-        old = 0 if self.buf is None else len(self.buf)
-        out = emit(b, comb.take(dead_sorted), dead_ts)
-        alive = np.ones(len(comb), bool)
-        alive[dead_sorted] = False
-        self.buf = comb.take(alive)
-        _ = old
-        return out
+    @classmethod
+    def state_class(cls, node, kids):
+        c, held = kind_of(node.spec).state_class()
+        return c, ([(c, f"window [{node.spec.sql()}]")] if held else [])
 
+    def window_store_mode(self):
+        return self.window.store_mode
 
-# ---------------------------------------------------------------- late start (plan manager, #5)
-def contents(op: WindowOp) -> Batch | None:
-    """The elements in the window after the last processed instant, with their own ts (None when
-    the operator keeps no state to tell, e.g. Unbounded windows)."""
-    if op.store is not None:
-        return op.store.contents(op)
-    if op.buf is None:
-        return Batch.empty(op.output.types) if op.done_through is not None and has_state(op.spec) else None
-    if isinstance(op.spec, RangeSpec) or (isinstance(op.spec, RowsSpec) and op.spec.slide):
-        return op.buf.take(op.buf_entered)
-    if isinstance(op.spec, (RowsSpec, PartitionSpec)) and has_state(op.spec):
-        return op.buf
-    return None
+    def relation_view(self, eid):
+        if self.store is None:
+            return None
+        from cqlstream.engine.window_store import WindowRelation
 
+        return WindowRelation(self, eid)
 
-def has_state(spec) -> bool:
-    return not (
-        (isinstance(spec, RangeSpec) and spec.size is None and not spec.slide)
-        or (isinstance(spec, RowsSpec) and spec.size is None)
-    )
+    def release(self):
+        freed = super().release()
+        ws = self.store
+        if ws is not None:
+            ws.leave(self)
+            if not ws.members:
+                ws.release()
+                freed.append(ws)
+        return freed
 
-
-def snapshot(op: WindowOp) -> Batch | None:
-    """The window's relation at its last processed instant, as inserts at that instant."""
-    c = contents(op)
-    if c is None or op.done_through is None:
-        return None
-    return Batch(c.cols, c.nulls, np.full(len(c), op.done_through, np.int64), np.ones(len(c), np.int8), c.id)
+    def peek(self, n):
+        return "window contents", self.contents()

@@ -1,0 +1,54 @@
+"""Settable knobs of control-table entities: each operator and store class declares a table of
+`Knob`s (name, how to read it, how to validate and set it); the control API only looks them up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cqlstream.engine.errors import KnobError
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob: `get(entity)` reads it, `set(entity, value)` validates (raising KnobError) and sets."""
+
+    name: str
+    get: Callable[[Any], Any]
+    set: Callable[[Any, Any], None]
+
+
+def memory_limit(v) -> int | None:
+    """A memory limit in bytes, or None (no limit)."""
+    if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        return v
+    raise KnobError(f"memory_limit must be a non-negative integer number of bytes or null, got {v!r}")
+
+
+def sampling_rate(v) -> float:
+    """A load-shedding rate in (0, 1]."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise KnobError(f"sampling_rate must be in (0, 1], got {v!r}")
+    return float(v)
+
+
+def _set_memory_limit(e, v) -> None:
+    e.memory_limit = memory_limit(v)
+
+
+MEMORY_LIMIT = Knob("memory_limit", lambda e: e.memory_limit, _set_memory_limit)
+
+
+def values(entity, knobs: tuple[Knob, ...]) -> dict:
+    """The current value of every knob, in table order."""
+    return {k.name: k.get(entity) for k in knobs}
+
+
+def set_one(entity, knobs: tuple[Knob, ...], name: str, value, what: str) -> None:
+    """Set knob `name` of `entity` (described as `what` in the error when there is no such knob)."""
+    for k in knobs:
+        if k.name == name:
+            k.set(entity, value)
+            return
+    raise KnobError(f"no knob '{name}' on {what}")
