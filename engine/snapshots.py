@@ -26,20 +26,7 @@ def _window(plan, pn, at):
 
 
 def _aggregate(plan, pn, at):
-    op = pn.op
-    pg = op.pg
-    live = np.flatnonzero(pg["o_exists"])
-    cols, nulls = [], []
-    for i in range(len(op.keys)):
-        cols.append(pg[f"k_val{i}"][live])
-        m = pg[f"k_null{i}"][live]
-        nulls.append(m if m.any() else None)
-    for j in range(len(op.aggs)):
-        cols.append(pg[f"o_val{j}"][live])
-        m = pg[f"o_null{j}"][live]
-        nulls.append(m if m.any() else None)
-    n = len(live)
-    return Batch(cols, nulls, np.full(n, at, np.int64), np.ones(n, np.int8), pg["o_id"][live].copy())
+    return pn.op.current_rows(at)
 
 
 def _join(plan, pn, at):

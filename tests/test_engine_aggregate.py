@@ -12,8 +12,11 @@ from collections import Counter
 
 import numpy as np
 from cqlstream.cql.types import FLOAT, INT
+from cqlstream.engine.aggregates.keys import IntInterner
+from cqlstream.engine.aggregates.multiset import Multiset, cover
 from cqlstream.engine.dsms import Dsms
-from cqlstream.engine.operators.aggregate import AggregateOp, _cover, _IntInterner, _Multiset, _stable_order
+from cqlstream.engine.kernels import stable_order
+from cqlstream.engine.operators.aggregate import AggregateOp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -568,8 +571,8 @@ def test_cover_is_min_and_max_over_covering_intervals(ncells, ivs):
     starts = np.array([min(a, b) % ncells for a, b, _ in ivs], np.int64)
     ends = np.array([min(max(a, b), ncells) for a, b, _ in ivs], np.int64)
     vals = np.array([v for _, _, v in ivs], np.int64)
-    lo = _cover(ncells, starts, ends, vals, 10**9, np.minimum)
-    hi = _cover(ncells, starts, ends, vals, -1, np.maximum)
+    lo = cover(ncells, starts, ends, vals, 10**9, np.minimum)
+    hi = cover(ncells, starts, ends, vals, -1, np.maximum)
     for c in range(ncells):
         cov = [v for s, e, v in zip(starts.tolist(), ends.tolist(), vals.tolist()) if s <= c < e]
         assert lo[c] == (min(cov) if cov else 10**9)
@@ -579,7 +582,7 @@ def test_cover_is_min_and_max_over_covering_intervals(ncells, ivs):
 @settings(max_examples=100, **SETTINGS)
 @given(st.lists(st.lists(st.integers(-(2**62), 2**62) | st.integers(-50, 50), max_size=20), max_size=6))
 def test_int_interner_is_a_consistent_dense_map(batches):
-    it = _IntInterner()
+    it = IntInterner()
     seen = {}
     for b in batches:
         ids = it.map(np.array(b, np.int64)).tolist()
@@ -592,7 +595,7 @@ def test_int_interner_is_a_consistent_dense_map(batches):
 def test_stable_order(keys):
     k = np.array(keys, np.int64)
     for nk in (max(keys, default=0) + 1, 1 << 40):
-        o = _stable_order(k, nk)
+        o = stable_order(k, 0, nk - 1)
         assert o.tolist() == sorted(range(len(keys)), key=lambda i: (keys[i], i))
 
 
@@ -641,7 +644,7 @@ def multiset_batches(draw):
 @given(multiset_batches())
 def test_multiset_transitions_and_extremes_match_a_model(batches):
     dt = {"int": np.int64, "float": np.float64, "str": object}[batches[0][0]]
-    ms = _Multiset(dt)
+    ms = Multiset(dt)
     model = Counter()
     for _, evs, extra in batches:
         cells = sorted({(g, t) for g, _, t, _ in evs} | set(extra))
