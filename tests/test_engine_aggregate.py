@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from contextlib import contextmanager
 
 import numpy as np
+from cqlstream.cql.functions import BUILTIN_AGGREGATES, AggregateFunction
 from cqlstream.cql.types import FLOAT, INT
+from cqlstream.engine.aggregates.columns import as_dtype
 from cqlstream.engine.aggregates.keys import IntInterner
 from cqlstream.engine.aggregates.multiset import Multiset, cover
+from cqlstream.engine.aggregates.registry import STRATEGIES
+from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.kernels import stable_order
 from cqlstream.engine.operators.aggregate import AggregateOp
@@ -682,3 +687,71 @@ def test_multiset_transitions_and_extremes_match_a_model(batches):
         got = list(zip(ms.g.tolist(), ms.v.tolist()))
         assert got == live
         assert ms.c.tolist() == [model[k] for k in live]
+
+
+# ------------------------------------------------------------------ adding an aggregate
+
+
+class Extent(AggregateStrategy):
+    """A toy built-in aggregate, added the way docs/architecture.md describes: extent(x) =
+    max(x) − min(x) over the group's live values (NULL when it has none), read off the argument's
+    multiset, so it stays exact when the extremes leave the window."""
+
+    extremes = ("min", "max")
+
+    def values(self, cx):
+        lo, valid = cx.extremes[(self.ai, "min")]
+        hi, _ = cx.extremes[(self.ai, "max")]
+        return as_dtype(np.where(valid, hi - lo, 0), self.dt), ~valid
+
+
+@contextmanager
+def extent_registered():
+    """The two registrations of a new aggregate: its strategy (engine/aggregates/registry.py)
+    and its catalog entry with the result type (cql/functions.py)."""
+    entry = AggregateFunction("extent", lambda a: a[0] if a[0].kind in ("int", "float") else "expects a number")
+    STRATEGIES["extent"] = Extent
+    BUILTIN_AGGREGATES["extent"] = entry
+    try:
+        yield
+    finally:
+        del STRATEGIES["extent"], BUILTIN_AGGREGATES["extent"]
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.data())
+def test_a_new_aggregate_through_the_registry(data):
+    src = data.draw(st.sampled_from([f"S {w}" for w in WINDOWS] + ["R"]))
+    inputs = {"S": data.draw(stream_events())} if src.startswith("S") else {"R": data.draw(relation_events())}
+    ks = data.draw(st.sampled_from([(), ("b",), ("s",), ("b", "s")]))
+    pre = "".join(k + ", " for k in ks)
+    grp = (" group by " + ", ".join(ks)) if ks else ""
+    mine = f"select {pre}extent(a), extent(f), count(*) from {src}{grp}"
+    model = f"select {pre}max(a) - min(a), max(f) - min(f), count(*) from {src}{grp}"
+    expected = round_floats(run_reference(DDL, model, inputs))
+    with extent_registered():
+        for chunk in (1, 5, None):
+            got, _ = run_engine(DDL, mine, inputs, chunk=chunk)
+            assert round_floats(got) == expected, (chunk, got, expected)
+
+
+def test_a_new_aggregate_over_deletions_of_its_extremes():
+    inputs = {
+        "R": [
+            (1, +1, (5, 1, 0.5, "x")),
+            (1, +1, (2, 1, 1.0, "x")),
+            (2, +1, (9, 1, 4.0, "y")),
+            (3, -1, (9, 1, 4.0, "y")),
+            (4, -1, (2, 1, 1.0, "x")),
+        ]
+    }
+    with extent_registered():
+        got, _ = run_engine(DDL, "select b, extent(a), extent(f) from R group by b", inputs)
+    old, mid, last = (1, 3, 0.5), (1, 7, 3.5), (1, 0, 0.0)  # deltas per instant: the max, then the min leaves
+    assert got == {
+        1: Counter({old: 1}),
+        2: Counter({mid: 1, old: -1}),
+        3: Counter({old: 1, mid: -1}),
+        4: Counter({last: 1, old: -1}),
+    }
+    assert "extent" not in STRATEGIES  # registrations undone
