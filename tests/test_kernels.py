@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from cqlstream.engine import kernels as K
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 small_ints = st.integers(-5, 5)
@@ -20,6 +20,14 @@ def test_stable_order_is_a_stable_argsort(keys, give_bounds):
     k = np.array(keys, np.int64)
     lo, hi = (min(keys), max(keys)) if give_bounds and keys else (None, None)
     assert K.stable_order(k, lo, hi).tolist() == _sorted_positions(keys)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([4096, 5000, 20000]), st.sampled_from([1, 10, 1000, 70000, 2**40]))
+def test_stable_order_of_large_batches(seed, n, span):
+    """Long key arrays take the radix or the packed path, depending on n and the key span."""
+    keys = np.random.default_rng(seed).integers(-3, span, n).tolist()
+    assert K.stable_order(np.array(keys, np.int64)).tolist() == _sorted_positions(keys)
 
 
 @given(st.lists(st.integers(-(2**62), 2**62), max_size=40))
