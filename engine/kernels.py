@@ -141,21 +141,21 @@ def column_codes(col: np.ndarray, m: np.ndarray | None) -> tuple[np.ndarray, int
     """Per-row code of one column (equal values ↔ equal codes, NULL its own code 0) and the
     number of possible codes. Integers use value − min when the range is small enough;
     floats and strings go through np.unique."""
-    has_null = m is not None and bool(m.any())
+    null = m if m is not None and m.any() else None
     if col.dtype.kind in "iub":
         v = col.astype(np.int64, copy=False)
-        live = v[~m] if has_null else v
+        live = v if null is None else v[~null]
         if len(live) == 0:
             return np.zeros(len(v), np.int64), 1
         lo, hi = int(live.min()), int(live.max())
         if hi - lo < (1 << 40):
             code = v - lo
-            if has_null:
-                return np.where(m, 0, code + 1), hi - lo + 2
+            if null is not None:
+                return np.where(null, 0, code + 1), hi - lo + 2
             return code, hi - lo + 1
     uniq, inv = factorize(col)
-    if has_null:
-        return np.where(m, 0, inv + 1), len(uniq) + 1
+    if null is not None:
+        return np.where(null, 0, inv + 1), len(uniq) + 1
     return inv, len(uniq)
 
 

@@ -755,3 +755,29 @@ def test_a_new_aggregate_over_deletions_of_its_extremes():
         4: Counter({last: 1, old: -1}),
     }
     assert "extent" not in STRATEGIES  # registrations undone
+
+
+def test_current_rows_are_the_live_output_rows():
+    """AggregateOp.current_rows: every group's current row, with the id it was inserted with."""
+    d = Dsms()
+    d.execute(DDL)
+    h = d.register_query("select b, count(*), max(s), sum(f) from S [Range 2] group by b")
+    sub = d.subscribe(h.id)
+    rows = [(1, 0, 0.5, "x"), (2, 1, None, "y"), (3, 0, 1.5, None), (4, None, 2.0, "zz"), (5, 1, 0.25, "")]
+    for t, r in enumerate(rows, start=1):
+        d.push("S", [r], ts=[t])
+        d.run()
+    d.heartbeat("S", 6)
+    d.run()
+    live = {}
+    out = sub.poll()
+    for r, i, s in zip(out.rows(), out.id.tolist(), out.sign.tolist()):
+        if s > 0:
+            live[i] = r
+        else:
+            del live[i]
+    (op,) = [o for o in d.plan.operators if isinstance(o, AggregateOp)]
+    cur = op.current_rows(6)
+    assert cur.ts.tolist() == [6] * len(live) and cur.sign.tolist() == [1] * len(live)
+    assert dict(zip(cur.id.tolist(), cur.rows())) == live
+    assert {r[0] for r in live.values()} == {0, None, 1}  # the window holds the rows of t 3, 4, 5

@@ -8,6 +8,8 @@ the group's set), so the same sums count and add each distinct value once.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 from cqlstream.cql.logical.expr import AggCall
 from cqlstream.engine.aggregates.cells import Cells
@@ -26,7 +28,7 @@ class Count(AggregateStrategy):
         self.distinct_arg = call.arg is not None and call.distinct
 
     def values(self, cx: Cells) -> tuple[np.ndarray, np.ndarray]:
-        return cx.totals[self.total], np.zeros(cx.ncells, bool)  # type: ignore[return-value]
+        return cast(np.ndarray, cx.totals[self.total]), np.zeros(cx.ncells, bool)
 
 
 class Sum(AggregateStrategy):
@@ -42,11 +44,11 @@ class Sum(AggregateStrategy):
         self.distinct_arg = call.distinct
 
     def _count_and_total(self, cx: Cells) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        cnt = cx.totals[self.total.count]
+        cnt = cast(np.ndarray, cx.totals[self.total.count])
         tot = cx.totals[self.total]
         if isinstance(tot, tuple):  # compensated float: (hi, lo)
             tot = tot[0]
-        return cnt, tot, cnt <= 0  # type: ignore[return-value]
+        return cnt, tot, cnt <= 0
 
     def values(self, cx: Cells) -> tuple[np.ndarray, np.ndarray]:
         _, tot, null = self._count_and_total(cx)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from cqlstream.engine.aggregates.quantities import Quantity
+from cqlstream.engine.aggregates.quantities import Quantity, Totals
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Cells:
     nulls_in: list[bool]  # per argument: any NULL in the batch
     trans: dict[int, np.ndarray] = field(default_factory=dict)  # argument → ±1 distinct transitions
     extremes: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    totals: dict[Quantity, object] = field(default_factory=dict)  # quantity → per-cell totals
+    totals: dict[Quantity, Totals] = field(default_factory=dict)  # quantity → per-cell totals
 
     @property
     def ncells(self) -> int:

@@ -9,9 +9,10 @@ the running totals of the additive quantities its aggregates read (int64, or a c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
-from cqlstream.engine.aggregates.quantities import Quantity
+from cqlstream.engine.aggregates.quantities import Quantity, Totals
 from cqlstream.engine.batch import Batch
 
 Fill = Callable[[np.ndarray, object], np.ndarray]
@@ -97,17 +98,17 @@ class GroupState:
     def nbytes(self) -> int:
         return sum(a.nbytes if a.dtype != object else 8 * len(a) for a in self._arrays())
 
-    def carry_totals(self, totals: dict[Quantity, object], lastc: np.ndarray, G: np.ndarray) -> None:
+    def carry_totals(self, totals: dict[Quantity, Totals], lastc: np.ndarray, G: np.ndarray) -> None:
         """Store the per-cell `totals` of cells `lastc` (each touched group's last cell) as the
         carried totals of their groups `G`."""
         for q, val in totals.items():
             if isinstance(val, tuple):
                 hi, lo = val[0][lastc], val[1][lastc]
-                empty = totals[q.count][lastc] <= 0  # type: ignore[index]
+                empty = cast(np.ndarray, totals[q.count])[lastc] <= 0
                 self.fsum_hi[q][G] = np.where(empty, 0.0, hi)  # no values left: exactly 0
                 self.fsum_lo[q][G] = np.where(empty, 0.0, lo)
             else:
-                self.totals[q][G] = val[lastc]  # type: ignore[index]
+                self.totals[q][G] = val[lastc]
 
     def store_keys(self, gid: np.ndarray, kv: list[np.ndarray], kn: list[np.ndarray | None]) -> None:
         """Remember the key values of groups seen for the first time (output columns)."""
@@ -117,8 +118,9 @@ class GroupState:
         g, first = np.unique(gid[new], return_index=True)
         rows = new[first]
         for i in range(len(self.key_vals)):
+            m = kn[i]
             self.key_vals[i][g] = kv[i][rows]
-            self.key_nulls[i][g] = False if kn[i] is None else kn[i][rows]
+            self.key_nulls[i][g] = False if m is None else m[rows]
         self.key_set[g] = True
 
     def current_rows(self, at: int) -> Batch:

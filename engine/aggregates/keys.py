@@ -41,7 +41,8 @@ class IntInterner:
             miss = out < 0
             if not miss.any():
                 return out
-            self._add(np.unique(x[miss]))
+            self._add(np.unique(x[miss]))  # all within the table's range: it stays
+            assert self.table is not None
             return self.table[x - self.lo]
         u, inv = factorize(x)
         ids = self._add(u)
@@ -143,7 +144,7 @@ class GroupKeys:
     def map(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
         if not self.types:
             return np.zeros(n, np.int64)
-        gid = None
+        gid: np.ndarray | None = None
         for i, (t, v, m) in enumerate(zip(self.types, vals, nulls)):
             interner = self.cols[i]
             enc = (lambda x: x) if isinstance(interner, ObjInterner) else (lambda x, kind=t.kind: int_key(x, kind))
@@ -153,4 +154,5 @@ class GroupKeys:
                 code = np.zeros(n, np.int64)
                 code[~m] = interner.map(enc(v[~m])) + 1
             gid = code if gid is None else self.pairs[i - 1].map((gid << 32) | code)
+        assert gid is not None
         return gid

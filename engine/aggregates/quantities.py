@@ -42,6 +42,9 @@ class Quantity:
 
 ROWS = Quantity("rows")
 
+# a quantity's per-cell totals: int64, or (hi, lo) float64 for a compensated float sum
+Totals = np.ndarray | tuple[np.ndarray, np.ndarray]
+
 
 def _rows(q: Quantity, cx: Cells) -> np.ndarray:
     return cx.ssign
