@@ -18,9 +18,11 @@ _BIG = 1 << 62
 
 def stable_order(key: np.ndarray, lo: int | None = None, hi: int | None = None) -> np.ndarray:
     """`np.argsort(key, kind="stable")` for integer keys, fast: a radix sort of uint16 when many
-    keys span few values (< 2^16 and < n/4), else one (SIMD) np.sort of packed (key − lo) << b | position words
-    when they fit in 63 bits (numpy's plain sort is much faster than a stable argsort).
-    `lo`/`hi` bound the keys (lo ≤ key ≤ hi) when the caller knows them; else they are measured."""
+    keys span few values (< 2^16 and < n/4), else one (SIMD) np.sort of packed
+    (key − lo) << b | position words when they fit in 63 bits (numpy's plain sort is much faster
+    than a stable argsort). `lo`/`hi` bound the keys (lo ≤ key ≤ hi) when the caller knows them;
+    else they are measured. (Merging a few already sorted runs, e.g. two ts-sorted sides, stays
+    with numpy's stable argsort: timsort finds the runs and is faster there.)"""
     n = len(key)
     if n < 2:
         return np.arange(n, dtype=np.int64)

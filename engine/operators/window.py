@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from cqlstream.cql.logical.nodes import PartitionSpec, RangeSpec, RowsSpec
 from cqlstream.engine.batch import Batch, concat
-from cqlstream.engine.kernels import row_codes
+from cqlstream.engine.kernels import row_codes, stable_order
 from cqlstream.engine.operators.base import Operator
 
 INF = np.iinfo(np.int64).max
@@ -154,7 +154,7 @@ class WindowOp(Operator):
         n = self.spec.rows
         comb = b if self.buf is None else concat([self.buf, b])
         pid = partition_ids(comb, self.spec.keys)
-        order = np.lexsort((np.arange(len(comb)), pid))
+        order = stable_order(pid)
         sp = pid[order]
         pos = np.arange(len(comb))
         later = pos + n
