@@ -80,7 +80,7 @@ class AggregateOp(Operator):
         self.multisets: dict[int, list[str]] = {}  # argument → extremes wanted
         for s in self.strategies:
             self.quantities += [q for q in s.quantities if q not in self.quantities]
-            if s.multiset:
+            if s.multiset or any(q.distinct for q in s.quantities):  # DISTINCT totals add its transitions
                 ex = self.multisets.setdefault(s.ai, [])
                 ex += [k for k in s.extremes if k not in ex]
         self.arg_dt = [dtype_of(a.type) if a.type.kind != "null" else np.int64 for a in self.args]
