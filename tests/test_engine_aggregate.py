@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from contextlib import contextmanager
 
 import numpy as np
+from cqlstream.cql.functions import BUILTIN_AGGREGATES, AggregateFunction
 from cqlstream.cql.types import FLOAT, INT
+from cqlstream.engine.aggregates.columns import as_dtype
+from cqlstream.engine.aggregates.keys import IntInterner
+from cqlstream.engine.aggregates.multiset import Multiset, cover
+from cqlstream.engine.aggregates.registry import STRATEGIES
+from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.dsms import Dsms
-from cqlstream.engine.operators.aggregate import AggregateOp, _cover, _IntInterner, _Multiset, _stable_order
+from cqlstream.engine.kernels import stable_order
+from cqlstream.engine.operators.aggregate import AggregateOp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -568,8 +576,8 @@ def test_cover_is_min_and_max_over_covering_intervals(ncells, ivs):
     starts = np.array([min(a, b) % ncells for a, b, _ in ivs], np.int64)
     ends = np.array([min(max(a, b), ncells) for a, b, _ in ivs], np.int64)
     vals = np.array([v for _, _, v in ivs], np.int64)
-    lo = _cover(ncells, starts, ends, vals, 10**9, np.minimum)
-    hi = _cover(ncells, starts, ends, vals, -1, np.maximum)
+    lo = cover(ncells, starts, ends, vals, 10**9, np.minimum)
+    hi = cover(ncells, starts, ends, vals, -1, np.maximum)
     for c in range(ncells):
         cov = [v for s, e, v in zip(starts.tolist(), ends.tolist(), vals.tolist()) if s <= c < e]
         assert lo[c] == (min(cov) if cov else 10**9)
@@ -579,7 +587,7 @@ def test_cover_is_min_and_max_over_covering_intervals(ncells, ivs):
 @settings(max_examples=100, **SETTINGS)
 @given(st.lists(st.lists(st.integers(-(2**62), 2**62) | st.integers(-50, 50), max_size=20), max_size=6))
 def test_int_interner_is_a_consistent_dense_map(batches):
-    it = _IntInterner()
+    it = IntInterner()
     seen = {}
     for b in batches:
         ids = it.map(np.array(b, np.int64)).tolist()
@@ -592,7 +600,7 @@ def test_int_interner_is_a_consistent_dense_map(batches):
 def test_stable_order(keys):
     k = np.array(keys, np.int64)
     for nk in (max(keys, default=0) + 1, 1 << 40):
-        o = _stable_order(k, nk)
+        o = stable_order(k, 0, nk - 1)
         assert o.tolist() == sorted(range(len(keys)), key=lambda i: (keys[i], i))
 
 
@@ -641,7 +649,7 @@ def multiset_batches(draw):
 @given(multiset_batches())
 def test_multiset_transitions_and_extremes_match_a_model(batches):
     dt = {"int": np.int64, "float": np.float64, "str": object}[batches[0][0]]
-    ms = _Multiset(dt)
+    ms = Multiset(dt)
     model = Counter()
     for _, evs, extra in batches:
         cells = sorted({(g, t) for g, _, t, _ in evs} | set(extra))
@@ -679,3 +687,97 @@ def test_multiset_transitions_and_extremes_match_a_model(batches):
         got = list(zip(ms.g.tolist(), ms.v.tolist()))
         assert got == live
         assert ms.c.tolist() == [model[k] for k in live]
+
+
+# ------------------------------------------------------------------ adding an aggregate
+
+
+class Extent(AggregateStrategy):
+    """A toy built-in aggregate, added the way docs/architecture.md describes: extent(x) =
+    max(x) − min(x) over the group's live values (NULL when it has none), read off the argument's
+    multiset, so it stays exact when the extremes leave the window."""
+
+    extremes = ("min", "max")
+
+    def values(self, cx):
+        lo, valid = cx.extremes[(self.ai, "min")]
+        hi, _ = cx.extremes[(self.ai, "max")]
+        return as_dtype(np.where(valid, hi - lo, 0), self.dt), ~valid
+
+
+@contextmanager
+def extent_registered():
+    """The two registrations of a new aggregate: its strategy (engine/aggregates/registry.py)
+    and its catalog entry with the result type (cql/functions.py)."""
+    entry = AggregateFunction("extent", lambda a: a[0] if a[0].kind in ("int", "float") else "expects a number")
+    STRATEGIES["extent"] = Extent
+    BUILTIN_AGGREGATES["extent"] = entry
+    try:
+        yield
+    finally:
+        del STRATEGIES["extent"], BUILTIN_AGGREGATES["extent"]
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.data())
+def test_a_new_aggregate_through_the_registry(data):
+    src = data.draw(st.sampled_from([f"S {w}" for w in WINDOWS] + ["R"]))
+    inputs = {"S": data.draw(stream_events())} if src.startswith("S") else {"R": data.draw(relation_events())}
+    ks = data.draw(st.sampled_from([(), ("b",), ("s",), ("b", "s")]))
+    pre = "".join(k + ", " for k in ks)
+    grp = (" group by " + ", ".join(ks)) if ks else ""
+    mine = f"select {pre}extent(a), extent(f), count(*) from {src}{grp}"
+    model = f"select {pre}max(a) - min(a), max(f) - min(f), count(*) from {src}{grp}"
+    expected = round_floats(run_reference(DDL, model, inputs))
+    with extent_registered():
+        for chunk in (1, 5, None):
+            got, _ = run_engine(DDL, mine, inputs, chunk=chunk)
+            assert round_floats(got) == expected, (chunk, got, expected)
+
+
+def test_a_new_aggregate_over_deletions_of_its_extremes():
+    inputs = {
+        "R": [
+            (1, +1, (5, 1, 0.5, "x")),
+            (1, +1, (2, 1, 1.0, "x")),
+            (2, +1, (9, 1, 4.0, "y")),
+            (3, -1, (9, 1, 4.0, "y")),
+            (4, -1, (2, 1, 1.0, "x")),
+        ]
+    }
+    with extent_registered():
+        got, _ = run_engine(DDL, "select b, extent(a), extent(f) from R group by b", inputs)
+    old, mid, last = (1, 3, 0.5), (1, 7, 3.5), (1, 0, 0.0)  # deltas per instant: the max, then the min leaves
+    assert got == {
+        1: Counter({old: 1}),
+        2: Counter({mid: 1, old: -1}),
+        3: Counter({old: 1, mid: -1}),
+        4: Counter({last: 1, old: -1}),
+    }
+    assert "extent" not in STRATEGIES  # registrations undone
+
+
+def test_current_rows_are_the_live_output_rows():
+    """AggregateOp.current_rows: every group's current row, with the id it was inserted with."""
+    d = Dsms()
+    d.execute(DDL)
+    h = d.register_query("select b, count(*), max(s), sum(f) from S [Range 2] group by b")
+    sub = d.subscribe(h.id)
+    rows = [(1, 0, 0.5, "x"), (2, 1, None, "y"), (3, 0, 1.5, None), (4, None, 2.0, "zz"), (5, 1, 0.25, "")]
+    for t, r in enumerate(rows, start=1):
+        d.push("S", [r], ts=[t])
+        d.run()
+    d.heartbeat("S", 6)
+    d.run()
+    live = {}
+    out = sub.poll()
+    for r, i, s in zip(out.rows(), out.id.tolist(), out.sign.tolist()):
+        if s > 0:
+            live[i] = r
+        else:
+            del live[i]
+    (op,) = [o for o in d.plan.operators if isinstance(o, AggregateOp)]
+    cur = op.current_rows(6)
+    assert cur.ts.tolist() == [6] * len(live) and cur.sign.tolist() == [1] * len(live)
+    assert dict(zip(cur.id.tolist(), cur.rows())) == live
+    assert {r[0] for r in live.values()} == {0, None, 1}  # the window holds the rows of t 3, 4, 5

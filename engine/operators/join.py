@@ -35,6 +35,7 @@ from cqlstream.cql.logical import expr as X
 from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import KnobError
+from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
 from cqlstream.engine.operators.base import Operator, held_state
 from cqlstream.engine.queues import Queue
 
@@ -183,7 +184,7 @@ def key_codes(parts):
         out_codes = [np.where(m, 0.0, f).view(np.int64) for f, m in zip(fl, nan)]
     else:
         allv = np.concatenate([np.asarray(v, dtype=object) for v, _ in parts]) if parts else np.zeros(0, object)
-        codes = _factorize_objects(allv)
+        codes = factorize_objects(allv)
         cuts = np.cumsum([len(v) for v, _ in parts])[:-1]
         out_codes = np.split(codes, cuts)
         nan = [None] * len(parts)
@@ -192,27 +193,6 @@ def key_codes(parts):
         null = np.zeros(len(v), bool) if m is None else m
         res.append((c, ~(null if bad is None else (null | bad)), null))
     return res
-
-
-def _factorize_objects(v: np.ndarray) -> np.ndarray:
-    if not len(v):
-        return np.zeros(0, np.int64)
-    try:
-        import pyarrow as pa
-
-        arr = pa.array(v, type=pa.string())
-        return np.asarray(arr.dictionary_encode().indices.to_numpy(zero_copy_only=False), np.int64)
-    except Exception:  # non-str objects: a dict, one lookup per value
-        d: dict = {}
-        return np.fromiter((d.setdefault(x, len(d)) for x in v.tolist()), np.int64, len(v))
-
-
-def dense(*arrays):
-    """Dense joint codes (0..n−1) for int64 arrays, and n."""
-    allv = np.concatenate(arrays)
-    u, inv = np.unique(allv, return_inverse=True)
-    cuts = np.cumsum([len(a) for a in arrays])[:-1]
-    return np.split(inv.astype(np.int64), cuts), len(u)
 
 
 def combine_keys(inst_parts, probe_parts):
@@ -225,9 +205,9 @@ def combine_keys(inst_parts, probe_parts):
     pv = np.ones(len(pk), bool)
     size = 1
     for (ic, ivc), (pc, pvc) in zip(inst_parts, probe_parts):
-        (di, dp), n = dense(ic, pc)
+        (di, dp), n = joint_dense(ic, pc)
         if size * n >= 2**62:
-            (ik, pk), size = dense(ik, pk)
+            (ik, pk), size = joint_dense(ik, pk)
         ik, pk, size = ik * n + di, pk * n + dp, size * n
         iv &= ivc
         pv &= pvc
@@ -237,52 +217,8 @@ def combine_keys(inst_parts, probe_parts):
 # ------------------------------------------------------------------ the stabbing index
 
 
-def expand(start: np.ndarray, cnt: np.ndarray):
-    """Pairs (i, start[i] + k) for k < cnt[i]: returns (rep, pos)."""
-    cnt = np.maximum(cnt, 0)
-    tot = int(cnt.sum())
-    rep = np.repeat(np.arange(len(cnt)), cnt)
-    if not tot:
-        return rep, rep.copy()
-    first = np.cumsum(cnt) - cnt
-    pos = start[rep] + (np.arange(tot) - first[rep])
-    return rep, pos
-
-
 def is_sorted(a: np.ndarray) -> bool:
     return len(a) < 2 or bool(np.all(a[1:] >= a[:-1]))
-
-
-def stable_order(values: np.ndarray, vmin: int | None = None, vmax: int | None = None) -> np.ndarray:
-    """`np.argsort(values, kind="stable")` for int64 values, computed with one (SIMD) np.sort of
-    packed (value − min) << b | position words when they fit in 63 bits (else the argsort)."""
-    n = len(values)
-    if n < 2:
-        return np.arange(n)
-    if vmin is None:
-        vmin, vmax = int(values.min()), int(values.max())
-    nb = (n - 1).bit_length()
-    if (vmax - vmin).bit_length() + nb > 62:
-        return np.argsort(values, kind="stable")
-    packed = values - np.int64(vmin) if vmin else values.astype(np.int64, copy=True)
-    packed <<= nb
-    packed |= np.arange(n, dtype=np.int64)
-    packed.sort()
-    packed &= (1 << nb) - 1
-    return packed
-
-
-def expand_pairs(p: np.ndarray, rows: np.ndarray, start: np.ndarray, cnt: np.ndarray):
-    """(p[i], rows[start[i] + k]) for k < cnt[i], in order: `expand` without the gathers by rep."""
-    cnt = np.maximum(cnt, 0)
-    tot = int(cnt.sum())
-    if not tot:
-        return p[:0], rows[:0]
-    first = np.cumsum(cnt)
-    first -= cnt
-    pos = np.repeat(start - first, cnt)
-    pos += np.arange(tot)
-    return np.repeat(p, cnt), rows[pos]
 
 
 class StabIndex:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
+from cqlstream.engine.kernels import expand
 from cqlstream.engine.operators.base import Operator
 from cqlstream.engine.operators.valuecount import instant_value_groups
 
@@ -134,8 +135,7 @@ class RelToStreamOp(Operator):
         total = int(n_inst.sum())
         if total == 0:
             return Batch.empty(self.types)
-        el = np.repeat(np.arange(len(cand)), n_inst)
-        inst = s[el] + (np.arange(total, dtype=np.int64) - (np.cumsum(n_inst) - n_inst)[el])
+        el, inst = expand(s, n_inst)  # every candidate's instants s..e
         order = np.lexsort((seq[el], inst))
         out = cand.take(el[order])
         out.ts = inst[order]

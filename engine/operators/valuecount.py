@@ -23,80 +23,10 @@ from itertools import repeat
 
 import numpy as np
 from cqlstream.engine.batch import Batch, combine_ids
+from cqlstream.engine.kernels import combine_codes, dense_codes, row_codes, stable_order
 
 _EMPTY_I = np.zeros(0, np.int64)
-_BIG = 1 << 62
 _NAN = float("nan")
-
-
-def _dense(key: np.ndarray, width: int) -> tuple[np.ndarray, int]:
-    """Renumber non-negative keys < width densely (0..k−1, in key order); returns (codes, k)."""
-    n = len(key)
-    if width <= 4 * n + 1024:  # small key range: a presence table instead of a sort
-        present = np.zeros(width, bool)
-        present[key] = True
-        rank = np.cumsum(present) - 1
-        return rank[key], int(rank[-1]) + 1 if width else 0
-    uniq, inv = np.unique(key, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64, copy=False), len(uniq)
-
-
-def _column_code(col: np.ndarray, m: np.ndarray | None) -> tuple[np.ndarray, int]:
-    """Per-row code of one column (equal values ↔ equal codes, NULL its own code 0) and the
-    number of possible codes. Integers use value − min when the range is small enough;
-    floats and strings (as fixed-width unicode, sorted in C) go through np.unique."""
-    has_null = m is not None and bool(m.any())
-    if col.dtype.kind in "iub":
-        v = col.astype(np.int64, copy=False)
-        live = v[~m] if has_null else v
-        if len(live) == 0:
-            return np.zeros(len(v), np.int64), 1
-        lo, hi = int(live.min()), int(live.max())
-        if hi - lo < (1 << 40):
-            code = v - lo
-            if has_null:
-                return np.where(m, 0, code + 1), hi - lo + 2
-            return code, hi - lo + 1
-    elif col.dtype == object:
-        try:
-            col = col.astype(str)
-        except (TypeError, ValueError):  # pragma: no cover - non-str objects: numpy's object sort
-            pass
-    uniq, inv = np.unique(col, return_inverse=True)
-    inv = inv.reshape(-1).astype(np.int64, copy=False)
-    if has_null:
-        return np.where(m, 0, inv + 1), len(uniq) + 1
-    return inv, len(uniq)
-
-
-def row_codes(cols: list[np.ndarray], nulls: list[np.ndarray | None]) -> tuple[np.ndarray, int]:
-    """Batch-local dense code per row (0..k−1) and k: equal whole-tuple values (NULL equal to
-    NULL) get equal codes."""
-    return _dense(*_combine(cols, nulls, np.zeros(len(cols[0]), np.int64), 1))
-
-
-def _combine(cols, nulls, key: np.ndarray, width: int) -> tuple[np.ndarray, int]:
-    """Extend the per-row codes `key` (0..width−1) by the columns' codes: equal (key, whole-tuple
-    value) ↔ equal result code; the result is < the returned width < 2^62 (not dense)."""
-    for col, m in zip(cols, nulls):
-        if col.dtype.kind == "i" and len(col) and (m is None or not m.any()):
-            lo, hi = int(col.min()), int(col.max())  # fast path: key·w + (v − lo), in place
-            w = hi - lo + 1
-            if w < (1 << 40) and width * w < _BIG:
-                key *= w
-                key += col
-                if lo:
-                    key -= lo
-                width *= w
-                continue
-        code, w = _column_code(col, m)
-        if width * w >= _BIG:
-            key, width = _dense(key, width)  # re-densify: then width ≤ n, so no overflow
-            if width * w >= _BIG:  # a wide integer range over a huge batch
-                code, w = _dense(code, w)
-        key = key * w + code
-        width *= w
-    return key, width
 
 
 def instant_value_groups(ts: np.ndarray, cols, nulls) -> tuple[np.ndarray, np.ndarray]:
@@ -114,10 +44,10 @@ def instant_value_groups(ts: np.ndarray, cols, nulls) -> tuple[np.ndarray, np.nd
         np.not_equal(ts[1:], ts[:-1], out=step[1:])
         key = np.cumsum(step)
         width = int(key[-1]) + 1
-    key, width = _combine(cols, nulls, key, width)
+    key, width = combine_codes(cols, nulls, key, width)
     nb = max(n - 1, 1).bit_length()
     if width >= 1 << (62 - nb):
-        key, width = _dense(key, width)
+        key, width = dense_codes(key, width)
     if width < 1 << (62 - nb):
         packed = key << nb
         packed |= np.arange(n, dtype=np.int64)
@@ -131,22 +61,6 @@ def instant_value_groups(ts: np.ndarray, cols, nulls) -> tuple[np.ndarray, np.nd
     brk[0] = True
     np.not_equal(skey[1:], skey[:-1], out=brk[1:])
     return order, brk
-
-
-def group_order(code: np.ndarray, k: int) -> np.ndarray:
-    """Row positions grouped by code, ascending positions (= arrival, ts order) within a code:
-    a stable sort (radix for < 2^16 codes; else np.sort of code·2^b + pos, the position read back
-    from the low bits: SIMD-fast, unlike argsort)."""
-    n = len(code)
-    if k <= 1 << 16:
-        return np.argsort(code.astype(np.uint16), kind="stable")
-    nb = max(n - 1, 1).bit_length()
-    if k >= 1 << (62 - nb):  # pragma: no cover - over 2^31 rows in one batch
-        return np.argsort(code, kind="stable")
-    packed = code << nb
-    packed |= np.arange(n, dtype=np.int64)
-    packed.sort()
-    return packed & ((1 << nb) - 1)
 
 
 def py_rows(cols, nulls, idx: np.ndarray) -> list[tuple]:
@@ -283,7 +197,7 @@ class ValueTable:
         if n == 0:
             return Encoded(_EMPTY_I, _EMPTY_I, _EMPTY_I, [], _EMPTY_I)
         code, k = row_codes(b.cols, b.nulls)
-        order = group_order(code, k)
+        order = stable_order(code, 0, k - 1)
         heads = np.empty(n, bool)
         heads[0] = True
         sc = code[order]

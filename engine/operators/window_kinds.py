@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from cqlstream.cql.logical.nodes import PartitionSpec, RangeSpec, RowsSpec
 from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.kernels import row_codes, stable_order
 from cqlstream.engine.operators.base import BOUNDED, GROWS, RATE
 
 if TYPE_CHECKING:
@@ -43,19 +44,7 @@ def emit(ins: Batch, dels: Batch, del_ts: np.ndarray, ins_ts: np.ndarray | None 
 
 def partition_ids(b: Batch, keys) -> np.ndarray:
     """Dense int64 partition id per row for the key columns (NULL is a value of its own)."""
-    pid = np.zeros(len(b), np.int64)
-    for k in keys:
-        col = b.cols[k]
-        _, inv = np.unique(col, return_inverse=True)
-        inv = inv.astype(np.int64) * 2
-        m = b.nulls[k]
-        if m is not None:
-            inv = np.where(m, 1, inv + 2)
-        width = int(inv.max()) + 1 if len(inv) else 1
-        pid = pid * width + inv
-        _, pid = np.unique(pid, return_inverse=True)
-        pid = pid.astype(np.int64)
-    return pid
+    return row_codes([b.cols[k] for k in keys], [b.nulls[k] for k in keys], len(b))[0]
 
 
 # ---------------------------------------------------------------- the registry
@@ -307,7 +296,7 @@ class PartitionRowsWindow(WindowKind):
         n = self.spec.rows
         comb = b if op.buf is None else concat([op.buf, b])
         pid = partition_ids(comb, self.spec.keys)
-        order = np.lexsort((np.arange(len(comb)), pid))
+        order = stable_order(pid)
         sp = pid[order]
         pos = np.arange(len(comb))
         later = pos + n

@@ -1,0 +1,135 @@
+"""The per-group state of an Aggregate operator: numpy arrays indexed by dense group id.
+
+Per group: its key values (stored once, when the group is first seen), its current output row
+(whether it exists, the id it was inserted with, the aggregate values and their NULL flags) and
+the running totals of the additive quantities its aggregates read (int64, or a compensated
+(hi, lo) float pair). Arrays grow on demand and are renumbered when dead groups are compacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import cast
+
+import numpy as np
+from cqlstream.engine.aggregates.quantities import Quantity, Totals
+from cqlstream.engine.batch import Batch
+
+Fill = Callable[[np.ndarray, object], np.ndarray]
+
+
+def _filled(dt, fill, n: int) -> np.ndarray:
+    if dt is object or dt == np.dtype(object):
+        a = np.empty(n, object)
+        a[:] = ""
+        return a
+    return np.full(n, fill, dt)
+
+
+class GroupState:
+    """Per-group arrays (see the module docstring); `cap` is their common length."""
+
+    def __init__(self, key_dtypes: Sequence, out_dtypes: Sequence, quantities: Sequence[Quantity]):
+        self.cap = 0
+        self.exists = _filled(np.bool_, False, 0)  # the group has an output row
+        self.row_id = _filled(np.uint64, 0, 0)  # the id its output row was inserted with
+        self.key_set = _filled(np.bool_, False, 0)  # its key values are stored
+        self.key_vals = [_filled(dt, 0, 0) for dt in key_dtypes]
+        self.key_nulls = [_filled(np.bool_, True, 0) for _ in key_dtypes]
+        self.out_vals = [_filled(dt, 0, 0) for dt in out_dtypes]
+        self.out_nulls = [_filled(np.bool_, True, 0) for _ in out_dtypes]
+        self.totals = {q: _filled(np.int64, 0, 0) for q in quantities if not q.floating}
+        self.fsum_hi = {q: _filled(np.float64, 0.0, 0) for q in quantities if q.floating}
+        self.fsum_lo = {q: _filled(np.float64, 0.0, 0) for q in quantities if q.floating}
+        self.ensure(1)
+
+    def _rebuild(self, fn: Fill) -> None:
+        """Replace every array a (default value fill) by fn(a, fill)."""
+        self.exists = fn(self.exists, False)
+        self.row_id = fn(self.row_id, 0)
+        self.key_set = fn(self.key_set, False)
+        self.key_vals = [fn(a, 0) for a in self.key_vals]
+        self.key_nulls = [fn(a, True) for a in self.key_nulls]
+        self.out_vals = [fn(a, 0) for a in self.out_vals]
+        self.out_nulls = [fn(a, True) for a in self.out_nulls]
+        self.totals = {q: fn(a, 0) for q, a in self.totals.items()}
+        self.fsum_hi = {q: fn(a, 0.0) for q, a in self.fsum_hi.items()}
+        self.fsum_lo = {q: fn(a, 0.0) for q, a in self.fsum_lo.items()}
+
+    def _arrays(self) -> list[np.ndarray]:
+        return [
+            self.exists,
+            self.row_id,
+            self.key_set,
+            *self.key_vals,
+            *self.key_nulls,
+            *self.out_vals,
+            *self.out_nulls,
+            *self.totals.values(),
+            *self.fsum_hi.values(),
+            *self.fsum_lo.values(),
+        ]
+
+    def ensure(self, n: int) -> None:
+        """Room for group ids < n (capacity doubles)."""
+        if n <= self.cap:
+            return
+        cap = max(n, 2 * self.cap, 16)
+
+        def grow(a: np.ndarray, fill) -> np.ndarray:
+            new = _filled(a.dtype, fill, cap)
+            new[: len(a)] = a
+            return new
+
+        self._rebuild(grow)
+        self.cap = cap
+
+    def compact(self, live: np.ndarray, newg: np.ndarray, cap: int) -> None:
+        """Keep only groups `live`, renumbered to `newg`, in arrays of length `cap`."""
+
+        def move(a: np.ndarray, fill) -> np.ndarray:
+            new = _filled(a.dtype, fill, cap)
+            new[newg] = a[live]
+            return new
+
+        self._rebuild(move)
+        self.cap = cap
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes if a.dtype != object else 8 * len(a) for a in self._arrays())
+
+    def carry_totals(self, totals: dict[Quantity, Totals], lastc: np.ndarray, G: np.ndarray) -> None:
+        """Store the per-cell `totals` of cells `lastc` (each touched group's last cell) as the
+        carried totals of their groups `G`."""
+        for q, val in totals.items():
+            if isinstance(val, tuple):
+                hi, lo = val[0][lastc], val[1][lastc]
+                empty = cast(np.ndarray, totals[q.count])[lastc] <= 0
+                self.fsum_hi[q][G] = np.where(empty, 0.0, hi)  # no values left: exactly 0
+                self.fsum_lo[q][G] = np.where(empty, 0.0, lo)
+            else:
+                self.totals[q][G] = val[lastc]
+
+    def store_keys(self, gid: np.ndarray, kv: list[np.ndarray], kn: list[np.ndarray | None]) -> None:
+        """Remember the key values of groups seen for the first time (output columns)."""
+        new = np.flatnonzero(~self.key_set[gid])
+        if not len(new):
+            return
+        g, first = np.unique(gid[new], return_index=True)
+        rows = new[first]
+        for i in range(len(self.key_vals)):
+            m = kn[i]
+            self.key_vals[i][g] = kv[i][rows]
+            self.key_nulls[i][g] = False if m is None else m[rows]
+        self.key_set[g] = True
+
+    def current_rows(self, at: int) -> Batch:
+        """Every existing group's output row (keys, then aggregate values) as `+` at `at`."""
+        live = np.flatnonzero(self.exists)
+        cols, nulls = [], []
+        for v, m in zip(self.key_vals + self.out_vals, self.key_nulls + self.out_nulls):
+            cols.append(v[live])
+            ml = m[live]
+            nulls.append(ml if ml.any() else None)
+        n = len(live)
+        return Batch(cols, nulls, np.full(n, at, np.int64), np.ones(n, np.int8), self.row_id[live].copy())

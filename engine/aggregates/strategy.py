@@ -1,0 +1,49 @@
+"""The aggregate strategy protocol: what one aggregate call needs from a batch and how it turns
+that into its value at every cell."""
+
+from __future__ import annotations
+
+import numpy as np
+from cqlstream.cql.logical.expr import AggCall
+from cqlstream.engine.aggregates.cells import Cells
+from cqlstream.engine.aggregates.quantities import Quantity
+from cqlstream.engine.batch import dtype_of
+
+
+class AggregateStrategy:
+    """One aggregate call of an Aggregate operator, over argument `ai` (−1: none, count(*)).
+
+    Declares its needs (shared among the calls of the operator and computed once per batch):
+    `quantities` (additive running totals), `distinct_arg` (the ±1 transitions of its argument's
+    per-group multiset) and `extremes` ('min'/'max' of that multiset at every cell). `values`
+    then gives its output column per cell: (values of dtype `self.dt`, NULL mask).
+
+    Strategies whose state is not in quantities or multisets (UDAFs) keep it per group and
+    override `stateful`, `forget`, `remap` and `nbytes`."""
+
+    quantities: tuple[Quantity, ...] = ()
+    distinct_arg: bool = False
+    extremes: tuple[str, ...] = ()
+    stateful = False
+
+    def __init__(self, call: AggCall, ai: int):
+        self.call = call
+        self.ai = ai
+        self.dt = dtype_of(call.type)
+
+    @property
+    def multiset(self) -> bool:
+        """Whether it reads its argument's multiset."""
+        return self.distinct_arg or bool(self.extremes)
+
+    def values(self, cx: Cells) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def forget(self, gids: list[int]) -> None:
+        """Groups that became empty."""
+
+    def remap(self, remap: np.ndarray) -> None:
+        """Groups renumbered (old id → new id, −1 for dropped ones)."""
+
+    def nbytes(self) -> int:
+        return 0
