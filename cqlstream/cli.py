@@ -65,7 +65,8 @@ _COMPAT_HELP = (
 
 def _run(script, out_dir, compat: bool, batch_rows: int):
     """run_script with user errors turned into (message, exit code 2)."""
-    from cqlstream.engine.stream_script import ScriptError, run_script
+    from cqlstream.io.errors import ScriptError
+    from cqlstream.io.script_runner import run_script
 
     try:
         return run_script(script, out_dir=out_dir, compat=compat, batch_rows=batch_rows), None
@@ -77,7 +78,7 @@ def _run(script, out_dir, compat: bool, batch_rows: int):
 
 
 def cmd_run(args) -> int:
-    from cqlstream.engine.stream_script import DEFAULT_BATCH_ROWS
+    from cqlstream.io.script_runner import DEFAULT_BATCH_ROWS
 
     if args.batch_rows is None:
         args.batch_rows = DEFAULT_BATCH_ROWS
@@ -125,7 +126,7 @@ def cmd_demo(args) -> int:
 
 def _demo_queries(path: Path) -> str:
     """The demo's query statements, for the printout."""
-    from cqlstream.engine.stream_script import parse_script
+    from cqlstream.io.stream_script import parse_script
 
     script = parse_script(path)
     out = []
@@ -183,20 +184,6 @@ def cmd_serve(args) -> int:
     return 0
 
 
-def _stream_text(e) -> str:
-    vals = ", ".join(
-        "null"
-        if v is None
-        else ("true" if v else "false")
-        if isinstance(v, bool)
-        else ("%g" % v)
-        if isinstance(v, float)
-        else str(v)
-        for v in e.row
-    )
-    return f"[{e.ts}]:{'+' if e.sign > 0 else '-'}:{vals}"
-
-
 def cmd_plan(args) -> int:
     """Print the global plan of a running server (text, or the JSON graph)."""
     import httpx
@@ -218,6 +205,7 @@ def cmd_plan(args) -> int:
 
 def cmd_query(args) -> int:
     from cqlstream.client import Client, CqlstreamError, Lagged
+    from cqlstream.io.stream_text import format_line
 
     if (args.cql is None) == (args.id is None):
         print("cqlstream query: give a CQL query or --id of a registered one", file=sys.stderr)
@@ -235,7 +223,7 @@ def cmd_query(args) -> int:
                     sys.stdout.flush()
                 return 0
             for e in c.subscribe(qid, snapshot="if_available", follow=args.follow):
-                print(_stream_text(e), flush=True)
+                print(format_line(e.ts, e.sign, e.row), flush=True)
     except CqlstreamError as e:
         print(f"cqlstream query: {e}", file=sys.stderr)
         return 3 if isinstance(e, Lagged) else 1
