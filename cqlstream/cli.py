@@ -203,9 +203,27 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _print_stream_text(c, qid: int, args) -> None:
+    """The results as STREAM text lines, rendered here from the NDJSON stream."""
+    from cqlstream.io.stream_text import format_line
+
+    for e in c.subscribe(qid, snapshot="if_available", follow=args.follow):
+        print(format_line(e.ts, e.sign, e.row), flush=True)
+
+
+def _print_raw(c, qid: int, args) -> None:
+    """The results in a server result format, as the server sends them."""
+    for chunk in c.stream_raw(qid, args.format, snapshot="if_available", follow=args.follow):
+        sys.stdout.write(chunk.decode("utf-8", "replace"))
+        sys.stdout.flush()
+
+
+# `query --format` values rendered by the CLI itself; every other value is a server result format
+_LOCAL_FORMATS = {"text": _print_stream_text}
+
+
 def cmd_query(args) -> int:
     from cqlstream.client import Client, CqlstreamError, Lagged
-    from cqlstream.io.stream_text import format_line
 
     if (args.cql is None) == (args.id is None):
         print("cqlstream query: give a CQL query or --id of a registered one", file=sys.stderr)
@@ -217,13 +235,7 @@ def cmd_query(args) -> int:
                 schema = ", ".join(f"{a['name']} {a['type']}" for a in q["schema"])
                 print(f"query {q['id']}: {q['kind']} ({schema})", file=sys.stderr)
             qid = args.id if args.id is not None else q["id"]
-            if args.format != "text":
-                for chunk in c.stream_raw(qid, args.format, snapshot="if_available", follow=args.follow):
-                    sys.stdout.write(chunk.decode("utf-8", "replace"))
-                    sys.stdout.flush()
-                return 0
-            for e in c.subscribe(qid, snapshot="if_available", follow=args.follow):
-                print(format_line(e.ts, e.sign, e.row), flush=True)
+            _LOCAL_FORMATS.get(args.format, _print_raw)(c, qid, args)
     except CqlstreamError as e:
         print(f"cqlstream query: {e}", file=sys.stderr)
         return 3 if isinstance(e, Lagged) else 1
@@ -252,6 +264,8 @@ def cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from cqlstream.io.formats import INGEST_FORMATS, RESULT_FORMATS
+
     p = argparse.ArgumentParser(
         prog="cqlstream",
         description="cqlstream: continuous CQL queries over data streams. "
@@ -325,8 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the HTTP server (FastAPI + uvicorn)",
         description="Serve the HTTP API: register streams, relations, views and queries, push "
-        "input (JSON, NDJSON, CSV, Arrow), stream results (NDJSON, JSON, SSE, XML), "
-        "control tables, /metrics, OpenAPI docs at /docs.",
+        f"input ({', '.join(f.label for f in INGEST_FORMATS)}), stream results "
+        f"({', '.join(f.label for f in RESULT_FORMATS)}), control tables, /metrics, OpenAPI docs at /docs.",
     )
     sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -376,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     qy.add_argument(
         "--format",
         default="text",
-        choices=["text", "ndjson", "json", "sse", "xml"],
+        choices=[*_LOCAL_FORMATS, *RESULT_FORMATS.names()],
         help="output: STREAM text lines (default) or the server's raw format",
     )
     qy.set_defaults(func=cmd_query)
