@@ -20,7 +20,7 @@ ViewName = Path(pattern=NAME_PATTERN, max_length=128, description="view name (ca
 def _format_choices(endpoint: Callable) -> Callable:
     """Type the endpoint's `format` parameter as one of the registered result format names, so
     FastAPI validates it and OpenAPI lists them (read when the app is built)."""
-    endpoint.__annotations__["format"] = Literal[RESULT_FORMATS.names()] | None  # type: ignore[valid-type]
+    endpoint.__annotations__["format"] = Literal[RESULT_FORMATS.names()] | None
     return endpoint
 
 
