@@ -442,6 +442,12 @@ def _parse_arrow(body: bytes, target: Target) -> Parsed:
             tbl = pa.ipc.open_file(pa.py_buffer(body)).read_all()
         except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
             raise IngestError(f"malformed Arrow IPC stream: {e}", status=400, code="malformed_body") from None
+    return arrow_table_columns(tbl, target)
+
+
+def arrow_table_columns(tbl: pa.Table, target: Target) -> Parsed:
+    """An Arrow table (one column per field, names matched case-insensitively) as typed columns:
+    the Arrow IPC body's path, and the entry point of in-process Arrow sources."""
     fields = target.fields()
     lower = {f.lower(): f for f in fields}
     names: dict[str, str] = {}
@@ -574,6 +580,10 @@ class ArrowStream(IngestFormat):
     def decode(self, body: bytes, target: Target) -> Parsed:
         return _parse_arrow(body, target)
 
+    def decode_table(self, table: pa.Table, target: Target) -> Parsed:
+        """An Arrow table already in memory (no IPC round trip), checked and cast like a body."""
+        return arrow_table_columns(table, target)
+
     def encode_rows(self, rows: Any) -> bytes:
         if not isinstance(rows, (pa.Table, pa.RecordBatch)):
             raise ValueError("Arrow pushes take a pyarrow Table or RecordBatch")
@@ -583,4 +593,14 @@ class ArrowStream(IngestFormat):
         return sink.getvalue()
 
 
-__all__ = ["ArrowStream", "CsvRows", "IngestError", "IngestFormat", "JsonRows", "NdjsonRows", "Parsed", "Target"]
+__all__ = [
+    "ArrowStream",
+    "CsvRows",
+    "IngestError",
+    "IngestFormat",
+    "JsonRows",
+    "NdjsonRows",
+    "Parsed",
+    "Target",
+    "arrow_table_columns",
+]

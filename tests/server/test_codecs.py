@@ -133,3 +133,15 @@ def test_large_ndjson_takes_the_columnar_path_and_errors_name_the_row():
     with pytest.raises(IngestError) as e:
         parse(bad.encode(), "application/x-ndjson", T)
     assert (e.value.row, e.value.field, e.value.status) == (15000, "A", 422)
+
+
+def test_in_process_arrow_tables_take_the_ingest_path():
+    from cqlstream.io.decoders import ArrowStream
+
+    tbl = pa.Table.from_pylist([{k.lower(): v for k, v in r.items()} for r in ROWS])
+    b = ArrowStream().decode_table(tbl, T).batch()
+    assert b.elements() == parse(_arrow(tbl), "application/vnd.apache.arrow.stream", T).batch().elements()
+    assert b.elements() == [(1, 1, (1, 0.5, "x", True)), (2, 1, (-3, 2.0, 'ü,"q"', False))]
+    with pytest.raises(IngestError) as e:
+        ArrowStream().decode_table(tbl.drop_columns(["c"]), T)
+    assert e.value.field == "C"
