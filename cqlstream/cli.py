@@ -263,9 +263,41 @@ def cmd_bench(args) -> int:
     return bench_main(args.args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _format_labels(kind: str) -> str:
     from cqlstream.io.formats import INGEST_FORMATS, RESULT_FORMATS
 
+    return ", ".join(f.label for f in (INGEST_FORMATS if kind == "ingest" else RESULT_FORMATS))
+
+
+class _Parser(argparse.ArgumentParser):
+    """A subcommand's parser: `{ingest formats}` / `{result formats}` in its description are filled
+    from the format tables when its help is shown (commands that never show it never load them)."""
+
+    def format_help(self) -> str:
+        if self.description:
+            for kind in ("ingest", "result"):
+                if "{%s formats}" % kind in self.description:
+                    self.description = self.description.replace("{%s formats}" % kind, _format_labels(kind))
+        return super().format_help()
+
+
+class _QueryFormats:
+    """`query --format` choices: the CLI's own renderings, then the registered result formats (read
+    on first use, so commands other than `query` do not load the format tables)."""
+
+    def _names(self) -> list[str]:
+        from cqlstream.io.formats import RESULT_FORMATS
+
+        return [*_LOCAL_FORMATS, *RESULT_FORMATS.names()]
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cqlstream",
         description="cqlstream: continuous CQL queries over data streams. "
@@ -273,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(the HTTP server), query (a query on a running server), plan (a running "
         "server's global plan), bench.",
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     e = sub.add_parser(
         "explain",
@@ -339,8 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the HTTP server (FastAPI + uvicorn)",
         description="Serve the HTTP API: register streams, relations, views and queries, push "
-        f"input ({', '.join(f.label for f in INGEST_FORMATS)}), stream results "
-        f"({', '.join(f.label for f in RESULT_FORMATS)}), control tables, /metrics, OpenAPI docs at /docs.",
+        "input ({ingest formats}), stream results ({result formats}), control tables, /metrics, "
+        "OpenAPI docs at /docs.",
     )
     sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -390,8 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     qy.add_argument(
         "--format",
         default="text",
-        choices=[*_LOCAL_FORMATS, *RESULT_FORMATS.names()],
-        help="output: STREAM text lines (default) or the server's raw format",
+        choices=_QueryFormats(),
+        metavar="FORMAT",  # a metavar, or argparse would list the choices (and load the tables) right here
+        help="output: STREAM text lines (text, the default) or a server result format as sent; one of %(choices)s",
     )
     qy.set_defaults(func=cmd_query)
 

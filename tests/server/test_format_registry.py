@@ -117,6 +117,11 @@ def test_a_registered_format_reaches_the_server_client_and_cli(toy_formats, make
         assert r.status_code == 415 and "text/x-kv" in r.json()["detail"]
 
     parser = build_parser()
-    assert "TSV" in parser._subparsers._group_actions[0].choices["serve"].description
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--help"])
+    assert "stream results (NDJSON, JSON, SSE, XML, TSV)" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["query", "--help"])
+    assert "one of text, ndjson, json, sse, xml, tsv" in " ".join(capsys.readouterr().out.split())
     assert cli_main(["query", "--id", str(qid), "--url", srv.url, "--format", "tsv"]) == 0
     assert capsys.readouterr().out == tsv
