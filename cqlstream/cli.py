@@ -67,7 +67,8 @@ _COMPAT_HELP = (
 
 def _run(script, out_dir, compat: bool, batch_rows: int):
     """run_script with user errors turned into (message, exit code 2)."""
-    from cqlstream.engine.stream_script import ScriptError, run_script
+    from cqlstream.io.errors import ScriptError
+    from cqlstream.io.script_runner import run_script
 
     try:
         return run_script(script, out_dir=out_dir, compat=compat, batch_rows=batch_rows), None
@@ -79,7 +80,7 @@ def _run(script, out_dir, compat: bool, batch_rows: int):
 
 
 def cmd_run(args) -> int:
-    from cqlstream.engine.stream_script import DEFAULT_BATCH_ROWS
+    from cqlstream.io.script_runner import DEFAULT_BATCH_ROWS
 
     if args.batch_rows is None:
         args.batch_rows = DEFAULT_BATCH_ROWS
@@ -127,7 +128,7 @@ def cmd_demo(args) -> int:
 
 def _demo_queries(path: Path) -> str:
     """The demo's query statements, for the printout."""
-    from cqlstream.engine.stream_script import parse_script
+    from cqlstream.io.stream_script import parse_script
 
     script = parse_script(path)
     out = []
@@ -185,20 +186,6 @@ def cmd_serve(args) -> int:
     return 0
 
 
-def _stream_text(e) -> str:
-    vals = ", ".join(
-        "null"
-        if v is None
-        else ("true" if v else "false")
-        if isinstance(v, bool)
-        else ("%g" % v)
-        if isinstance(v, float)
-        else str(v)
-        for v in e.row
-    )
-    return f"[{e.ts}]:{'+' if e.sign > 0 else '-'}:{vals}"
-
-
 def cmd_plan(args) -> int:
     """Print the global plan of a running server (text, or the JSON graph)."""
     import httpx
@@ -218,6 +205,25 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _print_stream_text(c, qid: int, args) -> None:
+    """The results as STREAM text lines, rendered here from the NDJSON stream."""
+    from cqlstream.io.stream_text import format_line
+
+    for e in c.subscribe(qid, snapshot="if_available", follow=args.follow):
+        print(format_line(e.ts, e.sign, e.row), flush=True)
+
+
+def _print_raw(c, qid: int, args) -> None:
+    """The results in a server result format, as the server sends them."""
+    for chunk in c.stream_raw(qid, args.format, snapshot="if_available", follow=args.follow):
+        sys.stdout.write(chunk.decode("utf-8", "replace"))
+        sys.stdout.flush()
+
+
+# `query --format` values rendered by the CLI itself; every other value is a server result format
+_LOCAL_FORMATS = {"text": _print_stream_text}
+
+
 def cmd_query(args) -> int:
     from cqlstream.client import Client, CqlstreamError, Lagged
 
@@ -231,13 +237,7 @@ def cmd_query(args) -> int:
                 schema = ", ".join(f"{a['name']} {a['type']}" for a in q["schema"])
                 print(f"query {q['id']}: {q['kind']} ({schema})", file=sys.stderr)
             qid = args.id if args.id is not None else q["id"]
-            if args.format != "text":
-                for chunk in c.stream_raw(qid, args.format, snapshot="if_available", follow=args.follow):
-                    sys.stdout.write(chunk.decode("utf-8", "replace"))
-                    sys.stdout.flush()
-                return 0
-            for e in c.subscribe(qid, snapshot="if_available", follow=args.follow):
-                print(_stream_text(e), flush=True)
+            _LOCAL_FORMATS.get(args.format, _print_raw)(c, qid, args)
     except CqlstreamError as e:
         print(f"cqlstream query: {e}", file=sys.stderr)
         return 3 if isinstance(e, Lagged) else 1
@@ -266,6 +266,40 @@ def cmd_bench(args) -> int:
     return subprocess.call([sys.executable, "-m", "bench", *args.args], env={**os.environ, "PYTHONPATH": path})
 
 
+def _format_labels(kind: str) -> str:
+    from cqlstream.io.formats import INGEST_FORMATS, RESULT_FORMATS
+
+    return ", ".join(f.label for f in (INGEST_FORMATS if kind == "ingest" else RESULT_FORMATS))
+
+
+class _Parser(argparse.ArgumentParser):
+    """A subcommand's parser: `{ingest formats}` / `{result formats}` in its description are filled
+    from the format tables when its help is shown (commands that never show it never load them)."""
+
+    def format_help(self) -> str:
+        if self.description:
+            for kind in ("ingest", "result"):
+                if "{%s formats}" % kind in self.description:
+                    self.description = self.description.replace("{%s formats}" % kind, _format_labels(kind))
+        return super().format_help()
+
+
+class _QueryFormats:
+    """`query --format` choices: the CLI's own renderings, then the registered result formats (read
+    on first use, so commands other than `query` do not load the format tables)."""
+
+    def _names(self) -> list[str]:
+        from cqlstream.io.formats import RESULT_FORMATS
+
+        return [*_LOCAL_FORMATS, *RESULT_FORMATS.names()]
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cqlstream",
@@ -274,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(the HTTP server), query (a query on a running server), plan (a running "
         "server's global plan), bench.",
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     e = sub.add_parser(
         "explain",
@@ -340,8 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the HTTP server (FastAPI + uvicorn)",
         description="Serve the HTTP API: register streams, relations, views and queries, push "
-        "input (JSON, NDJSON, CSV, Arrow), stream results (NDJSON, JSON, SSE, XML), "
-        "control tables, /metrics, OpenAPI docs at /docs.",
+        "input ({ingest formats}), stream results ({result formats}), control tables, /metrics, "
+        "OpenAPI docs at /docs.",
     )
     sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -391,8 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     qy.add_argument(
         "--format",
         default="text",
-        choices=["text", "ndjson", "json", "sse", "xml"],
-        help="output: STREAM text lines (default) or the server's raw format",
+        choices=_QueryFormats(),
+        metavar="FORMAT",  # a metavar, or argparse would list the choices (and load the tables) right here
+        help="output: STREAM text lines (text, the default) or a server result format as sent; one of %(choices)s",
     )
     qy.set_defaults(func=cmd_query)
 

@@ -23,8 +23,6 @@ The plan manager: `plan()` (the global plan as a graph, or `plan("text")`), `ent
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -257,8 +255,8 @@ class Client:
                     return
 
     def stream_raw(self, qid: int, format: str = "ndjson", **params) -> Iterator[bytes]:
-        """The raw result stream in any format (ndjson, json, sse, xml), chunk by chunk (`snapshot`
-        as in `subscribe`)."""
+        """The raw result stream in any registered result format (`cqlstream.io.formats.RESULT_FORMATS`:
+        ndjson, json, sse, xml, ...), chunk by chunk (`snapshot` as in `subscribe`)."""
         snapshot = params.pop("snapshot", False)
         params = {
             "format": format,
@@ -316,34 +314,18 @@ class Client:
 
 
 def encode_rows(rows, format: str = "ndjson") -> tuple[bytes, str]:
-    """(body, content type) for a push."""
+    """(body, content type) for a push in a registered ingest format (`format` names it; a pyarrow
+    Table/RecordBatch is always sent as Arrow IPC, bytes as they are)."""
+    import pyarrow as pa
+
+    from cqlstream.io.decoders import ArrowStream
+    from cqlstream.io.formats import INGEST_FORMATS
+
+    if isinstance(rows, (pa.Table, pa.RecordBatch)):
+        return ArrowStream().encode_rows(rows), ArrowStream.media_type
+    if format not in INGEST_FORMATS:
+        raise ValueError(f"unknown format '{format}' ({', '.join(INGEST_FORMATS.names())}; or pass a pyarrow Table)")
+    fmt = INGEST_FORMATS[format]
     if isinstance(rows, (bytes, bytearray)):
-        return bytes(rows), {
-            "ndjson": "application/x-ndjson",
-            "json": "application/json",
-            "csv": "text/csv",
-            "arrow": "application/vnd.apache.arrow.stream",
-        }[format]
-    try:
-        import pyarrow as pa
-    except ImportError:  # pragma: no cover - pyarrow is a dependency
-        pa = None
-    if pa is not None and isinstance(rows, (pa.Table, pa.RecordBatch)):
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, rows.schema) as w:
-            w.write(rows)
-        return sink.getvalue(), "application/vnd.apache.arrow.stream"
-    rows = list(rows)
-    if format == "json":
-        return json.dumps(rows).encode(), "application/json"
-    if format == "ndjson":
-        return "".join(json.dumps(r) + "\n" for r in rows).encode(), "application/x-ndjson"
-    if format == "csv":
-        if not rows or not isinstance(rows[0], dict):
-            raise ValueError("CSV pushes take dict rows (the header comes from their keys)")
-        out = io.StringIO()
-        w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        return out.getvalue().encode(), "text/csv"
-    raise ValueError(f"unknown format '{format}' (ndjson, json, csv; or pass a pyarrow Table)")
+        return bytes(rows), fmt.media_type
+    return fmt.encode_rows(rows), fmt.media_type

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Literal
 
-from cqlstream.server import encoders
+from cqlstream.io.formats import RESULT_FORMATS, default_result_format
 from cqlstream.server.models import NAME_PATTERN, QueryIn, QueryOut, QueryPatch, ViewIn, ViewOut
 from cqlstream.server.problems import ProblemError, responses
 from cqlstream.server.results import ResultsResponse
@@ -15,17 +16,19 @@ from starlette.concurrency import run_in_threadpool
 QueryId = Path(ge=1, le=(1 << 62), description="query id")
 ViewName = Path(pattern=NAME_PATTERN, max_length=128, description="view name (case-insensitive)")
 
-_RESULT_CONTENT = {
-    "application/x-ndjson": {"schema": {"type": "string"}, "example": '{"ts":5,"sign":1,"row":[1,"x",null]}\n'},
-    "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
-    "text/event-stream": {"schema": {"type": "string"}},
-    "application/xml": {"schema": {"type": "string"}},
-}
+
+def _format_choices(endpoint: Callable) -> Callable:
+    """Type the endpoint's `format` parameter as one of the registered result format names, so
+    FastAPI validates it and OpenAPI lists them (read when the app is built)."""
+    endpoint.__annotations__["format"] = Literal[RESULT_FORMATS.names()] | None
+    return endpoint
 
 
 def router(host, auth) -> APIRouter:
     r = APIRouter()
     mutating = [Depends(auth)]
+    # the result formats as the registry has them when the app is built
+    result_content = {f.media_type: f.openapi for f in RESULT_FORMATS}
 
     # ------------------------------------------------------------ queries
     @r.post(
@@ -117,7 +120,7 @@ def router(host, auth) -> APIRouter:
         responses={
             200: {
                 "description": "the result stream",
-                "content": _RESULT_CONTENT,
+                "content": result_content,
                 "headers": {
                     "X-Snapshot-At": {
                         "description": "with `snapshot=true` on a relation-valued query: the instant "
@@ -131,10 +134,11 @@ def router(host, auth) -> APIRouter:
             **responses(404, 406, 409, 422),
         },
     )
+    @_format_choices
     async def results(
         request: Request,
         qid: int = QueryId,
-        format: Literal["ndjson", "json", "sse", "xml"] | None = Query(
+        format: str | None = Query(  # typed with the registry's names by _format_choices
             None, description="output format (overrides Accept)"
         ),
         snapshot: bool = Query(False, description="start with the current relation contents"),
@@ -148,18 +152,18 @@ def router(host, auth) -> APIRouter:
         fmt = format
         if fmt is None:
             accept = request.headers.get("accept")
-            fmt = encoders.format_from_accept(accept)
-            if fmt is None:
+            chosen = RESULT_FORMATS.from_accept(accept)
+            if chosen is None:
                 if accept and not any(
                     a.split(";")[0].strip() in ("*/*", "application/*", "text/*", "") for a in accept.split(",")
                 ):
                     raise ProblemError(
                         406,
                         "not_acceptable",
-                        f"cannot produce any of '{accept}'; formats: "
-                        "application/x-ndjson, application/json, text/event-stream, application/xml",
+                        f"cannot produce any of '{accept}'; formats: {', '.join(RESULT_FORMATS.media_types())}",
                     )
-                fmt = "ndjson"
+                chosen = default_result_format()
+            fmt = chosen.name
         loop = asyncio.get_running_loop()
         kind, schema = await run_in_threadpool(host.query_info, qid)
         sub, snap = await run_in_threadpool(host.subscribe, qid, fmt, loop, snapshot, follow, buffer)
@@ -169,7 +173,7 @@ def router(host, auth) -> APIRouter:
         return ResultsResponse(
             sub,
             fmt,
-            encoders.header(fmt, qid, kind, schema),
+            RESULT_FORMATS[fmt].header(qid, kind, schema),
             follow=follow,
             limit=limit,
             until=until,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from cqlstream.server.ingest import MEDIA_ARROW, MEDIA_CSV, MEDIA_JSON, MEDIA_NDJSON
+from cqlstream.io.formats import INGEST_FORMATS
 from cqlstream.server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
 from cqlstream.server.problems import ProblemError, responses
 from fastapi import APIRouter, Depends, Path, Request, Response
@@ -30,19 +30,10 @@ _SOURCE_BODY = {
     },
 }
 
-_ROW = {"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "array"}]}
-_PUSH_BODY = {
-    "required": True,
-    "content": {
-        MEDIA_JSON: {
-            "schema": {"type": "array", "items": _ROW},
-            "example": [{"ts": 1, "A": 1, "B": 0.5}, {"ts": 2, "A": 2, "B": 1.5}],
-        },
-        MEDIA_NDJSON: {"schema": {"type": "string"}, "example": '{"ts": 1, "A": 1, "B": 0.5}\n'},
-        MEDIA_CSV: {"schema": {"type": "string"}, "example": "ts,A,B\n1,1,0.5\n"},
-        MEDIA_ARROW: {"schema": {"type": "string", "format": "binary"}},
-    },
-}
+
+def _push_body() -> dict:
+    """The push's OpenAPI requestBody: one content entry per registered ingest format."""
+    return {"required": True, "content": {f.media_type: f.openapi for f in INGEST_FORMATS}}
 
 
 def ddl_of(src: SourceIn) -> str:
@@ -163,7 +154,7 @@ def router(host, auth) -> APIRouter:
         "relation updates carry `sign` (1 / -1, or '+' / '-'). Timestamps must not decrease "
         "(unless the stream declares a slack). A rejected push changes nothing; the problem names "
         "the offending `row` (0-based) and `field`.",
-        openapi_extra={"requestBody": _PUSH_BODY},
+        openapi_extra={"requestBody": _push_body()},
         responses=responses(400, 401, 404, 409, 413, 415, 422),
     )
     async def push(request: Request, name: str = SourceName):

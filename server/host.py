@@ -15,8 +15,10 @@ from cqlstream.cql.parser import parse_script
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.errors import InputError
+from cqlstream.io.decoders import Target
+from cqlstream.io.errors import IngestError
+from cqlstream.io.formats import decode
 from cqlstream.server.control import Control
-from cqlstream.server.ingest import IngestError, Target, parse
 from cqlstream.server.problems import ProblemError
 from cqlstream.server.publication import Fanout, ResultChunk, SnapshotUnavailable, Subscriber
 from cqlstream.server.settings import Settings
@@ -177,7 +179,7 @@ class EngineHost:
         """Parse (outside the lock), push whole or reject whole, run, publish."""
         target = self.target(name)
         try:
-            parsed = parse(body, content_type, target)
+            parsed = decode(body, content_type, target)
         except IngestError as e:
             self.rejected_pushes[e.code] += 1
             raise ProblemError(e.status, e.code, str(e), row=e.row, field=e.field, source=target.name) from None

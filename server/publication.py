@@ -10,7 +10,7 @@ import time
 from collections import deque
 
 from cqlstream.engine.batch import Batch
-from cqlstream.server import encoders
+from cqlstream.io.formats import RESULT_FORMATS
 
 log = logging.getLogger("cqlstream.server")
 
@@ -35,7 +35,7 @@ class ResultChunk:
             with self._lock:
                 got = self._enc.get(fmt)
                 if got is None:
-                    got = self._enc[fmt] = encoders.encode(self.batch, fmt)
+                    got = self._enc[fmt] = RESULT_FORMATS[fmt].elements(self.batch)
         return got
 
 

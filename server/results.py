@@ -12,7 +12,7 @@ from __future__ import annotations
 import anyio
 import numpy as np
 from anyio import to_thread
-from cqlstream.server import encoders
+from cqlstream.io.formats import RESULT_FORMATS
 from cqlstream.server.publication import ResultChunk, Subscriber
 from starlette.responses import Response
 
@@ -38,6 +38,7 @@ class ResultsResponse(Response):
     ):
         self.sub = sub
         self.fmt = fmt
+        self.format = RESULT_FORMATS[fmt]
         self.head = head
         self.follow = follow
         self.limit = limit
@@ -48,7 +49,7 @@ class ResultsResponse(Response):
         self.sent = 0
         self.status_code = 200
         self.background = None
-        self.media_type = encoders.MEDIA[fmt]
+        self.media_type = self.format.media_type
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
     async def __call__(self, scope, receive, send) -> None:
@@ -57,10 +58,7 @@ class ResultsResponse(Response):
                 "type": "http.response.start",
                 "status": 200,
                 "headers": [
-                    (
-                        b"content-type",
-                        encoders.MEDIA[self.fmt].encode() + (b"; charset=utf-8" if self.fmt != "json" else b""),
-                    ),
+                    (b"content-type", self.format.content_type.encode()),
                     (b"cache-control", b"no-cache"),
                     (b"x-accel-buffering", b"no"),
                     *self.raw_headers,
@@ -136,11 +134,11 @@ class ResultsResponse(Response):
         sub = self.sub
         await self._send(send, self.head)
         if self.snapshot_chunk is not None and await self._emit(send, self.snapshot_chunk):
-            return await self._send(send, encoders.trailer(self.fmt))
+            return await self._send(send, self.format.footer())
         if sub is None or not self.follow:
-            return await self._send(send, encoders.trailer(self.fmt))
+            return await self._send(send, self.format.footer())
         if self.limit is not None and self.sent >= self.limit:
-            return await self._send(send, encoders.trailer(self.fmt))
+            return await self._send(send, self.format.footer())
         while True:
             chunk = sub.take()
             if chunk is not None:
@@ -150,8 +148,7 @@ class ResultsResponse(Response):
             if sub.lagged:
                 await self._send(
                     send,
-                    encoders.control(
-                        self.fmt,
+                    self.format.control(
                         "lagged",
                         {
                             "detail": f"this subscriber fell more than {sub.capacity} result elements behind and is "
@@ -161,7 +158,7 @@ class ResultsResponse(Response):
                 )
                 break
             if sub.ended:
-                await self._send(send, encoders.control(self.fmt, "end", {"detail": sub.ended}))
+                await self._send(send, self.format.control("end", {"detail": sub.ended}))
                 break
             sub.event.clear()
             sub.waiting = True
@@ -174,5 +171,5 @@ class ResultsResponse(Response):
                 woke = True
             sub.waiting = False
             if not woke:
-                await self._send(send, encoders.keepalive(self.fmt))
-        await self._send(send, encoders.trailer(self.fmt))
+                await self._send(send, self.format.keepalive())
+        await self._send(send, self.format.footer())

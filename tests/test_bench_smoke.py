@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from cqlstream.engine.stream_script import parse_script, run_script
+from cqlstream.io.script_runner import run_script
+from cqlstream.io.stream_script import parse_script
 
 from bench import operators, stream_queries
 from tests.test_stream_script import _reference_lines, net_lines

@@ -10,9 +10,9 @@ cancelling a `+` and a `-` of the same values, then sorted (`+` lines first, the
 group by text). Engine output is compared in that form, so transient +/- pairs are allowed.
 
 Every expected file is checked against both implementations:
-- the engine, through `engine.stream_script.run_script` (what `cqlstream run` does);
+- the engine, through `io.script_runner.run_script` (what `cqlstream run` does);
 - the reference evaluator (tests/reference), on both the analyzed and the optimized plan of
-  every query, with the sources read by `engine.stream_script.read_source`.
+  every query, with the sources read by `io.dat_source.read_source`.
 The engine also runs every case fed 1 and 3 source rows per scheduling round (results must not
 depend on batching).
 """
@@ -30,7 +30,9 @@ from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import register_source, register_view
 from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.parser import parse_query, parse_statement
-from cqlstream.engine.stream_script import parse_script, read_source, run_script
+from cqlstream.io.dat_source import read_source
+from cqlstream.io.script_runner import run_script
+from cqlstream.io.stream_script import parse_script
 
 from tests.reference import evaluate, format_result
 

@@ -1,4 +1,4 @@
-"""STREAM output text built in uint64 words (engine/stream_script.py `_format_chunk`): lines whose
+"""STREAM output text built in uint64 words (io/stream_text.py `_format_chunk`): lines whose
 fields all fit in 8 bytes (integers of up to 8 characters, booleans, NULLs) must be exactly the
 per-line reference text, whatever the chunk boundaries and value ranges (table, run and direct
 digit paths, negative numbers, fields straddling two words)."""
@@ -6,8 +6,8 @@ digit paths, negative numbers, fields straddling two words)."""
 from __future__ import annotations
 
 import numpy as np
-from cqlstream.engine import stream_script
-from cqlstream.engine.stream_script import format_output
+from cqlstream.io import stream_text
+from cqlstream.io.stream_text import format_output
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +53,7 @@ def test_word_lines_match_reference_text(rows, ncols):
 
 
 def test_word_lines_across_chunks_and_paths(monkeypatch):
-    monkeypatch.setattr(stream_script, "_CHUNK", 8000)  # two full chunks, then 1,000 rows
+    monkeypatch.setattr(stream_text, "_CHUNK", 8000)  # two full chunks, then 1,000 rows
     rng = np.random.default_rng(3)
     n = 17_000
     ts = np.sort(rng.integers(0, 40_000_000, n))  # runs of equal timestamps are rare here

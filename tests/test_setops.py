@@ -15,7 +15,7 @@ import pytest
 from cqlstream.cql import ast
 from cqlstream.cql.parser import parse_query
 from cqlstream.cql.printer import to_cql
-from cqlstream.engine.stream_script import run_script
+from cqlstream.io.script_runner import run_script
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

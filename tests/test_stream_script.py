@@ -18,14 +18,11 @@ from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.frontend import compile_query
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.stream_script import (
-    ScriptError,
-    SourceReader,
-    format_output,
-    parse_script,
-    read_source,
-    run_script,
-)
+from cqlstream.io.dat_source import SourceReader, read_source
+from cqlstream.io.errors import ScriptError
+from cqlstream.io.script_runner import run_script
+from cqlstream.io.stream_script import parse_script
+from cqlstream.io.stream_text import format_output
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -493,9 +490,9 @@ def _reference_lines(script_path: Path, step_text: str, compat=False) -> list[st
     """The reference evaluator's result of one query of a script, in net text form."""
     script = parse_script(script_path)
     cat = Catalog()
-    from cqlstream.engine.stream_script import _Registrar
+    from cqlstream.io.stream_script import Registrar
 
-    reg = _Registrar(script, None, compat)
+    reg = Registrar(script, None, compat)
     reg.catalog = cat
     reg.register_all()
     inputs = {}

@@ -11,8 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from cqlstream.engine.batch import Batch
-from cqlstream.server import encoders
-from cqlstream.server.ingest import IngestError, Target, parse
+from cqlstream.io.decoders import Target
+from cqlstream.io.errors import IngestError
+from cqlstream.io.formats import RESULT_FORMATS
+from cqlstream.io.formats import decode as parse
 
 from tests.server.formats import PARSERS
 
@@ -38,7 +40,8 @@ def _batch():
 def test_json_encodings_round_trip_exactly():
     b = _batch()
     for fmt in ("ndjson", "json", "sse"):
-        body = encoders.header(fmt, 1, "relation", [("i", "INTEGER")]) + encoders.encode(b, fmt) + encoders.trailer(fmt)
+        f = RESULT_FORMATS[fmt]
+        body = f.header(1, "relation", [("i", "INTEGER")]) + f.elements(b) + f.footer()
         elems, _ = PARSERS[fmt](body.decode())
         assert len(elems) == len(b)
         for (ts, sign, row), (ets, esign, erow) in zip(elems, b.elements()):
@@ -55,10 +58,10 @@ def test_xml_is_well_formed_and_round_trips():
     b = _batch()
     schema = [("i", "INTEGER"), ("f", "FLOAT"), ("b", "BOOLEAN"), ("t", "VARCHAR")]
     body = (
-        encoders.header("xml", 3, "stream", schema)
-        + encoders.encode(b, "xml")
-        + encoders.control("xml", "lagged", {"detail": 'a <b> & "c"'})
-        + encoders.trailer("xml")
+        RESULT_FORMATS["xml"].header(3, "stream", schema)
+        + RESULT_FORMATS["xml"].elements(b)
+        + RESULT_FORMATS["xml"].control("lagged", {"detail": 'a <b> & "c"'})
+        + RESULT_FORMATS["xml"].footer()
     )
     root = ET.fromstring(body)
     assert root.get("query") == "3" and root.find("lagged").get("detail") == 'a <b> & "c"'
@@ -71,10 +74,10 @@ def test_xml_is_well_formed_and_round_trips():
 
 def test_empty_batch_and_accept_negotiation():
     empty = Batch.empty([])
-    assert all(encoders.encode(empty, f) == b"" for f in encoders.FORMATS)
-    assert encoders.format_from_accept("text/event-stream") == "sse"
-    assert encoders.format_from_accept("application/xml;q=0.2, application/x-ndjson;q=0.9") == "ndjson"
-    assert encoders.format_from_accept("image/png") is None
+    assert all(f.elements(empty) == b"" for f in RESULT_FORMATS)
+    assert RESULT_FORMATS.from_accept("text/event-stream").name == "sse"
+    assert RESULT_FORMATS.from_accept("application/xml;q=0.2, application/x-ndjson;q=0.9").name == "ndjson"
+    assert RESULT_FORMATS.from_accept("image/png") is None
 
 
 T = Target("S", "stream", (("A", "int"), ("B", "float"), ("C", "varchar"), ("D", "bool")), False)
@@ -130,3 +133,15 @@ def test_large_ndjson_takes_the_columnar_path_and_errors_name_the_row():
     with pytest.raises(IngestError) as e:
         parse(bad.encode(), "application/x-ndjson", T)
     assert (e.value.row, e.value.field, e.value.status) == (15000, "A", 422)
+
+
+def test_in_process_arrow_tables_take_the_ingest_path():
+    from cqlstream.io.decoders import ArrowStream
+
+    tbl = pa.Table.from_pylist([{k.lower(): v for k, v in r.items()} for r in ROWS])
+    b = ArrowStream().decode_table(tbl, T).batch()
+    assert b.elements() == parse(_arrow(tbl), "application/vnd.apache.arrow.stream", T).batch().elements()
+    assert b.elements() == [(1, 1, (1, 0.5, "x", True)), (2, 1, (-3, 2.0, 'ü,"q"', False))]
+    with pytest.raises(IngestError) as e:
+        ArrowStream().decode_table(tbl.drop_columns(["c"]), T)
+    assert e.value.field == "C"

@@ -1,62 +1,26 @@
 """Result encoders: a whole result batch becomes text at once (pyarrow string kernels), never per tuple.
 
-Formats (one element per result tuple, with its timestamp and sign):
+Each format is a `ResultFormat`: its name, media type, and the bytes of a result stream's header,
+elements, control messages (`lagged`, `end`), keep-alives and footer. One element per result tuple,
+with its timestamp and sign:
 - `ndjson`: `{"ts":5,"sign":1,"row":[1,"x",null]}` per line;
 - `json`: the same objects as one streamed JSON array (`[` … `,` … `]`);
 - `sse`: `data: {…same object…}` events (after an `open` event carrying the schema);
 - `xml` (STREAM style): `<tuple ts="5" sign="+"><v>1</v><v>x</v><v null="true"/></tuple>` inside
   `<results query=… kind=…>`, after a `<schema>` element.
-Control messages (`lagged`, `end`) are `{"event": …}` objects / SSE events / XML elements.
+Control messages are `{"event": …}` objects / SSE events / XML elements. The table of formats is
+io/formats.py.
 """
 
 from __future__ import annotations
 
 import json
-from xml.sax.saxutils import escape, quoteattr
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from cqlstream.engine.batch import Batch
-
-FORMATS = ("ndjson", "json", "sse", "xml")
-MEDIA = {
-    "ndjson": "application/x-ndjson",
-    "json": "application/json",
-    "sse": "text/event-stream",
-    "xml": "application/xml",
-}
-_BY_MEDIA = {
-    "application/x-ndjson": "ndjson",
-    "application/ndjson": "ndjson",
-    "application/jsonl": "ndjson",
-    "application/json": "json",
-    "text/event-stream": "sse",
-    "application/xml": "xml",
-    "text/xml": "xml",
-}
-
-
-def format_from_accept(accept: str | None) -> str | None:
-    """The first supported format named by an Accept header (None when it names none of them)."""
-    if not accept:
-        return None
-    ranked = []
-    for i, part in enumerate(accept.split(",")):
-        bits = [b.strip() for b in part.split(";")]
-        q = 1.0
-        for b in bits[1:]:
-            if b.startswith("q="):
-                try:
-                    q = float(b[2:])
-                except ValueError:
-                    q = 0.0
-        ranked.append((-q, i, bits[0].lower()))
-    for _, _, mt in sorted(ranked):
-        if mt in _BY_MEDIA:
-            return _BY_MEDIA[mt]
-    return None
-
 
 # ---------------------------------------------------------------- value columns as text
 
@@ -162,64 +126,141 @@ def xml_elements(b: Batch) -> bytes:
     return _body(pc.binary_join_element_wise(*parts, ""))
 
 
-def encode(b: Batch, fmt: str) -> bytes:
-    """The elements of `b` in `fmt`, ready to be concatenated after earlier output of the same
-    subscription (JSON elements are each followed by ',\n'; the trailer closes the array)."""
-    if fmt == "xml":
-        return xml_elements(b)
-    lines = ndjson_lines(b)
-    if fmt == "ndjson" or not lines:
-        return lines
-    if fmt == "json":
-        return lines.replace(b"}\n", b"},\n")
-    if fmt == "sse":
-        return b"data: " + lines[:-1].replace(b"\n", b"\n\ndata: ") + b"\n\n"
-    raise ValueError(fmt)
+# ---------------------------------------------------------------- the formats
 
 
-# ---------------------------------------------------------------- framing
+class ResultFormat:
+    """A result stream format: a subclass sets the class attributes and writes `elements`; the
+    framing methods default to nothing."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]  # for help texts
+    media_type: ClassVar[str]  # the reply's Content-Type
+    aliases: ClassVar[tuple[str, ...]] = ()  # other media types an Accept header may name
+    charset: ClassVar[bool] = True  # the Content-Type carries `; charset=utf-8`
+    openapi: ClassVar[dict[str, Any]] = {"schema": {"type": "string"}}  # the OpenAPI content entry
+
+    @property
+    def content_type(self) -> str:
+        return self.media_type + ("; charset=utf-8" if self.charset else "")
+
+    def header(self, query_id: int, kind: str, schema: list[tuple[str, str]]) -> bytes:
+        """What opens the stream (before any element); `schema` is (name, type) per column."""
+        return b""
+
+    def elements(self, b: Batch) -> bytes:
+        """The elements of `b`, ready to follow earlier output of the same stream."""
+        raise NotImplementedError
+
+    def control(self, event: str, info: dict[str, Any]) -> bytes:
+        """A control message (`lagged`, `end`) with its details."""
+        raise NotImplementedError
+
+    def keepalive(self) -> bytes:
+        """Bytes that change nothing for a reader (to notice dead connections, keep proxies open)."""
+        return b""
+
+    def footer(self) -> bytes:
+        """What closes the stream."""
+        return b""
 
 
-def header(fmt: str, query_id: int, kind: str, schema: list[tuple[str, str]]) -> bytes:
-    if fmt == "json":
+class Ndjson(ResultFormat):
+    name = "ndjson"
+    label = "NDJSON"
+    media_type = "application/x-ndjson"
+    aliases = ("application/ndjson", "application/jsonl")
+    openapi: ClassVar[dict[str, Any]] = {
+        "schema": {"type": "string"},
+        "example": '{"ts":5,"sign":1,"row":[1,"x",null]}\n',
+    }
+
+    def elements(self, b: Batch) -> bytes:
+        return ndjson_lines(b)
+
+    def control(self, event: str, info: dict[str, Any]) -> bytes:
+        return json.dumps({"event": event, **info}).encode() + b"\n"
+
+
+class JsonArray(ResultFormat):
+    """One streamed JSON array: every element is followed by ',\n'; the footer closes the array
+    (with a last `close` event, so no element needs to know it is the last)."""
+
+    name = "json"
+    label = "JSON"
+    media_type = "application/json"
+    charset = False  # JSON is UTF-8 by definition
+    openapi: ClassVar[dict[str, Any]] = {"schema": {"type": "array", "items": {"type": "object"}}}
+
+    def header(self, query_id: int, kind: str, schema: list[tuple[str, str]]) -> bytes:
         return b"[\n"
-    if fmt == "sse":
+
+    def elements(self, b: Batch) -> bytes:
+        return ndjson_lines(b).replace(b"}\n", b"},\n")
+
+    def control(self, event: str, info: dict[str, Any]) -> bytes:
+        return json.dumps({"event": event, **info}).encode() + b",\n"
+
+    def keepalive(self) -> bytes:
+        return b"\n"
+
+    def footer(self) -> bytes:
+        return b'{"event":"close"}\n]\n'
+
+
+class Sse(ResultFormat):
+    """Server-Sent Events: an `open` event with the schema, a `data:` event per element."""
+
+    name = "sse"
+    label = "SSE"
+    media_type = "text/event-stream"
+
+    def header(self, query_id: int, kind: str, schema: list[tuple[str, str]]) -> bytes:
         info = {"event": "open", "query": query_id, "kind": kind, "schema": [{"name": n, "type": t} for n, t in schema]}
         return b"retry: 3000\nevent: open\ndata: " + json.dumps(info).encode() + b"\n\n"
-    if fmt == "xml":
+
+    def elements(self, b: Batch) -> bytes:
+        lines = ndjson_lines(b)
+        return b"data: " + lines[:-1].replace(b"\n", b"\n\ndata: ") + b"\n\n" if lines else b""
+
+    def control(self, event: str, info: dict[str, Any]) -> bytes:
+        return f"event: {event}\ndata: {json.dumps({'event': event, **info})}\n\n".encode()
+
+    def keepalive(self) -> bytes:
+        return b": keepalive\n\n"
+
+
+class Xml(ResultFormat):
+    """STREAM-style XML: `<results>` with a `<schema>`, then a `<tuple>` per element."""
+
+    name = "xml"
+    label = "XML"
+    media_type = "application/xml"
+    aliases = ("text/xml",)
+
+    def header(self, query_id: int, kind: str, schema: list[tuple[str, str]]) -> bytes:
+        from xml.sax.saxutils import quoteattr  # here: it imports urllib, which start-up need not pay for
+
         attrs = "".join(f"<attribute name={quoteattr(n)} type={quoteattr(t)}/>" for n, t in schema)
         return (
             f'<?xml version="1.0" encoding="UTF-8"?>\n<results query="{query_id}" kind="{kind}">\n'
             f"<schema>{attrs}</schema>\n"
         ).encode()
-    return b""
 
+    def elements(self, b: Batch) -> bytes:
+        return xml_elements(b)
 
-def control(fmt: str, event: str, info: dict) -> bytes:
-    """A control message (lagged / end) in `fmt`; in JSON it is the array's last element."""
-    obj = {"event": event, **info}
-    if fmt == "ndjson":
-        return json.dumps(obj).encode() + b"\n"
-    if fmt == "json":
-        return json.dumps(obj).encode() + b",\n"
-    if fmt == "sse":
-        return f"event: {event}\ndata: {json.dumps(obj)}\n\n".encode()
-    attrs = "".join(f" {k}={quoteattr(str(v))}" for k, v in info.items())
-    return f"<{escape(event)}{attrs}/>\n".encode()
+    def control(self, event: str, info: dict[str, Any]) -> bytes:
+        from xml.sax.saxutils import escape, quoteattr
 
+        attrs = "".join(f" {k}={quoteattr(str(v))}" for k, v in info.items())
+        return f"<{escape(event)}{attrs}/>\n".encode()
 
-def trailer(fmt: str) -> bytes:
-    if fmt == "json":
-        return b'{"event":"close"}\n]\n'
-    if fmt == "xml":
-        return b"</results>\n"
-    return b""
-
-
-def keepalive(fmt: str) -> bytes:
-    """Bytes that change nothing for a reader of `fmt` (to notice dead connections, keep proxies open)."""
-    if fmt == "sse":
-        return b": keepalive\n\n"
-    if fmt in ("json", "xml"):
+    def keepalive(self) -> bytes:
         return b"\n"
-    return b""
+
+    def footer(self) -> bytes:
+        return b"</results>\n"
+
+
+__all__ = ["JsonArray", "Ndjson", "ResultFormat", "Sse", "Xml", "ndjson_lines", "xml_elements"]

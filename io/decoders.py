@@ -1,4 +1,5 @@
-"""Request bodies → typed columns for one push: JSON array, NDJSON, CSV, Arrow IPC stream.
+"""Ingest decoders: request bodies → typed columns for one push (JSON array, NDJSON, CSV, Arrow IPC
+stream), each format an `IngestFormat` (its media types, its decoder, and the client's encoder of rows).
 
 Every push is validated whole before anything reaches the engine; errors name the 0-based row and
 the field. The NDJSON, CSV and Arrow paths are columnar (pyarrow parses, numpy holds the columns);
@@ -13,6 +14,8 @@ Row shapes:
 - CSV: a header line naming the fields, then one line per row; an empty field is NULL for
   non-text columns; signs may be written `+`/`-`.
 - Arrow IPC stream: one column per field, cast safely to the declared types.
+
+The table of formats is io/formats.py.
 """
 
 from __future__ import annotations
@@ -21,46 +24,15 @@ import csv
 import io
 import json
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from cqlstream.engine.batch import Batch
+from cqlstream.io.errors import IngestError
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-MEDIA_JSON = "application/json"
-MEDIA_NDJSON = "application/x-ndjson"
-MEDIA_CSV = "text/csv"
-MEDIA_ARROW = "application/vnd.apache.arrow.stream"
-MEDIA_TYPES = (MEDIA_JSON, MEDIA_NDJSON, MEDIA_CSV, MEDIA_ARROW)
-_ALIASES = {
-    "application/ndjson": MEDIA_NDJSON,
-    "application/jsonl": MEDIA_NDJSON,
-    "application/json-lines": MEDIA_NDJSON,
-    "application/jsonlines": MEDIA_NDJSON,
-    "application/vnd.apache.arrow.file": MEDIA_ARROW,
-    "application/x-arrow": MEDIA_ARROW,
-}
-
-
-class IngestError(ValueError):
-    """A rejected body: `status` 400 (malformed) or 422 (well-formed but wrong); `row` 0-based."""
-
-    def __init__(
-        self,
-        message: str,
-        row: int | None = None,
-        field: str | None = None,
-        *,
-        status: int = 422,
-        code: str = "invalid_input",
-    ):
-        super().__init__(message)
-        self.row = row
-        self.field = field
-        self.status = status
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -103,29 +75,6 @@ class Parsed:
         return Batch(
             self.cols, self.nulls, np.asarray(t, np.int64), sign.astype(np.int8, copy=False), np.zeros(n, np.uint64)
         )
-
-
-def media_type(content_type: str | None) -> str:
-    mt = (content_type or "").split(";")[0].strip().lower()
-    mt = _ALIASES.get(mt, mt)
-    if mt not in MEDIA_TYPES:
-        raise IngestError(
-            f"unsupported Content-Type '{content_type or ''}'; use one of {', '.join(MEDIA_TYPES)}",
-            status=415,
-            code="unsupported_media_type",
-        )
-    return mt
-
-
-def parse(body: bytes, content_type: str | None, target: Target) -> Parsed:
-    mt = media_type(content_type)
-    if mt == MEDIA_ARROW:
-        return _parse_arrow(body, target)
-    if mt == MEDIA_CSV:
-        return _parse_csv(body, target)
-    if mt == MEDIA_NDJSON:
-        return _parse_ndjson(body, target)
-    return _parse_json(body, target)
 
 
 # ---------------------------------------------------------------- arrow types
@@ -493,6 +442,12 @@ def _parse_arrow(body: bytes, target: Target) -> Parsed:
             tbl = pa.ipc.open_file(pa.py_buffer(body)).read_all()
         except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
             raise IngestError(f"malformed Arrow IPC stream: {e}", status=400, code="malformed_body") from None
+    return arrow_table_columns(tbl, target)
+
+
+def arrow_table_columns(tbl: pa.Table, target: Target) -> Parsed:
+    """An Arrow table (one column per field, names matched case-insensitively) as typed columns:
+    the Arrow IPC body's path, and the entry point of in-process Arrow sources."""
     fields = target.fields()
     lower = {f.lower(): f for f in fields}
     names: dict[str, str] = {}
@@ -539,3 +494,113 @@ def _parse_arrow(body: bytes, target: Target) -> Parsed:
         cols[f] = arr
     t2 = pa.table({f: cols[f] for f in fields})
     return _from_table(t2, target, {f: f for f in fields})
+
+
+# ---------------------------------------------------------------- the formats
+
+_ROW = {"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "array"}]}
+
+
+class IngestFormat:
+    """A push body format: a subclass sets the class attributes and writes `decode` (the server's
+    side) and `encode_rows` (the client's side)."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]  # for help texts
+    media_type: ClassVar[str]  # the Content-Type a client sends
+    aliases: ClassVar[tuple[str, ...]] = ()  # other Content-Types accepted for it
+    openapi: ClassVar[dict[str, Any]] = {"schema": {"type": "string"}}  # the OpenAPI requestBody content entry
+
+    def decode(self, body: bytes, target: Target) -> Parsed:
+        """The whole body as typed columns for `target`, or an IngestError naming the row and field."""
+        raise NotImplementedError
+
+    def encode_rows(self, rows: Any) -> bytes:
+        """A body in this format for rows (dicts `{ts, [sign], A, ...}` or lists `[ts, [sign], A, ...]`)."""
+        raise NotImplementedError
+
+
+class JsonRows(IngestFormat):
+    name = "json"
+    label = "JSON"
+    media_type = "application/json"
+    openapi: ClassVar[dict[str, Any]] = {
+        "schema": {"type": "array", "items": _ROW},
+        "example": [{"ts": 1, "A": 1, "B": 0.5}, {"ts": 2, "A": 2, "B": 1.5}],
+    }
+
+    def decode(self, body: bytes, target: Target) -> Parsed:
+        return _parse_json(body, target)
+
+    def encode_rows(self, rows: Any) -> bytes:
+        return json.dumps(list(rows)).encode()
+
+
+class NdjsonRows(IngestFormat):
+    name = "ndjson"
+    label = "NDJSON"
+    media_type = "application/x-ndjson"
+    aliases = ("application/ndjson", "application/jsonl", "application/json-lines", "application/jsonlines")
+    openapi: ClassVar[dict[str, Any]] = {"schema": {"type": "string"}, "example": '{"ts": 1, "A": 1, "B": 0.5}\n'}
+
+    def decode(self, body: bytes, target: Target) -> Parsed:
+        return _parse_ndjson(body, target)
+
+    def encode_rows(self, rows: Any) -> bytes:
+        return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+class CsvRows(IngestFormat):
+    name = "csv"
+    label = "CSV"
+    media_type = "text/csv"
+    openapi: ClassVar[dict[str, Any]] = {"schema": {"type": "string"}, "example": "ts,A,B\n1,1,0.5\n"}
+
+    def decode(self, body: bytes, target: Target) -> Parsed:
+        return _parse_csv(body, target)
+
+    def encode_rows(self, rows: Any) -> bytes:
+        rows = list(rows)
+        if not rows or not isinstance(rows[0], dict):
+            raise ValueError("CSV pushes take dict rows (the header comes from their keys)")
+        out = io.StringIO()
+        w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        return out.getvalue().encode()
+
+
+class ArrowStream(IngestFormat):
+    name = "arrow"
+    label = "Arrow"
+    media_type = "application/vnd.apache.arrow.stream"
+    aliases = ("application/vnd.apache.arrow.file", "application/x-arrow")
+    openapi: ClassVar[dict[str, Any]] = {"schema": {"type": "string", "format": "binary"}}
+
+    def decode(self, body: bytes, target: Target) -> Parsed:
+        return _parse_arrow(body, target)
+
+    def decode_table(self, table: pa.Table, target: Target) -> Parsed:
+        """An Arrow table already in memory (no IPC round trip), checked and cast like a body."""
+        return arrow_table_columns(table, target)
+
+    def encode_rows(self, rows: Any) -> bytes:
+        if not isinstance(rows, (pa.Table, pa.RecordBatch)):
+            raise ValueError("Arrow pushes take a pyarrow Table or RecordBatch")
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, rows.schema) as w:
+            w.write(rows)
+        return sink.getvalue()
+
+
+__all__ = [
+    "ArrowStream",
+    "CsvRows",
+    "IngestError",
+    "IngestFormat",
+    "JsonRows",
+    "NdjsonRows",
+    "Parsed",
+    "Target",
+    "arrow_table_columns",
+]

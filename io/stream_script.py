@@ -1,0 +1,379 @@
+"""STREAM 0.6 script files: parsing, pairing and checking their declarations, and registering them.
+
+A script registers tables with their source files, views (`vquery` + `vtable`) and queries with
+their destination files (docs/formats.md)::
+
+    table : register stream S (A integer, B float, C byte, D char(4));
+    source : data/S.dat
+    vquery : select * from S where A > 1;
+    vtable : register stream BigS (A integer, B float, C byte, D char(4));
+    query : select A, B from BigS [Rows 2];
+    dest : out/q1
+
+Every user error is a `ScriptError` whose text is `path:line: reason`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from cqlstream.cql import ast, ddl
+from cqlstream.cql.analyzer import AnalyzeOptions, analyze
+from cqlstream.cql.catalog import Catalog, SourceDef
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.frontend import compile_query
+from cqlstream.cql.parser import parse_query, parse_statement
+from cqlstream.cql.types import resolve as resolve_type
+from cqlstream.io.dat_source import check_type_line
+from cqlstream.io.errors import ScriptError
+
+KEYWORDS = ("table", "source", "vquery", "vtable", "query", "dest")
+_STATEMENT_KEYWORDS = ("table", "vquery", "vtable", "query")
+_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*:(.*)$", re.S)
+
+
+class TableDecl(NamedTuple):
+    ddl: str
+    source: Path
+    line: int
+
+
+class ViewDecl(NamedTuple):
+    cql: str  # the vquery
+    ddl: str  # the vtable registration
+    line: int  # line of `vquery`
+
+
+class QueryDecl(NamedTuple):
+    cql: str
+    dest: Path
+    line: int
+
+
+@dataclass
+class Step:
+    """One declaration, in file order, with everything needed to map errors to lines.
+
+    `text` is the statement (DDL or CQL) as written, starting on line `line` at 1-based column
+    `col`; `file`/`file_line` the source or destination; for views also the vtable's DDL."""
+
+    kind: str  # 'table' | 'view' | 'query'
+    text: str
+    line: int
+    col: int
+    file: Path | None = None
+    file_text: str = ""
+    file_line: int | None = None
+    ddl: str = ""
+    ddl_line: int | None = None
+    ddl_col: int = 1
+
+
+@dataclass
+class Script:
+    path: Path
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    @property
+    def tables(self) -> list[TableDecl]:
+        return [TableDecl(s.text, s.file, s.line) for s in self.steps if s.kind == "table"]
+
+    @property
+    def views(self) -> list[ViewDecl]:
+        return [ViewDecl(s.text, s.ddl, s.line) for s in self.steps if s.kind == "view"]
+
+    @property
+    def queries(self) -> list[QueryDecl]:
+        return [QueryDecl(s.text, s.file, s.line) for s in self.steps if s.kind == "query"]
+
+
+def _statement_end(text: str, state: dict) -> int:
+    """Index of the `;` ending a statement in `text` (one line), or -1. `state` carries quotes and
+    block comments across lines. CQL: '...' strings, "..." and `...` names, -- and /* */ comments."""
+    i, n = 0, len(text)
+    while i < n:
+        q = state.get("quote")
+        c = text[i]
+        if state.get("block"):
+            j = text.find("*/", i)
+            if j < 0:
+                return -1
+            state["block"] = False
+            i = j + 2
+            continue
+        if q:
+            if c == q:
+                if i + 1 < n and text[i + 1] == q:  # doubled quote inside a string
+                    i += 2
+                    continue
+                state["quote"] = None
+            i += 1
+            continue
+        if c in "'\"`":
+            state["quote"] = c
+        elif c == "-" and text.startswith("--", i):
+            return -1
+        elif c == "/" and text.startswith("/*", i):
+            state["block"] = True
+            i += 2
+            continue
+        elif c == ";":
+            return i
+        i += 1
+    return -1
+
+
+def _read_items(path: Path, text: str):
+    """(keyword, statement or file text, line, column of the text) for every item of the script."""
+    lines = text.split("\n")
+    items = []
+    i = 0
+    while i < len(lines):
+        raw = lines[i].rstrip("\r")
+        lineno = i + 1
+        i += 1
+        s = raw.strip()
+        if not s or s.startswith("#"):
+            continue
+        m = _LINE.match(raw)
+        if not m:
+            raise ScriptError(
+                path, lineno, f"expected 'keyword : ...' with one of {', '.join(KEYWORDS)}; found {s[:40]!r}"
+            )
+        kw = m.group(1).lower()
+        if kw not in KEYWORDS:
+            raise ScriptError(path, lineno, f"unknown keyword '{m.group(1)}' (expected one of {', '.join(KEYWORDS)})")
+        col = m.start(2) + 1
+        rest = m.group(2)
+        if kw not in _STATEMENT_KEYWORDS:
+            name = rest.strip()
+            if not name:
+                raise ScriptError(path, lineno, f"'{kw}' needs a file name")
+            items.append((kw, name, lineno, col))
+            continue
+        # a statement: up to the ';' that ends it, possibly several lines later
+        state: dict = {}
+        parts = []
+        cur, cur_line = rest, lineno
+        while True:
+            end = _statement_end(cur, state)
+            if end >= 0:
+                parts.append(cur[: end + 1])
+                tail = cur[end + 1 :].strip()
+                if tail and not tail.startswith("#") and not tail.startswith("--"):
+                    raise ScriptError(
+                        path, cur_line, f"unexpected text after ';': {tail[:40]!r} (one statement per '{kw} :' line)"
+                    )
+                break
+            parts.append(cur)
+            if i >= len(lines):
+                raise ScriptError(path, lineno, f"the {kw} statement does not end with ';'")
+            cur = lines[i].rstrip("\r")
+            cur_line = i + 1
+            i += 1
+            if cur.strip().startswith("#") and not state.get("quote") and not state.get("block"):
+                cur = ""  # a script comment inside a statement (kept as a blank line: lines still match)
+            elif (
+                not state.get("quote")
+                and not state.get("block")
+                and _LINE.match(cur)
+                and _LINE.match(cur).group(1).lower() in KEYWORDS
+            ):
+                raise ScriptError(
+                    path,
+                    lineno,
+                    f"the {kw} statement does not end with ';' "
+                    f"(line {cur_line} starts a new '{_LINE.match(cur).group(1)} :')",
+                )
+        items.append((kw, "\n".join(parts), lineno, col))
+    return items
+
+
+def _resolve(folder: Path, name: str) -> Path:
+    p = Path(os.path.expanduser(name))
+    return p if p.is_absolute() else folder / p
+
+
+def parse_script(path, *, compat: bool = False) -> Script:
+    """Read and check a STREAM script: pairing of table/source, vquery/vtable and query/dest,
+    existence of source files and their type lines, and every CQL statement (analyzed in order
+    against a scratch catalog). Raises ScriptError with the script line of the first problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScriptError(path, None, "script not found") from None
+    except IsADirectoryError:
+        raise ScriptError(path, None, "is a folder, not a script") from None
+    except UnicodeDecodeError as e:
+        raise ScriptError(path, _line_of_offset(path, e.start), "not UTF-8 text") from None
+    except OSError as e:
+        raise ScriptError(path, None, f"cannot read script: {e.strerror or e}") from None
+    script = Script(path)
+    folder = path.parent
+    pending: Step | None = None  # a table waiting for its source, a vquery for its vtable, a query for its dest
+    need = {"table": "source", "view": "vtable", "query": "dest"}
+    dests: dict[Path, int] = {}
+    for kw, body, line, col in _read_items(path, text):
+        if pending is not None:
+            expected = need[pending.kind]
+            if kw != expected:
+                what = {"table": "table", "view": "vquery", "query": "query"}[pending.kind]
+                raise ScriptError(
+                    path, pending.line, f"'{what}' must be followed by '{expected} :' (found '{kw} :' on line {line})"
+                )
+            if kw == "source":
+                pending.file = _resolve(folder, body)
+                pending.file_text, pending.file_line = body, line
+                if not pending.file.is_file():
+                    why = "is a folder" if pending.file.is_dir() else "not found"
+                    raise ScriptError(path, line, f"source file '{body}' {why} (looked for {pending.file})")
+            elif kw == "dest":
+                pending.file = _resolve(folder, body)
+                pending.file_text, pending.file_line = body, line
+                if pending.file in dests:
+                    raise ScriptError(
+                        path, line, f"dest '{body}' is already written by the query of line {dests[pending.file]}"
+                    )
+                dests[pending.file] = pending.line
+            else:  # vtable
+                pending.ddl, pending.ddl_line, pending.ddl_col = body, line, col
+            script.steps.append(pending)
+            pending = None
+            continue
+        if kw in ("source", "dest", "vtable"):
+            owner = {"source": "table", "dest": "query", "vtable": "vquery"}[kw]
+            raise ScriptError(path, line, f"'{kw} :' without a preceding '{owner} :'")
+        kind = {"table": "table", "vquery": "view", "query": "query"}[kw]
+        pending = Step(kind, body, line, col)
+    if pending is not None:
+        expected = need[pending.kind]
+        what = {"table": "table", "view": "vquery", "query": "query"}[pending.kind]
+        raise ScriptError(path, pending.line, f"'{what}' must be followed by '{expected} :' (found end of script)")
+    Registrar(script, None, compat).register_all()
+    return script
+
+
+def _line_of_offset(path: Path, offset: int) -> int:
+    try:
+        with open(path, "rb") as f:
+            return f.read(offset).count(b"\n") + 1
+    except OSError:
+        return 1
+
+
+# ------------------------------------------------------------------ registration
+
+
+def _type_kind_group(kind: str) -> str:
+    return {"char": "text", "varchar": "text", "byte": "text", "timestamp": "int"}.get(kind, kind)
+
+
+class Registrar:
+    """Registers a script's declarations in order, into a Dsms or (for checking) a bare catalog,
+    turning every CqlError into a ScriptError on the script line it comes from."""
+
+    def __init__(self, script: Script, dsms, compat: bool):
+        self.script = script
+        self.dsms = dsms
+        self.compat = compat
+        self.catalog: Catalog = dsms.catalog if dsms is not None else Catalog()
+        self.sources: list[tuple[Step, SourceDef]] = []
+        self.queries: list[tuple[Step, object]] = []  # (step, QueryHandle or CompiledQuery)
+
+    def _err(self, e: CqlError, line: int, col: int) -> ScriptError:
+        if e.line is None:
+            return ScriptError(self.script.path, line, e.reason)
+        column = (e.column + col - 1) if e.line == 1 and e.column else e.column
+        return ScriptError(self.script.path, line + e.line - 1, e.reason, column)
+
+    def register_all(self) -> None:
+        for step in self.script.steps:
+            getattr(self, "_" + step.kind)(step)
+
+    def _ddl(self, text: str, line: int, col: int, what: str) -> ast.RegisterSource:
+        try:
+            stmt = parse_statement(text)
+        except CqlError as e:
+            raise self._err(e, line, col) from None
+        if not isinstance(stmt, ast.RegisterSource):
+            raise ScriptError(self.script.path, line, f"'{what} :' needs 'register stream|relation Name (...);'")
+        return stmt
+
+    def _table(self, step: Step) -> None:
+        stmt = self._ddl(step.text, step.line, step.col, "table")
+        try:
+            d = self.dsms.register_source(stmt) if self.dsms is not None else ddl.register_source(self.catalog, stmt)
+        except CqlError as e:
+            raise self._err(e, step.line, step.col) from None
+        check_type_line(step.file, d)
+        self.sources.append((step, d))
+
+    def _view(self, step: Step) -> None:
+        path = self.script.path
+        try:
+            q = parse_query(step.text)
+        except CqlError as e:
+            raise self._err(e, step.line, step.col) from None
+        vt = self._ddl(step.ddl, step.ddl_line, step.ddl_col, "vtable")
+        try:
+            plan = analyze(q, self.catalog, text=step.text).plan
+        except CqlError as e:
+            raise self._err(e, step.line, step.col) from None
+        kind = "stream" if plan.is_stream else "relation"
+        if vt.kind != kind:
+            hint = (
+                "wrap the vquery in Istream(...), Dstream(...) or Rstream(...)"
+                if vt.kind == "stream"
+                else "declare it 'register stream'"
+            )
+            raise ScriptError(
+                path,
+                step.ddl_line,
+                f"vtable '{vt.name}' is declared a {vt.kind} but its vquery (line {step.line}) yields a {kind}; {hint}",
+            )
+        if len(vt.attrs) != len(plan.schema):
+            raise ScriptError(
+                path,
+                step.ddl_line,
+                f"vtable '{vt.name}' declares {len(vt.attrs)} attributes but "
+                f"its vquery (line {step.line}) returns {len(plan.schema)}",
+            )
+        for a, got in zip(vt.attrs, plan.schema):
+            try:
+                want = resolve_type(a.type)
+            except CqlError as e:
+                raise self._err(e, step.ddl_line, step.ddl_col) from None
+            if got.type.kind != "null" and _type_kind_group(want.kind) != _type_kind_group(got.type.kind):
+                raise ScriptError(
+                    path,
+                    step.ddl_line,
+                    f"vtable '{vt.name}' declares {a.name} {want} but its "
+                    f"vquery (line {step.line}) gives {got.name} {got.type}",
+                )
+        rv = ast.RegisterView(vt.name, tuple(a.name for a in vt.attrs), q, pos=vt.pos)
+        try:
+            ddl.register_view(self.catalog, rv, step.text)
+        except CqlError as e:
+            raise self._err(e, step.ddl_line, step.ddl_col) from None
+
+    def _query(self, step: Step) -> None:
+        try:
+            if self.dsms is not None:
+                h = self.dsms.register_query(step.text)
+            else:
+                h = compile_query(step.text, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
+        except CqlError as e:
+            raise self._err(e, step.line, step.col) from None
+        self.queries.append((step, h))
+
+
+__all__ = ["KEYWORDS", "QueryDecl", "Script", "ScriptError", "Step", "TableDecl", "ViewDecl", "parse_script"]
