@@ -135,7 +135,7 @@ def _demo_queries(path: Path) -> str:
     for s in script.steps:
         if s.kind == "query":
             text = " ".join(s.text.split())
-            out.append(f"  {s.file.name}: {text}")
+            out.append(f"  {s.paired_file.name}: {text}")
         elif s.kind == "view":
             name = s.ddl.split("(")[0].split()[-1]
             out.append(f"  {name} (a view): {' '.join(s.text.split())}")
@@ -201,7 +201,7 @@ def cmd_plan(args) -> int:
     except httpx.HTTPError as e:
         print(f"cqlstream plan: cannot reach {args.url}: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(out, indent=2) if args.json else out.rstrip("\n"))
+    print(json.dumps(out, indent=2) if isinstance(out, dict) else out.rstrip("\n"))
     return 0
 
 

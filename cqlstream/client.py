@@ -119,7 +119,8 @@ def _raise_for(r: httpx.Response) -> None:
             raise ValueError
     except ValueError:
         problem = {"code": "http_error", "detail": r.text[:500]}
-    cls = _BY_CODE.get(problem.get("code")) or _BY_STATUS.get(
+    code = problem.get("code")
+    cls = (_BY_CODE.get(code) if isinstance(code, str) else None) or _BY_STATUS.get(
         r.status_code, ServerError if r.status_code >= 500 else CqlstreamError
     )
     raise cls(r.status_code, problem)
