@@ -112,7 +112,7 @@ class Script:
         return [QueryDecl(s.text, s.paired_file, s.line) for s in self.steps if s.kind == "query"]
 
 
-def _statement_end(text: str, state: dict) -> int:
+def _statement_end(text: str, state: dict[str, str | bool | None]) -> int:
     """Index of the `;` ending a statement in `text` (one line), or -1. `state` carries quotes and
     block comments across lines. CQL: '...' strings, "..." and `...` names, -- and /* */ comments."""
     i, n = 0, len(text)
@@ -177,7 +177,7 @@ def _read_items(path: Path, text: str) -> list[tuple[str, str, int, int]]:
             items.append((kw, name, lineno, col))
             continue
         # a statement: up to the ';' that ends it, possibly several lines later
-        state: dict = {}
+        state: dict[str, str | bool | None] = {}
         parts = []
         cur, cur_line = rest, lineno
         while True:
