@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
@@ -14,8 +16,11 @@ from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
 from cqlstream.engine.errors import EngineError
 
+if TYPE_CHECKING:
+    from cqlstream.client import Client
 
-def _read_ddl(args) -> str:
+
+def _read_ddl(args: argparse.Namespace) -> str:
     parts = []
     for path in args.ddl_file or []:
         try:
@@ -27,7 +32,7 @@ def _read_ddl(args) -> str:
     return ";\n".join(parts)
 
 
-def cmd_explain(args) -> int:
+def cmd_explain(args: argparse.Namespace) -> int:
     ddl = _read_ddl(args)
     try:
         catalog = catalog_from_ddl(ddl) if ddl.strip() else Catalog()
@@ -65,7 +70,9 @@ _COMPAT_HELP = (
 )
 
 
-def _run(script, out_dir, compat: bool, batch_rows: int):
+def _run(
+    script: str | Path, out_dir: str | Path | None, compat: bool, batch_rows: int
+) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
     from cqlstream.io.errors import ScriptError
     from cqlstream.io.script_runner import run_script
@@ -79,7 +86,7 @@ def _run(script, out_dir, compat: bool, batch_rows: int):
         return None, f"cannot write{where}: {e.strerror or e}"
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     from cqlstream.io.script_runner import DEFAULT_BATCH_ROWS
 
     if args.batch_rows is None:
@@ -88,7 +95,7 @@ def cmd_run(args) -> int:
         print("cqlstream run: --batch-rows must be at least 1", file=sys.stderr)
         return 2
     counts, err = _run(args.script, args.out_dir, args.stream_compat, args.batch_rows)
-    if err:
+    if counts is None:
         print(err, file=sys.stderr)
         return 2
     for dest, n in counts.items():
@@ -100,7 +107,7 @@ DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
 DEMO_SCRIPT = DEMO_DIR / "shop.cql"
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     if not DEMO_SCRIPT.is_file():
         print(
             f"cqlstream demo: the demo script {DEMO_SCRIPT} is missing (the demo runs from a source checkout)",
@@ -111,7 +118,7 @@ def cmd_demo(args) -> int:
     print(f"Running {DEMO_SCRIPT} (results in {out_dir})\n")
     print(_demo_queries(DEMO_SCRIPT))
     counts, err = _run(DEMO_SCRIPT, out_dir, args.stream_compat, 100_000)
-    if err:
+    if counts is None:
         print(err, file=sys.stderr)
         return 2
     for dest, n in counts.items():
@@ -135,14 +142,14 @@ def _demo_queries(path: Path) -> str:
     for s in script.steps:
         if s.kind == "query":
             text = " ".join(s.text.split())
-            out.append(f"  {s.file.name}: {text}")
+            out.append(f"  {s.paired_file.name}: {text}")
         elif s.kind == "view":
             name = s.ddl.split("(")[0].split()[-1]
             out.append(f"  {name} (a view): {' '.join(s.text.split())}")
     return "Queries:\n" + "\n".join(out) + "\n"
 
 
-def cmd_serve(args) -> int:
+def cmd_serve(args: argparse.Namespace) -> int:
     import logging
     import os
 
@@ -186,7 +193,7 @@ def cmd_serve(args) -> int:
     return 0
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     """Print the global plan of a running server (text, or the JSON graph)."""
     import httpx
 
@@ -201,11 +208,11 @@ def cmd_plan(args) -> int:
     except httpx.HTTPError as e:
         print(f"cqlstream plan: cannot reach {args.url}: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(out, indent=2) if args.json else out.rstrip("\n"))
+    print(json.dumps(out, indent=2) if isinstance(out, dict) else out.rstrip("\n"))
     return 0
 
 
-def _print_stream_text(c, qid: int, args) -> None:
+def _print_stream_text(c: Client, qid: int, args: argparse.Namespace) -> None:
     """The results as STREAM text lines, rendered here from the NDJSON stream."""
     from cqlstream.io.stream_text import format_line
 
@@ -213,7 +220,7 @@ def _print_stream_text(c, qid: int, args) -> None:
         print(format_line(e.ts, e.sign, e.row), flush=True)
 
 
-def _print_raw(c, qid: int, args) -> None:
+def _print_raw(c: Client, qid: int, args: argparse.Namespace) -> None:
     """The results in a server result format, as the server sends them."""
     for chunk in c.stream_raw(qid, args.format, snapshot="if_available", follow=args.follow):
         sys.stdout.write(chunk.decode("utf-8", "replace"))
@@ -224,7 +231,7 @@ def _print_raw(c, qid: int, args) -> None:
 _LOCAL_FORMATS = {"text": _print_stream_text}
 
 
-def cmd_query(args) -> int:
+def cmd_query(args: argparse.Namespace) -> int:
     from cqlstream.client import Client, CqlstreamError, Lagged
 
     if (args.cql is None) == (args.id is None):
@@ -253,7 +260,7 @@ def cmd_query(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     root = Path(__file__).resolve().parent.parent
     if not (root / "bench" / "__main__.py").is_file():
         print("cqlstream bench: the benchmarks (bench/) are in the source checkout only", file=sys.stderr)
@@ -293,7 +300,7 @@ class _QueryFormats:
 
         return [*_LOCAL_FORMATS, *RESULT_FORMATS.names()]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._names())
 
     def __contains__(self, name: object) -> bool:

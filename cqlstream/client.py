@@ -24,16 +24,22 @@ The plan manager: `plan()` (the global plan as a graph, or `plan("text")`), `ent
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import httpx
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    # what a push takes: rows (dicts or lists), an Arrow table or record batch, or a body already encoded
+    PushRows: TypeAlias = Iterable[Mapping[str, Any] | Sequence[Any]] | pa.Table | pa.RecordBatch | bytes | bytearray
 
 
 class CqlstreamError(Exception):
     """An error reply; `problem` is the whole RFC 7807 document."""
 
-    def __init__(self, status: int, problem: dict):
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
         self.status = status
         self.problem = problem
         self.code = problem.get("code", "error")
@@ -107,7 +113,7 @@ class Element(NamedTuple):
 
     ts: int
     sign: int
-    row: tuple
+    row: tuple[Any, ...]
 
 
 def _raise_for(r: httpx.Response) -> None:
@@ -119,7 +125,8 @@ def _raise_for(r: httpx.Response) -> None:
             raise ValueError
     except ValueError:
         problem = {"code": "http_error", "detail": r.text[:500]}
-    cls = _BY_CODE.get(problem.get("code")) or _BY_STATUS.get(
+    code = problem.get("code")
+    cls = (_BY_CODE.get(code) if isinstance(code, str) else None) or _BY_STATUS.get(
         r.status_code, ServerError if r.status_code >= 500 else CqlstreamError
     )
     raise cls(r.status_code, problem)
@@ -134,7 +141,7 @@ class Client:
         timeout: float = 60.0,
         api_key_header: str = "X-API-Key",
         transport: httpx.BaseTransport | None = None,
-    ):
+    ) -> None:
         headers = {api_key_header: api_key} if api_key else {}
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
 
@@ -144,10 +151,10 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kw) -> Any:
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
         r = self.http.request(method, path, **kw)
         _raise_for(r)
         if r.status_code == 204 or not r.content:
@@ -157,7 +164,7 @@ class Client:
         return r.text
 
     # ------------------------------------------------------------ streams and relations
-    def register_stream(self, ddl_or_schema: str | dict) -> dict:
+    def register_stream(self, ddl_or_schema: str | dict[str, Any]) -> dict[str, Any]:
         """DDL text (`register stream S (A integer) with (slack = 2)`) or a JSON description
         `{name, kind, attrs: [{name, type}], options}`; relations too."""
         if isinstance(ddl_or_schema, str):
@@ -168,16 +175,16 @@ class Client:
 
     register_relation = register_stream
 
-    def streams(self) -> list[dict]:
+    def streams(self) -> list[dict[str, Any]]:
         return self._call("GET", "/streams")
 
-    def stream(self, name: str) -> dict:
+    def stream(self, name: str) -> dict[str, Any]:
         return self._call("GET", f"/streams/{name}")
 
     def drop_stream(self, name: str) -> None:
         self._call("DELETE", f"/streams/{name}")
 
-    def push(self, name: str, rows, *, format: str = "ndjson") -> int:
+    def push(self, name: str, rows: PushRows, *, format: str = "ndjson") -> int:
         """Push rows (dicts `{ts, [sign], A, ...}` or lists `[ts, [sign], A, ...]`), a pyarrow
         Table/RecordBatch (sent as Arrow IPC), or bytes already in `format`. Whole push or an
         `InvalidInput` naming the row and field. Returns the number of tuples accepted."""
@@ -189,31 +196,31 @@ class Client:
         self._call("POST", f"/streams/{name}/heartbeat", json={"ts": int(ts)})
 
     # ------------------------------------------------------------ queries and views
-    def register_query(self, cql: str, name: str | None = None) -> dict:
+    def register_query(self, cql: str, name: str | None = None) -> dict[str, Any]:
         body = {"cql": cql}
         if name is not None:
             body["name"] = name
         return self._call("POST", "/queries", json=body)
 
-    def queries(self) -> list[dict]:
+    def queries(self) -> list[dict[str, Any]]:
         return self._call("GET", "/queries")
 
-    def query(self, qid: int) -> dict:
+    def query(self, qid: int) -> dict[str, Any]:
         return self._call("GET", f"/queries/{qid}")
 
-    def set_active(self, qid: int, active: bool) -> dict:
+    def set_active(self, qid: int, active: bool) -> dict[str, Any]:
         return self._call("PATCH", f"/queries/{qid}", json={"active": bool(active)})
 
-    def set_weight(self, qid: int, weight: float) -> dict:
+    def set_weight(self, qid: int, weight: float) -> dict[str, Any]:
         return self._call("PATCH", f"/queries/{qid}", json={"weight": float(weight)})
 
     def deregister(self, qid: int) -> None:
         self._call("DELETE", f"/queries/{qid}")
 
-    def register_view(self, cql: str) -> dict:
+    def register_view(self, cql: str) -> dict[str, Any]:
         return self._call("POST", "/views", json={"cql": cql})
 
-    def views(self) -> list[dict]:
+    def views(self) -> list[dict[str, Any]]:
         return self._call("GET", "/views")
 
     def drop_view(self, name: str) -> None:
@@ -254,7 +261,7 @@ class Client:
                 elif ev == "end":
                     return
 
-    def stream_raw(self, qid: int, format: str = "ndjson", **params) -> Iterator[bytes]:
+    def stream_raw(self, qid: int, format: str = "ndjson", **params: Any) -> Iterator[bytes]:
         """The raw result stream in any registered result format (`cqlstream.io.formats.RESULT_FORMATS`:
         ndjson, json, sse, xml, ...), chunk by chunk (`snapshot` as in `subscribe`)."""
         snapshot = params.pop("snapshot", False)
@@ -265,7 +272,7 @@ class Client:
         for r in self._results(qid, params, snapshot):
             yield from r.iter_bytes()
 
-    def _results(self, qid: int, params: dict, snapshot: bool | str) -> Iterator[httpx.Response]:
+    def _results(self, qid: int, params: dict[str, str], snapshot: bool | str) -> Iterator[httpx.Response]:
         """The open results response (once), falling back to no snapshot for `"if_available"`."""
         if snapshot not in (True, False, "if_available"):
             raise ValueError(f"snapshot is True, False or 'if_available', not {snapshot!r}")
@@ -287,21 +294,21 @@ class Client:
                 return
 
     # ------------------------------------------------------------ control tables, service
-    def entities(self) -> list[dict]:
+    def entities(self) -> list[dict[str, Any]]:
         return self._call("GET", "/entities")
 
-    def entity(self, entity_id: str) -> dict:
+    def entity(self, entity_id: str) -> dict[str, Any]:
         return self._call("GET", f"/entities/{entity_id}")
 
-    def set_knobs(self, entity_id: str, **knobs) -> dict:
+    def set_knobs(self, entity_id: str, **knobs: Any) -> dict[str, Any]:
         return self._call("PATCH", f"/entities/{entity_id}", json={"knobs": knobs})
 
-    def peek(self, entity_id: str, n: int = 20) -> dict:
+    def peek(self, entity_id: str, n: int = 20) -> dict[str, Any]:
         """The last `n` tuples entering a queue or source, a window's or store's contents, or an
         operator's last outputs: `{"id", "what", "tuples": [{"ts", "sign", "row"}]}`."""
         return self._call("GET", f"/entities/{entity_id}/peek", params={"n": n})
 
-    def plan(self, format: str = "json") -> dict | str:
+    def plan(self, format: str = "json") -> dict[str, Any] | str:
         """The global plan: a graph `{"nodes": [control tables], "edges": [{"queue", "from", "to",
         "queries"}]}`, or EXPLAIN-style text with `format="text"`."""
         return self._call("GET", "/plan", params={"format": format})
@@ -309,11 +316,11 @@ class Client:
     def metrics(self) -> str:
         return self._call("GET", "/metrics")
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz")
 
 
-def encode_rows(rows, format: str = "ndjson") -> tuple[bytes, str]:
+def encode_rows(rows: PushRows, format: str = "ndjson") -> tuple[bytes, str]:
     """(body, content type) for a push in a registered ingest format (`format` names it; a pyarrow
     Table/RecordBatch is always sent as Arrow IPC, bytes as they are)."""
     import pyarrow as pa

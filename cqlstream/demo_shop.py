@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 
 from cqlstream.client import Client
 
@@ -43,7 +44,14 @@ USERS = ["ann", "bob", "cyd", "dee", "eve"]
 
 
 class DemoDriver:
-    def __init__(self, url: str, api_key: str | None = None, out=print, rate: float = 4.0, seed: int = 7):
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        out: Callable[[str], object] = print,
+        rate: float = 4.0,
+        seed: int = 7,
+    ) -> None:
         self.url = url
         self.api_key = api_key
         self.out = out
@@ -61,7 +69,7 @@ class DemoDriver:
     def _client(self) -> Client:
         return Client(self.url, api_key=self.api_key, timeout=10.0)
 
-    def _wait_ready(self, c) -> bool:
+    def _wait_ready(self, c: Client) -> bool:
         while not self.stop.is_set():
             try:
                 c.health()
@@ -70,7 +78,7 @@ class DemoDriver:
                 time.sleep(0.1)
         return False
 
-    def setup(self, c) -> None:
+    def setup(self, c: Client) -> None:
         names = {s["name"].lower() for s in c.streams()}
         for ddl, name in zip(CATALOG, ("orders", "clicks", "items")):
             if name not in names:
@@ -108,7 +116,7 @@ class DemoDriver:
                         self.out(f"demo driver stopped: {e}")
                     return
 
-    def tick(self, c) -> None:
+    def tick(self, c: Client) -> None:
         """One round of shop traffic: a few orders and clicks, and Items' time moves on."""
         r = self.rng
         orders = [

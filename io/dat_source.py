@@ -10,6 +10,7 @@ once a block has failed. Every problem is a `ScriptError` naming the file's line
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from cqlstream.cql.catalog import SourceDef
+from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
 from cqlstream.io.errors import ScriptError
 
@@ -27,7 +29,7 @@ LETTER_DESC = "i integer, f float, b byte, cN char(N)"
 _LETTER = re.compile(r"^(i|f|b|c(\d+))$")
 
 
-def _letter_for(t) -> str | None:
+def _letter_for(t: DataType) -> str | None:
     """The type letter a column of DataType `t` is declared with (None: not readable)."""
     if t.kind in ("int", "timestamp"):
         return "i"
@@ -57,7 +59,7 @@ def _read_first_line(path: Path) -> tuple[str, int]:
         raise ScriptError(path, 1, "the type line is not UTF-8 text") from None
 
 
-def check_type_line(path, source: SourceDef) -> list[str]:
+def check_type_line(path: str | os.PathLike[str], source: SourceDef) -> list[str]:
     """Check a source file's first line against the registered attributes; returns the letters."""
     path = Path(path)
     text, _ = _read_first_line(path)
@@ -128,7 +130,7 @@ class SourceReader:
     values to be one character and char(N) values at most N characters; any problem raises
     ScriptError naming the file's line. `rows` counts the data rows delivered so far."""
 
-    def __init__(self, path, source: SourceDef, block_size: int = 8 << 20):
+    def __init__(self, path: str | os.PathLike[str], source: SourceDef, block_size: int = 8 << 20) -> None:
         self.path = Path(path)
         self.source = source
         self.letters = check_type_line(self.path, source)
@@ -161,7 +163,7 @@ class SourceReader:
         _, first_len = _read_first_line(self.path)
         return self.path.stat().st_size > first_len
 
-    def _open(self, use_threads: bool = True):
+    def _open(self, use_threads: bool = True) -> pacsv.CSVStreamingReader:
         ro = pacsv.ReadOptions(
             column_names=self._names, skip_rows=1, block_size=self.block_size, use_threads=use_threads
         )
@@ -235,7 +237,7 @@ class SourceReader:
             self.last_ts = int(ts[-1])
         return Batch(cols, [None] * len(cols), ts, sign, np.zeros(n, np.uint64))
 
-    def _signs(self, arr, base: int) -> np.ndarray:
+    def _signs(self, arr: pa.Array | pa.ChunkedArray, base: int) -> np.ndarray:
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
         words = [str(w).strip(" \t") for w in arr.dictionary.to_pylist()]
@@ -248,7 +250,7 @@ class SourceReader:
             raise _RowError(base + k, f"sign must be '+' or '-', not {words[idx[k]]!r}")
         return sign
 
-    def _text(self, arr, t, j: int, base: int) -> np.ndarray:
+    def _text(self, arr: pa.Array | pa.ChunkedArray, t: DataType, j: int, base: int) -> np.ndarray:
         a = self.source.attrs[j]
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
@@ -345,7 +347,7 @@ class SourceReader:
         return f"cannot read the line: {message}"
 
 
-def read_source(path, source: SourceDef) -> Batch:
+def read_source(path: str | os.PathLike[str], source: SourceDef) -> Batch:
     """A whole STREAM source file as a typed Batch (ids 0; the input manager assigns them)."""
     return SourceReader(path, source).read_all()
 

@@ -141,11 +141,11 @@ def _from_table(tbl: pa.Table, target: Target, names: dict[str, str]) -> Parsed:
     return Parsed(cols, nulls, ts, sign)
 
 
-def _first_null(c) -> int:
+def _first_null(c: pa.Array | pa.ChunkedArray) -> int:
     return int(np.argmax(c.is_null().to_numpy(zero_copy_only=False)))
 
 
-def _signs(c, target: Target) -> np.ndarray:
+def _signs(c: pa.Array | pa.ChunkedArray, target: Target) -> np.ndarray:
     if isinstance(c, pa.ChunkedArray):
         c = c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)
     if c.null_count:
@@ -225,7 +225,7 @@ def _parse_json(body: bytes, target: Target) -> Parsed:
     return _from_rows(data, target)
 
 
-def _check_value(v, kind: str, row: int, field: str):
+def _check_value(v: Any, kind: str, row: int, field: str) -> Any:
     """A JSON value checked against a column type (None passes as NULL)."""
     if v is None:
         return None
@@ -256,12 +256,12 @@ def _kind_name(kind: str) -> str:
     )
 
 
-def _from_rows(rows: list, target: Target) -> Parsed:
+def _from_rows(rows: list[Any], target: Target) -> Parsed:
     """Python rows (dicts or lists, from JSON) → columns, checking each value; errors name row and field."""
     fields = target.fields()
     lower = {f.lower(): f for f in fields}
     n = len(rows)
-    values: dict[str, list] = {f: [None] * n for f in fields}
+    values: dict[str, list[Any]] = {f: [None] * n for f in fields}
     for i, r in enumerate(rows):
         if isinstance(r, dict):
             seen = set()
@@ -315,10 +315,11 @@ def _from_rows(rows: list, target: Target) -> Parsed:
     return Parsed(cols, nulls, ts, sign)
 
 
-def _column(vals: list, kind: str) -> tuple[np.ndarray, np.ndarray | None]:
+def _column(vals: list[Any], kind: str) -> tuple[np.ndarray, np.ndarray | None]:
     n = len(vals)
     mask = np.fromiter((v is None for v in vals), bool, n)
     anynull = bool(mask.any())
+    arr: np.ndarray
     if kind in ("int", "timestamp", "float", "bool"):
         dtype = {"float": np.float64, "bool": np.bool_}.get(kind, np.int64)
         fill = {"float": 0.0, "bool": False}.get(kind, 0)
@@ -383,7 +384,7 @@ def _parse_csv(body: bytes, target: Target) -> Parsed:
     return _csv_slow(body, target, mapped, kinds)
 
 
-def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict) -> Parsed:
+def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict[str, str]) -> Parsed:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -396,7 +397,7 @@ def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict) -> Pa
             continue
         if len(rec) != len(mapped):
             raise IngestError(f"row {i} has {len(rec)} values, expected {len(mapped)}", i)
-        row = {}
+        row: dict[str, object] = {}
         for f, s in zip(mapped, rec):
             kind = kinds[f]
             if kind == "sign":
@@ -410,7 +411,7 @@ def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict) -> Pa
     return _from_rows(rows, target)
 
 
-def _convert(s: str, kind: str, row: int, field: str):
+def _convert(s: str, kind: str, row: int, field: str) -> int | float | bool | str:
     try:
         if kind in ("int", "timestamp"):
             return int(s)

@@ -3,13 +3,13 @@ push body (`IngestError`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 
 class ScriptError(Exception):
     """A user error in a STREAM script or one of its files: `path:line: reason`."""
 
-    def __init__(self, path: str | Path, line: int | None, reason: str, column: int | None = None):
+    def __init__(self, path: str | os.PathLike[str], line: int | None, reason: str, column: int | None = None) -> None:
         self.path = str(path)
         self.line = line
         self.reason = reason
@@ -33,7 +33,7 @@ class IngestError(ValueError):
         *,
         status: int = 422,
         code: str = "invalid_input",
-    ):
+    ) -> None:
         super().__init__(message)
         self.row = row
         self.field = field

@@ -36,7 +36,7 @@ F = TypeVar("F", bound=Format)
 class Registry(Generic[F]):
     """Formats of one kind (ingest decoders or result encoders), in registration order."""
 
-    def __init__(self, what: str, formats: Iterable[F] = ()):
+    def __init__(self, what: str, formats: Iterable[F] = ()) -> None:
         self.what = what  # "ingest format", "result format": for error messages
         self._by_name: dict[str, F] = {}
         self._by_media: dict[str, F] = {}

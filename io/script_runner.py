@@ -4,11 +4,13 @@ order, and write each query's results to its dest in STREAM's text."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
 from cqlstream.io.dat_source import SourceReader
 from cqlstream.io.errors import ScriptError
@@ -16,8 +18,8 @@ from cqlstream.io.stream_script import Registrar, Step, parse_script
 from cqlstream.io.stream_text import format_chunks
 
 
-def _dest_path(step: Step, out_dir) -> Path:
-    return Path(out_dir) / step.file.name if out_dir is not None else step.file
+def _dest_path(step: Step, out_dir: str | os.PathLike[str] | None) -> Path:
+    return Path(out_dir) / step.paired_file.name if out_dir is not None else step.paired_file
 
 
 # Rows pushed per round. Measured on the 5M-row benchmarks: 100k keeps peak memory near 0.2-0.3 GB at
@@ -51,7 +53,12 @@ def _tune_malloc() -> None:
         pass
 
 
-def run_script(path, out_dir=None, compat: bool = False, batch_rows: int = DEFAULT_BATCH_ROWS) -> dict[str, int]:
+def run_script(
+    path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None = None,
+    compat: bool = False,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
     pushes), and write each query's result to its dest (in `out_dir` when given, same file name).
@@ -68,11 +75,12 @@ def run_script(path, out_dir=None, compat: bool = False, batch_rows: int = DEFAU
             Path(out_dir).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ScriptError(out_dir, None, f"cannot create the output folder: {e.strerror or e}") from None
-    outs = []  # (dest path, file, subscription)
+    outs: list[tuple[str, IO[bytes], Subscription]] = []  # (dest path, file, subscription)
     counts: dict[str, int] = {}
     seen: dict[Path, int] = {}
     try:
         for step, h in reg.queries:
+            assert isinstance(h, QueryHandle)  # registered into a Dsms, not only compiled
             dest = _dest_path(step, out_dir)
             if dest in seen:
                 raise ScriptError(
@@ -91,7 +99,7 @@ def run_script(path, out_dir=None, compat: bool = False, batch_rows: int = DEFAU
             outs.append((str(dest), f, d.subscribe(h.id)))
             counts[str(dest)] = 0
 
-        def drain():
+        def drain() -> None:
             for name, f, sub in outs:
                 b = sub.poll()
                 if len(b):
@@ -101,24 +109,24 @@ def run_script(path, out_dir=None, compat: bool = False, batch_rows: int = DEFAU
         block = int(min(64 << 20, max(1 << 20, batch_rows * 16)))
         feeds = []
         for step, src in reg.sources:
-            r = SourceReader(step.file, src, block_size=block)
+            r = SourceReader(step.paired_file, src, block_size=block)
             feeds.append(_Feed(src.name, r, iter(r)))
         _feed_all(d, feeds, batch_rows, drain)
         d.end()
         drain()
     finally:
-        for _, f, _ in outs:
-            f.close()
+        for _, out, _ in outs:
+            out.close()
     return counts
 
 
-def _format_into(f, batch: Batch) -> None:
+def _format_into(f: IO[bytes], batch: Batch) -> None:
     """Write a batch's text chunk by chunk (no joined copy of a large output)."""
     f.writelines(format_chunks(batch))
 
 
 class _Feed:
-    def __init__(self, name: str, reader: SourceReader, it):
+    def __init__(self, name: str, reader: SourceReader, it: Iterator[Batch]) -> None:
         self.name = name
         self.reader = reader
         self.it = it
@@ -135,11 +143,18 @@ class _Feed:
             except StopIteration:
                 self.buf, self.pos, self.done = None, 0, True
 
+    @property
+    def batch(self) -> Batch:
+        """The buffered batch of a live feed (one with rows left to push)."""
+        if self.buf is None:
+            raise ValueError(f"feed '{self.name}' has no buffered rows")
+        return self.buf
+
     def pending(self) -> np.ndarray:
         return self.buf.ts[self.pos :] if self.buf is not None else np.zeros(0, np.int64)
 
 
-def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain) -> None:
+def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain: Callable[[], None]) -> None:
     """Push all sources in global timestamp order, about `batch_rows` rows per round.
 
     A round's cut T is the smallest last-buffered timestamp over sources that may still have more
@@ -153,9 +168,9 @@ def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain) -> None:
         live = [f for f in feeds if f.buf is not None and f.pos < len(f.buf)]
         if not live:
             return
-        cut = min((int(f.buf.ts[-1]) for f in live if not f.done), default=None)
+        cut = min((int(f.batch.ts[-1]) for f in live if not f.done), default=None)
         if cut is None:
-            cut = max(int(f.buf.ts[-1]) for f in live)
+            cut = max(int(f.batch.ts[-1]) for f in live)
         heads = [f.pending() for f in live]
         counts = [int(np.searchsorted(h, cut, side="right")) for h in heads]
         if sum(counts) > batch_rows:
@@ -173,7 +188,7 @@ def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain) -> None:
         for f, c in zip(live, counts):
             if not c:
                 continue
-            part = f.buf.slice(f.pos, f.pos + c)
+            part = f.batch.slice(f.pos, f.pos + c)
             try:
                 d.push_batch(f.name, part)
             except InputError as e:

@@ -19,17 +19,20 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from cqlstream.cql import ast, ddl
 from cqlstream.cql.analyzer import AnalyzeOptions, analyze
 from cqlstream.cql.catalog import Catalog, SourceDef
 from cqlstream.cql.errors import CqlError
-from cqlstream.cql.frontend import compile_query
+from cqlstream.cql.frontend import CompiledQuery, compile_query
 from cqlstream.cql.parser import parse_query, parse_statement
 from cqlstream.cql.types import resolve as resolve_type
 from cqlstream.io.dat_source import check_type_line
 from cqlstream.io.errors import ScriptError
+
+if TYPE_CHECKING:
+    from cqlstream.engine.dsms import Dsms, QueryHandle
 
 KEYWORDS = ("table", "source", "vquery", "vtable", "query", "dest")
 _STATEMENT_KEYWORDS = ("table", "vquery", "vtable", "query")
@@ -72,6 +75,20 @@ class Step:
     ddl_line: int | None = None
     ddl_col: int = 1
 
+    @property
+    def paired_file(self) -> Path:
+        """The source (table) or dest (query) file, which pairing sets before the step joins a script."""
+        if self.file is None:
+            raise ValueError(f"a {self.kind} step without its file")
+        return self.file
+
+    @property
+    def vtable_line(self) -> int:
+        """The line of a view's `vtable`, which pairing sets before the step joins a script."""
+        if self.ddl_line is None:
+            raise ValueError(f"a {self.kind} step without its vtable")
+        return self.ddl_line
+
 
 @dataclass
 class Script:
@@ -84,7 +101,7 @@ class Script:
 
     @property
     def tables(self) -> list[TableDecl]:
-        return [TableDecl(s.text, s.file, s.line) for s in self.steps if s.kind == "table"]
+        return [TableDecl(s.text, s.paired_file, s.line) for s in self.steps if s.kind == "table"]
 
     @property
     def views(self) -> list[ViewDecl]:
@@ -92,10 +109,10 @@ class Script:
 
     @property
     def queries(self) -> list[QueryDecl]:
-        return [QueryDecl(s.text, s.file, s.line) for s in self.steps if s.kind == "query"]
+        return [QueryDecl(s.text, s.paired_file, s.line) for s in self.steps if s.kind == "query"]
 
 
-def _statement_end(text: str, state: dict) -> int:
+def _statement_end(text: str, state: dict[str, str | bool | None]) -> int:
     """Index of the `;` ending a statement in `text` (one line), or -1. `state` carries quotes and
     block comments across lines. CQL: '...' strings, "..." and `...` names, -- and /* */ comments."""
     i, n = 0, len(text)
@@ -131,10 +148,10 @@ def _statement_end(text: str, state: dict) -> int:
     return -1
 
 
-def _read_items(path: Path, text: str):
+def _read_items(path: Path, text: str) -> list[tuple[str, str, int, int]]:
     """(keyword, statement or file text, line, column of the text) for every item of the script."""
     lines = text.split("\n")
-    items = []
+    items: list[tuple[str, str, int, int]] = []
     i = 0
     while i < len(lines):
         raw = lines[i].rstrip("\r")
@@ -160,7 +177,7 @@ def _read_items(path: Path, text: str):
             items.append((kw, name, lineno, col))
             continue
         # a statement: up to the ';' that ends it, possibly several lines later
-        state: dict = {}
+        state: dict[str, str | bool | None] = {}
         parts = []
         cur, cur_line = rest, lineno
         while True:
@@ -184,14 +201,13 @@ def _read_items(path: Path, text: str):
             elif (
                 not state.get("quote")
                 and not state.get("block")
-                and _LINE.match(cur)
-                and _LINE.match(cur).group(1).lower() in KEYWORDS
+                and (starts := _LINE.match(cur)) is not None
+                and starts.group(1).lower() in KEYWORDS
             ):
                 raise ScriptError(
                     path,
                     lineno,
-                    f"the {kw} statement does not end with ';' "
-                    f"(line {cur_line} starts a new '{_LINE.match(cur).group(1)} :')",
+                    f"the {kw} statement does not end with ';' (line {cur_line} starts a new '{starts.group(1)} :')",
                 )
         items.append((kw, "\n".join(parts), lineno, col))
     return items
@@ -202,7 +218,7 @@ def _resolve(folder: Path, name: str) -> Path:
     return p if p.is_absolute() else folder / p
 
 
-def parse_script(path, *, compat: bool = False) -> Script:
+def parse_script(path: str | os.PathLike[str], *, compat: bool = False) -> Script:
     """Read and check a STREAM script: pairing of table/source, vquery/vtable and query/dest,
     existence of source files and their type lines, and every CQL statement (analyzed in order
     against a scratch catalog). Raises ScriptError with the script line of the first problem."""
@@ -281,13 +297,13 @@ class Registrar:
     """Registers a script's declarations in order, into a Dsms or (for checking) a bare catalog,
     turning every CqlError into a ScriptError on the script line it comes from."""
 
-    def __init__(self, script: Script, dsms, compat: bool):
+    def __init__(self, script: Script, dsms: Dsms | None, compat: bool) -> None:
         self.script = script
         self.dsms = dsms
         self.compat = compat
         self.catalog: Catalog = dsms.catalog if dsms is not None else Catalog()
         self.sources: list[tuple[Step, SourceDef]] = []
-        self.queries: list[tuple[Step, object]] = []  # (step, QueryHandle or CompiledQuery)
+        self.queries: list[tuple[Step, QueryHandle | CompiledQuery]] = []  # a handle when registered in a Dsms
 
     def _err(self, e: CqlError, line: int, col: int) -> ScriptError:
         if e.line is None:
@@ -314,16 +330,17 @@ class Registrar:
             d = self.dsms.register_source(stmt) if self.dsms is not None else ddl.register_source(self.catalog, stmt)
         except CqlError as e:
             raise self._err(e, step.line, step.col) from None
-        check_type_line(step.file, d)
+        check_type_line(step.paired_file, d)
         self.sources.append((step, d))
 
     def _view(self, step: Step) -> None:
         path = self.script.path
+        ddl_line = step.vtable_line
         try:
             q = parse_query(step.text)
         except CqlError as e:
             raise self._err(e, step.line, step.col) from None
-        vt = self._ddl(step.ddl, step.ddl_line, step.ddl_col, "vtable")
+        vt = self._ddl(step.ddl, ddl_line, step.ddl_col, "vtable")
         try:
             plan = analyze(q, self.catalog, text=step.text).plan
         except CqlError as e:
@@ -337,13 +354,13 @@ class Registrar:
             )
             raise ScriptError(
                 path,
-                step.ddl_line,
+                ddl_line,
                 f"vtable '{vt.name}' is declared a {vt.kind} but its vquery (line {step.line}) yields a {kind}; {hint}",
             )
         if len(vt.attrs) != len(plan.schema):
             raise ScriptError(
                 path,
-                step.ddl_line,
+                ddl_line,
                 f"vtable '{vt.name}' declares {len(vt.attrs)} attributes but "
                 f"its vquery (line {step.line}) returns {len(plan.schema)}",
             )
@@ -351,11 +368,11 @@ class Registrar:
             try:
                 want = resolve_type(a.type)
             except CqlError as e:
-                raise self._err(e, step.ddl_line, step.ddl_col) from None
+                raise self._err(e, ddl_line, step.ddl_col) from None
             if got.type.kind != "null" and _type_kind_group(want.kind) != _type_kind_group(got.type.kind):
                 raise ScriptError(
                     path,
-                    step.ddl_line,
+                    ddl_line,
                     f"vtable '{vt.name}' declares {a.name} {want} but its "
                     f"vquery (line {step.line}) gives {got.name} {got.type}",
                 )
@@ -363,9 +380,10 @@ class Registrar:
         try:
             ddl.register_view(self.catalog, rv, step.text)
         except CqlError as e:
-            raise self._err(e, step.ddl_line, step.ddl_col) from None
+            raise self._err(e, ddl_line, step.ddl_col) from None
 
     def _query(self, step: Step) -> None:
+        h: QueryHandle | CompiledQuery
         try:
             if self.dsms is not None:
                 h = self.dsms.register_query(step.text)

@@ -211,6 +211,7 @@ def _text_field(col: np.ndarray) -> np.ndarray | None:
 
 
 def _value_field(col: np.ndarray, mask: np.ndarray | None) -> np.ndarray | None:
+    f: np.ndarray | None
     if col.dtype == np.bool_:
         f = _BOOL[col.astype(np.int64)]
     elif col.dtype.kind in "iu":
@@ -299,7 +300,7 @@ def _small_table() -> np.ndarray:
     return _small_words
 
 
-def _int_words(v: np.ndarray):
+def _int_words(v: np.ndarray) -> tuple[np.ndarray, int] | None:
     """(uint64 words, width) of the decimal text of int64 `v` when every value fits in 8 bytes,
     else None. Values within ±2**16 come from a table built once per process; other small value
     ranges format a table per chunk; sorted columns (timestamps) format each run's value once and
@@ -334,13 +335,13 @@ _NULL_WORD = np.frombuffer(b"null\0\0\0\0", _U8)[0]
 _BOOL_WORDS = np.frombuffer(b"false\0\0\0true\0\0\0\0", _U8)
 
 
-def _field_words(col: np.ndarray, mask: np.ndarray | None):
+def _field_words(col: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, int] | None:
     """A column's text as (uint64 words, width ≤ 8), or None when it is wider (floats, text,
     large integers)."""
     if col.dtype.kind in "iu" and col.dtype != np.uint64:
         got = _int_words(col.astype(np.int64, copy=False))
     elif col.dtype == np.bool_:
-        got = _BOOL_WORDS[col.astype(np.intp)], 5
+        got = (_BOOL_WORDS[col.astype(np.intp)], 5)
     else:
         return None
     if got is None:
@@ -357,7 +358,13 @@ def _format_chunk(b: Batch) -> bytes:
     ts = _int_words(b.ts)
     if ts is None:
         return _format_chunk_bytes(b)
-    pieces = [b"[", ts, b"]:", (np.where(b.sign > 0, np.uint64(43), np.uint64(45)), 1), b":"]
+    pieces: list[bytes | tuple[np.ndarray, int]] = [
+        b"[",
+        ts,
+        b"]:",
+        (np.where(b.sign > 0, np.uint64(43), np.uint64(45)), 1),
+        b":",
+    ]
     for i, col in enumerate(b.cols):  # constant bytes, or (uint64 words, width) per row
         if i:
             pieces.append(b", ")
@@ -387,15 +394,15 @@ def _format_chunk(b: Batch) -> bytes:
     words = np.empty((n, K), _U8)
     for q in range(K):
         t = terms.get(q, [])
-        c = np.uint64(consts.get(q, 0))
+        const = np.uint64(consts.get(q, 0))
         if not t:
-            words[:, q] = c
+            words[:, q] = const
             continue
-        acc = t[0] | t[1] if len(t) > 1 else t[0] | c  # a fresh array: the pieces stay untouched
+        acc = t[0] | t[1] if len(t) > 1 else t[0] | const  # a fresh array: the pieces stay untouched
         for x in t[2:]:
             np.bitwise_or(acc, x, out=acc)
-        if len(t) > 1 and c:
-            np.bitwise_or(acc, c, out=acc)
+        if len(t) > 1 and const:
+            np.bitwise_or(acc, const, out=acc)
         words[:, q] = acc
     return words.tobytes().translate(None, b"\0")
 
@@ -404,7 +411,7 @@ def _format_chunk_bytes(b: Batch) -> bytes:
     """Line assembly from byte-slot matrices (lines with fields wider than 8 bytes: floats, text,
     large integers)."""
     n = len(b)
-    fields = []  # (matrix or constant bytes)
+    fields: list[bytes | np.ndarray] = []  # (matrix or constant bytes)
     fields.append(b"[")
     fields.append(_int_field(b.ts))
     fields.append(b"]:")
@@ -422,11 +429,11 @@ def _format_chunk_bytes(b: Batch) -> bytes:
     W = sum(widths)
     mat = np.empty((n, W), np.uint8)
     at = 0
-    for f, w in zip(fields, widths):
-        if isinstance(f, bytes):
-            mat[:, at : at + w] = np.frombuffer(f, np.uint8)
+    for piece, w in zip(fields, widths):
+        if isinstance(piece, bytes):
+            mat[:, at : at + w] = np.frombuffer(piece, np.uint8)
         else:
-            mat[:, at : at + w] = f
+            mat[:, at : at + w] = piece
         at += w
     return mat.tobytes().translate(None, b"\0")
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from cqlstream.io.formats import RESULT_FORMATS, default_result_format
 from cqlstream.server.models import NAME_PATTERN, QueryIn, QueryOut, QueryPatch, ViewIn, ViewOut
@@ -13,18 +13,24 @@ from cqlstream.server.results import ResultsResponse
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+if TYPE_CHECKING:
+    from cqlstream.server.host import EngineHost
+
 QueryId = Path(ge=1, le=(1 << 62), description="query id")
 ViewName = Path(pattern=NAME_PATTERN, max_length=128, description="view name (case-insensitive)")
 
 
-def _format_choices(endpoint: Callable) -> Callable:
+E = TypeVar("E", bound=Callable[..., Any])
+
+
+def _format_choices(endpoint: E) -> E:
     """Type the endpoint's `format` parameter as one of the registered result format names, so
     FastAPI validates it and OpenAPI lists them (read when the app is built)."""
     endpoint.__annotations__["format"] = Literal[RESULT_FORMATS.names()] | None
     return endpoint
 
 
-def router(host, auth) -> APIRouter:
+def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
     r = APIRouter()
     mutating = [Depends(auth)]
     # the result formats as the registry has them when the app is built
@@ -46,7 +52,7 @@ def router(host, auth) -> APIRouter:
         "CQL errors carry `line`, `column` and a caret `excerpt`.",
         responses=responses(400, 401, 409, 413, 422),
     )
-    async def create_query(body: QueryIn, response: Response):
+    async def create_query(body: QueryIn, response: Response) -> dict[str, Any]:
         out = await run_in_threadpool(host.register_query, body.cql, body.name)
         response.headers["Location"] = f"/queries/{out['id']}"
         return out
@@ -58,7 +64,7 @@ def router(host, auth) -> APIRouter:
         tags=["queries"],
         summary="List queries",
     )
-    async def list_queries():
+    async def list_queries() -> list[dict[str, Any]]:
         return await run_in_threadpool(host.list_queries)
 
     @r.get(
@@ -69,7 +75,7 @@ def router(host, auth) -> APIRouter:
         summary="Describe a query",
         responses=responses(404, 422),
     )
-    async def get_query(qid: int = QueryId):
+    async def get_query(qid: int = QueryId) -> dict[str, Any]:
         return await run_in_threadpool(host.get_query, qid)
 
     @r.patch(
@@ -81,7 +87,7 @@ def router(host, auth) -> APIRouter:
         summary="Activate/deactivate a query or set its scheduling weight",
         responses=responses(400, 401, 404, 413, 422),
     )
-    async def patch_query(body: QueryPatch, qid: int = QueryId):
+    async def patch_query(body: QueryPatch, qid: int = QueryId) -> dict[str, Any]:
         return await run_in_threadpool(host.patch_query, qid, body.active, body.weight)
 
     @r.delete(
@@ -93,7 +99,7 @@ def router(host, auth) -> APIRouter:
         description="Its subscribers receive an `end` message.",
         responses=responses(401, 404, 409, 422),
     )
-    async def delete_query(qid: int = QueryId):
+    async def delete_query(qid: int = QueryId) -> Response:
         await run_in_threadpool(host.delete_query, qid)
         return Response(status_code=204)
 
@@ -148,7 +154,7 @@ def router(host, auth) -> APIRouter:
             None, ge=-(1 << 62), le=1 << 62, description="end once results are final through this instant"
         ),
         buffer: int | None = Query(None, ge=1, le=1 << 30, description="this subscriber's buffer, in result elements"),
-    ):
+    ) -> ResultsResponse:
         fmt = format
         if fmt is None:
             accept = request.headers.get("accept")
@@ -196,7 +202,7 @@ def router(host, auth) -> APIRouter:
         "stream or relation.",
         responses=responses(400, 401, 409, 413, 422),
     )
-    async def create_view(body: ViewIn, response: Response):
+    async def create_view(body: ViewIn, response: Response) -> dict[str, Any]:
         if body.cql is not None and (body.name is None and body.query is None):
             text = body.cql
         elif body.cql is None and body.name is not None and body.query is not None:
@@ -210,7 +216,7 @@ def router(host, auth) -> APIRouter:
         return out
 
     @r.get("/views", response_model=list[ViewOut], response_model_by_alias=True, tags=["views"], summary="List views")
-    async def list_views():
+    async def list_views() -> list[dict[str, Any]]:
         return await run_in_threadpool(host.list_views)
 
     @r.get(
@@ -221,7 +227,7 @@ def router(host, auth) -> APIRouter:
         summary="Describe a view",
         responses=responses(404, 422),
     )
-    async def get_view(name: str = ViewName):
+    async def get_view(name: str = ViewName) -> dict[str, Any]:
         return await run_in_threadpool(host.get_view, name)
 
     @r.delete(
@@ -233,7 +239,7 @@ def router(host, auth) -> APIRouter:
         description="Refused with 409 while a query or view reads it.",
         responses=responses(401, 404, 409, 422),
     )
-    async def drop_view(name: str = ViewName):
+    async def drop_view(name: str = ViewName) -> Response:
         await run_in_threadpool(host.drop_view, name)
         return Response(status_code=204)
 

@@ -4,6 +4,8 @@ push tuples (JSON, NDJSON, CSV, Arrow IPC); heartbeats."""
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from cqlstream.io.formats import INGEST_FORMATS
 from cqlstream.server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
@@ -11,6 +13,9 @@ from cqlstream.server.problems import ProblemError, responses
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
+
+if TYPE_CHECKING:
+    from cqlstream.server.host import EngineHost
 
 SourceName = Path(pattern=NAME_PATTERN, max_length=128, description="stream or relation name (case-insensitive)")
 
@@ -31,7 +36,7 @@ _SOURCE_BODY = {
 }
 
 
-def _push_body() -> dict:
+def _push_body() -> dict[str, Any]:
     """The push's OpenAPI requestBody: one content entry per registered ingest format."""
     return {"required": True, "content": {f.media_type: f.openapi for f in INGEST_FORMATS}}
 
@@ -64,7 +69,7 @@ def _validation_problem(e: ValidationError) -> ProblemError:
     )
 
 
-def router(host, auth) -> APIRouter:
+def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
     r = APIRouter(tags=["streams"])
     mutating = [Depends(auth)]
 
@@ -81,7 +86,7 @@ def router(host, auth) -> APIRouter:
         openapi_extra={"requestBody": _SOURCE_BODY},
         responses=responses(400, 401, 409, 413, 415, 422),
     )
-    async def create_source(request: Request):
+    async def create_source(request: Request) -> Response:
         body = await request.body()
         ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
         if ctype in ("text/plain", "application/sql", "text/x-cql") or (
@@ -119,7 +124,7 @@ def router(host, auth) -> APIRouter:
         )
 
     @r.get("/streams", response_model=list[SourceOut], summary="List streams and relations")
-    async def list_sources():
+    async def list_sources() -> list[dict[str, Any]]:
         return await run_in_threadpool(host.list_sources)
 
     @r.get(
@@ -128,7 +133,7 @@ def router(host, auth) -> APIRouter:
         summary="Describe a stream or relation",
         responses=responses(404, 422),
     )
-    async def get_source(name: str = SourceName):
+    async def get_source(name: str = SourceName) -> dict[str, Any]:
         return await run_in_threadpool(host.get_source, name)
 
     @r.delete(
@@ -139,7 +144,7 @@ def router(host, auth) -> APIRouter:
         description="Refused with 409 while a query or view reads it.",
         responses=responses(401, 404, 409, 422),
     )
-    async def drop_source(name: str = SourceName):
+    async def drop_source(name: str = SourceName) -> Response:
         await run_in_threadpool(host.drop_source, name)
         return Response(status_code=204)
 
@@ -157,7 +162,7 @@ def router(host, auth) -> APIRouter:
         openapi_extra={"requestBody": _push_body()},
         responses=responses(400, 401, 404, 409, 413, 415, 422),
     )
-    async def push(request: Request, name: str = SourceName):
+    async def push(request: Request, name: str = SourceName) -> dict[str, Any]:
         body = await request.body()
         return await run_in_threadpool(host.push, name, body, request.headers.get("content-type"))
 
@@ -170,7 +175,7 @@ def router(host, auth) -> APIRouter:
         "results through ts-1 become final.",
         responses=responses(400, 401, 404, 413, 422),
     )
-    async def heartbeat(body: HeartbeatIn, name: str = SourceName):
+    async def heartbeat(body: HeartbeatIn, name: str = SourceName) -> dict[str, Any]:
         return await run_in_threadpool(host.heartbeat, name, body.ts)
 
     return r

@@ -204,6 +204,6 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         app.openapi_schema = schema
         return schema
 
-    app.openapi = openapi
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customise the schema
     app.add_middleware(_Limits, limit=settings.max_body_bytes, counts=http_counts)
     return app

@@ -7,13 +7,16 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from cqlstream.cql import ast
 from cqlstream.cql.catalog import SourceDef, ViewDef
+from cqlstream.cql.logical.nodes import Attribute
 from cqlstream.cql.parser import parse_script
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.dsms import Dsms, QueryHandle
 from cqlstream.engine.errors import InputError
 from cqlstream.io.decoders import Target
 from cqlstream.io.errors import IngestError
@@ -31,7 +34,7 @@ def make_dsms(settings: Settings) -> Dsms:
     return Dsms(compat=settings.compat, data_dir=settings.data_dir or None)
 
 
-def _attrs(attrs) -> list[dict]:
+def _attrs(attrs: Iterable[Attribute]) -> list[dict[str, str]]:
     return [{"name": a.name, "type": str(a.type)} for a in attrs]
 
 
@@ -217,13 +220,13 @@ class EngineHost:
             return {"source": s.name, "ts": int(t)}
 
     # ------------------------------------------------------------ queries
-    def _query(self, qid: int):
+    def _query(self, qid: int) -> QueryHandle:
         h = self.d.queries.get(qid)
         if h is None:
             raise ProblemError(404, "unknown_query", f"no query with id {qid}")
         return h
 
-    def _query_out(self, h) -> dict:
+    def _query_out(self, h: QueryHandle) -> dict[str, Any]:
         pub = self.fanout.pubs.get(h.id)
         return {
             "id": h.id,

@@ -8,9 +8,13 @@ import logging
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from cqlstream.engine.batch import Batch
 from cqlstream.io.formats import RESULT_FORMATS
+
+if TYPE_CHECKING:
+    import anyio
 
 log = logging.getLogger("cqlstream.server")
 
@@ -62,7 +66,7 @@ class Subscriber:
         self.detached = False
         self.event = asyncio.Event()
         self.waiting = False
-        self.send_scope = None  # anyio cancel scope of a send in progress (set by the response)
+        self.send_scope: anyio.CancelScope | None = None  # a send in progress (set by the response)
         self.lag_deadline: float | None = None
         self.sent = 0
         self._lock = threading.Lock()
