@@ -6,8 +6,9 @@ compare and hash equal, which is what plan sharing keys on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from functools import cached_property
+from typing import Any, ClassVar
 
 from cqlstream.cql.logical.expr import AggCall, Expr, columns
 from cqlstream.cql.types import BOOL, DataType
@@ -43,6 +44,8 @@ class Plan:
 
     schema: tuple[Attribute, ...]
     is_stream: bool
+    # Every concrete node is a frozen dataclass; declaring so lets `dataclasses.replace` take a Plan.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @property
     def monotonic(self) -> bool:
