@@ -8,6 +8,7 @@ accepts signed updates and matches each delete to a live insert of the same valu
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Callable
 
 import numpy as np
 from cqlstream.cql.catalog import SourceDef
@@ -18,7 +19,7 @@ from cqlstream.engine.queues import Queue
 
 
 class StreamInput:
-    def __init__(self, d: SourceDef, queue: Queue, ids: IdSource):
+    def __init__(self, d: SourceDef, queue: Queue, ids: IdSource) -> None:
         self.d = d
         self.queue = queue
         self.ids = ids
@@ -29,6 +30,9 @@ class StreamInput:
         self.late = 0  # tuples dropped for arriving later than the slack
         self.accepted = 0
         self.first: int | None = None
+        self.sampling_rate = 1.0  # knob: load shedding of arrivals (Dsms.push_batch)
+        self.offered = 0  # arrivals offered while shedding
+        self.shed = 0  # arrivals dropped by shedding
 
     def push(self, batch: Batch) -> int:
         """Accept a batch (whole, or not at all when out of order without slack)."""
@@ -115,7 +119,9 @@ class StreamInput:
 class RelationInput:
     """Signed updates; a delete carries the id of a live insert of the same value (FIFO)."""
 
-    def __init__(self, d: SourceDef, queue: Queue, ids: IdSource, clock=None):
+    def __init__(
+        self, d: SourceDef, queue: Queue, ids: IdSource, clock: Callable[[], int | None] | None = None
+    ) -> None:
         self.d = d
         self.queue = queue
         self.ids = ids
@@ -126,6 +132,9 @@ class RelationInput:
         self.first: int | None = None
         self.clock = clock  # callable → the engine's t0 (static relations are fixed after it)
         self.tail: list[Batch] = []  # updates accepted at max_ts (not final yet: snapshot(at=watermark) undoes them)
+        self.sampling_rate = 1.0  # as on streams (the knob is settable on streams only)
+        self.offered = 0
+        self.shed = 0
 
     def push(self, batch: Batch) -> int:
         n = len(batch)
