@@ -356,8 +356,9 @@ class _ToAst(Transformer_NonRecursive):
     def unary(self, meta, items):
         op, operand = str(items[0]), items[1]
         # Fold a sign into a numeric literal so `-3` prints and re-parses as the same node.
-        if op == "-" and isinstance(operand, ast.Literal) and operand.kind in ("int", "float") and operand.value >= 0:
-            return ast.Literal(-operand.value, operand.kind, pos=_meta_pos(meta))
+        value = operand.value if isinstance(operand, ast.Literal) and operand.kind in ("int", "float") else None
+        if op == "-" and isinstance(value, (int, float)) and value >= 0:
+            return ast.Literal(-value, operand.kind, pos=_meta_pos(meta))
         return ast.Unary(op, operand, pos=_meta_pos(meta))
 
     def _negated(self, items):

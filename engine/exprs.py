@@ -362,7 +362,7 @@ def _float_fn(fn, domain=None):
 
 
 def _coalesce(e, args, n):
-    out = np.array(args[-1][0], dtype=dtype_of(e.type), copy=True)
+    out: np.ndarray = np.array(args[-1][0], dtype=dtype_of(e.type), copy=True)
     mask = np.zeros(n, bool) if args[-1][1] is None else args[-1][1].copy()
     for v, m in reversed(args[:-1]):
         have = np.ones(n, bool) if m is None else ~m
