@@ -8,10 +8,12 @@ accepts signed updates and matches each delete to a live insert of the same valu
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 from cqlstream.cql.catalog import SourceDef
+from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat, from_rows
 from cqlstream.engine.errors import InputError
 from cqlstream.engine.operators.base import IdSource
@@ -191,7 +193,7 @@ class RelationInput:
         self.queue.push(batch, watermark=self.max_ts - 1)
         return n
 
-    def snapshot(self, at: int | None = None):
+    def snapshot(self, at: int | None = None) -> tuple[Batch, int] | None:
         """(the relation at instant `at` as `+` rows with their instance ids, `at`), or None.
         Default: the watermark, the instant operators over the relation are complete through;
         the updates accepted at the latest instant (`tail`, not final yet) are undone: a new
@@ -224,7 +226,7 @@ class RelationInput:
         b.id = np.asarray(ids, np.uint64)[order]
         return b, at
 
-    def reader_prefix(self):
+    def reader_prefix(self) -> tuple[Batch, int] | None:
         """(what a reader starting at the queue's end must be given first, the instant it is
         exact from): the relation at the watermark, then the updates since (already in the queue)."""
         snap = self.snapshot()
@@ -250,7 +252,9 @@ class RelationInput:
         self.queue.push(None, watermark=last)
 
 
-def rows_to_batch(rows, types, ts, signs=None) -> Batch:
+def rows_to_batch(
+    rows: Sequence[Sequence[object]], types: Sequence[DataType], ts: npt.ArrayLike, signs: npt.ArrayLike | None = None
+) -> Batch:
     """Python rows → batch, checking width and types; errors name the row and field."""
     out = []
     for i, r in enumerate(rows):
