@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
-from typing import Any
 
 from cqlstream.engine.dsms import Dsms
 from cqlstream.server import api_control, api_queries, api_sources, metrics
@@ -82,35 +81,6 @@ class _Limits:
         await self.app(scope, limited_receive, counting_send)
 
 
-class _App(FastAPI):
-    """FastAPI whose OpenAPI document declares the problem and source schemas and that every error
-    reply is an RFC 7807 problem."""
-
-    def openapi(self) -> dict[str, Any]:
-        if self.openapi_schema:
-            return self.openapi_schema
-        from fastapi.openapi.utils import get_openapi
-
-        schema = get_openapi(title=self.title, version=self.version, description=self.description, routes=self.routes)
-        comps = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (SourceIn, DdlIn, Problem):
-            js = model.model_json_schema(ref_template="#/components/schemas/{model}")
-            for name, sub in js.pop("$defs", {}).items():
-                comps.setdefault(name, sub)
-            comps[model.__name__] = js
-        ref = {"schema": {"$ref": "#/components/schemas/Problem"}}
-        for path in schema.get("paths", {}).values():
-            for op in path.values():
-                for status, resp in op.get("responses", {}).items():
-                    if status.startswith(("4", "5")):
-                        resp["content"] = {"application/problem+json": ref}
-                op.get("responses", {}).setdefault(
-                    "500", {"description": "Internal Server Error", "content": {"application/problem+json": ref}}
-                )
-        self.openapi_schema = schema
-        return schema
-
-
 def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Settings | None = None) -> FastAPI:
     """The app over a given `Dsms` (tests, embedding) or one built from `Settings` (the CLI)."""
     if isinstance(dsms_or_settings, Settings):
@@ -128,7 +98,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         finally:
             host.stop()
 
-    app = _App(
+    app = FastAPI(
         title="cqlstream",
         version="0.1.0",
         lifespan=lifespan,
@@ -209,5 +179,31 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         m = await run_in_threadpool(host.metrics)
         return PlainTextResponse(metrics.render(m, dict(http_counts)), media_type=metrics.CONTENT_TYPE)
 
+    # ------------------------------------------------------------ OpenAPI: problem and source schemas
+    def openapi():
+        if app.openapi_schema:
+            return app.openapi_schema
+        from fastapi.openapi.utils import get_openapi
+
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (SourceIn, DdlIn, Problem):
+            js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in js.pop("$defs", {}).items():
+                comps.setdefault(name, sub)
+            comps[model.__name__] = js
+        ref = {"schema": {"$ref": "#/components/schemas/Problem"}}
+        for path in schema.get("paths", {}).values():
+            for op in path.values():
+                for status, resp in op.get("responses", {}).items():
+                    if status.startswith(("4", "5")):
+                        resp["content"] = {"application/problem+json": ref}
+                op.get("responses", {}).setdefault(
+                    "500", {"description": "Internal Server Error", "content": {"application/problem+json": ref}}
+                )
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
     app.add_middleware(_Limits, limit=settings.max_body_bytes, counts=http_counts)
     return app
