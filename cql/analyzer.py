@@ -514,6 +514,7 @@ class Analyzer:
 
     # --- FROM items
     def from_item(self, item: ast.FromItem, offset: int) -> tuple[_Entry, L.Plan, ast.FromItem]:
+        norm_source: str | ast.Query
         if isinstance(item.source, str):
             d = self.lookup(item.source, item.pos)
             plan, source_name, norm_source = self.source_plan(d), d.name, item.source
@@ -555,6 +556,7 @@ class Analyzer:
         if w.where is not None:
             plan = L.Filter(plan, _Binder(self, scope, "the window's WHERE").bool(w.where))
         unit = _time_unit(plan)
+        spec: L.WindowSpec
         if isinstance(w, ast.RangeWindow):
             size = None if w.size is None else self.duration(w.size, unit, alias)
             slide = None if w.slide is None else self.duration(w.slide, unit, alias)
@@ -583,9 +585,15 @@ class Analyzer:
             raise CqlError("unsupported", "unsupported window", w.pos)
         return L.Window(plan, spec)
 
-    def duration(self, d: ast.Duration, unit: str, alias: str) -> int:
+    def duration(self, d: ast.Duration, unit: str | None, alias: str) -> int:
         if d.unit is None:
             return d.amount
+        if unit is None:  # a stream derived from relations only (e.g. ISTREAM of a relation)
+            raise CqlError(
+                "bad_window",
+                f"'{alias}' reads no stream, so it has no time unit; give the window size as a plain number",
+                d.pos,
+            )
         ms = d.amount * UNIT_MS[d.unit]
         if ms % UNIT_MS[unit]:
             raise CqlError(
@@ -597,7 +605,10 @@ class Analyzer:
 
     # --- SELECT blocks
     def select(self, q: ast.Select, outer: _Scope | None) -> _Block:
-        entries, plans, norm_from, offset = [], [], [], 0
+        entries: list[_Entry] = []
+        plans: list[L.Plan] = []
+        norm_from: list[ast.FromItem] = []
+        offset = 0
         for item in q.from_:
             entry, plan, norm = self.from_item(item, offset)
             if any(e.alias.lower() == entry.alias.lower() for e in entries):
@@ -611,7 +622,9 @@ class Analyzer:
         plan = plans[0] if len(plans) == 1 else L.Join(tuple(plans))
 
         # WHERE: plain conjuncts filter; IN/EXISTS conjuncts become (anti-)semijoins.
-        plain, subs, correlated = [], [], []
+        plain: list[X.Expr] = []
+        correlated: list[X.Expr] = []
+        subs = []
         for term in _and_terms(q.where):
             sq = _subquery_term(term)
             if sq is not None:
@@ -623,7 +636,7 @@ class Analyzer:
             bound = b.bool(term)
             (correlated if b.correlated else plain).append(bound)
         if plain:
-            plan = L.Filter(plan, X.conjoin(plain))
+            plan = L.Filter(plan, X.conjunction(plain))
         for node, anti in subs:
             plan = self.subquery_predicate(plan, scope, node, anti)
 
@@ -672,6 +685,7 @@ class Analyzer:
 
     def agg_call(self, e: ast.Call, scope: _Scope) -> X.AggCall:
         fn = self.catalog.functions.aggregate(e.name)
+        assert fn is not None, "agg_call is reached only for calls naming an aggregate"
         if e.star:
             if not fn.star_ok:
                 raise CqlError("bad_call", f"{e.name}(*) is not allowed; only count(*)", e.pos)

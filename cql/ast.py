@@ -6,7 +6,8 @@ parses of equivalent text compare equal (the round-trip property the tests check
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
+from typing import Any, ClassVar
 
 from cqlstream.cql.errors import Pos
 
@@ -19,6 +20,8 @@ class Node:
     """Base of all AST nodes."""
 
     pos: Pos | None
+    # Every concrete node is a frozen dataclass (traversals read `__dataclass_fields__`).
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
 
 # ---------------------------------------------------------------- types and DDL

@@ -58,7 +58,7 @@ class ViewDef:
 class Catalog:
     """Streams, relations and views by (case-insensitive) name, plus the function registry."""
 
-    def __init__(self, functions: FunctionRegistry | None = None):
+    def __init__(self, functions: FunctionRegistry | None = None) -> None:
         self._entries: dict[str, SourceDef | ViewDef] = {}
         self.functions = functions or FunctionRegistry()
 

@@ -9,7 +9,7 @@ from cqlstream.cql.analyzer import AnalyzedQuery, AnalyzeOptions, analyze
 from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.logical.explain import explain_plan
-from cqlstream.cql.logical.nodes import Plan
+from cqlstream.cql.logical.nodes import Attribute, Plan
 from cqlstream.cql.logical.rewrites import optimize
 from cqlstream.cql.parser import parse_query
 from cqlstream.cql.printer import to_cql
@@ -25,7 +25,7 @@ class CompiledQuery:
         return "stream" if self.plan.is_stream else "relation"
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.plan.schema
 
     def explain(self) -> str:

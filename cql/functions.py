@@ -138,7 +138,7 @@ def _fixed(rt: DataType) -> TypeRule:
 class FunctionRegistry:
     """Built-ins plus functions registered from Python; names are case-insensitive."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.scalars: dict[str, ScalarFunction] = dict(BUILTIN_SCALARS)
         self.aggregates: dict[str, AggregateFunction] = dict(BUILTIN_AGGREGATES)
 

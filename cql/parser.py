@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any, cast
 
 from cqlstream.cql import ast
 from cqlstream.cql.errors import CqlError, Pos
-from lark import Lark, Token, Transformer_NonRecursive, v_args
+from lark import Lark, Token, Transformer_NonRecursive, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark.tree import Meta
 
 # grammar/ sits beside cql/ both in a source checkout and in the installed package (cqlstream.grammar)
 _GRAMMAR = Path(__file__).resolve().parent.parent / "grammar" / "cql.lark"
@@ -59,13 +61,15 @@ def _lark() -> Lark:
     )
 
 
-def _meta_pos(meta) -> Pos | None:
-    if getattr(meta, "empty", True):
+def _meta_pos(meta: Meta | None) -> Pos | None:
+    if meta is None or getattr(meta, "empty", True):
         return None
     return Pos(meta.line, meta.column, meta.end_line, meta.end_column)
 
 
 def _tok_pos(tok: Token) -> Pos:
+    # Lark types positions Optional; tokens from the lexer always carry them.
+    assert tok.line is not None and tok.column is not None
     return Pos(tok.line, tok.column, tok.end_line, tok.end_column)
 
 
@@ -352,8 +356,9 @@ class _ToAst(Transformer_NonRecursive):
     def unary(self, meta, items):
         op, operand = str(items[0]), items[1]
         # Fold a sign into a numeric literal so `-3` prints and re-parses as the same node.
-        if op == "-" and isinstance(operand, ast.Literal) and operand.kind in ("int", "float") and operand.value >= 0:
-            return ast.Literal(-operand.value, operand.kind, pos=_meta_pos(meta))
+        value = operand.value if isinstance(operand, ast.Literal) and operand.kind in ("int", "float") else None
+        if op == "-" and isinstance(value, (int, float)) and value >= 0:
+            return ast.Literal(-value, operand.kind, pos=_meta_pos(meta))
         return ast.Unary(op, operand, pos=_meta_pos(meta))
 
     def _negated(self, items):
@@ -484,12 +489,14 @@ def _syntax_error(e: UnexpectedInput, text: str) -> CqlError:
             return CqlError("syntax", "unterminated comment", _tok_pos(tok), text)
         return CqlError("syntax", f"unexpected {_describe(tok)}; expected {_expected(e.expected)}", _tok_pos(tok), text)
     if isinstance(e, UnexpectedCharacters):
-        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        # Lark declares pos_in_stream None on the base class; UnexpectedCharacters always sets the lexer position.
+        at = cast(int, e.pos_in_stream)
+        ch = text[at] if at < len(text) else ""
         if ch in "'\"":
             reason = "unterminated string"
         elif ch == "`":
             reason = "unterminated quoted name"
-        elif text.startswith("/*", e.pos_in_stream):
+        elif text.startswith("/*", at):
             reason = "unterminated comment"
         else:
             reason = f"unexpected character {ch!r}"
@@ -499,7 +506,7 @@ def _syntax_error(e: UnexpectedInput, text: str) -> CqlError:
     return CqlError("syntax", str(e).splitlines()[0], None, text)
 
 
-def _parse(text: str, start: str):
+def _parse(text: str, start: str) -> Any:
     if not isinstance(text, str):
         raise CqlError("syntax", "query text must be a string")
     try:
@@ -515,7 +522,8 @@ def _parse(text: str, start: str):
             raise e.orig_exc.with_text(text) from None
         if isinstance(e.orig_exc, RecursionError):
             raise CqlError("too_complex", "statement is nested too deeply", None, text) from None
-        raise CqlError("syntax", f"malformed construct ({e.orig_exc})", _meta_pos(e.obj.meta), text) from None
+        where = _meta_pos(e.obj.meta if isinstance(e.obj, Tree) else None)
+        raise CqlError("syntax", f"malformed construct ({e.orig_exc})", where, text) from None
 
 
 def parse_statement(text: str) -> ast.Statement:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Any
 
 from cqlstream.cql import ast
 
@@ -414,7 +415,7 @@ def _expr_bare(e: ast.Expr) -> Doc:
     if isinstance(e, ast.IsNull):
         return _cat(_expr(e.operand, _CONCAT), " IS NOT NULL" if e.negated else " IS NULL")
     if isinstance(e, ast.Case):
-        parts: list = ["CASE"]
+        parts = ["CASE"]
         if e.operand is not None:
             parts += [" ", _expr(e.operand, 0)]
         for cond, result in e.whens:
@@ -434,9 +435,9 @@ def _expr_bare(e: ast.Expr) -> Doc:
     raise TypeError(f"to_cql: not an expression: {e!r}")
 
 
-def _left_chain(e: ast.Binary, lvl: int):
+def _left_chain(e: ast.Expr, lvl: int) -> tuple[ast.Expr, list[tuple[str, ast.Expr]]]:
     """`((a op b) op c) op d` at one binding level → (a, [(op, b), (op, c), (op, d)])."""
-    rest = []
+    rest: list[tuple[str, ast.Expr]] = []
     while isinstance(e, ast.Binary) and _BINARY_LEVEL.get(e.op, _PRED) == lvl:
         rest.append((e.op, e.right))
         e = e.left
@@ -461,7 +462,7 @@ def _column(c: ast.Column) -> str:
 
 
 def _literal(lit: ast.Literal) -> str:
-    v = lit.value
+    v: Any = lit.value  # its Python type is the one `kind` names
     if lit.kind == "null" or v is None:
         return "NULL"
     if lit.kind == "bool":

@@ -7,16 +7,18 @@ retracts). Elements are sorted by ts; within one ts, arrival order is kept.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from cqlstream.cql.types import DataType
 from cqlstream.engine.errors import EngineError
 
 _DTYPES = {"int": np.int64, "timestamp": np.int64, "float": np.float64, "bool": np.bool_}
 
 
-def dtype_of(t: DataType):
+def dtype_of(t: DataType) -> type:
     """numpy dtype holding a column of type `t` (strings are object arrays of str)."""
     return _DTYPES.get(t.kind, object)
 
@@ -41,7 +43,7 @@ class Batch:
         return len(self.cols)
 
     @staticmethod
-    def empty(types: list[DataType] | tuple) -> Batch:
+    def empty(types: Sequence[DataType]) -> Batch:
         return Batch(
             [empty_column(t) for t in types],
             [None] * len(types),
@@ -50,7 +52,7 @@ class Batch:
             np.zeros(0, np.uint64),
         )
 
-    def take(self, idx) -> Batch:
+    def take(self, idx: np.ndarray | slice | Sequence[int]) -> Batch:
         """Rows at positions/mask `idx` (numpy fancy index)."""
         return Batch(
             [c[idx] for c in self.cols],
@@ -63,7 +65,7 @@ class Batch:
     def slice(self, start: int, stop: int) -> Batch:
         return self.take(slice(start, stop))
 
-    def with_columns(self, cols, nulls) -> Batch:
+    def with_columns(self, cols: Iterable[np.ndarray], nulls: Iterable[np.ndarray | None]) -> Batch:
         return Batch(list(cols), list(nulls), self.ts, self.sign, self.id)
 
     def null_mask(self, i: int) -> np.ndarray:
@@ -76,7 +78,7 @@ class Batch:
         masks = [None if m is None else m.tolist() for m in self.nulls]
         out = []
         for r in range(len(self)):
-            out.append(tuple(None if (masks[i] is not None and masks[i][r]) else cols[i][r] for i in range(len(cols))))
+            out.append(tuple(None if (m is not None and m[r]) else c[r] for c, m in zip(cols, masks)))
         return out
 
     def elements(self) -> list[tuple[int, int, tuple]]:
@@ -90,7 +92,7 @@ class Batch:
         return n
 
 
-def concat(batches: list[Batch], types=None) -> Batch:
+def concat(batches: list[Batch], types: Sequence[DataType] | None = None) -> Batch:
     nonempty = [b for b in batches if len(b)]
     if not nonempty:
         if batches:
@@ -103,7 +105,7 @@ def concat(batches: list[Batch], types=None) -> Batch:
         return batches[0]
     width = batches[0].width
     cols = [np.concatenate([b.cols[i] for b in batches]) for i in range(width)]
-    nulls = []
+    nulls: list[np.ndarray | None] = []
     for i in range(width):
         if all(b.nulls[i] is None for b in batches):
             nulls.append(None)
@@ -125,10 +127,17 @@ def sort_by_ts(b: Batch) -> Batch:
     return b.take(np.argsort(b.ts, kind="stable"))
 
 
-def from_rows(rows, types, ts, sign=None, ids=None) -> Batch:
+def from_rows(
+    rows: Sequence[Sequence[object]],
+    types: Sequence[DataType],
+    ts: npt.ArrayLike,
+    sign: npt.ArrayLike | None = None,
+    ids: npt.ArrayLike | None = None,
+) -> Batch:
     """Build a batch from Python tuples (None = NULL)."""
     n = len(rows)
-    cols, nulls = [], []
+    cols: list[np.ndarray] = []
+    nulls: list[np.ndarray | None] = []
     for i, t in enumerate(types):
         vals = [r[i] for r in rows]
         mask = np.array([v is None for v in vals], bool) if n else np.zeros(0, bool)

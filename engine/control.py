@@ -245,16 +245,14 @@ def set_knob(d, eid: str, knob: str, value) -> dict:
 
 
 def _engine_knob(d, knob, value):
-    from cqlstream.engine.scheduler import SCHEDULERS
+    from cqlstream.engine.scheduler import SCHEDULERS, Weighted
 
     if knob == "scheduler":
         if value not in SCHEDULERS:
             raise KnobError(f"scheduler must be one of {sorted(SCHEDULERS)}, got {value!r}")
         budget = getattr(d.scheduler, "budget", None)
         d.scheduler = (
-            SCHEDULERS[value](budget, weights=lambda: _op_weights(d))
-            if value == "weighted"
-            else SCHEDULERS[value](budget)
+            Weighted(budget, weights=lambda: _op_weights(d)) if value == "weighted" else SCHEDULERS[value](budget)
         )
     elif knob == "budget":
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

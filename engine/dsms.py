@@ -10,15 +10,20 @@ Input is accepted or rejected whole, with the offending row named.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 from cqlstream.cql import ast, ddl
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import CompiledQuery, compile_query
 from cqlstream.cql.functions import FunctionRegistry
+from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.explain import explain_plan
 from cqlstream.cql.parser import parse_query, parse_script
 from cqlstream.cql.printer import to_cql
@@ -32,6 +37,10 @@ from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
 from cqlstream.engine.queues import Queue, Reader
 from cqlstream.engine.scheduler import RoundRobin
 from cqlstream.engine.sharing import lift_filters
+
+if TYPE_CHECKING:
+    from cqlstream.engine.persist import PlanFile
+    from cqlstream.engine.sysstream import SysPublisher
 
 
 @dataclass
@@ -47,9 +56,9 @@ class QueryHandle:
     weight: float = 1.0
     share: bool = True
     complete_from: float | None = None  # results are exact from this instant (None: from the start)
-    subscriptions: list = field(default_factory=list)
+    subscriptions: list[Subscription] = field(default_factory=list)
     ast: object = None  # the parsed query
-    reads: frozenset = frozenset()  # lower-case names of the sources and views it reads
+    reads: frozenset[str] = frozenset()  # lower-case names of the sources and views it reads
 
     @property
     def queue(self) -> Queue | None:
@@ -60,7 +69,7 @@ class QueryHandle:
         return self.compiled.kind
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[L.Attribute, ...]:
         return self.compiled.schema
 
     @property
@@ -80,11 +89,11 @@ class QueryHandle:
         return verdict(self.physical_plan)[1]
 
     @property
-    def physical_plan(self):
+    def physical_plan(self) -> L.Plan:
         """The logical plan the engine runs (with sharing, selections stay above windows)."""
         return lift_filters(self.compiled.plan) if self.share else self.compiled.plan
 
-    def completeness(self) -> dict:
+    def completeness(self) -> dict[str, Any]:
         cf = self.complete_from
         return {"complete_from": None if cf is None or cf == INF else int(cf), "complete": cf != INF}
 
@@ -120,10 +129,10 @@ class Subscription:
 
     def poll(self) -> Batch:
         """Results that are final (ts ≤ the queue's watermark) and not yet returned."""
-        q = None if self.reader is None else self.reader.q
-        if q is None or q.watermark is None:
+        r = self.reader
+        if r is None or r.q.watermark is None:
             return Batch.empty([a.type for a in self.query.schema])
-        return self.reader.take(q.watermark)
+        return r.take(r.q.watermark)
 
     @property
     def final_through(self) -> int | None:
@@ -148,15 +157,15 @@ class Dsms:
         *,
         compat: bool = False,
         functions: FunctionRegistry | None = None,
-        scheduler=None,
-        clock=time.time,
+        scheduler: RoundRobin | None = None,
+        clock: Callable[[], float] = time.time,
         silence_timeout: float | None = None,
         skew: int | None = None,
         binary_joins: bool = False,
         share: bool = True,
-        data_dir=None,
+        data_dir: str | Path | None = None,
         sys_stream: bool = True,
-    ):
+    ) -> None:
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
         `skew`: streams are known to be at most this many units apart (thesis §2.2.5), so each
@@ -180,16 +189,16 @@ class Dsms:
         self.inputs: dict[str, StreamInput | RelationInput] = {}
         self.queries: dict[int, QueryHandle] = {}
         self.ddl: dict[str, str] = {}  # source/view name (lower) → its register statement, for persistence
-        self.knobs: dict[str, dict] = {}  # entity id → knob values set through set_knob (persisted)
+        self.knobs: dict[str, dict[str, Any]] = {}  # entity id → knob values set through set_knob (persisted)
         self._next_id = 1  # query ids are never reused (persisted)
         self.scheduler = scheduler or RoundRobin()
         self.ended = False
-        self.sys = None
+        self.sys: SysPublisher | None = None
         if sys_stream:
             from cqlstream.engine.sysstream import SysPublisher
 
             self.sys = SysPublisher(self)
-        self.plan_file = None
+        self.plan_file: PlanFile | None = None
         if data_dir is not None:
             from cqlstream.engine.persist import PlanFile
 
@@ -197,7 +206,7 @@ class Dsms:
             self.plan_file.restore(self)
 
     # ------------------------------------------------------------ registration
-    def execute(self, text: str) -> list:
+    def execute(self, text: str) -> list[SourceDef | ViewDef | QueryHandle]:
         """Run a `;`-separated script of registrations and queries; returns what each created."""
         out = []
         for stmt in parse_script(text):
@@ -207,7 +216,7 @@ class Dsms:
                 raise e.with_text(text) from None
         return out
 
-    def _statement(self, stmt, text):
+    def _statement(self, stmt: ast.Statement, text: str) -> SourceDef | ViewDef | QueryHandle:
         if isinstance(stmt, ast.RegisterSource):
             return self.register_source(stmt)
         if isinstance(stmt, ast.RegisterView):
@@ -217,11 +226,11 @@ class Dsms:
     def register_source(self, stmt: ast.RegisterSource | str) -> SourceDef:
         if isinstance(stmt, str):
             text = stmt
-            (stmt,) = parse_script(stmt)
-            if not isinstance(stmt, ast.RegisterSource):
+            (parsed,) = parse_script(text)
+            if not isinstance(parsed, ast.RegisterSource):
                 raise CqlError("not_ddl", "expected register stream/relation")
             try:
-                return self.register_source(stmt)
+                return self.register_source(parsed)
             except CqlError as e:
                 raise e.with_text(text) from None
         d = ddl.register_source(self.catalog, stmt)
@@ -229,8 +238,8 @@ class Dsms:
             q = self.plan.source_queue(d.plan())
             self.inputs[d.name.lower()] = StreamInput(d, q, self.ids)
         else:
-            inp = RelationInput(d, None, self.ids, clock=self.t0)
-            inp.queue = self.plan.source_queue(d.plan(), snapshot=inp)
+            inp = RelationInput(d, self.plan.source_queue(d.plan()), self.ids, clock=self.t0)
+            self.plan.source_queue(d.plan(), snapshot=inp)  # the same queue; its snapshots come from `inp`
             self.inputs[d.name.lower()] = inp
         self.ddl[d.name.lower()] = to_cql(stmt)
         self._save()
@@ -238,11 +247,12 @@ class Dsms:
 
     def register_view(self, view: str | ast.RegisterView) -> ViewDef:
         text = view if isinstance(view, str) else None
-        stmt = view
         if isinstance(view, str):
             (stmt,) = parse_script(view)
             if not isinstance(stmt, ast.RegisterView):
                 raise CqlError("not_ddl", "expected register view")
+        else:
+            stmt = view
         try:
             v = ddl.register_view(self.catalog, stmt, text)
         except CqlError as e:
@@ -342,7 +352,7 @@ class Dsms:
         self._save()
         return h
 
-    def _join_share_policy(self, pn: PNode, user) -> str | None:
+    def _join_share_policy(self, pn: PNode, user: int) -> str | None:
         """CIDR §3.2: a shared operator runs at the pace of its slowest consumer. Consumers read at
         different rates here only under a work budget with the weighted scheduler, where a
         query's weight sets its pace: a join whose queries' weights differ from the new query's
@@ -451,36 +461,36 @@ class Dsms:
             return self.queries[query].explain()
         return self.compile(query).explain()
 
-    def explain_plan(self, fmt: str = "text"):
+    def explain_plan(self, fmt: str = "text") -> str | dict[str, Any]:
         """The global plan: text, or a JSON-able graph (nodes = entities with their control
         tables, edges = queues)."""
         from cqlstream.engine import plan_view
 
         return plan_view.explain_plan(self, fmt)
 
-    def control_tables(self) -> list[dict]:
+    def control_tables(self) -> list[dict[str, Any]]:
         from cqlstream.engine import control
 
         return control.tables(self)
 
-    def control_table(self, entity_id: str) -> dict:
+    def control_table(self, entity_id: str) -> dict[str, Any]:
         from cqlstream.engine import control
 
         return control.table(self, entity_id)
 
-    def set_knob(self, entity_id: str, knob: str, value) -> dict:
+    def set_knob(self, entity_id: str, knob: str, value: object) -> dict[str, Any]:
         from cqlstream.engine import control
 
         out = control.set_knob(self, entity_id, knob, value)
         self._save()
         return out
 
-    def attribution(self) -> dict:
+    def attribution(self) -> dict[str, Any]:
         from cqlstream.engine import control
 
         return control.attribution(self)
 
-    def peek(self, entity_id: str, n: int = 20) -> dict:
+    def peek(self, entity_id: str, n: int = 20) -> dict[str, Any]:
         from cqlstream.engine import plan_view
 
         return plan_view.peek(self, entity_id, n)
@@ -490,7 +500,7 @@ class Dsms:
             self.plan_file.save(self)
 
     # ------------------------------------------------------------ input
-    def _input(self, name: str):
+    def _input(self, name: str) -> StreamInput | RelationInput:
         inp = self.inputs.get(name.lower())
         if inp is None:
             if self.sys is not None and name.lower() == SYS_STREAM.lower():
@@ -503,7 +513,13 @@ class Dsms:
     def _now_units(self, d: SourceDef) -> int:
         return int(self.clock() * 1000) // UNIT_MS[d.time_unit]
 
-    def push(self, name: str, rows, ts=None, signs=None) -> int:
+    def push(
+        self,
+        name: str,
+        rows: Sequence[Sequence[object]],
+        ts: npt.ArrayLike | None = None,
+        signs: npt.ArrayLike | None = None,
+    ) -> int:
         """Push Python rows with their timestamps (and signs for relations); all or nothing.
 
         A system-timestamped stream (`with (timestamp = system)`) takes no `ts`: arrivals are
@@ -614,7 +630,7 @@ class Dsms:
 __all__ = ["Dsms", "InputError", "QueryHandle", "Subscription", "from_rows"]
 
 
-def names_read(node) -> set[str]:
+def names_read(node: object) -> set[str]:
     """Lower-case names of the sources and views a query AST reads (FROM items, bare names)."""
     out: set[str] = set()
     stack = [node]

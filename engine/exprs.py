@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 
 import numpy as np
 from cqlstream.cql.functions import FunctionRegistry
@@ -79,9 +80,9 @@ class Evaluator:
             out = _full(len(b), 0 if dtype_of(e.type) is not object else "", e.type)
             mask = np.ones(len(b), bool)
         else:
-            out, mask = self.eval(e.default, b)
+            out, default_mask = self.eval(e.default, b)
             out = out.astype(dtype_of(e.type), copy=True)
-            mask = np.zeros(len(b), bool) if mask is None else mask.copy()
+            mask = np.zeros(len(b), bool) if default_mask is None else default_mask.copy()
         for cond, res in reversed(e.whens):
             hit = self.predicate(cond, b)
             rv, rm = self.eval(res, b)
@@ -114,12 +115,13 @@ def _cast(v, m, src, dst) -> Col:
             return out, _or_masks(m, bad if bad.any() else None)
         return v.astype(dtype_of(dst)), m
     # text → number / bool: parse each value, unparsable → NULL
-    parse = {
+    parsers: dict[str, Callable[[str], object]] = {
         "int": int,
         "timestamp": int,
         "float": float,
         "bool": lambda s: {"true": True, "false": False}[s.strip().lower()],
-    }[k]
+    }
+    parse = parsers[k]
     vals, bad = [], []
     for x in v.tolist():
         try:
@@ -360,7 +362,7 @@ def _float_fn(fn, domain=None):
 
 
 def _coalesce(e, args, n):
-    out = np.array(args[-1][0], dtype=dtype_of(e.type), copy=True)
+    out: np.ndarray = np.array(args[-1][0], dtype=dtype_of(e.type), copy=True)
     mask = np.zeros(n, bool) if args[-1][1] is None else args[-1][1].copy()
     for v, m in reversed(args[:-1]):
         have = np.ones(n, bool) if m is None else ~m
@@ -435,15 +437,15 @@ def _call_udf(fn, e: X.Func, args, n: int) -> Col:
         return res.astype(dtype_of(e.type), copy=False), _or_masks(*[m for _, m in args])
     lists = [v.tolist() for v, _ in args]
     masks = [None if m is None else m.tolist() for _, m in args]
-    res = []
+    values = []
     for i in range(n):
         row = [None if (mk is not None and mk[i]) else col[i] for col, mk in zip(lists, masks)]
-        res.append(fn.impl(*row))
-    nulls = np.array([r is None for r in res], bool)
+        values.append(fn.impl(*row))
+    nulls = np.array([r is None for r in values], bool)
     dt = dtype_of(e.type)
     if dt is object:
         out = np.empty(n, dtype=object)
-        out[:] = ["" if r is None else r for r in res]
+        out[:] = ["" if r is None else r for r in values]
     else:
-        out = np.array([0 if r is None else r for r in res], dtype=dt)
+        out = np.array([0 if r is None else r for r in values], dtype=dt)
     return out, (nulls if nulls.any() else None)

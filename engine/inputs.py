@@ -8,9 +8,12 @@ accepts signed updates and matches each delete to a live insert of the same valu
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 from cqlstream.cql.catalog import SourceDef
+from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat, from_rows
 from cqlstream.engine.errors import InputError
 from cqlstream.engine.operators.base import IdSource
@@ -18,7 +21,7 @@ from cqlstream.engine.queues import Queue
 
 
 class StreamInput:
-    def __init__(self, d: SourceDef, queue: Queue, ids: IdSource):
+    def __init__(self, d: SourceDef, queue: Queue, ids: IdSource) -> None:
         self.d = d
         self.queue = queue
         self.ids = ids
@@ -29,6 +32,9 @@ class StreamInput:
         self.late = 0  # tuples dropped for arriving later than the slack
         self.accepted = 0
         self.first: int | None = None
+        self.sampling_rate = 1.0  # knob: load shedding of arrivals (Dsms.push_batch)
+        self.offered = 0  # arrivals offered while shedding
+        self.shed = 0  # arrivals dropped by shedding
 
     def push(self, batch: Batch) -> int:
         """Accept a batch (whole, or not at all when out of order without slack)."""
@@ -115,7 +121,9 @@ class StreamInput:
 class RelationInput:
     """Signed updates; a delete carries the id of a live insert of the same value (FIFO)."""
 
-    def __init__(self, d: SourceDef, queue: Queue, ids: IdSource, clock=None):
+    def __init__(
+        self, d: SourceDef, queue: Queue, ids: IdSource, clock: Callable[[], int | None] | None = None
+    ) -> None:
         self.d = d
         self.queue = queue
         self.ids = ids
@@ -126,6 +134,9 @@ class RelationInput:
         self.first: int | None = None
         self.clock = clock  # callable → the engine's t0 (static relations are fixed after it)
         self.tail: list[Batch] = []  # updates accepted at max_ts (not final yet: snapshot(at=watermark) undoes them)
+        self.sampling_rate = 1.0  # as on streams (the knob is settable on streams only)
+        self.offered = 0
+        self.shed = 0
 
     def push(self, batch: Batch) -> int:
         n = len(batch)
@@ -182,7 +193,7 @@ class RelationInput:
         self.queue.push(batch, watermark=self.max_ts - 1)
         return n
 
-    def snapshot(self, at: int | None = None):
+    def snapshot(self, at: int | None = None) -> tuple[Batch, int] | None:
         """(the relation at instant `at` as `+` rows with their instance ids, `at`), or None.
         Default: the watermark, the instant operators over the relation are complete through;
         the updates accepted at the latest instant (`tail`, not final yet) are undone: a new
@@ -215,7 +226,7 @@ class RelationInput:
         b.id = np.asarray(ids, np.uint64)[order]
         return b, at
 
-    def reader_prefix(self):
+    def reader_prefix(self) -> tuple[Batch, int] | None:
         """(what a reader starting at the queue's end must be given first, the instant it is
         exact from): the relation at the watermark, then the updates since (already in the queue)."""
         snap = self.snapshot()
@@ -241,7 +252,9 @@ class RelationInput:
         self.queue.push(None, watermark=last)
 
 
-def rows_to_batch(rows, types, ts, signs=None) -> Batch:
+def rows_to_batch(
+    rows: Sequence[Sequence[object]], types: Sequence[DataType], ts: npt.ArrayLike, signs: npt.ArrayLike | None = None
+) -> Batch:
     """Python rows → batch, checking width and types; errors name the row and field."""
     out = []
     for i, r in enumerate(rows):

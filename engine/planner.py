@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine import snapshots
+from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.operators.base import IdSource, Operator
@@ -25,8 +27,11 @@ from cqlstream.engine.operators.filterhub import FilterHub, HubMember, eq_const
 from cqlstream.engine.operators.registry import operator_class
 from cqlstream.engine.queues import Queue, Reader
 from cqlstream.engine.sharing import share_key
-from cqlstream.engine.synopses import RelationStore
+from cqlstream.engine.synopses import RelationStore, Synopsis
 from cqlstream.engine.window_store import WindowStore
+
+if TYPE_CHECKING:
+    from cqlstream.engine.operators.window import WindowOp
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,8 @@ def _types(node: L.Plan):
 
 
 INF = math.inf  # "never complete" (e.g. an Unbounded window started late)
+
+Snapshot = tuple[Batch, int]  # a relation as `+` elements at an instant, and that instant
 
 
 @dataclass(eq=False)
@@ -85,32 +92,31 @@ class PhysicalPlan:
         self.options = options
         self.nodes: dict[object, PNode] = {}
         self.operators: list[Operator] = []
-        self.stores: dict[int, RelationStore] = {}  # id(queue) → the synopsis of that relation
+        self.stores: dict[int, Synopsis] = {}  # id(queue) → the synopsis of that relation (a store or a view)
         self.window_stores: dict[tuple, WindowStore] = {}  # (id(stream queue), mode, private) → store
         self.filter_hubs: dict[tuple, FilterHub] = {}  # (id(queue), column) → grouped selection
         self.late_stores: list[RelationStore] = []  # private stores of joins registered while data flowed
-        self.source_snapshots: dict[object, object] = {}  # source key → callable(at) -> (Batch, at) | None
-        self.source_readers: dict[object, object] = {}  # source key → callable() -> (prefix, at) | None
+        self.source_snapshots: dict[object, Callable[[int | None], Snapshot | None]] = {}  # source key → snapshot
+        self.source_readers: dict[object, Callable[[], Snapshot | None]] = {}  # source key → (prefix, at)
         self._eids = {k: itertools.count(1) for k in ("op", "q", "syn")}
         # (existing join PNode, new user) → a reason not to share it, or None (set by the Dsms)
-        self.share_policy = None
+        self.share_policy: Callable[[PNode, Any], str | None] | None = None
 
     def _eid(self, kind: str) -> str:
         return f"{kind}:{next(self._eids[kind])}"
 
-    def store(self, q: Queue, producer: Operator | None = None) -> RelationStore:
+    def store(self, q: Queue, producer: Operator | None = None) -> Synopsis:
         """The one shared store of a relation-valued queue (created on first use): a view of the
         window store when a plain window produces it, otherwise a RelationStore."""
         st = self.stores.get(id(q))
         if st is None:
             eid = self._eid("syn")
-            st = producer.relation_view(eid) if producer is not None else None
-            if st is None:
-                st = RelationStore(q, eid)
+            view = producer.relation_view(eid) if producer is not None else None
+            st = RelationStore(q, eid) if view is None else view
             self.stores[id(q)] = st
         return st
 
-    def _store_for(self, pn: PNode) -> RelationStore:
+    def _store_for(self, pn: PNode) -> Synopsis:
         """pn's shared store for a new join. While data flows the join starts from pn's snapshot
         (`+` elements at the snapshot instant), and its store must date those rows the same way:
         a store created now is seeded with the snapshot; an existing shared store dates its rows
@@ -121,8 +127,8 @@ class PhysicalPlan:
         if id(pn.queue) in self.stores or snap is None:
             st = RelationStore(pn.queue, self._eid("syn"), "relation store (late join)")
             self.late_stores.append(st)
-        else:
-            st = self.store(pn.queue)  # a RelationStore: a view would date rows by their own ts
+        else:  # the queue's shared store, a RelationStore: a view would date rows by their own ts
+            st = self.stores[id(pn.queue)] = RelationStore(pn.queue, self._eid("syn"))
         if snap is not None:
             st.start_from(snap[0])
         return st
@@ -156,7 +162,7 @@ class PhysicalPlan:
     # ------------------------------------------------------------ building
     def build(self, node: L.Plan, user=None, *, share: bool = True) -> PNode:
         """The physical node computing `node` for query `user`, creating what is not present."""
-        key = share_key(node)
+        key: object = share_key(node)
         if isinstance(node, (L.StreamSource, L.RelationSource)):
             pn = self.nodes.get(key)
             if pn is None:
@@ -259,6 +265,7 @@ class PhysicalPlan:
                 if pn is not None:
                     return pn
         cls = operator_class(node)
+        assert cls is not None, "sources are built by source_queue, not here"
         q = self._new_queue(_types(node), type(node).__name__)
         inputs = [k.queue for k in kids]
         # operators that read their inputs' state from shared synopses (joins) get them here
@@ -280,7 +287,7 @@ class PhysicalPlan:
         op.bind(readers, eid=eid, node=node, hold_until=max(starts) if len(readers) > 1 and starts else None)
         if ws is not None:
             op.join_store(ws)
-            pn.complete_from = ws.complete_from(op)
+            pn.complete_from = ws.complete_from(cast("WindowOp", op))  # only windows have a store mode
             if len(ws.members) > 1:
                 pn.note = f"reads its extent of {ws.eid}"
         else:
@@ -289,7 +296,7 @@ class PhysicalPlan:
         self._insert_op(op, kids)
         return pn
 
-    def _hub_member(self, node: L.Plan, key, kid: PNode, ec, user) -> PNode | None:
+    def _hub_member(self, node: L.Filter, key, kid: PNode, ec: tuple[int, object], user) -> PNode | None:
         """Join `column = value` selections over one queue into one grouped selection (from the
         second one on; a running plain selection is moved into the new hub, it has no state)."""
         col, value = ec
@@ -304,6 +311,7 @@ class PhysicalPlan:
                     and pn.op.groupable()
                     and pn.inputs == [kid]
                     and pn.key == share_key(pn.node)
+                    and isinstance(pn.node, L.Filter)
                     and (eq_const(pn.node.predicate) or (None,))[0] == col
                 ),
                 None,
@@ -327,11 +335,13 @@ class PhysicalPlan:
 
     def _new_hub(self, kid: PNode, col: int, sib: PNode) -> FilterHub:
         old = sib.op
-        assert old is not None
+        assert old is not None and isinstance(sib.node, L.Filter)
+        ec = eq_const(sib.node.predicate)
+        assert ec is not None  # chosen for being `column = constant`
         hub = FilterHub([kid.queue], self.ids, col, label=f"grouped select on {kid.node.schema[col].name} (= constant)")
         hub.resume(old)
         hub.bind(eid=self._eid("op"), node=kid.node)
-        value = eq_const(sib.node.predicate)[1]
+        value = ec[1]
         m = HubMember(
             sib.queue,
             self.ids,

@@ -10,15 +10,17 @@ own elements: that is how a query registered late starts from shared state (plan
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 import numpy as np
+from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
 
 RECENT = 32  # elements kept per queue for `peek` (the UI's "recent tuples")
 
 
 class Queue:
-    def __init__(self, types, name: str = ""):
+    def __init__(self, types: Iterable[DataType], name: str = "") -> None:
         self.types = list(types)
         self.name = name
         self.batches: list[Batch] = []
@@ -115,7 +117,7 @@ class Reader:
             n += len(self.q.batches[i]) - (self.row if i == self.batch - self.q.base else 0)
         return n
 
-    def _pending(self):
+    def _pending(self) -> list[Batch]:
         out = [] if self.prefix is None else [self.prefix]
         for i in range(self.batch - self.q.base, len(self.q.batches)):
             b = self.q.batches[i]

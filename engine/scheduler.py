@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cqlstream.engine.operators.base import Operator
+
+Weights = Callable[[], dict[int, float]]  # → {id(operator): weight}
+
 
 class RoundRobin:
     """Visit operators in plan order (producers before consumers), each with a work budget,
@@ -9,10 +17,10 @@ class RoundRobin:
 
     name = "round-robin"
 
-    def __init__(self, budget: int | None = None):
+    def __init__(self, budget: int | None = None) -> None:
         self.budget = budget
 
-    def run(self, operators, max_passes: int | None = None) -> int:
+    def run(self, operators: Sequence[Operator], max_passes: int | None = None) -> int:
         total, passes = 0, 0
         while True:
             done = 0
@@ -32,11 +40,11 @@ class Weighted(RoundRobin):
 
     name = "weighted"
 
-    def __init__(self, budget: int | None = None, weights=None):
+    def __init__(self, budget: int | None = None, weights: Weights | None = None) -> None:
         super().__init__(budget)
-        self.weights = weights or (lambda: {})  # callable → {id(operator): weight}
+        self.weights: Weights = weights or (lambda: {})
 
-    def run(self, operators, max_passes: int | None = None) -> int:
+    def run(self, operators: Sequence[Operator], max_passes: int | None = None) -> int:
         total, passes = 0, 0
         w = self.weights() if self.budget is not None else {}
         while True:

@@ -88,5 +88,7 @@ def lift_filters(node: L.Plan) -> L.Plan:
         lifted = L.Filter(replace(node, input=inner.input), inner.predicate)
         return lift_filters(lifted) if isinstance(inner.input, L.Filter) else lifted
     if isinstance(node, L.Filter) and isinstance(node.input, L.Filter):
-        return L.Filter(node.input.input, X.conjoin(X.conjuncts(node.input.predicate) + X.conjuncts(node.predicate)))
+        return L.Filter(
+            node.input.input, X.conjunction(X.conjuncts(node.input.predicate) + X.conjuncts(node.predicate))
+        )
     return node

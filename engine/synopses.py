@@ -117,10 +117,12 @@ class RelationStore(Synopsis):
         self.dels[open_idx[cand]] = deletes.ts[dpos]
 
     def _purge(self) -> None:
-        done = [u.done_through for u in self.users]
-        if any(b is None for b in done) or (not done and self.through is None):
+        done = [b for u in self.users if (b := u.done_through) is not None]
+        if len(done) < len(self.users):
             return
         low = min(done) if done else self.through  # no readers: keep only the current relation
+        if low is None:
+            return
         keep = self.dels > low
         if not keep.all():
             self.rows, self.ins, self.dels = self.rows.take(keep), self.ins[keep], self.dels[keep]

@@ -52,10 +52,10 @@ class SysPublisher:
         from cqlstream.engine import control
 
         rows = []
-        for t in control.tables(self.dsms):
-            for metric, v in t["counters"].items():
+        for table in control.tables(self.dsms):
+            for metric, v in table["counters"].items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    rows.append((t["id"][:40], metric[:40], float(v)))
+                    rows.append((table["id"][:40], metric[:40], float(v)))
         t = max(self.now_units(), self.input.max_ts or 0)
         if rows:
             from cqlstream.engine.batch import from_rows

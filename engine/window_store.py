@@ -170,6 +170,7 @@ class WindowRelation(Synopsis):
 
     def __init__(self, window: WindowOp, eid: str | None = None):
         self.window = window
+        assert window.store is not None, "a view reads a window served by a window store"
         self.store: WindowStore = window.store
         self.store.views.append(self)
         self.queue = window.output
@@ -194,7 +195,9 @@ class WindowRelation(Synopsis):
     def alive_at(self, t: int | None) -> Batch:
         if t is None:
             return Batch.empty(self.queue.types)
-        return self.store.contents(self.window, t)
+        out = self.store.contents(self.window, t)
+        assert out is not None  # given an instant, the store always answers
+        return out
 
     def close(self) -> None:
         if self in self.store.views:

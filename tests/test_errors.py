@@ -188,6 +188,14 @@ CASES = [
         24,
         "not a whole number of seconds",
     ),
+    Bad(
+        "time_unit_of_no_stream",
+        "select * from (istream(select * from R)) [Range 5 seconds]",
+        "bad_window",
+        1,
+        49,
+        "has no time unit",
+    ),
     Bad("join_of_different_time_units", "select * from S, M", "time_unit_mismatch", 1, 18, "different time units"),
     Bad(
         "union_of_different_time_units",

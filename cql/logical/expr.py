@@ -5,6 +5,7 @@ Frozen and hashable, so equal predicates compare and hash equal (plan sharing is
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from cqlstream.cql.types import BOOL, DataType
@@ -15,6 +16,10 @@ class Expr:
 
     def children(self) -> tuple[Expr, ...]:
         return ()
+
+    def sql(self) -> str:
+        """The expression as CQL text (every concrete expression defines it)."""
+        raise NotImplementedError(type(self).__name__)
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ class Op(Expr):
     args: tuple[Expr, ...]
     type: DataType
 
-    def children(self):
+    def children(self) -> tuple[Expr, ...]:
         return self.args
 
     def sql(self) -> str:
@@ -101,7 +106,7 @@ class Func(Expr):
     args: tuple[Expr, ...]
     type: DataType
 
-    def children(self):
+    def children(self) -> tuple[Expr, ...]:
         return self.args
 
     def sql(self) -> str:
@@ -116,7 +121,7 @@ class CaseWhen(Expr):
     default: Expr
     type: DataType
 
-    def children(self):
+    def children(self) -> tuple[Expr, ...]:
         return tuple(x for w in self.whens for x in w) + (self.default,)
 
     def sql(self) -> str:
@@ -129,7 +134,7 @@ class Cast(Expr):
     operand: Expr
     type: DataType
 
-    def children(self):
+    def children(self) -> tuple[Expr, ...]:
         return (self.operand,)
 
     def sql(self) -> str:
@@ -160,7 +165,7 @@ def columns(e: Expr) -> set[int]:
     return out
 
 
-def remap(e: Expr, mapping) -> Expr:
+def remap(e: Expr, mapping: Callable[[ColRef], Expr]) -> Expr:
     """Rewrite column references: `mapping(ColRef) -> Expr`."""
     if isinstance(e, ColRef):
         return mapping(e)
@@ -189,11 +194,19 @@ def conjuncts(e: Expr | None) -> list[Expr]:
     return [e]
 
 
-def conjoin(parts) -> Expr | None:
-    parts = list(parts)
-    if not parts:
+def conjoin(parts: Iterable[Expr]) -> Expr | None:
+    items = list(parts)
+    if not items:
         return None
-    out = parts[0]
-    for p in parts[1:]:
+    out = items[0]
+    for p in items[1:]:
         out = Op("and", (out, p), BOOL)
+    return out
+
+
+def conjunction(parts: Iterable[Expr]) -> Expr:
+    """`conjoin` of a non-empty list: a Filter's predicate is never absent."""
+    out = conjoin(parts)
+    if out is None:
+        raise ValueError("conjunction of no predicates")
     return out

@@ -6,8 +6,9 @@ compare and hash equal, which is what plan sharing keys on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from functools import cached_property
+from typing import Any, ClassVar
 
 from cqlstream.cql.logical.expr import AggCall, Expr, columns
 from cqlstream.cql.types import BOOL, DataType
@@ -41,8 +42,16 @@ class Plan:
     def inputs(self) -> tuple[Plan, ...]:
         return ()
 
-    schema: tuple[Attribute, ...]
-    is_stream: bool
+    @property
+    def schema(self) -> tuple[Attribute, ...]:
+        raise NotImplementedError(type(self).__name__)
+
+    @property
+    def is_stream(self) -> bool:
+        raise NotImplementedError(type(self).__name__)
+
+    # Every concrete node is a frozen dataclass; declaring so lets `dataclasses.replace` take a Plan.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @property
     def monotonic(self) -> bool:
@@ -68,13 +77,13 @@ class StreamSource(Plan):
     time_unit: str = "second"
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.attrs
 
     is_stream = True
 
     @property
-    def monotonic(self):
+    def monotonic(self) -> bool:
         return True
 
 
@@ -85,13 +94,13 @@ class RelationSource(Plan):
     static: bool = False
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.attrs
 
     is_stream = False
 
     @property
-    def monotonic(self):
+    def monotonic(self) -> bool:
         return self.static
 
 
@@ -160,18 +169,18 @@ class Window(Plan):
     spec: WindowSpec
     default: bool = field(default=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check(self.input.is_stream, "Window needs a stream input")
         if isinstance(self.spec, PartitionSpec):
             for k in self.spec.keys:
                 _check(0 <= k < len(self.input.schema), "partition key out of range")
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return (self.input,)
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.input.schema
 
     is_stream = False
@@ -181,7 +190,7 @@ class Window(Plan):
         return getattr(self.spec, "size", 0) is None
 
     @property
-    def monotonic(self):
+    def monotonic(self) -> bool:
         return self.unbounded and self.input.monotonic
 
 
@@ -192,16 +201,16 @@ class Sample(Plan):
     input: Plan
     percent: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check(self.input.is_stream, "Sample needs a stream input")
         _check(0 < self.percent <= 100, "sample percentage must be in (0, 100]")
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return (self.input,)
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.input.schema
 
     is_stream = True
@@ -217,20 +226,20 @@ class Filter(Plan):
     input: Plan
     predicate: Expr
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check(self.predicate.type in (BOOL,) or self.predicate.type.kind == "null", "Filter predicate must be boolean")
         self._check_expr(self.predicate, len(self.input.schema), "predicate")
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return (self.input,)
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.input.schema
 
     @property
-    def is_stream(self):
+    def is_stream(self) -> bool:
         return self.input.is_stream
 
 
@@ -243,22 +252,22 @@ class Project(Plan):
     names: tuple[str, ...]
     qualifiers: tuple[str | None, ...] = field(default=(), compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check(len(self.exprs) == len(self.names), "Project needs a name per expression")
         for e in self.exprs:
             self._check_expr(e, len(self.input.schema), "expression")
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return (self.input,)
 
     @cached_property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         quals = self.qualifiers or (None,) * len(self.names)
         return tuple(Attribute(n, e.type, q) for n, e, q in zip(self.names, self.exprs, quals))
 
     @property
-    def is_stream(self):
+    def is_stream(self) -> bool:
         return self.input.is_stream
 
 
@@ -269,18 +278,18 @@ class Join(Plan):
     inputs_: tuple[Plan, ...]
     predicate: Expr | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check(len(self.inputs_) >= 2, "Join needs at least two inputs")
         _relations(self, self.inputs_)
         if self.predicate is not None:
             self._check_expr(self.predicate, len(self.schema), "predicate")
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return self.inputs_
 
     @cached_property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return tuple(a for i in self.inputs_ for a in i.schema)
 
     is_stream = False
@@ -302,7 +311,7 @@ class Aggregate(Plan):
     aggs: tuple[AggCall, ...]
     names: tuple[str, ...]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _relations(self, (self.input,))
         _check(len(self.names) == len(self.keys) + len(self.aggs), "Aggregate needs a name per output")
         w = len(self.input.schema)
@@ -313,18 +322,18 @@ class Aggregate(Plan):
                 self._check_expr(a.arg, w, "aggregate argument")
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return (self.input,)
 
     @cached_property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         types = [k.type for k in self.keys] + [a.type for a in self.aggs]
         return tuple(Attribute(n, t) for n, t in zip(self.names, types))
 
     is_stream = False
 
     @property
-    def monotonic(self):
+    def monotonic(self) -> bool:
         return False
 
 
@@ -332,15 +341,15 @@ class Aggregate(Plan):
 class Distinct(Plan):
     input: Plan
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _relations(self, (self.input,))
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return (self.input,)
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.input.schema
 
     is_stream = False
@@ -355,23 +364,23 @@ class SetOp(Plan):
     left: Plan
     right: Plan
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _relations(self, (self.left, self.right))
         _check(self.op in ("union", "except", "intersect"), f"unknown set operation {self.op}")
         _check(len(self.left.schema) == len(self.right.schema), "set operation inputs differ in width")
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return (self.left, self.right)
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.left.schema
 
     is_stream = False
 
     @property
-    def monotonic(self):
+    def monotonic(self) -> bool:
         return self.op != "except" and super().monotonic
 
 
@@ -389,22 +398,22 @@ class SemiJoin(Plan):
     anti: bool = False
     null_aware: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _relations(self, (self.left, self.right))
         self._check_expr(self.predicate, len(self.left.schema) + len(self.right.schema), "predicate")
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return (self.left, self.right)
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.left.schema
 
     is_stream = False
 
     @property
-    def monotonic(self):
+    def monotonic(self) -> bool:
         return not self.anti and super().monotonic
 
 
@@ -418,22 +427,22 @@ class RelToStream(Plan):
     op: str
     input: Plan
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check(self.op in ("istream", "dstream", "rstream"), f"unknown relation-to-stream op {self.op}")
         _relations(self, (self.input,))
 
     @property
-    def inputs(self):
+    def inputs(self) -> tuple[Plan, ...]:
         return (self.input,)
 
     @property
-    def schema(self):
+    def schema(self) -> tuple[Attribute, ...]:
         return self.input.schema
 
     is_stream = True
 
     @property
-    def monotonic(self):
+    def monotonic(self) -> bool:
         return True
 
 

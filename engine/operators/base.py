@@ -12,7 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from cqlstream.cql.logical.explain import node_label
@@ -20,6 +20,12 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, splitmix64
 from cqlstream.engine.queues import Queue, Reader
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Evaluator
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
+    from cqlstream.engine.window_store import WindowStore
 
 # Size classes of the state a plan holds (the bounded-memory verdict, engine/boundedness.py),
 # ordered: bounded whatever the input; bounded for a bounded arrival rate; grows with the input.
@@ -29,7 +35,7 @@ BOUNDED, RATE, GROWS = 0, 1, 2
 class IdSource:
     """Fresh tuple-instance ids (uint64), shared by all operators of one engine."""
 
-    def __init__(self, start: int = 1):
+    def __init__(self, start: int = 1) -> None:
         self.next_id = start
 
     def take(self, n: int) -> np.ndarray:
@@ -49,7 +55,7 @@ class Counters:
     extra: dict = field(default_factory=dict)
 
 
-def _set_sampling_rate(op: Operator, v) -> None:
+def _set_sampling_rate(op: Operator, v: object) -> None:
     op.sampling_rate = K.sampling_rate(v)
 
 
@@ -73,7 +79,7 @@ class Operator(ABC):
     KNOBS: ClassVar[tuple[K.Knob, ...]] = (K.MEMORY_LIMIT, SAMPLING_RATE)
     reads_input_stores: ClassVar[bool] = False  # True: from_node takes its inputs' shared stores (joins)
 
-    def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options=None):
+    def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options: EngineOptions | None = None) -> None:
         self.readers: list[Reader] = [q.reader() for q in inputs]
         self.node: Plan | None = None  # the logical plan node it computes (set by bind)
         self.eid: str | None = None  # entity id in the control tables (set by bind)
@@ -97,9 +103,10 @@ class Operator(ABC):
 
     def bound(self) -> int | None:
         wms = [q.watermark for q in self.inputs]
-        if any(w is None for w in wms):
+        known = [w for w in wms if w is not None]
+        if len(known) < len(wms):
             return None
-        return min(wms)
+        return min(known)
 
     def ready(self) -> bool:
         b = self.bound()
@@ -158,6 +165,10 @@ class Operator(ABC):
     def process(self, inputs: list[Batch], bound: int) -> Batch | None:
         """Every input element with ts ≤ bound → the output elements with ts ≤ bound, ts-sorted."""
 
+    def deliver(self, out: Batch | None, bound: int, n_in: int) -> None:
+        """Route a call's output to the operator's several queues (`fanout` operators only)."""
+        raise NotImplementedError(type(self).__name__)
+
     @property
     def ending(self) -> bool:
         """True when this call processes the last instant of the input (end of input)."""
@@ -165,12 +176,21 @@ class Operator(ABC):
 
     # ------------------------------------------------------------ the operator protocol
     @classmethod
-    def from_node(cls, node, inputs: list[Queue], output: Queue, ids: IdSource, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Operator:
         """The operator computing logical plan node `node` over `inputs` into `output`
         (`options`: the engine's EngineOptions; `stores`: shared input synopses, joins only)."""
         raise NotImplementedError(cls.__name__)
 
-    def bind(self, readers: list[Reader] | None = None, *, eid: str, node, hold_until: int | None = None) -> None:
+    def bind(self, readers: list[Reader] | None = None, *, eid: str, node: Plan, hold_until: int | None = None) -> None:
         """Attach to the plan: `readers` replace the constructor's plain ones (a consumer starting
         while data flows reads from a snapshot or a store's position); `hold_until`: first run
         once every input is complete through this instant (inputs starting from snapshots taken
@@ -194,13 +214,13 @@ class Operator(ABC):
         input's relation can be snapshotted)."""
         return False
 
-    def complete_from(self, cf):
+    def complete_from(self, cf: float) -> float:
         """First instant from which the output is exact given inputs exact from `cf` (not None,
         finite); math.inf: never."""
         return cf
 
     @classmethod
-    def state_class(cls, node, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         """(size class of the relation node computes, [(class, reason)] of the state it holds),
         given its inputs' size classes `kids`. Default: no state of its own."""
         return max(kids, default=BOUNDED), []
@@ -234,11 +254,11 @@ class Operator(ABC):
             "knobs": K.values(self, self.KNOBS),
         }
 
-    def set_knob(self, name: str, value) -> None:
+    def set_knob(self, name: str, value: object) -> None:
         """Validate and set one of `KNOBS` (KnobError: no such knob, or a bad value)."""
         K.set_one(self, self.KNOBS, name, value, f"operator {self.eid or ''}")
 
-    def release(self) -> list:
+    def release(self) -> list[object]:
         """Stop reading (the operator leaves the plan); returns the shared objects (stores,
         grouped operators) that nothing uses any more, for the plan to forget."""
         for r in self.readers:
@@ -257,11 +277,11 @@ class Operator(ABC):
         """The kind of shared window store that serves this operator ('range' / 'rows'), if any."""
         return None
 
-    def join_store(self, ws) -> None:
+    def join_store(self, ws: WindowStore) -> None:
         """Read from the shared window store `ws` (operators with a `window_store_mode`)."""
         raise NotImplementedError(type(self).__name__)
 
-    def relation_view(self, eid: str):
+    def relation_view(self, eid: str) -> Synopsis | None:
         """A view (a store with entity id `eid`) through which consumers read this operator's
         relation without a copy, or None."""
         return None
@@ -274,7 +294,7 @@ class Operator(ABC):
         return "recent tuples leaving the operator", self.output.recent_rows(n)
 
 
-def held_state(node, kids: list[int], what: str | None = None) -> tuple[int, list[tuple[int, str]]]:
+def held_state(node: Plan, kids: list[int], what: str | None = None) -> tuple[int, list[tuple[int, str]]]:
     """`state_class` of an operator holding state the size of its inputs' relations."""
     worst = max(kids, default=BOUNDED)
     return worst, [(worst, what or f"{type(node).__name__.lower()} state")]
@@ -284,13 +304,15 @@ class Stateless(Operator):
     """An operator whose output relation is a function of its input's current relation alone
     (selection, projection, pass): its snapshot is itself applied to its input's snapshot."""
 
-    def snapshot(self, at, inputs):
+    def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
+        assert self.node is not None, "snapshots are taken of operators bound into the plan"
         if self.node.is_stream:
             return None
         parts = inputs()
         return None if parts is None else self.process([parts[0]], at)
 
-    def snapshotable(self, inputs):
+    def snapshotable(self, inputs: Callable[[], bool]) -> bool:
+        assert self.node is not None, "snapshots are taken of operators bound into the plan"
         return not self.node.is_stream and inputs()
 
 

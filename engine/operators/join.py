@@ -459,7 +459,8 @@ class JoinOp(Operator):
     # -------------------------------------------------------------- planning of probes
     def default_order(self, i: int) -> list[int]:
         """Inputs linked by an equi conjunct to those already bound first (lowest index on ties)."""
-        bound, order = {i}, []
+        bound = {i}
+        order: list[int] = []
         while len(order) < self.n - 1:
             rest = [j for j in range(self.n) if j not in bound]
             linked = [j for j in rest if any(e.other(j) in bound for e in self.equi if j in (e.a, e.b))]

@@ -61,7 +61,8 @@ class RelToStreamOp(Operator):
 
     def _final(self, bound: int) -> bool:
         """This call processes the last instant L of the input (ended inputs, full bound)."""
-        return self.ending and bound >= min(q.watermark for q in self.inputs)
+        top = self.bound()  # the smallest input watermark
+        return self.ending and top is not None and bound >= top
 
     def process(self, inputs, bound):
         b = inputs[0]
@@ -111,6 +112,7 @@ class RelToStreamOp(Operator):
         """Every live element, at every instant of its lifetime within [lo, hi], instants in
         order and, within one, elements in insertion order. Deletes end the lifetime of the
         insert with their id (ids of live elements are distinct)."""
+        assert self.t0 is not None  # step() sets it before the first call
         lo = self.t0 if self.last_done is None else max(self.last_done + 1, self.t0)
         hi = bound - 1 if final else bound
         self.last_done = bound

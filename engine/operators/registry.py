@@ -7,6 +7,7 @@ from __future__ import annotations
 from importlib import import_module
 
 from cqlstream.cql.logical import nodes as L
+from cqlstream.engine.operators.base import Operator
 
 # logical node type → (module under cqlstream.engine.operators, class name)
 OPERATORS: dict[type, tuple[str, str]] = {
@@ -22,10 +23,10 @@ OPERATORS: dict[type, tuple[str, str]] = {
     L.RelToStream: ("r2s", "RelToStreamOp"),
 }
 
-_loaded: dict[type, type] = {}
+_loaded: dict[type, type[Operator]] = {}
 
 
-def operator_class(node: L.Plan):
+def operator_class(node: L.Plan) -> type[Operator] | None:
     """The Operator subclass computing `node`, or None for a source (nothing computes it)."""
     t = type(node)
     cls = _loaded.get(t)

@@ -128,6 +128,7 @@ class SetOpOp(Operator):
         deltas = np.zeros((2, n), np.int64)
         deltas[side, np.arange(n)] = b.sign
         t = self.table
+        assert t is not None  # only the forwarding bag union has no table
         enc = t.encode(b)
         ch = t.changes(enc, b.ts, deltas)
         delta = self.f(ch.after[0], ch.after[1]) - self.f(ch.before[0], ch.before[1])

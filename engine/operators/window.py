@@ -11,10 +11,15 @@ about to enter) the window.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.operators.base import Operator
 from cqlstream.engine.operators.window_kinds import emit, kind_of, partition_ids
+
+if TYPE_CHECKING:
+    from cqlstream.engine.window_store import WindowStore
 
 __all__ = ["WindowOp", "emit", "partition_ids"]
 
@@ -27,7 +32,7 @@ class WindowOp(Operator):
         self.spec = spec
         self.compat = compat
         self.window = kind_of(spec, compat)
-        self.store = None  # engine.window_store.WindowStore: shared elements (plain Range / Rows windows)
+        self.store: WindowStore | None = None  # shared elements (plain Range / Rows windows)
         self.buf: Batch | None = None  # elements still to enter or leave
         self.buf_in: np.ndarray = np.zeros(0, np.int64)  # t_in (time windows)
         self.buf_out: np.ndarray = np.zeros(0, np.int64)  # t_out (time windows)

@@ -18,7 +18,7 @@ def push_selections(node: L.Plan) -> L.Plan | None:
         return None
     child, pred = node.input, node.predicate
     if isinstance(child, L.Filter):
-        return L.Filter(child.input, X.conjoin(X.conjuncts(child.predicate) + X.conjuncts(pred)))
+        return L.Filter(child.input, X.conjunction(X.conjuncts(child.predicate) + X.conjuncts(pred)))
     if isinstance(child, L.Join):
         return _into_join(child, X.conjuncts(child.predicate) + X.conjuncts(pred), always=True)
     if isinstance(child, L.Window) and child.spec.time_based:
@@ -33,8 +33,8 @@ def push_selections(node: L.Plan) -> L.Plan | None:
         left = [c for c in X.conjuncts(pred) if max(X.columns(c), default=-1) < width]
         if left:
             rest = [c for c in X.conjuncts(pred) if c not in left]
-            moved = replace(child, left=L.Filter(child.left, X.conjoin(left)))
-            return L.Filter(moved, X.conjoin(rest)) if rest else moved
+            moved = replace(child, left=L.Filter(child.left, X.conjunction(left)))
+            return L.Filter(moved, X.conjunction(rest)) if rest else moved
     return None
 
 
@@ -54,5 +54,5 @@ def _into_join(join: L.Join, parts: list[X.Expr], always: bool = False) -> L.Pla
             keep.append(c)
     if not any(per_input) and not always:
         return None
-    inputs = tuple(L.Filter(i, X.conjoin(p)) if p else i for i, p in zip(join.inputs_, per_input))
+    inputs = tuple(L.Filter(i, X.conjunction(p)) if p else i for i, p in zip(join.inputs_, per_input))
     return L.Join(inputs, X.conjoin(keep))
