@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup demo test lint typecheck java bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -24,11 +24,11 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# mypy over the installed shape of the tree; joins `test` once it reports no errors
+# mypy over the installed shape of the tree (cqlstream.cql, cqlstream.engine, ...)
 typecheck: setup
 	$(PY) scripts/typecheck.py
 
-test: setup lint
+test: setup lint typecheck
 	$(PY) -m pytest
 
 clean:

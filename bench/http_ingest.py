@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from cqlstream.io.formats import INGEST_FORMATS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,6 +16,7 @@ import sys
 import time
 
 import numpy as np
+
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms
 

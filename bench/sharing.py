@@ -1,4 +1,4 @@
-"""Many similar queries on one engine (#5): throughput and memory for 1, 10, 100, 1,000 queries.
+"""Many similar queries on one engine: throughput and memory for 1, 10, 100, 1,000 queries.
 
 Each run is a fresh process (clean peak RSS). The queries differ only in a constant:
 `select A, B from S [Range 60] where A = k` (k = 0, 1, ...), all subscribed and polled after
@@ -43,10 +43,9 @@ def _rss_mb() -> float:
 
 
 def one(n_queries: int, rows: int, batch: int, share: bool, template: str = "eq") -> dict:
+    from bench.operators import columns
     from cqlstream.engine.batch import Batch
     from cqlstream.engine.dsms import Dsms
-
-    from bench.operators import columns
 
     ts, a, b = columns(rows, 1)
     d = Dsms(share=share, sys_stream=False)

@@ -1,6 +1,6 @@
 """Semantic analysis: AST + catalog → analyzed query (normalized AST, typed logical plan, notes).
 
-Resolves names and types, expands `*`, and applies CQL's defaults (shared/DESIGN.md, thesis
+Resolves names and types, expands `*`, and applies CQL's defaults (docs/semantics.md, thesis
 §2.1): a stream read without a window gets `[Range Unbounded]`; a query monotonic over streams
 read only through default windows gets an implicit Istream (so `select * from S` is a stream and
 thesis Ex. 2.1.2 stays a relation); an Istream over something that already is a stream is dropped.
@@ -818,7 +818,7 @@ def _time_unit(plan: L.Plan) -> str | None:
 
 def _implicit_istream(plan: L.Plan) -> bool:
     """CQL default: the query is monotonic over its streams (relations held fixed), reads at least
-    one stream, and reads streams only through default windows (shared/DESIGN.md)."""
+    one stream, and reads streams only through default windows (docs/semantics.md)."""
     windows = []
 
     def monotonic(n) -> bool:

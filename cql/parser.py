@@ -9,11 +9,12 @@ import functools
 from pathlib import Path
 from typing import Any, cast
 
-from cqlstream.cql import ast
-from cqlstream.cql.errors import CqlError, Pos
 from lark import Lark, Token, Transformer_NonRecursive, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from lark.tree import Meta
+
+from cqlstream.cql import ast
+from cqlstream.cql.errors import CqlError, Pos
 
 # grammar/ sits beside cql/ both in a source checkout and in the installed package (cqlstream.grammar)
 _GRAMMAR = Path(__file__).resolve().parent.parent / "grammar" / "cql.lark"

@@ -1,4 +1,4 @@
-"""Delta batches: the unit that flows through queues (shared/DESIGN.md, execution model).
+"""Delta batches: the unit that flows through queues (docs/architecture.md, the data path).
 
 Columnar: one numpy array per attribute (+ an optional NULL mask), and per element a timestamp,
 a sign (+1 insert / −1 delete) and a tuple-instance id (a delete carries the id of the insert it
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
 from cqlstream.cql.types import DataType
 from cqlstream.engine.errors import EngineError
 
@@ -118,13 +119,6 @@ def concat(batches: list[Batch], types: Sequence[DataType] | None = None) -> Bat
         np.concatenate([b.sign for b in batches]),
         np.concatenate([b.id for b in batches]),
     )
-
-
-def sort_by_ts(b: Batch) -> Batch:
-    """Stable sort by ts (keeps arrival order within an instant); no-op if already sorted."""
-    if len(b) < 2 or bool(np.all(b.ts[1:] >= b.ts[:-1])):
-        return b
-    return b.take(np.argsort(b.ts, kind="stable"))
 
 
 def from_rows(

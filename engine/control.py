@@ -1,4 +1,4 @@
-"""Control tables (STREAM §6.1; DESIGN.md execution model): every operator, queue, synopsis,
+"""Control tables (STREAM §6.1; docs/plan-manager.md): every operator, queue, synopsis,
 source and query is an *entity* with live counters and settable knobs, read and written through
 one API (the server, the web UI, SysStream and the re-optimizer all use it).
 
@@ -76,13 +76,13 @@ def _source_table(d, name, inp):
         "queue": q.eid,
         "counters": {
             "accepted": inp.accepted,
-            "late": getattr(inp, "late", 0),
-            "shed": getattr(inp, "shed", 0),
+            "late": inp.late,
+            "shed": inp.shed,
             "max_ts": inp.max_ts,
             "queue_length": q.length(),
             "watermark": q.watermark,
         },
-        "knobs": {"sampling_rate": getattr(inp, "sampling_rate", 1.0)},
+        "knobs": {"sampling_rate": inp.sampling_rate},
         "queries": sorted(h.id for h in d.queries.values() if name in h.reads),
     }
 
@@ -127,7 +127,7 @@ def _engine_table(d):
             "sys_rows": d.sys.published if d.sys else 0,
             "state_bytes": _state_bytes(d),
         },
-        "knobs": {"scheduler": s.name, "budget": getattr(s, "budget", None), "share": d.share},
+        "knobs": {"scheduler": s.name, "budget": s.budget, "share": d.share},
         "queries": sorted(d.queries),
     }
 
@@ -250,7 +250,7 @@ def _engine_knob(d, knob, value):
     if knob == "scheduler":
         if value not in SCHEDULERS:
             raise KnobError(f"scheduler must be one of {sorted(SCHEDULERS)}, got {value!r}")
-        budget = getattr(d.scheduler, "budget", None)
+        budget = d.scheduler.budget
         d.scheduler = (
             Weighted(budget, weights=lambda: _op_weights(d)) if value == "weighted" else SCHEDULERS[value](budget)
         )

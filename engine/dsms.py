@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
 from cqlstream.cql import ast, ddl
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
@@ -95,7 +96,7 @@ class QueryHandle:
 
     def completeness(self) -> dict[str, Any]:
         cf = self.complete_from
-        return {"complete_from": None if cf is None or cf == INF else int(cf), "complete": cf != INF}
+        return {"complete_from": None if cf is None or cf == INF else int(cf), "complete": self.complete}
 
     def explain(self) -> str:
         """The query's EXPLAIN, plus the plan it runs as when sharing lifts its selections above
@@ -359,7 +360,7 @@ class Dsms:
         by more than `unshare_ratio` is then left unshared."""
         s = self.scheduler
         h = self.queries.get(user)
-        if h is None or getattr(s, "name", "") != "weighted" or getattr(s, "budget", None) is None:
+        if h is None or s.name != "weighted" or s.budget is None:
             return None
         others = sorted({self.queries[u].weight for u in pn.users if u in self.queries and u != user})
         if not others:
@@ -395,7 +396,7 @@ class Dsms:
     def _quiesce(self) -> None:
         """Run every operator through its inputs' watermarks, so that all state is consistent
         with the queues' ends (what a late query's snapshot relies on)."""
-        budget = getattr(self.scheduler, "budget", None)
+        budget = self.scheduler.budget
         if budget is not None:
             self.scheduler.budget = None
         try:
@@ -549,14 +550,14 @@ class Dsms:
         Returns the number of tuples accepted (load shedding by a source's `sampling_rate`
         knob drops some of them afterwards, counted as `shed`)."""
         inp = self._input(name)
-        rate = getattr(inp, "sampling_rate", 1.0)
+        rate = inp.sampling_rate
         n = len(batch)
         if rate < 1.0 and n:
-            seen = getattr(inp, "offered", 0)
+            seen = inp.offered
             inp.offered = seen + n
             u = (splitmix64(np.arange(seen, seen + n, dtype=np.uint64)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
             keep = u < rate
-            inp.shed = getattr(inp, "shed", 0) + int(n - keep.sum())
+            inp.shed = inp.shed + int(n - keep.sum())
             batch = batch.take(keep)
         inp.push(batch)
         self._after_input(name)

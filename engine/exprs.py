@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 
 import numpy as np
+
 from cqlstream.cql.functions import FunctionRegistry
 from cqlstream.cql.logical import expr as X
 from cqlstream.engine.batch import Batch, dtype_of

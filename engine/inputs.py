@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
+
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat, from_rows
@@ -137,6 +138,7 @@ class RelationInput:
         self.sampling_rate = 1.0  # as on streams (the knob is settable on streams only)
         self.offered = 0
         self.shed = 0
+        self.late = 0  # relations have no slack: nothing arrives late
 
     def push(self, batch: Batch) -> int:
         n = len(batch)

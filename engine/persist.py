@@ -59,7 +59,7 @@ class PlanFile:
         return {
             "format": FORMAT,
             "version": VERSION,
-            "engine": {"share": d.share, "scheduler": s.name, "budget": getattr(s, "budget", None)},
+            "engine": {"share": d.share, "scheduler": s.name, "budget": s.budget},
             "next_query_id": d.peek_next_query_id(),
             "catalog": list(d.ddl.values()),
             "queries": [

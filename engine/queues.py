@@ -4,7 +4,7 @@ A queue is *complete through* its watermark: no element with ts ≤ watermark wi
 later. `start` is the first instant of the data flowing through it (docs/semantics.md).
 A reader attached while data flows can start at another reader's position and carry a
 *prefix* (a snapshot of the relation so far, as inserts) that it returns before the queue's
-own elements: that is how a query registered late starts from shared state (plan manager, #5).
+own elements: that is how a query registered late starts from shared state (docs/plan-manager.md).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 
 import numpy as np
+
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
 

@@ -1,4 +1,4 @@
-"""How queries find common subplans: a normalized key per logical subplan (CIDR §3; issue #5).
+"""How queries find common subplans: a normalized key per logical subplan (CIDR §3).
 
 Two subplans share one physical node when their keys are equal. The key is the plan itself with
 every predicate normalized: conjuncts sorted, operands of commutative operators ordered, and

@@ -11,6 +11,7 @@ semijoins) get a result store when they produce a query's result.
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.engine.batch import Batch
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+
 from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError

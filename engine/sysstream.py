@@ -12,6 +12,7 @@ nothing otherwise. Users cannot push to it.
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.cql import ast, ddl
 from cqlstream.cql.catalog import UNIT_MS
 from cqlstream.engine.inputs import StreamInput

@@ -1,5 +1,5 @@
 """One store of a stream's elements for every plain window over it (STREAM's shared window
-synopsis, IEEE DE Bulletin §2.2; plan manager, #5), and the view through which joins read a
+synopsis, IEEE DE Bulletin §2.2; docs/plan-manager.md), and the view through which joins read a
 window's relation from it."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.operators.window import WindowOp, emit
 from cqlstream.engine.synopses import Synopsis

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat

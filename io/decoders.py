@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from cqlstream.engine.batch import Batch
 from cqlstream.io.errors import IngestError
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
+
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError

@@ -69,7 +69,6 @@ class Step:
     line: int
     col: int
     file: Path | None = None
-    file_text: str = ""
     file_line: int | None = None
     ddl: str = ""
     ddl_line: int | None = None
@@ -248,13 +247,13 @@ def parse_script(path: str | os.PathLike[str], *, compat: bool = False) -> Scrip
                 )
             if kw == "source":
                 pending.file = _resolve(folder, body)
-                pending.file_text, pending.file_line = body, line
+                pending.file_line = line
                 if not pending.file.is_file():
                     why = "is a folder" if pending.file.is_dir() else "not found"
                     raise ScriptError(path, line, f"source file '{body}' {why} (looked for {pending.file})")
             elif kw == "dest":
                 pending.file = _resolve(folder, body)
-                pending.file_text, pending.file_line = body, line
+                pending.file_line = line
                 if pending.file in dests:
                     raise ScriptError(
                         path, line, f"dest '{body}' is already written by the query of line {dests[pending.file]}"

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from cqlstream.engine.batch import Batch
 
 _PAD = 0  # padding byte inside the fixed-width line matrix, removed at the end

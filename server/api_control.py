@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from cqlstream.server.models import Entity, EntityPatch, Peek, PlanGraph
-from cqlstream.server.problems import responses
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
+
+from cqlstream.server.models import Entity, EntityPatch, Peek, PlanGraph
+from cqlstream.server.problems import responses
 
 EntityId = Path(
     min_length=1, max_length=256, description="entity id, e.g. `engine`, `src:S`, `query:1`, `op:3`, `q:2`, `syn:1`"

@@ -6,12 +6,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
 from cqlstream.io.formats import RESULT_FORMATS, default_result_format
 from cqlstream.server.models import NAME_PATTERN, QueryIn, QueryOut, QueryPatch, ViewIn, ViewOut
 from cqlstream.server.problems import ProblemError, responses
 from cqlstream.server.results import ResultsResponse
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 if TYPE_CHECKING:
     from cqlstream.server.host import EngineHost

@@ -7,12 +7,13 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from cqlstream.io.formats import INGEST_FORMATS
-from cqlstream.server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
-from cqlstream.server.problems import ProblemError, responses
 from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
+
+from cqlstream.io.formats import INGEST_FORMATS
+from cqlstream.server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
+from cqlstream.server.problems import ProblemError, responses
 
 if TYPE_CHECKING:
     from cqlstream.server.host import EngineHost

@@ -10,6 +10,12 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import PlainTextResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from cqlstream.engine.dsms import Dsms
 from cqlstream.server import api_control, api_queries, api_sources, metrics
 from cqlstream.server.auth import api_key_dependency
@@ -17,11 +23,6 @@ from cqlstream.server.host import EngineHost
 from cqlstream.server.models import DdlIn, Health, SourceIn
 from cqlstream.server.problems import PROBLEMS, Problem, ProblemError, problem_of
 from cqlstream.server.settings import Settings
-from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import PlainTextResponse
-from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("cqlstream.server")
 

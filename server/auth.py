@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hmac
 
-from cqlstream.server.problems import ProblemError
 from fastapi import Security
 from fastapi.security import APIKeyHeader
+
+from cqlstream.server.problems import ProblemError
 
 
 def api_key_dependency(settings):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.engine.errors import KnobError
 from cqlstream.server.problems import ProblemError
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
 from cqlstream.cql import ast
 from cqlstream.cql.catalog import SourceDef, ViewDef
 from cqlstream.cql.logical.nodes import Attribute
@@ -194,7 +195,7 @@ class EngineHost:
             inp = self.d.inputs.get(s.name.lower())
             if inp is None:
                 raise ProblemError(409, "read_only", f"'{s.name}' is a system stream: it cannot be pushed to")
-            late0 = getattr(inp, "late", 0)  # relations have no slack, so nothing late
+            late0 = inp.late
             ts = np.full(n, self.d._now_units(s), np.int64) if target.system_ts else None
             try:
                 accepted = self.d.push_batch(s.name, parsed.batch(ts)) if n else 0
@@ -205,7 +206,7 @@ class EngineHost:
                 raise
             self.accepted[s.name] += int(accepted)
             self.pushes += 1
-            late = int(getattr(inp, "late", 0) - late0)
+            late = int(inp.late - late0)
             if n:
                 self._run()
             return {"source": s.name, "accepted": int(accepted), "late": late}

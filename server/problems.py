@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cqlstream.cql.errors import CqlError
-from cqlstream.engine.errors import EngineError
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import JSONResponse
+
+from cqlstream.cql.errors import CqlError
+from cqlstream.engine.errors import EngineError
 
 PROBLEM_TYPE = "https://cqlstream.dev/problems/"
 _TITLES = {

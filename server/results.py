@@ -12,9 +12,10 @@ from __future__ import annotations
 import anyio
 import numpy as np
 from anyio import to_thread
+from starlette.responses import Response
+
 from cqlstream.io.formats import RESULT_FORMATS
 from cqlstream.server.publication import ResultChunk, Subscriber
-from starlette.responses import Response
 
 
 class _Abandon(Exception):

@@ -1,1 +1,1 @@
-"""Spark Structured Streaming sources feeding engine streams — built in the Spark bridge issue."""
+"""Spark Structured Streaming sources feeding engine streams (not built yet: the package only reserves the name)."""

@@ -14,7 +14,6 @@ from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import execute_ddl
 from cqlstream.cql.frontend import compile_query
 from cqlstream.engine.dsms import Dsms
-
 from tests.reference import evaluate
 from tests.reference.io import canonical
 

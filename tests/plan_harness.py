@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import Counter
 
 from cqlstream.engine.dsms import Dsms
-
 from tests.engine_harness import _merge_events, feed, net_by_instant, run_reference
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
+from bench import operators, stream_queries
 from cqlstream.io.script_runner import run_script
 from cqlstream.io.stream_script import parse_script
-
-from bench import operators, stream_queries
 from tests.test_stream_script import _reference_lines, net_lines
 
 

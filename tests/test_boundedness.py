@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from cqlstream.engine.dsms import Dsms
 
 DDL = "register stream S (A int, B int); register stream T (A int, B int); register relation R (A int, B int)"

@@ -1,6 +1,6 @@
 """The conformance corpus: hand-checked STREAM scripts in tests/conformance/NNN_name/.
 
-Each case folder holds `script.stream` (STREAM script format, shared/DESIGN.md), its source
+Each case folder holds `script.stream` (STREAM script format, docs/formats.md), its source
 `.dat` files, and `expected/<dest file name>` for every query's dest: the expected output in
 STREAM's text form, worked out by hand from docs/semantics.md (tricky cases explain the timeline
 in NOTES.md). A `COMPAT` file in the folder means the case runs with --stream-compat.
@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from cqlstream.cql import ast
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
@@ -33,7 +34,6 @@ from cqlstream.cql.parser import parse_query, parse_statement
 from cqlstream.io.dat_source import read_source
 from cqlstream.io.script_runner import run_script
 from cqlstream.io.stream_script import parse_script
-
 from tests.reference import evaluate, format_result
 
 CORPUS = Path(__file__).parent / "conformance"

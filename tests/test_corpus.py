@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from cqlstream.cql import ast
 from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import execute_ddl

@@ -12,6 +12,9 @@ from collections import Counter
 from contextlib import contextmanager
 
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cqlstream.cql.functions import BUILTIN_AGGREGATES, AggregateFunction
 from cqlstream.cql.types import FLOAT, INT
 from cqlstream.engine.aggregates.columns import as_dtype
@@ -22,9 +25,6 @@ from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.kernels import stable_order
 from cqlstream.engine.operators.aggregate import AggregateOp
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.engine_harness import _merge_events, assert_same, round_floats, run_engine, run_reference
 
 DDL = (

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from cqlstream.engine.dsms import Dsms
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cqlstream.engine.dsms import Dsms
 from tests import strategies
 from tests.engine_harness import _merge_events, assert_same, engine_raw, run_reference
 
@@ -359,7 +359,6 @@ def test_probe_order_changes_between_calls():
     h = d.register_query(q)
     sub = d.subscribe(h.id)
     from cqlstream.engine.operators.join import JoinOp
-
     from tests.engine_harness import net_by_instant
 
     ops = [op for op in d.plan.operators if isinstance(op, JoinOp)]

@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cqlstream.cql.types import FLOAT, INT, VARCHAR
 from cqlstream.engine.batch import from_rows
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.operators.valuecount import ValueTable, row_codes
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests import strategies
 from tests.engine_harness import assert_same, engine_raw, run_reference
 

@@ -4,10 +4,10 @@ whole-push rejection, and scheduling budgets that must not change results."""
 from __future__ import annotations
 
 import pytest
+
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.inputs import InputError
 from cqlstream.engine.scheduler import RoundRobin
-
 from tests.engine_harness import net_by_instant
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from cqlstream.cql.types import FLOAT, INT, VARCHAR
 from hypothesis import HealthCheck, given, settings
 
+from cqlstream.cql.types import FLOAT, INT, VARCHAR
 from tests.engine_harness import assert_same
 from tests.test_differential import DDL, stream_events
 

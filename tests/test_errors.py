@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import catalog_from_ddl, execute_ddl
 from cqlstream.cql.errors import CqlError

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import catalog_from_ddl

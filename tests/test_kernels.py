@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from cqlstream.engine import kernels as K
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from cqlstream.engine import kernels as K
 
 small_ints = st.integers(-5, 5)
 any_ints = st.integers(-(2**40), 2**40) | small_ints | st.integers(0, 70000)

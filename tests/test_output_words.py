@@ -6,11 +6,11 @@ digit paths, negative numbers, fields straddling two words)."""
 from __future__ import annotations
 
 import numpy as np
-from cqlstream.io import stream_text
-from cqlstream.io.stream_text import format_output
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cqlstream.io import stream_text
+from cqlstream.io.stream_text import format_output
 from tests.test_stream_script import _batch, _ref_line
 
 _small = st.integers(-70_000, 70_000)

@@ -10,10 +10,11 @@ import re
 from pathlib import Path
 
 import pytest
-from cqlstream.cql.errors import CqlError
-from cqlstream.cql.parser import parse_script, parse_statement
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+
+from cqlstream.cql.errors import CqlError
+from cqlstream.cql.parser import parse_script, parse_statement
 
 CORPUS = Path(__file__).parent / "corpus" / "papers.cql"
 

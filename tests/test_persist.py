@@ -1,4 +1,4 @@
-"""Catalog and plans on disk (#5): restored at start-up with the same ids; offline edits and
+"""Catalog and plans on disk: restored at start-up with the same ids; offline edits and
 run-time changes honoured; a bad file is reported by entry."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.persist import PlanFileError
 

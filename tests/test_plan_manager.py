@@ -1,4 +1,4 @@
-"""The plan manager (#5): one shared global plan; queries merge in and leave while data flows.
+"""The plan manager: one shared global plan; queries merge in and leave while data flows.
 
 Checked through the control tables (what a user of the API sees), and against each query run
 alone and the reference evaluator.
@@ -9,12 +9,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from cqlstream.engine.dsms import Dsms, InputError
-from cqlstream.engine.errors import EngineError, InUseError, KnobError
-from cqlstream.engine.operators.filterhub import HubMember
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cqlstream.engine.dsms import Dsms, InputError
+from cqlstream.engine.errors import EngineError, InUseError, KnobError
+from cqlstream.engine.operators.filterhub import HubMember
 from tests.engine_harness import _merge_events, feed, run_engine
 from tests.plan_harness import Results, assert_exact_from, collect, reference, run_all, states_from
 from tests.strategies import relation_events, stream_events
@@ -31,7 +31,7 @@ def _ops(d, kind):
     return [t for t in d.control_tables() if t["kind"] == "operator" and t["type"] == kind]
 
 
-# ------------------------------------------------------------------ sharing, as the issue asks
+# ------------------------------------------------------------------ sharing
 def test_100_filter_variants_hold_one_window_store():
     queries = [f"select * from S [Range 60] where A = {k % 10} and B <> {k // 10}" for k in range(100)]
     data = _data(600, streams=("S",))

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.types import INT
-
 from tests.reference import canonical, evaluate, format_result, sample_keeps, splitmix64
 
 STREAMS = """

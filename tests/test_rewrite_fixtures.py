@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+
 from cqlstream.cql import logical
 from cqlstream.cql.analyzer import analyze
 from cqlstream.cql.ddl import catalog_from_ddl

@@ -13,11 +13,12 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cqlstream.cql import ast
 from cqlstream.cql.parser import parse_script, parse_statement
 from cqlstream.cql.printer import keywords, quote_name, to_cql
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 CORPUS = Path(__file__).parent / "corpus" / "papers.cql"
 

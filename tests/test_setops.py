@@ -12,13 +12,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cqlstream.cql import ast
 from cqlstream.cql.parser import parse_query
 from cqlstream.cql.printer import to_cql
 from cqlstream.io.script_runner import run_script
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests import strategies
 from tests.engine_harness import assert_same, run_engine
 

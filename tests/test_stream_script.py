@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import catalog_from_ddl
@@ -23,9 +26,6 @@ from cqlstream.io.errors import ScriptError
 from cqlstream.io.script_runner import run_script
 from cqlstream.io.stream_script import parse_script
 from cqlstream.io.stream_text import format_output
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.reference import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent

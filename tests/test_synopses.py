@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+
 from cqlstream.cql.types import INT
 from cqlstream.engine.batch import from_rows
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.join import JoinOp
 from cqlstream.engine.queues import Queue
 from cqlstream.engine.synopses import RelationStore
-from hypothesis import HealthCheck, given, settings
-
 from tests.engine_harness import net_by_instant, run_reference
 from tests.test_differential import DDL, stream_events
 

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+
 from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.boundedness import verdict

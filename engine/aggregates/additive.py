@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import cast
 
 import numpy as np
+
 from cqlstream.cql.logical.expr import AggCall
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.columns import as_dtype

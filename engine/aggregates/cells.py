@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from cqlstream.engine.aggregates.quantities import Quantity, Totals
 
 

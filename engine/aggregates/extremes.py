@@ -4,6 +4,7 @@ live value with its count, so the extreme stays exact when the current one leave
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.columns import as_dtype
 from cqlstream.engine.aggregates.strategy import AggregateStrategy

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 import numpy as np
+
 from cqlstream.engine.aggregates.quantities import Quantity, Totals
 from cqlstream.engine.batch import Batch
 

@@ -9,6 +9,7 @@ interning (previous id, code) pairs.
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.engine.batch import dtype_of
 from cqlstream.engine.kernels import factorize
 

@@ -15,6 +15,7 @@ exact when the current extreme leaves the window.
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.engine.aggregates.columns import empty_column_of
 from cqlstream.engine.kernels import concat_ranges, factorize, seg_cumsum, starts_to_ends
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from cqlstream.engine.aggregates.exact_sum import fsum_cells
 
 if TYPE_CHECKING:

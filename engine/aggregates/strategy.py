@@ -4,6 +4,7 @@ that into its value at every cell."""
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.cql.logical.expr import AggCall
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.quantities import Quantity

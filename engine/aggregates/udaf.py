@@ -18,6 +18,7 @@ opaque Python object, so there is no vectorized form.
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.cql.logical.expr import AggCall
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.columns import column_from_values

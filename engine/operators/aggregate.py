@@ -34,6 +34,7 @@ Vectorized evaluation (one pass per batch, whatever the number of instants it sp
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.cql.logical.expr import AggCall, Expr
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.columns import as_dtype, empty_column_of

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+
 from cqlstream.cql.logical.explain import node_label
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
@@ -93,7 +94,7 @@ class Operator(ABC):
         self.counters = Counters()
         self.active = True
         # a late operator whose inputs start from snapshots taken at different instants first
-        # runs once every input is complete through the latest of them (plan manager, #5)
+        # runs once every input is complete through the latest of them (docs/plan-manager.md)
         self.hold_until: int | None = None
         self.sampling_rate = 1.0  # knob: < 1 sheds input load (approximate results, counted)
 

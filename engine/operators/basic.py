@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.cql.logical import expr as X
 from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import splitmix64

@@ -11,6 +11,7 @@ hub fills; members join and leave while data flows (the plan manager, engine/pla
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.cql.logical import expr as X
 from cqlstream.engine import knobs as K
 from cqlstream.engine.errors import KnobError

@@ -31,6 +31,7 @@ soon as their inputs are bound; conjuncts reading one input filter that input's 
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.cql.logical import expr as X
 from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, combine_ids, concat

@@ -24,6 +24,7 @@ final bound of ended inputs.
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.kernels import expand

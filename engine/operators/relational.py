@@ -21,6 +21,7 @@ the oldest live copy, so only two serial counters per value are carried.
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.operators.base import Operator, held_state

@@ -32,6 +32,7 @@ conjuncts), others by key.
 from __future__ import annotations
 
 import numpy as np
+
 from cqlstream.cql.logical import expr as X
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.operators.base import Operator, held_state

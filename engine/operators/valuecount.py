@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
+
 from cqlstream.engine.batch import Batch, combine_ids
 from cqlstream.engine.kernels import combine_codes, dense_codes, row_codes, stable_order
 
@@ -116,21 +117,6 @@ class Changes:
 
     def __len__(self) -> int:
         return len(self.slot)
-
-
-def pick_rows(ch: Changes, mask: np.ndarray, k: np.ndarray, newest: bool) -> np.ndarray:
-    """Positions (ascending) of, per group g, the k[g] newest (or oldest) rows with mask set
-    (mask and positions index the batch)."""
-    if not len(ch):
-        return _EMPTY_I
-    m = mask[ch.order].astype(np.int64)
-    cm = np.cumsum(m)
-    gid = np.repeat(np.arange(len(ch)), ch.end - ch.start + 1)
-    if newest:
-        rank = cm[ch.end][gid] - cm  # masked rows after this one in its group
-    else:
-        rank = cm - m - (cm - m)[ch.start][gid]  # masked rows before this one in its group
-    return np.sort(ch.order[(m > 0) & (rank < k[gid])])
 
 
 def seg_exclusive_cumsum(x: np.ndarray, slot_start: np.ndarray) -> np.ndarray:

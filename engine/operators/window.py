@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.operators.base import Operator
 from cqlstream.engine.operators.window_kinds import emit, kind_of, partition_ids

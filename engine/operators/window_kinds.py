@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
 from cqlstream.cql.logical.nodes import PartitionSpec, RangeSpec, RowsSpec
 from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.kernels import row_codes, stable_order

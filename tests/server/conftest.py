@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+
 from cqlstream.server.app import create_app
 from cqlstream.server.runner import Server
 from cqlstream.server.settings import Settings

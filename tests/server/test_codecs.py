@@ -10,12 +10,12 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from cqlstream.engine.batch import Batch
 from cqlstream.io.decoders import Target
 from cqlstream.io.errors import IngestError
 from cqlstream.io.formats import RESULT_FORMATS
 from cqlstream.io.formats import decode as parse
-
 from tests.server.formats import PARSERS
 
 TEXTS = ["plain", 'q"uote', "back\\slash", "<a&b>", "ünï ✓", "tab\tnl\nret\r", "\x01ctl", ""]

@@ -9,14 +9,14 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
-from cqlstream.engine.batch import Batch
-from cqlstream.io.decoders import IngestFormat, NdjsonRows, Parsed, Target
-from cqlstream.io.encoders import ResultFormat
-from cqlstream.io.formats import INGEST_FORMATS, RESULT_FORMATS, decode
 
 from cqlstream.cli import build_parser
 from cqlstream.cli import main as cli_main
 from cqlstream.client import Client, encode_rows
+from cqlstream.engine.batch import Batch
+from cqlstream.io.decoders import IngestFormat, NdjsonRows, Parsed, Target
+from cqlstream.io.encoders import ResultFormat
+from cqlstream.io.formats import INGEST_FORMATS, RESULT_FORMATS, decode
 
 
 class Tsv(ResultFormat):

@@ -9,9 +9,9 @@ import random
 from collections import Counter
 
 import pytest
-from cqlstream.engine.dsms import Dsms
 
 from cqlstream.client import Client, SnapshotUnavailable
+from cqlstream.engine.dsms import Dsms
 from tests.server.formats import ndjson
 from tests.server.test_results import _Reader
 

@@ -4,6 +4,7 @@ same name map separately, and the app's one handler turns engine and CQL errors 
 from __future__ import annotations
 
 import pytest
+
 from cqlstream.cql.errors import CqlError, Pos
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.errors import CODES, EngineError, InputError, InUseError, KnobError, PlanFileError

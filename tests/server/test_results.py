@@ -12,8 +12,8 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from cqlstream.engine.dsms import Dsms
 
+from cqlstream.engine.dsms import Dsms
 from tests.server.formats import PARSERS
 
 DDL = [
