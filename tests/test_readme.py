@@ -237,7 +237,9 @@ def _shell(command: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
             (tmp_path / entry.name).symlink_to(entry)
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
-    command = command.replace(".venv/bin/", f"{BIN}/").replace("/tmp/", f"{scratch}/")
+    # /tmp/ first and only where the README wrote it: the checkout itself may live under /tmp
+    command = re.sub(r"(?<![\w./-])/tmp/", lambda _: f"{scratch}/", command)
+    command = re.sub(r"(?<![\w./-])\.venv/bin/", lambda _: f"{BIN}/", command)
     command = re.sub(r"^cqlstream ", f"{BIN}/cqlstream ", command, flags=re.M)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
