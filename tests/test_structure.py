@@ -16,6 +16,7 @@ from pathlib import Path
 import cqlstream.engine.operators as ops_pkg
 from cqlstream.engine.operators.base import Operator
 from cqlstream.engine.operators.window_kinds import WindowKind
+from cqlstream.engine.operators.window_logic import WindowLogic
 from cqlstream.engine.synopses import Synopsis
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,8 @@ def _concrete_classes() -> set[str]:
     for info in pkgutil.iter_modules(ops_pkg.__path__):
         mod = importlib.import_module(f"{ops_pkg.__name__}.{info.name}")
         for name, obj in inspect.getmembers(mod, inspect.isclass):
-            if obj not in (Operator, WindowKind, Synopsis) and issubclass(obj, (Operator, WindowKind, Synopsis)):
+            bases = (Operator, WindowKind, WindowLogic, Synopsis)
+            if obj not in bases and issubclass(obj, bases):
                 names.add(name)
     from cqlstream.engine import synopses, window_store
 
@@ -100,7 +102,15 @@ def violations(source: str, path: str, concrete: set[str]) -> list[str]:
 
 def test_no_dispatch_on_operator_classes_outside_the_operators():
     concrete = _concrete_classes()
-    assert {"JoinOp", "WindowOp", "AggregateOp", "HubMember", "RangeWindow", "WindowStore"} <= concrete
+    assert {
+        "JoinOp",
+        "WindowOp",
+        "AggregateOp",
+        "HubMember",
+        "RangeWindow",
+        "TimeWindowLogic",
+        "WindowStore",
+    } <= concrete
     found = [v for p in _files() for v in violations(p.read_text(), str(p.relative_to(ROOT)), concrete)]
     assert not found, "dispatch outside the operator classes:\n" + "\n".join(found)
 
@@ -125,3 +135,27 @@ pn.note = "shared"
 op.set_knob("memory_limit", 5)
 """
     assert violations(fine, "y.py", concrete) == []
+
+
+LOGIC_PROTOCOL = {"process", "contents", "state_bytes"}
+
+
+def test_window_buffers_stay_in_their_logic():
+    """A window's buffers belong to its runtime (engine/operators/window_logic.py): everywhere
+    else, in the operators too, a window's `logic` is only asked `process`, `contents` and
+    `state_bytes`, and the window operator keeps no buffer of its own."""
+    found = []
+    for p in sorted((ROOT / "engine").rglob("*.py")):
+        if p.name == "window_logic.py":
+            continue
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.Attribute) and _tail(n.value) == "logic" and n.attr not in LOGIC_PROTOCOL:
+                found.append(f"{p.relative_to(ROOT)}:{n.lineno}: {ast.unparse(n)}")
+    assert not found, "window buffers read outside their logic:\n" + "\n".join(found)
+    from cqlstream.cql.logical.nodes import RangeSpec
+    from cqlstream.engine.operators.window import WindowOp
+    from cqlstream.engine.queues import Queue
+
+    op = WindowOp([Queue([])], Queue([]), None, RangeSpec(size=3, slide=None))
+    assert not [a for a in vars(op) if a.startswith("buf") or a == "count"]
+    assert isinstance(op.logic, WindowLogic)

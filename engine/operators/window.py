@@ -2,11 +2,10 @@
 
 The window emits `+` at t_in and `−` (same id) at t_out once the bound reaches them. Time windows
 know both ends on arrival; Rows and Partition windows learn t_out when the N-th later element
-(of the partition) arrives. What a window of each kind does is its kind's class
-(engine/operators/window_kinds.py); the operator carries the state, and plain Range / Rows
-windows read their extent of a shared window store (engine/window_store.py) instead.
-All work is vectorized over the batch; the carried state is only the elements still in (or
-about to enter) the window.
+(of the partition) arrives. The operator holds its window's kind (`window`, configuration:
+engine/operators/window_kinds.py) and the kind's runtime (`logic`, which owns the buffers:
+engine/operators/window_logic.py) and delegates to them; plain Range / Rows windows read their
+extent of a shared window store (engine/window_store.py) instead.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ import numpy as np
 
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.operators.base import Operator
-from cqlstream.engine.operators.window_kinds import emit, kind_of, partition_ids
+from cqlstream.engine.operators.window_kinds import kind_of
+from cqlstream.engine.operators.window_logic import emit, partition_ids
 
 if TYPE_CHECKING:
     from cqlstream.engine.window_store import WindowStore
@@ -32,21 +32,17 @@ class WindowOp(Operator):
         super().__init__(inputs, output, ids, options)
         self.spec = spec
         self.compat = compat
-        self.window = kind_of(spec, compat)
+        self.window = kind_of(spec, compat)  # the kind: configuration
+        self.logic = self.window.logic()  # its runtime: the buffers, unused while a store serves it
         self.store: WindowStore | None = None  # shared elements (plain Range / Rows windows)
-        self.buf: Batch | None = None  # elements still to enter or leave
-        self.buf_in: np.ndarray = np.zeros(0, np.int64)  # t_in (time windows)
-        self.buf_out: np.ndarray = np.zeros(0, np.int64)  # t_out (time windows)
-        self.buf_entered: np.ndarray = np.zeros(0, bool)
-        self.count = 0  # elements seen (Rows Slide positions)
 
     def state_bytes(self) -> int:
-        return 0 if self.buf is None else self.buf.nbytes()  # a shared store counts at plan level
+        return self.logic.state_bytes()  # a shared store counts at plan level
 
     def process(self, inputs, bound):
         if self.store is not None:
             return self.store.deltas(self, bound)
-        return self.window.process(self, inputs[0], bound)
+        return self.logic.process(inputs[0], bound)
 
     def join_store(self, ws) -> None:
         """Read the window's elements from the shared window store `ws` (see `window_store_mode`);
@@ -62,10 +58,10 @@ class WindowOp(Operator):
 
     def contents(self) -> Batch | None:
         """The elements in the window after the last processed instant, with their own ts (None
-        when the operator keeps no state to tell, e.g. Unbounded windows)."""
+        before the first call, or when the window keeps no state to tell, e.g. Unbounded)."""
         if self.store is not None:
             return self.store.contents(self)
-        return self.window.contents(self)
+        return self.logic.contents()
 
     # ------------------------------------------------------------ operator protocol
     @classmethod

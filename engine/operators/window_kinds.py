@@ -1,27 +1,32 @@
 """Window kinds (docs/semantics.md): one class per kind of stream → relation window.
 
-A kind is its configuration (the logical window spec and the engine's mode, a frozen dataclass)
-plus its runtime logic, which runs over the state its `WindowOp` carries: `buf`, the elements
-still to enter or leave, and for time windows each one's lifetime [t_in, t_out). `kind_of` picks
-the registered class whose `matches(spec)` holds; a new kind is one class decorated with
-`@register` (plus, to be written in CQL, the grammar/analyzer entry producing its spec).
+A kind is configuration: a frozen dataclass of the logical window spec and the engine's mode
+that declares what the plan asks of the window (which specs it computes, whether a shared window
+store can serve it and with which extent, from when its output is exact, its memory class) and
+makes its runtime with `logic()` (engine/operators/window_logic.py: the buffers and the per-call
+work). `kind_of` picks the registered class whose `matches(spec)` holds; a new kind is one class
+decorated with `@register` (plus, to be written in CQL, the grammar/analyzer entry producing its
+spec).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from cqlstream.cql.logical.nodes import PartitionSpec, RangeSpec, RowsSpec
-from cqlstream.engine.batch import Batch, concat
-from cqlstream.engine.kernels import row_codes, stable_order
 from cqlstream.engine.operators.base import BOUNDED, GROWS, RATE
-
-if TYPE_CHECKING:
-    from cqlstream.engine.operators.window import WindowOp
+from cqlstream.engine.operators.window_logic import (
+    PartitionLogic,
+    PassThroughLogic,
+    RowsLogic,
+    RowsSlideLogic,
+    TimeWindowLogic,
+    WindowLogic,
+)
 
 INF = np.iinfo(np.int64).max
 
@@ -31,21 +36,6 @@ def range_life(size: int, compat: bool) -> int:
     t holds τ in [t−N, t] (N+1 instants), STREAM 0.6's (compat) τ in (t−N, t] (N instants); Now
     (N = 0) holds the current instant in both."""
     return size + 1 if not compat or size == 0 else size
-
-
-def emit(ins: Batch, dels: Batch, del_ts: np.ndarray, ins_ts: np.ndarray | None = None) -> Batch:
-    """Inserts (at ins_ts or their own ts) and deletes (at del_ts), merged in ts order."""
-    ins = ins if ins_ts is None else Batch(ins.cols, ins.nulls, ins_ts, ins.sign, ins.id)
-    dels = Batch(dels.cols, dels.nulls, del_ts.astype(np.int64), -np.ones(len(dels), np.int8), dels.id)
-    out = concat([dels, ins], None) if (len(ins) or len(dels)) else ins
-    if len(out) and not bool(np.all(out.ts[1:] >= out.ts[:-1])):
-        out = out.take(np.argsort(out.ts, kind="stable"))
-    return out
-
-
-def partition_ids(b: Batch, keys) -> np.ndarray:
-    """Dense int64 partition id per row for the key columns (NULL is a value of its own)."""
-    return row_codes([b.cols[k] for k in keys], [b.nulls[k] for k in keys], len(b))[0]
 
 
 # ---------------------------------------------------------------- the registry
@@ -58,7 +48,7 @@ def register(cls: type[WindowKind]) -> type[WindowKind]:
     return cls
 
 
-def kind_of(spec, compat: bool = False) -> WindowKind:
+def kind_of(spec: Any, compat: bool = False) -> WindowKind:
     """The window kind computing `spec` (TypeError when no registered kind matches)."""
     for cls in KINDS:
         if cls.matches(spec):
@@ -68,7 +58,7 @@ def kind_of(spec, compat: bool = False) -> WindowKind:
 
 @dataclass(frozen=True)
 class WindowKind:
-    """Base of the window kinds: configuration and the defaults of the runtime protocol."""
+    """Base of the window kinds: the configuration, and the defaults of what it declares."""
 
     spec: Any
     compat: bool = False
@@ -76,25 +66,18 @@ class WindowKind:
     has_state: ClassVar[bool] = True  # False: the window keeps nothing to snapshot (Unbounded)
 
     @classmethod
-    def matches(cls, spec) -> bool:
+    def matches(cls, spec: Any) -> bool:
         return False
 
-    def process(self, op: WindowOp, b: Batch, bound: int) -> Batch:
-        """The window's deltas for the input elements `b` (every element with ts ≤ bound not yet seen)."""
-        raise NotImplementedError
-
-    def contents(self, op: WindowOp) -> Batch | None:
-        """The elements in the window after the last processed instant, with their own ts (None
-        when the window keeps no state to tell)."""
-        if op.buf is None:
-            return Batch.empty(op.output.types) if op.done_through is not None and self.has_state else None
-        return op.buf
+    def logic(self) -> WindowLogic:
+        """A fresh runtime for one window of this kind (its buffers, `process`, `contents`)."""
+        raise NotImplementedError(type(self).__name__)
 
     def extent(self) -> int:
         """A store-served window's extent: instants an element stays (range) or rows (rows)."""
-        raise NotImplementedError
+        raise NotImplementedError(type(self).__name__)
 
-    def complete_from(self, cf):
+    def complete_from(self, cf: Any) -> Any:
         """First exact output instant given the input is exact from `cf`: by default never (the
         window needs history from before cf)."""
         return math.inf
@@ -105,36 +88,14 @@ class WindowKind:
 
 
 class TimeWindow(WindowKind):
-    """Windows whose elements' lifetimes are known on arrival: `lifetimes(ts)` → (t_in, t_out)."""
+    """Windows whose elements' lifetimes are known on arrival: `lifetimes(ts)` → (t_in, t_out);
+    their runtime is a `TimeWindowLogic` over those lifetimes."""
 
     def lifetimes(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError
+        raise NotImplementedError(type(self).__name__)
 
-    def process(self, op, b, bound):
-        t_in, t_out = self.lifetimes(b.ts)
-        keep = t_in < t_out
-        if op.buf is None:
-            op.buf = b.take(keep)
-            op.buf_in, op.buf_out = t_in[keep], t_out[keep]
-            op.buf_entered = np.zeros(int(keep.sum()), bool)
-        else:
-            op.buf = concat([op.buf, b.take(keep)])
-            op.buf_in = np.concatenate([op.buf_in, t_in[keep]])
-            op.buf_out = np.concatenate([op.buf_out, t_out[keep]])
-            op.buf_entered = np.concatenate([op.buf_entered, np.zeros(int(keep.sum()), bool)])
-        enter = ~op.buf_entered & (op.buf_in <= bound)
-        leave = op.buf_out <= bound
-        out = emit(op.buf.take(enter), op.buf.take(leave), op.buf_out[leave], op.buf_in[enter])
-        stay = ~leave
-        op.buf_entered |= enter
-        op.buf = op.buf.take(stay)
-        op.buf_in, op.buf_out, op.buf_entered = op.buf_in[stay], op.buf_out[stay], op.buf_entered[stay]
-        return out
-
-    def contents(self, op):
-        if op.buf is None:
-            return super().contents(op)
-        return op.buf.take(op.buf_entered)
+    def logic(self) -> WindowLogic:
+        return TimeWindowLogic(self.lifetimes)
 
 
 # ---------------------------------------------------------------- the kinds
@@ -151,8 +112,8 @@ class UnboundedWindow(WindowKind):
             isinstance(spec, RowsSpec) and spec.size is None
         )
 
-    def process(self, op, b, bound):
-        return b
+    def logic(self) -> WindowLogic:
+        return PassThroughLogic()
 
 
 @register
@@ -226,14 +187,8 @@ class RowsWindow(WindowKind):
     def extent(self) -> int:
         return self.spec.size
 
-    def process(self, op, b, bound):
-        n = self.spec.size
-        comb = b if op.buf is None else concat([op.buf, b])
-        k = len(comb)
-        dead = max(k - n, 0)  # combined positions [0, dead) leave at ts[i + n]
-        out = emit(b, comb.slice(0, dead), comb.ts[n : n + dead] if dead else np.zeros(0, np.int64))
-        op.buf = comb.slice(dead, k)
-        return out
+    def logic(self) -> WindowLogic:
+        return RowsLogic(self.spec.size)
 
     def state_class(self):
         return BOUNDED, True
@@ -247,38 +202,8 @@ class RowsSlideWindow(WindowKind):
     def matches(cls, spec):
         return isinstance(spec, RowsSpec) and spec.size is not None and spec.slide is not None
 
-    def process(self, op, b, bound):
-        n, m = self.spec.size, self.spec.slide
-        first = op.count - (0 if op.buf is None else len(op.buf))  # global index of buf[0]
-        comb = b if op.buf is None else concat([op.buf, b])
-        op.count += len(b)
-        idx = np.arange(first, first + len(comb), dtype=np.int64)
-        last = first + len(comb) - 1
-
-        def g(j):  # index of the element completing j's slide group (1-based positions M, 2M, ...)
-            return (j // m + 1) * m - 1
-
-        gi, go = g(idx), g(idx + n)
-        entered = np.zeros(len(comb), bool)
-        if op.buf is not None:
-            entered[: len(op.buf)] = op.buf_entered
-        never = gi == go
-        enter = ~entered & ~never & (gi <= last)
-        leave = ~never & (go <= last) & (entered | enter)
-        drop = never | leave
-        ts_of = lambda j: comb.ts[j - first]  # noqa: E731 — indexes into the combined batch
-        out = emit(comb.take(enter), comb.take(leave), ts_of(go[leave]), ts_of(gi[enter]))
-        keep = ~drop
-        # keep elements from the first kept one onwards so index arithmetic stays contiguous
-        start = int(np.argmax(keep)) if keep.any() else len(comb)
-        op.buf = comb.slice(start, len(comb))
-        op.buf_entered = (entered | enter)[start:]
-        return out
-
-    def contents(self, op):
-        if op.buf is None:
-            return super().contents(op)
-        return op.buf.take(op.buf_entered)
+    def logic(self) -> WindowLogic:
+        return RowsSlideLogic(self.spec.size, self.spec.slide)
 
     def state_class(self):
         return BOUNDED, True
@@ -293,24 +218,8 @@ class PartitionRowsWindow(WindowKind):
     def matches(cls, spec):
         return isinstance(spec, PartitionSpec)
 
-    def process(self, op, b, bound):
-        n = self.spec.rows
-        comb = b if op.buf is None else concat([op.buf, b])
-        pid = partition_ids(comb, self.spec.keys)
-        order = stable_order(pid)
-        sp = pid[order]
-        pos = np.arange(len(comb))
-        later = pos + n
-        has_later = later < len(comb)
-        same = np.zeros(len(comb), bool)
-        same[has_later] = sp[later[has_later]] == sp[has_later]
-        dead_sorted = order[same]
-        dead_ts = comb.ts[order[later[same]]]
-        out = emit(b, comb.take(dead_sorted), dead_ts)
-        alive = np.ones(len(comb), bool)
-        alive[dead_sorted] = False
-        op.buf = comb.take(alive)
-        return out
+    def logic(self) -> WindowLogic:
+        return PartitionLogic(self.spec.keys, self.spec.rows)
 
     def state_class(self):
         return GROWS, True

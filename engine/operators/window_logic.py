@@ -1,0 +1,185 @@
+"""Window runtimes: the state one window keeps between calls and the work it does per call.
+
+A window kind (engine/operators/window_kinds.py) is configuration; its `logic()` makes one of
+these runtime objects, which owns the window's buffers (the elements still to enter or leave)
+and nothing else touches them. Every logic answers `process(batch, bound)` (the window's deltas
+for the new input elements), `contents()` (the elements in the window after the last processed
+instant, with their own ts; None before the first call or when it keeps no state) and
+`state_bytes()`. All work is vectorized over the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.kernels import row_codes, stable_order
+
+Lifetimes = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def emit(ins: Batch, dels: Batch, del_ts: np.ndarray, ins_ts: np.ndarray | None = None) -> Batch:
+    """Inserts (at ins_ts or their own ts) and deletes (at del_ts), merged in ts order."""
+    ins = ins if ins_ts is None else Batch(ins.cols, ins.nulls, ins_ts, ins.sign, ins.id)
+    dels = Batch(dels.cols, dels.nulls, del_ts.astype(np.int64), -np.ones(len(dels), np.int8), dels.id)
+    out = concat([dels, ins], None) if (len(ins) or len(dels)) else ins
+    if len(out) and not bool(np.all(out.ts[1:] >= out.ts[:-1])):
+        out = out.take(np.argsort(out.ts, kind="stable"))
+    return out
+
+
+def partition_ids(b: Batch, keys: Sequence[int]) -> np.ndarray:
+    """Dense int64 partition id per row for the key columns (NULL is a value of its own)."""
+    return row_codes([b.cols[k] for k in keys], [b.nulls[k] for k in keys], len(b))[0]
+
+
+class WindowLogic:
+    """The runtime of one window: `buf` holds the elements still to enter or leave (None before
+    the first call)."""
+
+    def __init__(self) -> None:
+        self.buf: Batch | None = None
+
+    def process(self, b: Batch, bound: int) -> Batch:
+        """The window's deltas for the input elements `b` (every element with ts ≤ bound not yet seen)."""
+        raise NotImplementedError
+
+    def contents(self) -> Batch | None:
+        """The elements in the window after the last processed instant, with their own ts (None
+        before the first call)."""
+        return self.buf
+
+    def state_bytes(self) -> int:
+        return 0 if self.buf is None else self.buf.nbytes()
+
+
+class PassThroughLogic(WindowLogic):
+    """Unbounded windows: every element enters, none leaves, so the deltas are the input and
+    nothing is kept (the window's readers hold the relation)."""
+
+    def process(self, b: Batch, bound: int) -> Batch:
+        return b
+
+
+class TimeWindowLogic(WindowLogic):
+    """Windows whose elements' lifetimes [t_in, t_out) are known on arrival (`lifetimes(ts)`):
+    an element enters at t_in and leaves at t_out once the bound reaches them."""
+
+    def __init__(self, lifetimes: Lifetimes) -> None:
+        super().__init__()
+        self.lifetimes = lifetimes
+        self.t_in: np.ndarray = np.zeros(0, np.int64)
+        self.t_out: np.ndarray = np.zeros(0, np.int64)
+        self.entered: np.ndarray = np.zeros(0, bool)
+
+    def process(self, b: Batch, bound: int) -> Batch:
+        t_in, t_out = self.lifetimes(b.ts)
+        keep = t_in < t_out
+        if self.buf is None:
+            buf = b.take(keep)
+            self.t_in, self.t_out = t_in[keep], t_out[keep]
+            self.entered = np.zeros(int(keep.sum()), bool)
+        else:
+            buf = concat([self.buf, b.take(keep)])
+            self.t_in = np.concatenate([self.t_in, t_in[keep]])
+            self.t_out = np.concatenate([self.t_out, t_out[keep]])
+            self.entered = np.concatenate([self.entered, np.zeros(int(keep.sum()), bool)])
+        enter = ~self.entered & (self.t_in <= bound)
+        leave = self.t_out <= bound
+        out = emit(buf.take(enter), buf.take(leave), self.t_out[leave], self.t_in[enter])
+        stay = ~leave
+        self.entered |= enter
+        self.buf = buf.take(stay)
+        self.t_in, self.t_out, self.entered = self.t_in[stay], self.t_out[stay], self.entered[stay]
+        return out
+
+    def contents(self) -> Batch | None:
+        return None if self.buf is None else self.buf.take(self.entered)
+
+
+class RowsLogic(WindowLogic):
+    """Rows N: element j leaves when element j + N arrives."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def process(self, b: Batch, bound: int) -> Batch:
+        n = self.size
+        comb = b if self.buf is None else concat([self.buf, b])
+        k = len(comb)
+        dead = max(k - n, 0)  # combined positions [0, dead) leave at ts[i + n]
+        out = emit(b, comb.slice(0, dead), comb.ts[n : n + dead] if dead else np.zeros(0, np.int64))
+        self.buf = comb.slice(dead, k)
+        return out
+
+
+class RowsSlideLogic(WindowLogic):
+    """Rows N Slide M: the window moves every M elements; element j enters when the element
+    completing its slide group arrives and leaves with the one completing j + N's."""
+
+    def __init__(self, size: int, slide: int) -> None:
+        super().__init__()
+        self.size, self.slide = size, slide
+        self.count = 0  # elements seen (global positions)
+        self.entered: np.ndarray = np.zeros(0, bool)
+
+    def process(self, b: Batch, bound: int) -> Batch:
+        n, m = self.size, self.slide
+        first = self.count - (0 if self.buf is None else len(self.buf))  # global index of buf[0]
+        comb = b if self.buf is None else concat([self.buf, b])
+        self.count += len(b)
+        idx = np.arange(first, first + len(comb), dtype=np.int64)
+        last = first + len(comb) - 1
+
+        def g(j):  # index of the element completing j's slide group (1-based positions M, 2M, ...)
+            return (j // m + 1) * m - 1
+
+        gi, go = g(idx), g(idx + n)
+        entered = np.zeros(len(comb), bool)
+        if self.buf is not None:
+            entered[: len(self.buf)] = self.entered
+        never = gi == go
+        enter = ~entered & ~never & (gi <= last)
+        leave = ~never & (go <= last) & (entered | enter)
+        drop = never | leave
+        ts_of = lambda j: comb.ts[j - first]  # noqa: E731 — indexes into the combined batch
+        out = emit(comb.take(enter), comb.take(leave), ts_of(go[leave]), ts_of(gi[enter]))
+        keep = ~drop
+        # keep elements from the first kept one onwards so index arithmetic stays contiguous
+        start = int(np.argmax(keep)) if keep.any() else len(comb)
+        self.buf = comb.slice(start, len(comb))
+        self.entered = (entered | enter)[start:]
+        return out
+
+    def contents(self) -> Batch | None:
+        return None if self.buf is None else self.buf.take(self.entered)
+
+
+class PartitionLogic(WindowLogic):
+    """Partition By keys Rows N: the last N elements of each partition."""
+
+    def __init__(self, keys: Sequence[int], rows: int) -> None:
+        super().__init__()
+        self.keys, self.rows = keys, rows
+
+    def process(self, b: Batch, bound: int) -> Batch:
+        n = self.rows
+        comb = b if self.buf is None else concat([self.buf, b])
+        pid = partition_ids(comb, self.keys)
+        order = stable_order(pid)
+        sp = pid[order]
+        pos = np.arange(len(comb))
+        later = pos + n
+        has_later = later < len(comb)
+        same = np.zeros(len(comb), bool)
+        same[has_later] = sp[later[has_later]] == sp[has_later]
+        dead_sorted = order[same]
+        dead_ts = comb.ts[order[later[same]]]
+        out = emit(b, comb.take(dead_sorted), dead_ts)
+        alive = np.ones(len(comb), bool)
+        alive[dead_sorted] = False
+        self.buf = comb.take(alive)
+        return out
