@@ -33,9 +33,14 @@ Vectorized evaluation (one pass per batch, whatever the number of instants it sp
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Self
+
 import numpy as np
 
+from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.expr import AggCall, Expr
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.columns import as_dtype, empty_column_of
 from cqlstream.engine.aggregates.group_state import GroupState
@@ -47,7 +52,12 @@ from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import stable_order, starts_to_ends
-from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.base import IdSource, Operator
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
 
 
 class AggregateOp(Operator):
@@ -110,7 +120,7 @@ class AggregateOp(Operator):
         return self.state.current_rows(at)
 
     # ------------------------------------------------------------ processing
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
         # the scalar row's first instant is t0, if the input ever started (docs/semantics.md:
         # a query none of whose sources saw an element or heartbeat has no instants)
@@ -320,21 +330,32 @@ class AggregateOp(Operator):
 
     # operator protocol
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.Aggregate)
         return cls(inputs, output, ids, node.keys, node.aggs, ev, compat=options.compat)
 
-    def snapshot(self, at, inputs):
+    def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         return self.current_rows(at)
 
-    def snapshotable(self, inputs):
+    def snapshotable(self, inputs: Callable[[], bool]) -> bool:
         return True
 
     @classmethod
-    def state_class(cls, node, kids):
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         """A scalar count/sum/avg keeps O(1) state; otherwise state grows with the input's
         relation; the output of a grouped aggregate is as large as its input's."""
         from cqlstream.engine.operators.base import BOUNDED
 
+        assert isinstance(node, L.Aggregate)
         worst = max(kids, default=BOUNDED)
         scalar_o1 = not node.keys and all(
             a.func.lower() in ("count", "sum", "avg") and not a.distinct for a in node.aggs

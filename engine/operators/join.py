@@ -30,15 +30,25 @@ soon as their inputs are bound; conjuncts reading one input filter that input's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Self
+
 import numpy as np
 
 from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
-from cqlstream.engine.operators.base import Operator, held_state
+from cqlstream.engine.operators.base import IdSource, Operator, held_state
 from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Evaluator
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
 
 INF = np.iinfo(np.int64).max
 MAX_CHAIN_ROUNDS = 2  # chain passes before the remaining instances go to the dyadic index
@@ -481,12 +491,22 @@ class JoinOp(Operator):
 
     # -------------------------------------------------------------- operator protocol
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.Join)
         return cls(
             inputs, output, ids, node.predicate, [[a.type for a in i.schema] for i in node.inputs], ev, stores=stores
         )
 
-    def snapshot(self, at, inputs):
+    def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         """The join of the inputs' snapshots: join result ids are a function of the input ids, so
         they match what this join emitted."""
         parts = inputs()
@@ -502,11 +522,11 @@ class JoinOp(Operator):
         )
         return fresh.process(parts, at)
 
-    def snapshotable(self, inputs):
+    def snapshotable(self, inputs: Callable[[], bool]) -> bool:
         return inputs()
 
     @classmethod
-    def state_class(cls, node, kids):
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         return held_state(node, kids, "join state")
 
     def release(self):
@@ -534,7 +554,7 @@ class JoinOp(Operator):
         return out
 
     # -------------------------------------------------------------- one call
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         state = self._carried_state(bound)
         if not any(len(b) for b in inputs):
             return Batch.empty(self.out_types)

@@ -31,11 +31,15 @@ conjuncts), others by key.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Self
+
 import numpy as np
 
 from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.operators.base import Operator, held_state
+from cqlstream.engine.operators.base import IdSource, Operator, held_state
 from cqlstream.engine.operators.join import (
     INF,
     StabIndex,
@@ -46,6 +50,12 @@ from cqlstream.engine.operators.join import (
     global_seqs,
     key_codes,
 )
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Evaluator
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
 
 
 class SemiJoinOp(Operator):
@@ -90,11 +100,21 @@ class SemiJoinOp(Operator):
         return self.lstate.nbytes() + self.rstate.nbytes() + self.lelig.nbytes + self.lcount.nbytes
 
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.SemiJoin)
         return cls(inputs, output, ids, node.predicate, len(node.left.schema), node.anti, node.null_aware, ev)
 
     @classmethod
-    def state_class(cls, node, kids):
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         return kids[0], held_state(node, kids)[1]  # its output is a part of its left input
 
     # -------------------------------------------------------------- helpers
@@ -128,7 +148,7 @@ class SemiJoinOp(Operator):
         return combine_keys(lp, rp)
 
     # -------------------------------------------------------------- one call
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         lb, rb = inputs
         if not len(lb) and not len(rb):
             return Batch.empty(self.ltypes)
