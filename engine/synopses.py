@@ -42,6 +42,10 @@ class Synopsis:
     def alive_at(self, t: int | None) -> Batch:
         raise NotImplementedError
 
+    def advance(self, bound: int) -> None:
+        """Take in the queue's elements through `bound` (a reading join calls it first)."""
+        raise NotImplementedError
+
     def control_table(self, extra_users: int = 0) -> dict:
         """The store's part of its control table (`extra_users`: users besides operators, e.g. a
         query's result)."""

@@ -34,7 +34,7 @@ Vectorized evaluation (one pass per batch, whatever the number of instants it sp
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Self, cast
 
 import numpy as np
 
@@ -204,7 +204,7 @@ class AggregateOp(Operator):
         cell_totals(self.quantities, cx, state)
 
         # 5. output values per cell
-        rows = cx.totals[ROWS]
+        rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
         exists = np.ones(ncells, bool) if self.scalar_row else rows > 0
         outs = [s.values(cx) for s in self.strategies]
 
