@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Self, cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.expr import AggCall, Expr
@@ -66,15 +67,15 @@ class AggregateOp(Operator):
 
     def __init__(
         self,
-        inputs,
-        output,
-        ids,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
         keys: tuple[Expr, ...],
         aggs: tuple[AggCall, ...],
         evaluator: Evaluator,
         compat: bool = False,
-        options=None,
-    ):
+        options: EngineOptions | None = None,
+    ) -> None:
         super().__init__(inputs, output, ids, options)
         self.keys = tuple(keys)
         self.aggs = tuple(aggs)
@@ -256,7 +257,18 @@ class AggregateOp(Operator):
         return out
 
     # ------------------------------------------------------------ pieces
-    def _emit(self, cell_g, cell_ts, chg, del_mask, ins_mask, old_id, nid, outs, prevs) -> Batch:
+    def _emit(
+        self,
+        cell_g: np.ndarray,
+        cell_ts: np.ndarray,
+        chg: np.ndarray,
+        del_mask: np.ndarray,
+        ins_mask: np.ndarray,
+        old_id: np.ndarray,
+        nid: np.ndarray,
+        outs: list[tuple[np.ndarray, np.ndarray]],
+        prevs: list[tuple[np.ndarray, np.ndarray]],
+    ) -> Batch:
         """Rows for the changed cells `chg`: `−` (old row, old id) where the group existed before
         the cell, `+` (new row, new id) where it exists after, in ts order. The changed cells are
         ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
@@ -278,18 +290,21 @@ class AggregateOp(Operator):
             keep[:, 1] = im
             slot = np.flatnonzero(keep.reshape(-1))
 
-        def pick(a, b, dt):  # slot 2j: a[j] (the del row), slot 2j + 1: b[j] (the ins row)
+        def pick(
+            a: np.ndarray | int, b: np.ndarray | int, dt: DTypeLike
+        ) -> np.ndarray:  # slot 2j: a[j] (the del row), slot 2j + 1: b[j] (the ins row)
             out = np.empty((k, 2), dt)
             out[:, 0] = a
             out[:, 1] = b
-            out = out.reshape(-1)
-            return out if slot is None else out[slot]
+            flat = out.reshape(-1)
+            return flat if slot is None else flat[slot]
 
         cts_o = cts[o]
         ts = pick(cts_o, cts_o, np.int64)
         sign = pick(-1, 1, np.int8)
         ids = pick(old_id[o], nid[o], np.uint64)
-        cols, nulls = [], []
+        cols: list[np.ndarray] = []
+        nulls: list[np.ndarray | None] = []
         if self.keys:
             g = cell_g[c]
             for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):

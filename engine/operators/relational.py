@@ -20,6 +20,7 @@ the oldest live copy, so only two serial counters per value are carried.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
@@ -91,7 +92,7 @@ class DistinctOp(Operator):
         return out
 
 
-def _f_set(op: str, all_: bool):
+def _f_set(op: str, all_: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The output multiplicity as a function of the (left, right) multiplicity arrays."""
     if op == "union":
         return (lambda l, r: l + r) if all_ else (lambda l, r: ((l + r) > 0).astype(np.int64))
