@@ -161,7 +161,9 @@ def column_codes(col: np.ndarray, m: np.ndarray | None) -> tuple[np.ndarray, int
     return inv, len(uniq)
 
 
-def combine_codes(cols, nulls, key: np.ndarray, width: int) -> tuple[np.ndarray, int]:
+def combine_codes(
+    cols: list[np.ndarray], nulls: list[np.ndarray | None], key: np.ndarray, width: int
+) -> tuple[np.ndarray, int]:
     """Extend the per-row codes `key` (0..width−1) by the columns' codes: equal (key, whole-tuple
     value) ↔ equal result code; the result is < the returned width < 2^62 (not dense)."""
     for col, m in zip(cols, nulls):
