@@ -8,7 +8,7 @@ once no reader can see them any more.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -29,9 +29,14 @@ class Synopsis:
     memory_limit: int | None = None  # knob: flagged in the control table when exceeded
     queue: Queue
     reader: Any  # the queue's Reader (None for a view, which reads nothing itself)
-    users: list
     eid: str | None
     through: int | None
+
+    if TYPE_CHECKING:  # read-only here: a store keeps them in an attribute or derives them (window stores)
+
+        @property
+        def users(self) -> list[Any]:
+            """The operators reading the store (their progress bounds purging)."""
 
     def __len__(self) -> int:
         raise NotImplementedError
