@@ -68,7 +68,7 @@ class ScalarFunction:
     min_args: int
     max_args: int | None  # None: variadic
     result: TypeRule
-    impl: object = field(default=None, compare=False)
+    impl: Callable[..., object] | None = field(default=None, compare=False)
     vectorized: bool = True
 
 

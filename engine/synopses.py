@@ -51,7 +51,7 @@ class Synopsis:
         """Take in the queue's elements through `bound` (a reading join calls it first)."""
         raise NotImplementedError
 
-    def control_table(self, extra_users: int = 0) -> dict:
+    def control_table(self, extra_users: int = 0) -> dict[str, Any]:
         """The store's part of its control table (`extra_users`: users besides operators, e.g. a
         query's result)."""
         limit = self.memory_limit
@@ -68,7 +68,7 @@ class Synopsis:
             "knobs": K.values(self, self.KNOBS),
         }
 
-    def set_knob(self, name: str, value) -> None:
+    def set_knob(self, name: str, value: object) -> None:
         K.set_one(self, self.KNOBS, name, value, f"store {self.eid or ''}")
 
     def peek(self) -> Batch | None:
