@@ -280,7 +280,7 @@ def _select_item(item: ast.SelectItem) -> Doc:
 
 def _from_item(f: ast.FromItem) -> Doc:
     src = [quote_name(f.source)] if isinstance(f.source, str) else _paren_query(f.source)
-    parts: list = [src]
+    parts: list[str | Doc] = [src]
     if f.sample is not None:
         parts.append(f" SAMPLE({_float(f.sample)})")
     if f.window is not None:
@@ -385,7 +385,7 @@ def _expr_bare(e: ast.Expr) -> Doc:
         # Left-associative: the right operand must bind strictly tighter. Walk the left spine
         # iteratively so long chains (`a AND b AND ... AND z`) do not exhaust the stack.
         first, rest = _left_chain(e, lvl)
-        parts: list = [_expr(first, lvl)]
+        parts: list[str | Doc] = [_expr(first, lvl)]
         for o, right in rest:
             parts += [f" {o.upper()} ", _expr(right, lvl + 1)]
         return _cat(*parts)

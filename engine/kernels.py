@@ -209,5 +209,5 @@ def factorize_objects(v: np.ndarray) -> np.ndarray:
         arr = pa.array(v, type=pa.string())
         return np.asarray(arr.dictionary_encode().indices.to_numpy(zero_copy_only=False), np.int64)
     except Exception:  # non-str objects: a dict, one lookup per value
-        d: dict = {}
+        d: dict[object, int] = {}
         return np.fromiter((d.setdefault(x, len(d)) for x in v.tolist()), np.int64, len(v))

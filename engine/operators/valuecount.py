@@ -100,7 +100,7 @@ class Encoded:
     slot: np.ndarray  # per row
     order: np.ndarray
     value_slot: np.ndarray  # per distinct value of the batch
-    rows: list  # per distinct value: its Python tuple (the dict key)
+    rows: list[tuple]  # per distinct value: its Python tuple (the dict key)
     new: np.ndarray  # indexes (into value_slot) of the values first seen in this batch
 
     def __len__(self) -> int:
