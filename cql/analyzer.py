@@ -8,12 +8,14 @@ thesis Ex. 2.1.2 stays a relation); an Istream over something that already is a 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from cqlstream.cql import ast
 from cqlstream.cql import types as T
 from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError, Pos
+from cqlstream.cql.functions import ScalarFunction
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
 
@@ -116,11 +118,15 @@ class _Scope:
         return (hits[0][0], hits[0][1]) if hits else None
 
 
-def _span(node) -> Pos | None:
+def _span(node: object) -> Pos | None:
     return getattr(node, "pos", None)
 
 
 # ------------------------------------------------------------------ expression binding
+
+
+# post-aggregation binding: the group keys, the aggregate calls, and the GROUP BY expressions
+Group = tuple[list[X.Expr], list[X.AggCall], list[ast.Expr]]
 
 
 class _Binder:
@@ -130,7 +136,7 @@ class _Binder:
     calls become references to the Aggregate's output columns.
     """
 
-    def __init__(self, analyzer: Analyzer, scope: _Scope, where: str, group=None):
+    def __init__(self, analyzer: Analyzer, scope: _Scope, where: str, group: Group | None = None) -> None:
         self.a = analyzer
         self.scope = scope
         self.where = where  # clause name for error messages
@@ -157,6 +163,7 @@ class _Binder:
 
     # --- post-aggregation references
     def _group_ref(self, e: ast.Expr) -> X.Expr | None:
+        assert self.group is not None  # bind() asks only when binding after aggregation
         keys, aggs, key_asts = self.group
         if (
             isinstance(e, ast.Call)
@@ -332,7 +339,7 @@ class _Binder:
             raise CqlError("type_mismatch", f"{e.name}() {rt}", e.pos)
         return X.Func(fn.name, args, rt)
 
-    def _arg(self, a: ast.Expr, fn) -> X.Expr:
+    def _arg(self, a: ast.Expr, fn: ScalarFunction) -> X.Expr:
         # A UDF may take a whole relation by name (thesis §4.1.1: lookup(P.destAddr, T)).
         if fn.impl is not None and isinstance(a, ast.Column) and a.qualifier is None and self.scope.lookup(a) is None:
             d = self.a.catalog.get(a.name)
@@ -356,7 +363,7 @@ def _display(e: ast.Expr) -> str:
         return type(e).__name__
 
 
-def _contains_agg(e, catalog: Catalog) -> bool:
+def _contains_agg(e: object, catalog: Catalog) -> bool:
     """Whether an AST expression contains an aggregate call (not looking into subqueries)."""
     if isinstance(e, ast.Call) and catalog.functions.aggregate(e.name) and not catalog.functions.scalar(e.name):
         return True
@@ -365,10 +372,10 @@ def _contains_agg(e, catalog: Catalog) -> bool:
     return any(_contains_agg(v, catalog) for v in _children(e))
 
 
-def _children(e):
+def _children(e: object) -> list[ast.Expr]:
     if not isinstance(e, ast.Expr):
         return []
-    out = []
+    out: list[ast.Expr] = []
     for name in e.__dataclass_fields__:
         v = getattr(e, name)
         if isinstance(v, ast.Expr):
@@ -390,7 +397,7 @@ def _and_terms(e: ast.Expr | None) -> list[ast.Expr]:
     return [e]
 
 
-def _subquery_term(e: ast.Expr):
+def _subquery_term(e: ast.Expr) -> tuple[ast.Exists | ast.InQuery, bool] | None:
     """(subquery node, anti) if an AND-term is a (possibly negated) IN/EXISTS subquery."""
     anti = False
     while isinstance(e, ast.Unary) and e.op == "not":
@@ -453,7 +460,7 @@ class Analyzer:
             return _Block(L.RelToStream("istream", b.plan), ast.RelToStream("istream", b.normalized))
         return b
 
-    def rel_to_stream(self, q: ast.RelToStream, outer) -> _Block:
+    def rel_to_stream(self, q: ast.RelToStream, outer: _Scope | None) -> _Block:
         inner = self.query(q.query, implicit=False)
         plan = inner.plan
         if plan.is_stream:
@@ -463,7 +470,7 @@ class Analyzer:
             plan = L.Window(plan, L.RangeSpec(None), default=True)
         return _Block(L.RelToStream(q.op, plan), ast.RelToStream(q.op, inner.normalized))
 
-    def set_op(self, q: ast.SetOp, outer) -> _Block:
+    def set_op(self, q: ast.SetOp, outer: _Scope | None) -> _Block:
         sides = [self.query(s, implicit=False) for s in (q.left, q.right)]
         plans = [self.as_relation(s.plan) for s in sides]
         l, r = plans
@@ -482,7 +489,7 @@ class Analyzer:
         l, r = _cast_to(l, types), _cast_to(r, types)
         return _Block(L.SetOp(q.op, q.all, l, r), ast.SetOp(q.op, q.all, sides[0].normalized, sides[1].normalized))
 
-    def check_units(self, parts) -> None:
+    def check_units(self, parts: Iterable[tuple[L.Plan, str, Pos | None]]) -> None:
         """`parts`: (plan, description, pos) combined by one operator; their streams must share a time unit."""
         first = None
         for plan, what, pos in parts:
@@ -502,7 +509,7 @@ class Analyzer:
     def as_relation(self, plan: L.Plan) -> L.Plan:
         return L.Window(plan, L.RangeSpec(None), default=True) if plan.is_stream else plan
 
-    def lookup(self, name: str, pos) -> SourceDef | ViewDef:
+    def lookup(self, name: str, pos: Pos | None) -> SourceDef | ViewDef:
         d = self.catalog.get(name)
         if d is None:
             known = ", ".join(sorted(self.catalog.names())[:8]) or "none registered"
@@ -659,8 +666,12 @@ class Analyzer:
             raise CqlError("correlated_aggregate", "a correlated subquery may not aggregate or use DISTINCT", q.pos)
         return _Block(plan, normalized, pre_plan if simple else None, tuple(exprs) if simple else (), tuple(correlated))
 
-    def expand_items(self, items, scope: _Scope):
-        exprs, names, norm = [], [], []
+    def expand_items(
+        self, items: Iterable[ast.SelectItem], scope: _Scope
+    ) -> tuple[list[ast.Expr], list[str], list[ast.SelectItem]]:
+        exprs: list[ast.Expr] = []
+        names: list[str] = []
+        norm: list[ast.SelectItem] = []
         for n, item in enumerate(items, 1):
             e = item.expr
             if isinstance(e, ast.Star):
@@ -700,7 +711,9 @@ class Analyzer:
             raise CqlError("type_mismatch", f"{e.name}() {rt}", e.pos)
         return X.AggCall(fn.name, arg, e.distinct, rt)
 
-    def aggregate(self, q: ast.Select, plan: L.Plan, scope: _Scope, items):
+    def aggregate(
+        self, q: ast.Select, plan: L.Plan, scope: _Scope, items: list[ast.Expr]
+    ) -> tuple[L.Plan, list[X.Expr]]:
         key_binder = _Binder(self, scope, "GROUP BY")
         keys = []
         for g in q.group_by:
@@ -725,7 +738,7 @@ class Analyzer:
         exprs = [post.bind(e) for e in items]
         return plan, exprs
 
-    def subquery_predicate(self, plan: L.Plan, scope: _Scope, node, anti: bool) -> L.Plan:
+    def subquery_predicate(self, plan: L.Plan, scope: _Scope, node: ast.InQuery | ast.Exists, anti: bool) -> L.Plan:
         width = len(plan.schema)
         inner_scope_outer = _Scope(scope.entries, None)
         self.enclosing.append(scope)
@@ -774,7 +787,7 @@ class Analyzer:
 # ------------------------------------------------------------------ helpers
 
 
-def _agg_calls(e, catalog: Catalog):
+def _agg_calls(e: object, catalog: Catalog) -> Iterator[ast.Call]:
     if isinstance(e, ast.Call) and catalog.functions.aggregate(e.name) and not catalog.functions.scalar(e.name):
         yield e
         return
@@ -821,7 +834,7 @@ def _implicit_istream(plan: L.Plan) -> bool:
     one stream, and reads streams only through default windows (docs/semantics.md)."""
     windows = []
 
-    def monotonic(n) -> bool:
+    def monotonic(n: L.Plan) -> bool:
         if isinstance(n, L.RelToStream):
             return n.op != "dstream"
         if isinstance(n, L.Window):
@@ -841,7 +854,7 @@ def _implicit_istream(plan: L.Plan) -> bool:
 def _decorrelate(e: X.Expr, width: int) -> X.Expr:
     """Correlated conjunct over (inner cols, OuterRef) → predicate over (outer ++ inner) columns."""
 
-    def m(c):
+    def m(c: X.ColRef | OuterRef) -> X.Expr:
         if isinstance(c, OuterRef):
             return X.ColRef(c.index, c.type, c.name)
         return replace(c, index=c.index + width)
@@ -849,7 +862,7 @@ def _decorrelate(e: X.Expr, width: int) -> X.Expr:
     return _remap_refs(e, m)
 
 
-def _remap_refs(e: X.Expr, mapping) -> X.Expr:
+def _remap_refs(e: X.Expr, mapping: Callable[[X.ColRef | OuterRef], X.Expr]) -> X.Expr:
     if isinstance(e, (X.ColRef, OuterRef)):
         return mapping(e)
     if isinstance(e, (X.Op, X.Func)):

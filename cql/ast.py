@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from cqlstream.cql.errors import Pos
 
 
-def _pos():
+def _pos() -> Any:  # a dataclass field() (typed as its value)
     return field(default=None, compare=False, repr=False, kw_only=True)
 
 

@@ -4,6 +4,8 @@ catalog, depends on the analyzer."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from cqlstream.cql import ast
 from cqlstream.cql import types as T
 from cqlstream.cql.analyzer import analyze
@@ -16,24 +18,24 @@ from cqlstream.cql.parser import _UNIT_CANON, parse_script
 
 
 # option name → (SourceDef field, validator returning the normalized value or raising ValueError)
-def _unit(v):
+def _unit(v: object) -> str:
     canon = _UNIT_CANON.get(str(v).lower())
     if canon is None:
         raise ValueError("expected millisecond, second, minute, hour or day")
     return canon
 
 
-def _nonneg_int(v):
+def _nonneg_int(v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ValueError("expected a non-negative integer")
     return v
 
 
-def _ts_mode(v):
-    v = str(v).lower()
-    if v not in ("application", "system"):
+def _ts_mode(v: object) -> str:
+    mode = str(v).lower()
+    if mode not in ("application", "system"):
         raise ValueError("expected 'application' or 'system'")
-    return v
+    return mode
 
 
 _OPTIONS = {
@@ -61,7 +63,7 @@ def register_source(catalog: Catalog, stmt: ast.RegisterSource) -> SourceDef:
                 raise CqlError("unknown_column", f"key column '{k}' is not a column of '{stmt.name}'", stmt.pos)
     if stmt.static and stmt.kind != "relation":
         raise CqlError("bad_static", "only relations can be static", stmt.pos)
-    opts = {}
+    opts: dict[str, Any] = {}  # SourceDef field → its checked value
     for name, value in stmt.options:
         if name not in _OPTIONS:
             raise CqlError("unknown_option", f"unknown option '{name}' (known: unit, slack, timestamp)", stmt.pos)

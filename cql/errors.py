@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class CqlError(Exception):
         ex = self.excerpt()
         return f"{head}\n{ex}" if ex else head
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Problem-details friendly form (used by the CLI and, later, the HTTP API)."""
         return {
             "code": self.code,

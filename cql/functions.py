@@ -15,50 +15,51 @@ from cqlstream.cql.types import DataType
 TypeRule = Callable[[tuple[DataType, ...]], "DataType | str"]  # a str result is a type error
 
 
-def _numeric_same(args):
+def _numeric_same(args: tuple[DataType, ...]) -> DataType | str:
     if not args[0].numeric:
         return f"expects a number, got {args[0]}"
     return args[0] if args[0].kind != "null" else T.FLOAT
 
 
-def _to_int(args):
+def _to_int(args: tuple[DataType, ...]) -> DataType | str:
     return T.INT if args[0].numeric else f"expects a number, got {args[0]}"
 
 
-def _to_float(args):
+def _to_float(args: tuple[DataType, ...]) -> DataType | str:
     return T.FLOAT if all(a.numeric for a in args) else "expects numbers"
 
 
-def _text_to_text(args):
+def _text_to_text(args: tuple[DataType, ...]) -> DataType | str:
     return T.VARCHAR if args[0].textual else f"expects a string, got {args[0]}"
 
 
-def _text_to_int(args):
+def _text_to_int(args: tuple[DataType, ...]) -> DataType | str:
     return T.INT if args[0].textual else f"expects a string, got {args[0]}"
 
 
-def _common_all(args):
+def _common_all(args: tuple[DataType, ...]) -> DataType | str:
     out = args[0]
     for a in args[1:]:
-        out = T.common(out, a)
-        if out is None:
+        common = T.common(out, a)
+        if common is None:
             return "arguments have no common type"
+        out = common
     return out
 
 
-def _round(args):
+def _round(args: tuple[DataType, ...]) -> DataType | str:
     if not args[0].numeric or (len(args) > 1 and args[1].kind not in ("int", "null")):
         return "expects (number[, integer digits])"
     return args[0] if args[0].kind != "null" else T.FLOAT
 
 
-def _substr(args):
+def _substr(args: tuple[DataType, ...]) -> DataType | str:
     if not args[0].textual or not all(a.kind in ("int", "null") for a in args[1:]):
         return "expects (string, integer start[, integer length])"
     return T.VARCHAR
 
 
-def _concat(args):
+def _concat(args: tuple[DataType, ...]) -> DataType | str:
     return T.VARCHAR
 
 
@@ -68,7 +69,7 @@ class ScalarFunction:
     min_args: int
     max_args: int | None  # None: variadic
     result: TypeRule
-    impl: object = field(default=None, compare=False)
+    impl: Callable[..., object] | None = field(default=None, compare=False)
     vectorized: bool = True
 
 
@@ -82,7 +83,7 @@ class AggregateFunction:
     impl: object = field(default=None, compare=False)
 
 
-def _sum(args):
+def _sum(args: tuple[DataType, ...]) -> DataType | str:
     return (
         args[0]
         if args[0].kind in ("int", "float")
@@ -90,7 +91,7 @@ def _sum(args):
     )
 
 
-def _minmax(args):
+def _minmax(args: tuple[DataType, ...]) -> DataType | str:
     return args[0] if args[0].kind != "bool" else "expects an ordered type"
 
 

@@ -6,6 +6,7 @@ Every syntax error becomes a CqlError with line, column and the tokens the parse
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -109,8 +110,12 @@ _UNIT_CANON = {
 }
 
 
-def _is(tok, type_: str) -> bool:
+def _is(tok: object, type_: str) -> bool:
     return isinstance(tok, Token) and tok.type == type_
+
+
+SelectBody = tuple[bool, list[ast.SelectItem], str | None]  # (DISTINCT, items, relation-to-stream operator)
+Source = tuple[str | ast.Query, ast.Window | None]  # a FROM item's source (name or subquery) and window
 
 
 @v_args(meta=True)
@@ -122,13 +127,13 @@ class _ToAst(Transformer_NonRecursive):
     """
 
     # ------------------------------------------------------------ statements
-    def script(self, meta, items):
+    def script(self, meta: Meta, items: list[Any]) -> list[ast.Statement]:
         return list(items)
 
-    def single(self, meta, items):
+    def single(self, meta: Meta, items: list[Any]) -> ast.Node:
         return items[0]
 
-    def register_source(self, meta, items):
+    def register_source(self, meta: Meta, items: list[Any]) -> ast.RegisterSource:
         static = any(_is(t, "STATIC") for t in items)
         items = [t for t in items if not _is(t, "STATIC")]
         kind, name, *rest = items
@@ -142,46 +147,46 @@ class _ToAst(Transformer_NonRecursive):
                 options = r
         return ast.RegisterSource(kind, _name(name), tuple(attrs), tuple(keys), static, options, pos=_meta_pos(meta))
 
-    def source_kind(self, meta, items):
+    def source_kind(self, meta: Meta, items: list[Any]) -> str:
         k = str(items[0]).lower()
         return "relation" if k == "table" else k
 
-    def attr_def(self, meta, items):
+    def attr_def(self, meta: Meta, items: list[Any]) -> ast.AttrDef:
         return ast.AttrDef(_name(items[0]), items[1], pos=_meta_pos(meta))
 
-    def key_def(self, meta, items):
+    def key_def(self, meta: Meta, items: list[Any]) -> tuple[str, tuple[str, ...]]:
         return ("key", tuple(_name(t) for t in items if _is(t, "NAME")))
 
-    def type_spec(self, meta, items):
+    def type_spec(self, meta: Meta, items: list[Any]) -> ast.TypeName:
         length = int(items[1]) if len(items) > 1 else None
         return ast.TypeName(str(items[0]).lower(), length, pos=_meta_pos(meta))
 
-    def with_options(self, meta, items):
+    def with_options(self, meta: Meta, items: list[Any]) -> tuple[tuple[str, object], ...]:
         return tuple(items)
 
-    def option(self, meta, items):
+    def option(self, meta: Meta, items: list[Any]) -> tuple[str, object]:
         value = items[1]
         if isinstance(value, ast.Literal):
             value = value.value
         return (str(items[0]).lower(), value)
 
-    def option_name(self, meta, items):
+    def option_name(self, meta: Meta, items: list[Any]) -> str:
         return str(items[0]).lower()
 
-    def option_negative(self, meta, items):
+    def option_negative(self, meta: Meta, items: list[Any]) -> int | float:
         return -items[0].value
 
-    def register_view(self, meta, items):
+    def register_view(self, meta: Meta, items: list[Any]) -> ast.RegisterView:
         items = [t for t in items if not _is(t, "VIEW")]  # VIEW is a kept (non-underscore) terminal
         name = _name(items[0])
         cols = items[1] if len(items) == 3 else None
         return ast.RegisterView(name, cols, items[-1], pos=_meta_pos(meta))
 
-    def view_attrs(self, meta, items):
+    def view_attrs(self, meta: Meta, items: list[Any]) -> tuple[str, ...]:
         return tuple(_name(t) for t in items)
 
     # ------------------------------------------------------------ queries
-    def set_chain(self, meta, items):
+    def set_chain(self, meta: Meta, items: list[Any]) -> ast.Query:
         # items: operand, op, operand, op, operand ...; INTERSECT binds tighter (SQL), others left-assoc.
         operands, ops = [items[0]], []
         for op, rhs in zip(items[1::2], items[2::2]):
@@ -195,22 +200,22 @@ class _ToAst(Transformer_NonRecursive):
             result = ast.SetOp(op[0], op[1], result, rhs, pos=op[2])
         return result
 
-    def set_op(self, meta, items):
+    def set_op(self, meta: Meta, items: list[Any]) -> tuple[str, bool, Pos]:
         # Bag semantics unless DISTINCT is written (ALL is the default spelled out).
         op = str(items[0]).lower()
         bag = len(items) == 1 or str(items[1]).lower() == "all"
         return ("except" if op == "minus" else op, bag, _tok_pos(items[0]))
 
-    def table_query(self, meta, items):
+    def table_query(self, meta: Meta, items: list[Any]) -> ast.TableQuery:
         return ast.TableQuery(_name(items[0]), pos=_tok_pos(items[0]))
 
-    def r2s(self, meta, items):
+    def r2s(self, meta: Meta, items: list[Any]) -> str:
         return str(items[0]).lower()
 
-    def r2s_query(self, meta, items):
+    def r2s_query(self, meta: Meta, items: list[Any]) -> ast.RelToStream:
         return ast.RelToStream(items[0], items[1], pos=_meta_pos(meta))
 
-    def select_stmt(self, meta, items):
+    def select_stmt(self, meta: Meta, items: list[Any]) -> ast.Query:
         (distinct, sel_items, r2s), from_, *rest = items
         parts = dict(rest)
         q = ast.Select(
@@ -224,31 +229,31 @@ class _ToAst(Transformer_NonRecursive):
         )
         return ast.RelToStream(r2s, q, pos=_meta_pos(meta)) if r2s else q
 
-    def select_body(self, meta, items):
+    def select_body(self, meta: Meta, items: list[Any]) -> SelectBody:
         distinct = any(_is(t, "DISTINCT") for t in items)
         return (distinct, items[-1], None)
 
-    def r2s_select_body(self, meta, items):
+    def r2s_select_body(self, meta: Meta, items: list[Any]) -> SelectBody:
         distinct = any(_is(t, "DISTINCT") for t in items)
         return (distinct, items[-1], items[0])
 
-    def select_list(self, meta, items):
+    def select_list(self, meta: Meta, items: list[Any]) -> list[ast.SelectItem]:
         return list(items)
 
-    def star_item(self, meta, items):
+    def star_item(self, meta: Meta, items: list[Any]) -> ast.SelectItem:
         return ast.SelectItem(ast.Star(None, pos=_meta_pos(meta)), pos=_meta_pos(meta))
 
-    def qualified_star_item(self, meta, items):
+    def qualified_star_item(self, meta: Meta, items: list[Any]) -> ast.SelectItem:
         return ast.SelectItem(ast.Star(_name(items[0]), pos=_meta_pos(meta)), pos=_meta_pos(meta))
 
-    def expr_item(self, meta, items):
+    def expr_item(self, meta: Meta, items: list[Any]) -> ast.SelectItem:
         alias = _name(items[1]) if len(items) > 1 else None
         return ast.SelectItem(items[0], alias, pos=_meta_pos(meta))
 
-    def from_list(self, meta, items):
+    def from_list(self, meta: Meta, items: list[Any]) -> list[ast.FromItem]:
         return list(items)
 
-    def from_item(self, meta, items):
+    def from_item(self, meta: Meta, items: list[Any]) -> ast.FromItem:
         source, window = items[0]
         sample, alias = None, None
         for it in items[1:]:
@@ -264,37 +269,37 @@ class _ToAst(Transformer_NonRecursive):
                 alias = it
         return ast.FromItem(source, window, sample, alias, pos=_meta_pos(meta))
 
-    def table_source(self, meta, items):
+    def table_source(self, meta: Meta, items: list[Any]) -> Source:
         return (_name(items[0]), None)
 
-    def subquery_source(self, meta, items):
+    def subquery_source(self, meta: Meta, items: list[Any]) -> Source:
         return (items[0], None)
 
-    def paren_table_source(self, meta, items):
+    def paren_table_source(self, meta: Meta, items: list[Any]) -> Source:
         return (_name(items[0]), items[1])
 
-    def window_part(self, meta, items):
+    def window_part(self, meta: Meta, items: list[Any]) -> tuple[str, ast.Window | None, float | None]:
         window = next((i for i in items if isinstance(i, ast.Window)), None)
         sample = next((i for i in items if isinstance(i, float)), None)
         return ("window_part", window, sample)
 
-    def alias(self, meta, items):
+    def alias(self, meta: Meta, items: list[Any]) -> str:
         return _name(items[0])
 
-    def sample(self, meta, items):
+    def sample(self, meta: Meta, items: list[Any]) -> float:
         return float(items[1].value)
 
-    def where_clause(self, meta, items):
+    def where_clause(self, meta: Meta, items: list[Any]) -> tuple[str, ast.Expr]:
         return ("where", items[0])
 
-    def group_clause(self, meta, items):
+    def group_clause(self, meta: Meta, items: list[Any]) -> tuple[str, list[ast.Expr]]:
         return ("group", list(items))
 
-    def having_clause(self, meta, items):
+    def having_clause(self, meta: Meta, items: list[Any]) -> tuple[str, ast.Expr]:
         return ("having", items[0])
 
     # ------------------------------------------------------------ windows
-    def window(self, meta, items):
+    def window(self, meta: Meta, items: list[Any]) -> ast.Window:
         w = items[0]
         if len(items) > 1:
             w = type(w)(
@@ -302,59 +307,59 @@ class _ToAst(Transformer_NonRecursive):
             )
         return w
 
-    def window_filter(self, meta, items):
+    def window_filter(self, meta: Meta, items: list[Any]) -> ast.Expr:
         return items[0]
 
-    def range_window(self, meta, items):
+    def range_window(self, meta: Meta, items: list[Any]) -> ast.RangeWindow:
         durs = [i for i in items if isinstance(i, ast.Duration)]
         return ast.RangeWindow(durs[0], durs[1] if len(durs) > 1 else None, pos=_meta_pos(meta))
 
-    def range_unbounded(self, meta, items):
+    def range_unbounded(self, meta: Meta, items: list[Any]) -> ast.RangeWindow:
         return ast.RangeWindow(None, pos=_meta_pos(meta))
 
-    def rows_window(self, meta, items):
+    def rows_window(self, meta: Meta, items: list[Any]) -> ast.RowsWindow:
         counts = [i for i in items if isinstance(i, int)]
         return ast.RowsWindow(counts[0], counts[1] if len(counts) > 1 else None, pos=_meta_pos(meta))
 
-    def rows_unbounded(self, meta, items):
+    def rows_unbounded(self, meta: Meta, items: list[Any]) -> ast.RowsWindow:
         return ast.RowsWindow(None, pos=_meta_pos(meta))
 
-    def now_window(self, meta, items):
+    def now_window(self, meta: Meta, items: list[Any]) -> ast.NowWindow:
         return ast.NowWindow(pos=_meta_pos(meta))
 
-    def partition_window(self, meta, items):
+    def partition_window(self, meta: Meta, items: list[Any]) -> ast.PartitionWindow:
         cols = tuple(i for i in items if isinstance(i, ast.Column))
         rows = next(i for i in items if isinstance(i, int) and not isinstance(i, bool))
         return ast.PartitionWindow(cols, rows, pos=_meta_pos(meta))
 
-    def duration(self, meta, items):
+    def duration(self, meta: Meta, items: list[Any]) -> ast.Duration:
         unit = items[1] if len(items) > 1 else None
         return ast.Duration(items[0], unit, pos=_meta_pos(meta))
 
-    def count(self, meta, items):
+    def count(self, meta: Meta, items: list[Any]) -> int:
         return _count(items[0])
 
-    def time_unit(self, meta, items):
+    def time_unit(self, meta: Meta, items: list[Any]) -> str:
         return _UNIT_CANON[str(items[0]).lower()]
 
     # ------------------------------------------------------------ expressions
-    def or_(self, meta, items):
+    def or_(self, meta: Meta, items: list[Any]) -> ast.Binary:
         return ast.Binary("or", items[0], items[1], pos=_meta_pos(meta))
 
-    def and_(self, meta, items):
+    def and_(self, meta: Meta, items: list[Any]) -> ast.Binary:
         return ast.Binary("and", items[0], items[1], pos=_meta_pos(meta))
 
-    def not_(self, meta, items):
+    def not_(self, meta: Meta, items: list[Any]) -> ast.Unary:
         return ast.Unary("not", items[1], pos=_meta_pos(meta))
 
-    def compare(self, meta, items):
+    def compare(self, meta: Meta, items: list[Any]) -> ast.Binary:
         op = {"==": "=", "!=": "<>"}.get(str(items[1]), str(items[1]))
         return ast.Binary(op, items[0], items[2], pos=_meta_pos(meta))
 
-    def binary(self, meta, items):
+    def binary(self, meta: Meta, items: list[Any]) -> ast.Binary:
         return ast.Binary(str(items[1]), items[0], items[2], pos=_meta_pos(meta))
 
-    def unary(self, meta, items):
+    def unary(self, meta: Meta, items: list[Any]) -> ast.Expr:
         op, operand = str(items[0]), items[1]
         # Fold a sign into a numeric literal so `-3` prints and re-parses as the same node.
         value = operand.value if isinstance(operand, ast.Literal) and operand.kind in ("int", "float") else None
@@ -362,7 +367,7 @@ class _ToAst(Transformer_NonRecursive):
             return ast.Literal(-value, operand.kind, pos=_meta_pos(meta))
         return ast.Unary(op, operand, pos=_meta_pos(meta))
 
-    def _negated(self, items):
+    def _negated(self, items: list[Any]) -> tuple[bool, list[Any]]:
         neg = any(_is(t, "NOT") for t in items)
         rest = [
             t
@@ -371,31 +376,31 @@ class _ToAst(Transformer_NonRecursive):
         ]
         return neg, rest
 
-    def between(self, meta, items):
+    def between(self, meta: Meta, items: list[Any]) -> ast.Between:
         neg, (a, lo, hi) = self._negated(items)
         return ast.Between(a, lo, hi, neg, pos=_meta_pos(meta))
 
-    def in_list(self, meta, items):
+    def in_list(self, meta: Meta, items: list[Any]) -> ast.InList:
         neg, (a, *vals) = self._negated(items)
         return ast.InList(a, tuple(vals), neg, pos=_meta_pos(meta))
 
-    def in_query(self, meta, items):
+    def in_query(self, meta: Meta, items: list[Any]) -> ast.InQuery:
         neg, (a, q) = self._negated(items)
         return ast.InQuery(a, q, neg, pos=_meta_pos(meta))
 
-    def like(self, meta, items):
+    def like(self, meta: Meta, items: list[Any]) -> ast.Like:
         neg, (a, p) = self._negated(items)
         return ast.Like(a, p, neg, pos=_meta_pos(meta))
 
-    def is_null(self, meta, items):
+    def is_null(self, meta: Meta, items: list[Any]) -> ast.IsNull:
         neg, (a,) = self._negated(items)
         return ast.IsNull(a, neg, pos=_meta_pos(meta))
 
-    def exists(self, meta, items):
+    def exists(self, meta: Meta, items: list[Any]) -> ast.Exists:
         _, (q,) = self._negated(items)
         return ast.Exists(q, False, pos=_meta_pos(meta))
 
-    def call(self, meta, items):
+    def call(self, meta: Meta, items: list[Any]) -> ast.Call:
         name = _name(items[0]).lower()
         if len(items) == 1:
             return ast.Call(name, (), pos=_meta_pos(meta))
@@ -405,14 +410,14 @@ class _ToAst(Transformer_NonRecursive):
         distinct, exprs = args
         return ast.Call(name, tuple(exprs), distinct, pos=_meta_pos(meta))
 
-    def call_args(self, meta, items):
+    def call_args(self, meta: Meta, items: list[Any]) -> tuple[bool, list[ast.Expr]]:
         distinct = any(_is(t, "DISTINCT") for t in items)
         return (distinct, [i for i in items if not _is(i, "DISTINCT")])
 
-    def star_arg(self, meta, items):
+    def star_arg(self, meta: Meta, items: list[Any]) -> str:
         return "*"
 
-    def case(self, meta, items):
+    def case(self, meta: Meta, items: list[Any]) -> ast.Case:
         items = [i for i in items if not (isinstance(i, Token) and i.type in ("CASE", "END"))]
         operand = None
         if items and not (isinstance(items[0], tuple) and items[0][0] == "when"):
@@ -421,36 +426,36 @@ class _ToAst(Transformer_NonRecursive):
         default = next((w[1] for w in items if w[0] == "else"), None)
         return ast.Case(operand, whens, default, pos=_meta_pos(meta))
 
-    def when_clause(self, meta, items):
+    def when_clause(self, meta: Meta, items: list[Any]) -> tuple[str, ast.Expr, ast.Expr]:
         return ("when", items[1], items[3])
 
-    def else_clause(self, meta, items):
+    def else_clause(self, meta: Meta, items: list[Any]) -> tuple[str, ast.Expr]:
         return ("else", items[1])
 
-    def cast(self, meta, items):
+    def cast(self, meta: Meta, items: list[Any]) -> ast.Cast:
         return ast.Cast(items[1], items[2], pos=_meta_pos(meta))
 
-    def column(self, meta, items):
+    def column(self, meta: Meta, items: list[Any]) -> ast.Column:
         if len(items) == 2:
             return ast.Column(_name(items[0]), _name(items[1]), pos=_meta_pos(meta))
         return ast.Column(None, _name(items[0]), pos=_meta_pos(meta))
 
-    def int_lit(self, meta, items):
+    def int_lit(self, meta: Meta, items: list[Any]) -> ast.Literal:
         return ast.Literal(int(items[0]), "int", pos=_meta_pos(meta))
 
-    def float_lit(self, meta, items):
+    def float_lit(self, meta: Meta, items: list[Any]) -> ast.Literal:
         return ast.Literal(float(items[0]), "float", pos=_meta_pos(meta))
 
-    def string(self, meta, items):
+    def string(self, meta: Meta, items: list[Any]) -> ast.Literal:
         return ast.Literal(_unquote(str(items[0])), "string", pos=_meta_pos(meta))
 
-    def true(self, meta, items):
+    def true(self, meta: Meta, items: list[Any]) -> ast.Literal:
         return ast.Literal(True, "bool", pos=_meta_pos(meta))
 
-    def false(self, meta, items):
+    def false(self, meta: Meta, items: list[Any]) -> ast.Literal:
         return ast.Literal(False, "bool", pos=_meta_pos(meta))
 
-    def null(self, meta, items):
+    def null(self, meta: Meta, items: list[Any]) -> ast.Literal:
         return ast.Literal(None, "null", pos=_meta_pos(meta))
 
 
@@ -471,7 +476,7 @@ def _terminal_text(name: str) -> str:
     return repr(name.lower().lstrip("_"))
 
 
-def _expected(names) -> str:
+def _expected(names: Iterable[str]) -> str:
     friendly = sorted({_terminal_text(n) for n in names})
     if len(friendly) > 8:
         friendly = friendly[:8] + ["..."]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cqlstream.cql import ast
@@ -74,10 +75,10 @@ def _raw_name(name: str, upper: bool = False) -> str:
 
 # ---------------------------------------------------------------- documents
 
-Doc = list  # list[str]: lines; boundaries are structural newlines
+Doc = list[str]  # lines; boundaries are structural newlines
 
 
-def _cat(*parts) -> Doc:
+def _cat(*parts: str | Doc) -> Doc:
     """Concatenate pieces; continuation lines of a multi-line piece align to where it starts."""
     lines: list[str] = [""]
     for part in parts:
@@ -96,9 +97,9 @@ def _col(line: str) -> int:
     return len(line) - line.rfind("\n") - 1
 
 
-def _join(docs, sep: str) -> Doc:
+def _join(docs: Iterable[str | Doc], sep: str) -> Doc:
     """Join pieces with `sep` on one line (multi-line pieces stay aligned)."""
-    parts: list = []
+    parts: list[str | Doc] = []
     for i, d in enumerate(docs):
         if i:
             parts.append(sep)
@@ -106,7 +107,7 @@ def _join(docs, sep: str) -> Doc:
     return _cat(*parts)
 
 
-def _stack(docs, sep: str = ",") -> Doc:
+def _stack(docs: Sequence[Doc], sep: str = ",") -> Doc:
     """Pieces one below the other, `sep` after all but the last."""
     lines: list[str] = []
     for i, d in enumerate(docs):
@@ -117,14 +118,14 @@ def _stack(docs, sep: str = ",") -> Doc:
     return lines
 
 
-def _list(docs, col: int) -> Doc:
+def _list(docs: Iterable[str | Doc], col: int) -> Doc:
     """A comma list starting at column `col`: one-line pieces fill lines up to the width;
     if any piece spans lines, one piece per line."""
-    docs = [d if isinstance(d, list) else [d] for d in docs]
-    if not all(len(d) == 1 for d in docs):
-        return _stack(docs)
-    lines = [docs[0][0]]
-    for (piece,) in docs[1:]:
+    pieces = [d if isinstance(d, list) else [d] for d in docs]
+    if not all(len(d) == 1 for d in pieces):
+        return _stack(pieces)
+    lines = [pieces[0][0]]
+    for (piece,) in pieces[1:]:
         if col + len(lines[-1]) + 2 + len(piece) <= _LINE_WIDTH:
             lines[-1] += ", " + piece
         else:
@@ -140,12 +141,12 @@ def _one_line(doc: Doc) -> str:
 # ---------------------------------------------------------------- entry point
 
 
-def to_cql(node) -> str:
+def to_cql(node: object) -> str:
     """Canonical CQL text of any AST node (statement, query, expression, window, type, ...)."""
     return _one_line(_doc(node))
 
 
-def _doc(node) -> Doc:
+def _doc(node: object) -> Doc:
     if isinstance(node, ast.Query):
         return _query(node)
     if isinstance(node, ast.Expr):
@@ -174,7 +175,7 @@ def _doc(node) -> Doc:
 # ---------------------------------------------------------------- statements
 
 
-def _option_value(v) -> str:
+def _option_value(v: object) -> str:
     if v is None:
         return "NULL"
     if isinstance(v, bool):
@@ -279,7 +280,7 @@ def _select_item(item: ast.SelectItem) -> Doc:
 
 def _from_item(f: ast.FromItem) -> Doc:
     src = [quote_name(f.source)] if isinstance(f.source, str) else _paren_query(f.source)
-    parts: list = [src]
+    parts: list[str | Doc] = [src]
     if f.sample is not None:
         parts.append(f" SAMPLE({_float(f.sample)})")
     if f.window is not None:
@@ -356,8 +357,9 @@ def _level(e: ast.Expr) -> int:
     return _ATOM
 
 
-def _negative(v) -> bool:
-    return v < 0 or (isinstance(v, float) and str(v).startswith("-"))
+def _negative(v: object) -> bool:
+    """A numeric literal's value below zero (or -0.0)."""
+    return isinstance(v, int | float) and (v < 0 or (isinstance(v, float) and str(v).startswith("-")))
 
 
 def _expr(e: ast.Expr, min_level: int) -> Doc:
@@ -383,7 +385,7 @@ def _expr_bare(e: ast.Expr) -> Doc:
         # Left-associative: the right operand must bind strictly tighter. Walk the left spine
         # iteratively so long chains (`a AND b AND ... AND z`) do not exhaust the stack.
         first, rest = _left_chain(e, lvl)
-        parts: list = [_expr(first, lvl)]
+        parts: list[str | Doc] = [_expr(first, lvl)]
         for o, right in rest:
             parts += [f" {o.upper()} ", _expr(right, lvl + 1)]
         return _cat(*parts)

@@ -11,41 +11,62 @@ only the plan knows (the queries using each one).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
 from cqlstream.engine import knobs as K
 from cqlstream.engine.errors import EngineError, KnobError
 
+if TYPE_CHECKING:
+    from cqlstream.engine.dsms import Dsms, QueryHandle
+    from cqlstream.engine.inputs import RelationInput, StreamInput
+    from cqlstream.engine.planner import PNode
+    from cqlstream.engine.queues import Queue
+
+# A plan entity: (kind, object, PNode | None, ids of the queries using it). The object is an
+# operator, a filter hub, a queue or a store, as `kind` says; each kind's table function knows which.
+PlanEntity = tuple[str, Any, "PNode | None", list[int]]
+Table = dict[str, Any]
+
 
 # ---------------------------------------------------------------- the entities
-def _queries(users) -> list[int]:
+def entity_id(eid: str | None) -> str:
+    """A planned entity's id: the planner numbers every queue, operator and store it creates
+    (`eid` is None only before that)."""
+    assert eid is not None, "a plan entity without an id"
+    return eid
+
+
+def _queries(users: Iterable[object]) -> list[int]:
     return sorted(u for u in users if isinstance(u, int))
 
 
-def _plan_entities(d):
+def _plan_entities(d: Dsms) -> dict[str, PlanEntity]:
     """eid → (kind, object, PNode | None, users)."""
-    out = {}
+    out: dict[str, PlanEntity] = {}
     for pn in d.plan.nodes.values():
         users = _queries(pn.users)
-        out[pn.queue.eid] = ("queue", pn.queue, pn, users)
+        out[entity_id(pn.queue.eid)] = ("queue", pn.queue, pn, users)
         if pn.op is not None:
-            out[pn.op.eid] = ("operator", pn.op, pn, users)
+            out[entity_id(pn.op.eid)] = ("operator", pn.op, pn, users)
         if pn.store is not None:
-            out[pn.store.eid] = ("store", pn.store, pn, users)
+            out[entity_id(pn.store.eid)] = ("store", pn.store, pn, users)
     for hub in d.plan.filter_hubs.values():
         users = sorted({u for pn in d.plan.nodes.values() if pn.op in hub.members for u in _queries(pn.users)})
-        out[hub.eid] = ("operator", hub, None, users)
+        out[entity_id(hub.eid)] = ("operator", hub, None, users)
     for st in list(d.plan.stores.values()) + list(d.plan.window_stores.values()) + d.plan.late_stores:
         users = sorted(
             {u for op in st.users for pn in d.plan.nodes.values() if pn.op is op for u in _queries(pn.users)}
         )
-        out[st.eid] = ("store", st, None, users)
+        out[entity_id(st.eid)] = ("store", st, None, users)
     return out
 
 
-def _op_table(op, pn, users):
+def _op_table(op: Any, pn: PNode | None, users: list[int]) -> Table:
     return {"kind": "operator", **op.control_table(), "queries": users, "note": pn.note if pn is not None else ""}
 
 
-def _queue_table(q, pn, users):
+def _queue_table(q: Queue, pn: PNode | None, users: list[int]) -> Table:
     producer = pn.op.eid if pn is not None and pn.op is not None else (f"src:{q.name}" if q.name else None)
     return {
         "kind": "queue",
@@ -63,11 +84,11 @@ def _queue_table(q, pn, users):
     }
 
 
-def _store_table(st, pn, users):
+def _store_table(st: Any, pn: PNode | None, users: list[int]) -> Table:
     return {"kind": "store", **st.control_table(extra_users=pn is not None), "queries": users}
 
 
-def _source_table(d, name, inp):
+def _source_table(d: Dsms, name: str, inp: StreamInput | RelationInput) -> Table:
     q = inp.queue
     return {
         "kind": "source",
@@ -87,7 +108,7 @@ def _source_table(d, name, inp):
     }
 
 
-def _query_table(d, h, attr):
+def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> Table:
     a = attr.get(h.id, {"memory_bytes": 0.0, "cpu_seconds": 0.0})
     counters = {
         "memory_bytes": a["memory_bytes"],
@@ -111,7 +132,7 @@ def _query_table(d, h, attr):
     }
 
 
-def _engine_table(d):
+def _engine_table(d: Dsms) -> Table:
     s = d.scheduler
     return {
         "kind": "engine",
@@ -132,7 +153,7 @@ def _engine_table(d):
     }
 
 
-def _state_bytes(d) -> int:
+def _state_bytes(d: Dsms) -> int:
     """Operator state plus every store: the engine's memory for windows, joins, aggregates."""
     n = sum(op.state_bytes() for op in d.plan.operators)
     n += sum(
@@ -141,7 +162,7 @@ def _state_bytes(d) -> int:
     return n + sum(pn.store.nbytes() for pn in d.plan.nodes.values() if pn.store is not None)
 
 
-def tables(d) -> list[dict]:
+def tables(d: Dsms) -> list[Table]:
     """Every entity's control table."""
     attr = attribution(d)
     out = [{"id": "engine", **_engine_table(d)}]
@@ -154,13 +175,13 @@ def tables(d) -> list[dict]:
     return out
 
 
-def table(d, eid: str) -> dict:
+def table(d: Dsms, eid: str) -> Table:
     for t in _one(d, eid):
         return t
     raise EngineError("unknown_entity", f"no entity '{eid}'")
 
 
-def _one(d, eid: str):
+def _one(d: Dsms, eid: str) -> Iterator[Table]:
     if eid == "engine":
         yield {"id": eid, **_engine_table(d)}
     elif eid.startswith("src:"):
@@ -178,17 +199,21 @@ def _one(d, eid: str):
             yield {"id": eid, **_TABLE[kind](obj, pn, users)}
 
 
-_TABLE = {"operator": _op_table, "queue": _queue_table, "store": _store_table}
+_TABLE: dict[str, Callable[[Any, PNode | None, list[int]], Table]] = {
+    "operator": _op_table,
+    "queue": _queue_table,
+    "store": _store_table,
+}
 
 
-def _sources(d):
+def _sources(d: Dsms) -> list[tuple[str, StreamInput | RelationInput]]:
     items = list(d.inputs.items())
     if d.sys is not None:
         items.append((d.sys.input.d.name.lower(), d.sys.input))
     return items
 
 
-def _query(d, eid: str):
+def _query(d: Dsms, eid: str) -> QueryHandle | None:
     try:
         return d.queries.get(int(eid.split(":", 1)[1]))
     except ValueError:
@@ -196,13 +221,13 @@ def _query(d, eid: str):
 
 
 # ---------------------------------------------------------------- knobs
-def _bool(v) -> bool:
+def _bool(v: object) -> bool:
     if isinstance(v, bool):
         return v
     raise KnobError(f"expected true or false, got {v!r}")
 
 
-def set_knob(d, eid: str, knob: str, value) -> dict:
+def set_knob(d: Dsms, eid: str, knob: str, value: Any) -> Table:
     """Set one knob; the entity's table after the change. Unknown entity: EngineError
     `unknown_entity`; unknown knob or bad value: KnobError."""
     if eid == "engine":
@@ -244,7 +269,7 @@ def set_knob(d, eid: str, knob: str, value) -> dict:
     return table(d, eid)
 
 
-def _engine_knob(d, knob, value):
+def _engine_knob(d: Dsms, knob: str, value: Any) -> None:
     from cqlstream.engine.scheduler import SCHEDULERS, Weighted
 
     if knob == "scheduler":
@@ -264,9 +289,9 @@ def _engine_knob(d, knob, value):
         raise KnobError(f"engine knobs are scheduler, budget and share; not '{knob}'")
 
 
-def _op_weights(d) -> dict:
+def _op_weights(d: Dsms) -> dict[int, float]:
     """id(operator) → the largest weight of the queries using it."""
-    out = {}
+    out: dict[int, float] = {}
     for pn in d.plan.nodes.values():
         ws = [d.queries[u].weight for u in pn.users if u in d.queries]
         if pn.op is not None and ws:
@@ -275,7 +300,7 @@ def _op_weights(d) -> dict:
 
 
 # ---------------------------------------------------------------- attribution
-def attribution(d) -> dict:
+def attribution(d: Dsms) -> dict[int, dict[str, float]]:
     """Each query's share of memory (bytes) and CPU (seconds): an entity's cost is split equally
     among the queries using it (IEEE DE Bulletin §4.2)."""
     out = {qid: {"memory_bytes": 0.0, "cpu_seconds": 0.0} for qid in d.queries}

@@ -486,7 +486,7 @@ class Dsms:
         self._save()
         return out
 
-    def attribution(self) -> dict[str, Any]:
+    def attribution(self) -> dict[int, dict[str, float]]:
         from cqlstream.engine import control
 
         return control.attribution(self)

@@ -9,26 +9,34 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from cqlstream.cql.functions import FunctionRegistry
+from cqlstream.cql.functions import FunctionRegistry, ScalarFunction
 from cqlstream.cql.logical import expr as X
+from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.errors import EngineError
 
+if TYPE_CHECKING:
+    from cqlstream.cql.analyzer import RelationArg
+
 Col = tuple[np.ndarray, "np.ndarray | None"]
+OpKernel = Callable[["Evaluator", X.Op, Batch], Col]  # an operator over a batch
+FnKernel = Callable[[X.Func, list[Col], int], Col]  # a built-in function over its evaluated arguments
 
 
-def _or_masks(*masks):
-    out = None
+def _or_masks(*masks: np.ndarray | None) -> np.ndarray | None:
+    out: np.ndarray | None = None
     for m in masks:
         if m is not None:
             out = m if out is None else (out | m)
     return out
 
 
-def _full(n: int, value, t) -> np.ndarray:
+def _full(n: int, value: object, t: DataType) -> np.ndarray:
     dt = dtype_of(t)
     if dt is object:
         arr = np.empty(n, dtype=object)
@@ -40,7 +48,7 @@ def _full(n: int, value, t) -> np.ndarray:
 class Evaluator:
     """Evaluates expressions; holds the function registry (UDF implementations)."""
 
-    def __init__(self, functions: FunctionRegistry | None = None):
+    def __init__(self, functions: FunctionRegistry | None = None) -> None:
         self.functions = functions or FunctionRegistry()
 
     def eval(self, e: X.Expr, b: Batch) -> Col:
@@ -95,11 +103,11 @@ class Evaluator:
         v, m = self.eval(e.operand, b)
         return _cast(v, m, e.operand.type, e.type)
 
-    def _RelationArg(self, e, b: Batch) -> Col:
+    def _RelationArg(self, e: RelationArg, b: Batch) -> Col:
         return _full(len(b), e.name, e.type), None
 
 
-def _cast(v, m, src, dst) -> Col:
+def _cast(v: np.ndarray, m: np.ndarray | None, src: DataType, dst: DataType) -> Col:
     k = dst.kind
     if k in ("char", "varchar", "byte"):
         if src.kind == "float":
@@ -123,15 +131,16 @@ def _cast(v, m, src, dst) -> Col:
         "bool": lambda s: {"true": True, "false": False}[s.strip().lower()],
     }
     parse = parsers[k]
-    vals, bad = [], []
+    vals: list[object] = []
+    unparsable: list[bool] = []
     for x in v.tolist():
         try:
             vals.append(parse(x))
-            bad.append(False)
+            unparsable.append(False)
         except (ValueError, KeyError, TypeError):
             vals.append(0)
-            bad.append(True)
-    bad_arr = np.array(bad, bool)
+            unparsable.append(True)
+    bad_arr = np.array(unparsable, bool)
     return np.array(vals, dtype=dtype_of(dst)), _or_masks(m, bad_arr if bad_arr.any() else None)
 
 
@@ -143,13 +152,13 @@ def format_float(x: float) -> str:
 # ---------------------------------------------------------------- operator kernels
 
 
-def _binary(ev, e, b):
+def _binary(ev: Evaluator, e: X.Op, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     (a, am), (c, cm) = ev.eval(e.args[0], b), ev.eval(e.args[1], b)
     return a, c, _or_masks(am, cm)
 
 
-def _arith(fn):
-    def k(ev, e, b):
+def _arith(fn: np.ufunc) -> OpKernel:
+    def k(ev: Evaluator, e: X.Op, b: Batch) -> Col:
         a, c, m = _binary(ev, e, b)
         with np.errstate(over="ignore", invalid="ignore"):
             out = fn(a.astype(dtype_of(e.type), copy=False), c.astype(dtype_of(e.type), copy=False))
@@ -158,7 +167,7 @@ def _arith(fn):
     return k
 
 
-def _div(ev, e, b):
+def _div(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     a, c, m = _binary(ev, e, b)
     zero = c == 0
     safe = np.where(zero, 1, c)
@@ -174,7 +183,7 @@ def _div(ev, e, b):
     return out, (_or_masks(m, zero) if zero.any() else m)
 
 
-def _mod(ev, e, b):
+def _mod(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     a, c, m = _binary(ev, e, b)
     zero = c == 0
     safe = np.where(zero, 1, c)
@@ -182,8 +191,8 @@ def _mod(ev, e, b):
     return out, (_or_masks(m, zero) if zero.any() else m)
 
 
-def _compare(fn):
-    def k(ev, e, b):
+def _compare(fn: Callable[[Any, Any], Any]) -> OpKernel:
+    def k(ev: Evaluator, e: X.Op, b: Batch) -> Col:
         a, c, m = _binary(ev, e, b)
         if a.dtype == object or c.dtype == object:
             out = (
@@ -200,7 +209,7 @@ def _compare(fn):
     return k
 
 
-def _and(ev, e, b):
+def _and(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     (a, am), (c, cm) = ev.eval(e.args[0], b), ev.eval(e.args[1], b)
     a, c = a.astype(bool, copy=False), c.astype(bool, copy=False)
     if am is None and cm is None:
@@ -208,11 +217,13 @@ def _and(ev, e, b):
     a_false = ~a if am is None else (~a & ~am)
     c_false = ~c if cm is None else (~c & ~cm)
     definitely_false = a_false | c_false
-    mask = _or_masks(am, cm) & ~definitely_false
+    either = _or_masks(am, cm)
+    assert either is not None  # not both None: that case returned above
+    mask = either & ~definitely_false
     return (a & c) & ~mask, mask
 
 
-def _or(ev, e, b):
+def _or(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     (a, am), (c, cm) = ev.eval(e.args[0], b), ev.eval(e.args[1], b)
     a, c = a.astype(bool, copy=False), c.astype(bool, copy=False)
     if am is None and cm is None:
@@ -220,26 +231,28 @@ def _or(ev, e, b):
     a_true = a if am is None else (a & ~am)
     c_true = c if cm is None else (c & ~cm)
     definitely_true = a_true | c_true
-    mask = _or_masks(am, cm) & ~definitely_true
+    either = _or_masks(am, cm)
+    assert either is not None  # not both None: that case returned above
+    mask = either & ~definitely_true
     return definitely_true, mask
 
 
-def _not(ev, e, b):
+def _not(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     v, m = ev.eval(e.args[0], b)
     return ~v.astype(bool, copy=False), m
 
 
-def _neg(ev, e, b):
+def _neg(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     v, m = ev.eval(e.args[0], b)
     return -v, m
 
 
-def _is_null(ev, e, b):
+def _is_null(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     _, m = ev.eval(e.args[0], b)
     return (np.zeros(len(b), bool) if m is None else m.copy()), None
 
 
-def _in(ev, e, b):
+def _in(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     a, am = ev.eval(e.args[0], b)
     hit = np.zeros(len(b), bool)
     unknown = np.zeros(len(b), bool)
@@ -267,7 +280,7 @@ def like_regex(pattern: str) -> re.Pattern:
     return re.compile("".join(parts), re.DOTALL)
 
 
-def _like(ev, e, b):
+def _like(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     a, c, m = _binary(ev, e, b)
     if isinstance(e.args[1], X.Const):
         rx = like_regex(e.args[1].value)
@@ -279,7 +292,7 @@ def _like(ev, e, b):
     return out, m
 
 
-def _text(v: np.ndarray, t) -> list[str]:
+def _text(v: np.ndarray, t: DataType | None) -> list[str]:
     if v.dtype == np.float64:
         return [format_float(x) for x in v.tolist()]
     if v.dtype == np.bool_:
@@ -287,14 +300,14 @@ def _text(v: np.ndarray, t) -> list[str]:
     return [str(x) for x in v.tolist()]
 
 
-def _concat_op(ev, e, b):
+def _concat_op(ev: Evaluator, e: X.Op, b: Batch) -> Col:
     (a, am), (c, cm) = ev.eval(e.args[0], b), ev.eval(e.args[1], b)
     out = np.empty(len(b), dtype=object)
     out[:] = [x + y for x, y in zip(_text(a, None), _text(c, None))]
     return out, _or_masks(am, cm)
 
 
-_OPS = {
+_OPS: dict[str, OpKernel] = {
     "+": _arith(np.add),
     "-": _arith(np.subtract),
     "*": _arith(np.multiply),
@@ -321,8 +334,8 @@ _OPS = {
 # ---------------------------------------------------------------- built-in functions
 
 
-def _strmap(fn, rtype=object):
-    def k(e, args, n):
+def _strmap(fn: Callable[..., Any], rtype: DTypeLike = object) -> FnKernel:
+    def k(e: X.Func, args: list[Col], n: int) -> Col:
         (v, m), *rest = args
         extra = [a[0].tolist() for a in rest]
         vals = v.tolist()
@@ -335,7 +348,7 @@ def _strmap(fn, rtype=object):
     return k
 
 
-def _round(e, args, n):
+def _round(e: X.Func, args: list[Col], n: int) -> Col:
     (v, m), *rest = args
     d = rest[0][0] if rest else np.zeros(n, np.int64)
     if v.dtype != np.float64:
@@ -350,8 +363,8 @@ def _round(e, args, n):
     return out, _or_masks(m, rest[0][1] if rest else None)
 
 
-def _float_fn(fn, domain=None):
-    def k(e, args, n):
+def _float_fn(fn: Callable[..., np.ndarray], domain: Callable[..., np.ndarray] | None = None) -> FnKernel:
+    def k(e: X.Func, args: list[Col], n: int) -> Col:
         vals = [a[0].astype(np.float64) for a in args]
         bad = domain(*vals) if domain else np.zeros(n, bool)
         with np.errstate(all="ignore"):
@@ -362,7 +375,7 @@ def _float_fn(fn, domain=None):
     return k
 
 
-def _coalesce(e, args, n):
+def _coalesce(e: X.Func, args: list[Col], n: int) -> Col:
     out: np.ndarray = np.array(args[-1][0], dtype=dtype_of(e.type), copy=True)
     mask = np.zeros(n, bool) if args[-1][1] is None else args[-1][1].copy()
     for v, m in reversed(args[:-1]):
@@ -372,7 +385,7 @@ def _coalesce(e, args, n):
     return out, (mask if mask.any() else None)
 
 
-def _nullif(e, args, n):
+def _nullif(e: X.Func, args: list[Col], n: int) -> Col:
     (a, am), (c, cm) = args
     eq = np.fromiter((x == y for x, y in zip(a.tolist(), c.tolist())), bool, n)
     if cm is not None:
@@ -380,10 +393,10 @@ def _nullif(e, args, n):
     return a, _or_masks(am, eq if eq.any() else None)
 
 
-def _extreme(pick):
-    def k(e, args, n):
+def _extreme(pick: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> FnKernel:
+    def k(e: X.Func, args: list[Col], n: int) -> Col:
         dt = dtype_of(e.type)
-        vals = [a[0].astype(dt, copy=False) for a in args]
+        vals: list[np.ndarray] = [a[0].astype(dt, copy=False) for a in args]
         masks = [np.zeros(n, bool) if a[1] is None else a[1] for a in args]
         out = vals[0].copy()
         have = ~masks[0]
@@ -396,12 +409,12 @@ def _extreme(pick):
     return k
 
 
-def _substr(s, start, length=None):
+def _substr(s: str, start: int, length: int | None = None) -> str:
     begin = max(start - 1, 0)
     return s[begin:] if length is None else s[begin : begin + max(length, 0)]
 
 
-def _concat_fn(e, args, n):
+def _concat_fn(e: X.Func, args: list[Col], n: int) -> Col:
     texts = [_text(v, None) for v, _ in args]
     masks = [m for _, m in args]
     out = np.empty(n, dtype=object)
@@ -409,7 +422,7 @@ def _concat_fn(e, args, n):
     return out, None
 
 
-_FUNCS = {
+_FUNCS: dict[str, FnKernel] = {
     "abs": lambda e, a, n: (np.abs(a[0][0]), a[0][1]),
     "round": _round,
     "floor": lambda e, a, n: (np.floor(a[0][0]).astype(np.int64), a[0][1]),
@@ -432,16 +445,18 @@ _FUNCS = {
 }
 
 
-def _call_udf(fn, e: X.Func, args, n: int) -> Col:
+def _call_udf(fn: ScalarFunction, e: X.Func, args: list[Col], n: int) -> Col:
+    impl = fn.impl
+    assert impl is not None  # Evaluator._Func checks it
     if fn.vectorized:
-        res = np.asarray(fn.impl(*[v for v, _ in args]))
+        res = np.asarray(impl(*[v for v, _ in args]))
         return res.astype(dtype_of(e.type), copy=False), _or_masks(*[m for _, m in args])
     lists = [v.tolist() for v, _ in args]
     masks = [None if m is None else m.tolist() for _, m in args]
-    values = []
+    values: list[object] = []
     for i in range(n):
         row = [None if (mk is not None and mk[i]) else col[i] for col, mk in zip(lists, masks)]
-        values.append(fn.impl(*row))
+        values.append(impl(*row))
     nulls = np.array([r is None for r in values], bool)
     dt = dtype_of(e.type)
     if dt is object:

@@ -161,7 +161,9 @@ def column_codes(col: np.ndarray, m: np.ndarray | None) -> tuple[np.ndarray, int
     return inv, len(uniq)
 
 
-def combine_codes(cols, nulls, key: np.ndarray, width: int) -> tuple[np.ndarray, int]:
+def combine_codes(
+    cols: list[np.ndarray], nulls: list[np.ndarray | None], key: np.ndarray, width: int
+) -> tuple[np.ndarray, int]:
     """Extend the per-row codes `key` (0..width−1) by the columns' codes: equal (key, whole-tuple
     value) ↔ equal result code; the result is < the returned width < 2^62 (not dense)."""
     for col, m in zip(cols, nulls):
@@ -207,5 +209,5 @@ def factorize_objects(v: np.ndarray) -> np.ndarray:
         arr = pa.array(v, type=pa.string())
         return np.asarray(arr.dictionary_encode().indices.to_numpy(zero_copy_only=False), np.int64)
     except Exception:  # non-str objects: a dict, one lookup per value
-        d: dict = {}
+        d: dict[object, int] = {}
         return np.fromiter((d.setdefault(x, len(d)) for x in v.tolist()), np.int64, len(v))

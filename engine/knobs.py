@@ -19,33 +19,33 @@ class Knob:
     set: Callable[[Any, Any], None]
 
 
-def memory_limit(v) -> int | None:
+def memory_limit(v: object) -> int | None:
     """A memory limit in bytes, or None (no limit)."""
     if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
         return v
     raise KnobError(f"memory_limit must be a non-negative integer number of bytes or null, got {v!r}")
 
 
-def sampling_rate(v) -> float:
+def sampling_rate(v: object) -> float:
     """A load-shedding rate in (0, 1]."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
         raise KnobError(f"sampling_rate must be in (0, 1], got {v!r}")
     return float(v)
 
 
-def _set_memory_limit(e, v) -> None:
+def _set_memory_limit(e: Any, v: object) -> None:
     e.memory_limit = memory_limit(v)
 
 
 MEMORY_LIMIT = Knob("memory_limit", lambda e: e.memory_limit, _set_memory_limit)
 
 
-def values(entity, knobs: tuple[Knob, ...]) -> dict:
+def values(entity: object, knobs: tuple[Knob, ...]) -> dict[str, Any]:
     """The current value of every knob, in table order."""
     return {k.name: k.get(entity) for k in knobs}
 
 
-def set_one(entity, knobs: tuple[Knob, ...], name: str, value, what: str) -> None:
+def set_one(entity: object, knobs: tuple[Knob, ...], name: str, value: object, what: str) -> None:
     """Set knob `name` of `entity` (described as `what` in the error when there is no such knob)."""
     for k in knobs:
         if k.name == name:

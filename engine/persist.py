@@ -20,19 +20,25 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.logical.explain import explain_plan
 from cqlstream.engine.errors import EngineError, PlanFileError
 
+if TYPE_CHECKING:
+    from cqlstream.engine.dsms import Dsms
+    from cqlstream.engine.operators.base import Operator
+
 FORMAT, VERSION = "cqlstream-plan", 1
 
 
-def _op_key(op) -> str:
+def _op_key(op: Operator) -> str:
+    assert op.node is not None  # planned operators are bound to their node
     return f"{op.kind}: {explain_plan(op.node)}"
 
 
-def _operators(d) -> list:
+def _operators(d: Dsms) -> list[Operator]:
     """Every operator with knobs: scheduled ones and the members of grouped selections."""
     return list(d.plan.operators) + [
         pn.op for pn in d.plan.nodes.values() if pn.op is not None and pn.op not in d.plan.operators
@@ -40,15 +46,15 @@ def _operators(d) -> list:
 
 
 class PlanFile:
-    def __init__(self, data_dir):
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(data_dir)
         self.path = self.dir / "plan.json"
         self.restoring = False
 
     # ------------------------------------------------------------ writing
-    def document(self, d) -> dict:
+    def document(self, d: Dsms) -> dict[str, Any]:
         ops = {op.eid: op for op in _operators(d)}
-        knobs = []
+        knobs: list[dict[str, Any]] = []
         for eid, kv in d.knobs.items():  # engine and query knobs have their own sections
             for knob, value in kv.items():
                 if eid in ops:
@@ -69,7 +75,7 @@ class PlanFile:
             "knobs": knobs,
         }
 
-    def save(self, d) -> None:
+    def save(self, d: Dsms) -> None:
         """Write atomically (a crash leaves the old or the new file, never half of one)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".json.tmp")
@@ -81,7 +87,7 @@ class PlanFile:
         os.replace(tmp, self.path)
 
     # ------------------------------------------------------------ reading
-    def restore(self, d) -> None:
+    def restore(self, d: Dsms) -> None:
         if not self.path.exists():
             return
         try:
@@ -96,7 +102,7 @@ class PlanFile:
         finally:
             self.restoring = False
 
-    def _apply(self, d, doc: dict) -> None:
+    def _apply(self, d: Dsms, doc: dict[str, Any]) -> None:
         where = str(self.path)
         eng = doc.get("engine") or {}
         if "share" in eng:
@@ -133,7 +139,7 @@ class PlanFile:
             self._knob(d, eid, k.get("knob"), k.get("value"), f"{where}: knobs[{i}]")
 
     @staticmethod
-    def _knob(d, eid, knob, value, where) -> None:
+    def _knob(d: Dsms, eid: str, knob: str, value: object, where: str) -> None:
         from cqlstream.engine import control
 
         try:

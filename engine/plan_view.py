@@ -4,18 +4,24 @@ in a queue, window or store."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from cqlstream.cql.logical.explain import node_label
-from cqlstream.engine.control import _plan_entities, _sources, tables
+from cqlstream.engine.control import PlanEntity, _plan_entities, _sources, entity_id, tables
 from cqlstream.engine.errors import EngineError
 
+if TYPE_CHECKING:
+    from cqlstream.engine.dsms import Dsms
+    from cqlstream.engine.queues import Queue
 
-def explain_plan(d, fmt: str = "text"):
+
+def explain_plan(d: Dsms, fmt: str = "text") -> str | dict[str, Any]:
     ents = _plan_entities(d)
     if fmt == "json":
         nodes = [t for t in tables(d) if t["kind"] in ("operator", "store", "source", "query")]
         edges = []
         for eid, (kind, q, pn, users) in ents.items():
-            if kind != "queue":
+            if kind != "queue" or pn is None:  # every queue has its plan node
                 continue
             src = pn.op.eid if pn.op is not None else f"src:{q.name}"
             for op in d.plan.operators:
@@ -35,18 +41,9 @@ def explain_plan(d, fmt: str = "text"):
         f"{len(d.plan.nodes)} queues, stores: {sum(1 for e in ents.values() if e[0] == 'store')}"
     ]
     for op in d.plan.operators:
-        pn = ents[op.eid][2]
-        ins = ", ".join(
-            q.eid
-            + (
-                f" ({q.name})"
-                if q.name and ents.get(q.eid, (0, 0, None))[2] is not None and ents[q.eid][2].op is None
-                else ""
-            )
-            for q in op.inputs
-        )
-        users = ents[op.eid][3]
-        lines.append(f"  {op.eid:<7} {op.kind:<12} {node_label(op.node)}")
+        pn, users = ents[entity_id(op.eid)][2:]
+        ins = ", ".join(_input_label(ents, q) for q in op.inputs)
+        lines.append(f"  {op.eid:<7} {op.kind:<12} {node_label(op.node) if op.node is not None else ''}")
         lines.append(
             f"          in: {ins}  out: {op.output.eid}  queries: {users}  "
             f"tuples {op.counters.tuples_in}→{op.counters.tuples_out}  state {op.state_bytes()} B"
@@ -69,7 +66,15 @@ def explain_plan(d, fmt: str = "text"):
     return "\n".join(lines)
 
 
-def peek(d, eid: str, n: int = 20) -> dict:
+def _input_label(ents: dict[str, PlanEntity], q: Queue) -> str:
+    """An operator's input queue, with the source's name when a source feeds it."""
+    eid = entity_id(q.eid)
+    e = ents.get(eid)
+    from_source = e is not None and e[2] is not None and e[2].op is None
+    return eid + (f" ({q.name})" if q.name and from_source else "")
+
+
+def peek(d: Dsms, eid: str, n: int = 20) -> dict[str, Any]:
     """Recent tuples entering a queue, or a store's / window's current contents (for the UI)."""
     n = max(0, min(int(n), 1000))
     ents = _plan_entities(d)
@@ -77,7 +82,7 @@ def peek(d, eid: str, n: int = 20) -> dict:
         inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
         if inp is None:
             raise EngineError("unknown_entity", f"no entity '{eid}'")
-        eid = inp.queue.eid
+        eid = entity_id(inp.queue.eid)
     e = ents.get(eid)
     if e is None:
         raise EngineError("unknown_entity", f"no entity '{eid}'")

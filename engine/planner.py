@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -31,6 +31,8 @@ from cqlstream.engine.synopses import RelationStore, Synopsis
 from cqlstream.engine.window_store import WindowStore
 
 if TYPE_CHECKING:
+    from cqlstream.cql.types import DataType
+    from cqlstream.engine.inputs import RelationInput
     from cqlstream.engine.operators.window import WindowOp
 
 
@@ -43,13 +45,14 @@ class EngineOptions:
     binary_joins: bool = False
 
 
-def _types(node: L.Plan):
+def _types(node: L.Plan) -> list[DataType]:
     return [a.type for a in node.schema]
 
 
 INF = math.inf  # "never complete" (e.g. an Unbounded window started late)
 
 Snapshot = tuple[Batch, int]  # a relation as `+` elements at an instant, and that instant
+User = int | str  # who uses a physical node: a query id, or "catalog" (a registered source)
 
 
 @dataclass(eq=False)
@@ -62,7 +65,7 @@ class PNode:
     queue: Queue
     op: Operator | None = None
     inputs: list[PNode] = field(default_factory=list)
-    users: set = field(default_factory=set)
+    users: set[User] = field(default_factory=set)
     complete_from: float | None = None  # None: complete from the start
     store: RelationStore | None = None  # a result store (relation-valued query outputs)
     note: str = ""
@@ -77,7 +80,7 @@ class PNode:
         return q.watermark is not None or q.start is not None or q.last_ts is not None
 
 
-def _max_cf(values):
+def _max_cf(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return max(vals) if vals else None
 
@@ -86,7 +89,7 @@ class PhysicalPlan:
     """The global plan: operators in producer-before-consumer order, physical nodes memoized by
     shared subplan, each with the set of queries using it."""
 
-    def __init__(self, ids: IdSource, evaluator: Evaluator, options: EngineOptions):
+    def __init__(self, ids: IdSource, evaluator: Evaluator, options: EngineOptions) -> None:
         self.ids = ids
         self.ev = evaluator
         self.options = options
@@ -133,12 +136,12 @@ class PhysicalPlan:
             st.start_from(snap[0])
         return st
 
-    def _new_queue(self, types, name: str) -> Queue:
+    def _new_queue(self, types: Iterable[DataType], name: str) -> Queue:
         q = Queue(types, name=name)
         q.eid = self._eid("q")
         return q
 
-    def source_queue(self, node: L.Plan, snapshot=None) -> Queue:
+    def source_queue(self, node: L.Plan, snapshot: RelationInput | None = None) -> Queue:
         key = share_key(node)
         pn = self.nodes.get(key)
         if pn is None:
@@ -160,7 +163,7 @@ class PhysicalPlan:
                 self.source_readers.pop(key, None)
 
     # ------------------------------------------------------------ building
-    def build(self, node: L.Plan, user=None, *, share: bool = True) -> PNode:
+    def build(self, node: L.Plan, user: User | None = None, *, share: bool = True) -> PNode:
         """The physical node computing `node` for query `user`, creating what is not present."""
         key: object = share_key(node)
         if isinstance(node, (L.StreamSource, L.RelationSource)):
@@ -185,7 +188,7 @@ class PhysicalPlan:
             return pn
         return self._create(node, key, user, share)
 
-    def _create(self, node: L.Plan, key, user, share: bool) -> PNode:
+    def _create(self, node: L.Plan, key: object, user: User | None, share: bool) -> PNode:
         kids = [self.attachable(self.build(i, user, share=share), user, share) for i in node.inputs]
         if isinstance(node, L.Join) and self.options.binary_joins and len(kids) > 2:
             pn = self._binary_tree(node, key, kids, user, share)
@@ -194,7 +197,7 @@ class PhysicalPlan:
         self.nodes[key] = pn
         return pn
 
-    def attachable(self, pn: PNode, user, share: bool = True) -> PNode:
+    def attachable(self, pn: PNode, user: User | None, share: bool = True) -> PNode:
         """`pn` if a new consumer can start from it now; otherwise a private copy of it that can
         (a relation already flowing whose state no snapshot can give)."""
         if pn.op is None or pn.is_stream or not pn.flowed or self.snapshot(pn) is not None:
@@ -211,14 +214,14 @@ class PhysicalPlan:
         self.nodes[key] = fresh
         return fresh
 
-    def _use(self, pn: PNode, user) -> None:
+    def _use(self, pn: PNode, user: User | None) -> None:
         if user is None or user in pn.users:
             return
         pn.users.add(user)
         for i in pn.inputs:
             self._use(i, user)
 
-    def _reader(self, pn: PNode, at: Reader | None = None):
+    def _reader(self, pn: PNode, at: Reader | None = None) -> tuple[Reader, float | None, int | None]:
         """A reader on pn's queue for a new consumer, the instant from which it sees pn's
         output exactly (None: from the start), and the instant of the snapshot it starts from
         (None: it starts from no snapshot)."""
@@ -233,16 +236,16 @@ class PhysicalPlan:
         snap = self.snapshot(pn) if pn.op is not None else self.source_prefix(pn)
         if snap is None:
             raise EngineError("internal", f"no snapshot of {q.eid}")  # attachable() prevents this
-        batch, at = snap
-        return q.reader(prefix=batch), _max_cf([pn.complete_from, at]), at
+        batch, snap_at = snap
+        return q.reader(prefix=batch), _max_cf([pn.complete_from, snap_at]), snap_at
 
-    def source_prefix(self, pn: PNode):
+    def source_prefix(self, pn: PNode) -> Snapshot | None:
         """A source relation's snapshot at its watermark followed by the updates accepted since,
         for a reader starting at its queue's end (what `inputs.RelationInput.reader_prefix` gives)."""
         fn = self.source_readers.get(pn.key)
         return None if fn is None else fn()
 
-    def late_complete_from(self, pn: PNode):
+    def late_complete_from(self, pn: PNode) -> float | None:
         """From which instant a new consumer starting now sees pn's output exactly."""
         q = pn.queue
         if not pn.flowed:
@@ -253,11 +256,11 @@ class PhysicalPlan:
         snap = self.snapshot(pn)
         return INF if snap is None else _max_cf([pn.complete_from, snap[1]])
 
-    def snapshot(self, pn: PNode):
+    def snapshot(self, pn: PNode) -> Snapshot | None:
         """(pn's relation at its last complete instant as inserts, that instant), or None."""
         return snapshots.snapshot(self, pn)
 
-    def _add(self, node: L.Plan, key, kids: list[PNode], user) -> PNode:
+    def _add(self, node: L.Plan, key: object, kids: list[PNode], user: User | None) -> PNode:
         if isinstance(node, L.Filter) and key == share_key(node):
             ec = eq_const(node.predicate)
             if ec is not None:
@@ -296,7 +299,9 @@ class PhysicalPlan:
         self._insert_op(op, kids)
         return pn
 
-    def _hub_member(self, node: L.Filter, key, kid: PNode, ec: tuple[int, object], user) -> PNode | None:
+    def _hub_member(
+        self, node: L.Filter, key: object, kid: PNode, ec: tuple[int, object], user: User | None
+    ) -> PNode | None:
         """Join `column = value` selections over one queue into one grouped selection (from the
         second one on; a running plain selection is moved into the new hub, it has no state)."""
         col, value = ec
@@ -360,22 +365,24 @@ class PhysicalPlan:
         sib.op, sib.note = m, f"grouped in {hub.eid}"
         return hub
 
-    def _window_store(self, kid: PNode, mode: str, private) -> WindowStore:
+    def _window_store(self, kid: PNode, mode: str, private: User | None) -> WindowStore:
         """The one store of `mode` windows over kid's stream (per query when not shared)."""
         wkey = (id(kid.queue), mode, private)
         ws = self.window_stores.get(wkey)
         if ws is None:
-            held_from = None
+            cf = None
             if kid.queue.tuples_in:  # started while the stream flows: it holds what arrives from now on
                 seen = [v for v in (kid.queue.watermark, kid.queue.last_ts) if v is not None]
-                held_from = _max_cf([kid.complete_from, max(seen) + 1])
+                cf = _max_cf([kid.complete_from, max(seen) + 1])
             elif kid.complete_from is not None:
-                held_from = kid.complete_from
+                cf = kid.complete_from
+            # a stream is complete from an instant (INF, "never", only marks relations)
+            held_from = None if cf is None else int(cf)
             ws = self.window_stores[wkey] = WindowStore(kid.queue, mode, self._eid("syn"), held_from=held_from)
         return ws
 
     @staticmethod
-    def _own_cf(op: Operator, cf):
+    def _own_cf(op: Operator, cf: float | None) -> float | None:
         """First complete instant of op's output given its inputs are complete from `cf`."""
         if cf is None or cf == INF:
             return cf
@@ -390,7 +397,7 @@ class PhysicalPlan:
                 pos = i + 1
         self.operators.insert(pos, op) if pos < len(self.operators) else self.operators.append(op)
 
-    def _binary_tree(self, node: L.Join, key, kids: list[PNode], user, share: bool) -> PNode:
+    def _binary_tree(self, node: L.Join, key: object, kids: list[PNode], user: User | None, share: bool) -> PNode:
         """((I0 ⋈ I1) ⋈ I2) ⋈ ...: each conjunct is applied at the first join that has its columns.
         The columns keep their positions (each step's output is a prefix of the full schema)."""
         from cqlstream.cql.logical import expr as X
@@ -417,7 +424,7 @@ class PhysicalPlan:
         return left
 
     # ------------------------------------------------------------ releasing
-    def unuse(self, pn: PNode, user) -> None:
+    def unuse(self, pn: PNode, user: User | None) -> None:
         """`user` no longer needs pn (nor, through it, its inputs); frees what nobody uses."""
         if user not in pn.users:
             return
@@ -428,7 +435,7 @@ class PhysicalPlan:
         if not pn.users:
             self._free(pn)
 
-    def release(self, user) -> None:
+    def release(self, user: User) -> None:
         """Drop every use of `user` (a query deregistered or deactivated)."""
         for pn in list(self.nodes.values()):
             if user in pn.users and pn.key in self.nodes:
@@ -437,7 +444,7 @@ class PhysicalPlan:
             if not pn.users and pn.op is not None:
                 self._free(pn)
 
-    def _consumers(self, pn: PNode):
+    def _consumers(self, pn: PNode) -> list[PNode]:
         return [o for o in self.nodes.values() if pn in o.inputs]
 
     def _free(self, pn: PNode) -> None:
@@ -455,9 +462,9 @@ class PhysicalPlan:
         for r in list(pn.queue.readers):  # subscriptions of the freed output end here
             pn.queue.detach(r)
 
-    def _forget(self, x) -> None:
+    def _forget(self, x: object) -> None:
         """Drop a released shared object from every registry of the plan."""
-        if any(o is x for o in self.operators):
+        if isinstance(x, Operator) and any(o is x for o in self.operators):
             self.operators.remove(x)
         registries: tuple[dict[Any, Any], ...] = (self.filter_hubs, self.window_stores, self.stores)
         for reg in registries:

@@ -8,8 +8,10 @@ The key is only used for lookup: the operator runs the first registered form, wh
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import fields, replace
 from functools import lru_cache
+from typing import Any
 
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
@@ -39,7 +41,7 @@ def norm_expr(e: X.Expr) -> X.Expr:
     return e
 
 
-def _norm_field(v):
+def _norm_field(v: Any) -> Any:  # a field of an expression node: same shape back
     if isinstance(v, X.Expr):
         return norm_expr(v)
     if isinstance(v, tuple):
@@ -47,8 +49,8 @@ def _norm_field(v):
     return v
 
 
-def _flatten(op: str, args) -> list:
-    out = []
+def _flatten(op: str, args: Iterable[X.Expr]) -> list[X.Expr]:
+    out: list[X.Expr] = []
     for a in args:
         if isinstance(a, X.Op) and a.op == op:
             out.extend(_flatten(op, a.args))

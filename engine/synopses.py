@@ -8,7 +8,7 @@ once no reader can see them any more.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -29,9 +29,14 @@ class Synopsis:
     memory_limit: int | None = None  # knob: flagged in the control table when exceeded
     queue: Queue
     reader: Any  # the queue's Reader (None for a view, which reads nothing itself)
-    users: list
     eid: str | None
     through: int | None
+
+    if TYPE_CHECKING:  # read-only here: a store keeps them in an attribute or derives them (window stores)
+
+        @property
+        def users(self) -> list[Any]:
+            """The operators reading the store (their progress bounds purging)."""
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -42,7 +47,11 @@ class Synopsis:
     def alive_at(self, t: int | None) -> Batch:
         raise NotImplementedError
 
-    def control_table(self, extra_users: int = 0) -> dict:
+    def advance(self, bound: int) -> None:
+        """Take in the queue's elements through `bound` (a reading join calls it first)."""
+        raise NotImplementedError
+
+    def control_table(self, extra_users: int = 0) -> dict[str, Any]:
         """The store's part of its control table (`extra_users`: users besides operators, e.g. a
         query's result)."""
         limit = self.memory_limit
@@ -59,7 +68,7 @@ class Synopsis:
             "knobs": K.values(self, self.KNOBS),
         }
 
-    def set_knob(self, name: str, value) -> None:
+    def set_knob(self, name: str, value: object) -> None:
         K.set_one(self, self.KNOBS, name, value, f"store {self.eid or ''}")
 
     def peek(self) -> Batch | None:

@@ -11,11 +11,16 @@ nothing otherwise. Users cannot push to it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from cqlstream.cql import ast, ddl
 from cqlstream.cql.catalog import UNIT_MS
 from cqlstream.engine.inputs import StreamInput
+
+if TYPE_CHECKING:
+    from cqlstream.engine.dsms import Dsms
 
 NAME = "SysStream"
 DDL = (
@@ -25,7 +30,7 @@ DDL = (
 
 
 class SysPublisher:
-    def __init__(self, dsms, interval: float = 1.0):
+    def __init__(self, dsms: Dsms, interval: float = 1.0) -> None:
         from cqlstream.cql.parser import parse_script
 
         self.dsms = dsms

@@ -3,7 +3,8 @@ the global plan, and peeking at an entity's tuples."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
@@ -12,12 +13,15 @@ from starlette.concurrency import run_in_threadpool
 from cqlstream.server.models import Entity, EntityPatch, Peek, PlanGraph
 from cqlstream.server.problems import responses
 
+if TYPE_CHECKING:
+    from cqlstream.server.host import EngineHost
+
 EntityId = Path(
     min_length=1, max_length=256, description="entity id, e.g. `engine`, `src:S`, `query:1`, `op:3`, `q:2`, `syn:1`"
 )
 
 
-def router(host, auth) -> APIRouter:
+def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
     r = APIRouter(tags=["plan manager"])
     control = host.control
 
@@ -29,11 +33,11 @@ def router(host, auth) -> APIRouter:
         "and stores (`syn:N`) with their live counters (tuples in/out, memory, CPU, watermarks, ...), "
         "settable knobs and the queries using them.",
     )
-    async def list_entities():
+    async def list_entities() -> list[dict[str, Any]]:
         return await run_in_threadpool(control.entities)
 
     @r.get("/entities/{entity_id}", response_model=Entity, summary="One control table", responses=responses(404, 422))
-    async def get_entity(entity_id: str = EntityId):
+    async def get_entity(entity_id: str = EntityId) -> dict[str, Any]:
         return await run_in_threadpool(control.entity, entity_id)
 
     @r.patch(
@@ -49,7 +53,7 @@ def router(host, auth) -> APIRouter:
         "`conjunct_order`.",
         responses=responses(400, 401, 404, 413, 422),
     )
-    async def patch_entity(body: EntityPatch, entity_id: str = EntityId):
+    async def patch_entity(body: EntityPatch, entity_id: str = EntityId) -> dict[str, Any]:
         return await run_in_threadpool(control.set_knobs, entity_id, body.knobs)
 
     @r.get(
@@ -63,7 +67,7 @@ def router(host, auth) -> APIRouter:
     async def peek(
         entity_id: str = EntityId,
         n: int = Query(20, ge=0, le=1000, description="at most this many tuples (the latest)"),
-    ):
+    ) -> dict[str, Any]:
         return await run_in_threadpool(control.peek, entity_id, n)
 
     @r.get(
@@ -91,13 +95,13 @@ def router(host, auth) -> APIRouter:
     async def plan(
         request: Request,
         format: Literal["text", "json"] | None = Query(None, description="`json` (the graph) or `text`"),
-    ):
+    ) -> dict[str, Any] | PlainTextResponse:
         fmt = format
         if fmt is None:
             accept = request.headers.get("accept") or ""
             fmt = "text" if "text/plain" in accept and "application/json" not in accept else "json"
         out = await run_in_threadpool(control.plan, fmt)
-        if fmt == "text":
+        if isinstance(out, str):  # fmt == "text"
             return PlainTextResponse(out + "\n")
         return out
 

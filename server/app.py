@@ -8,13 +8,16 @@ optional API key, `/metrics`, `/healthz` and the OpenAPI document (`/openapi.jso
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cqlstream.engine.dsms import Dsms
 from cqlstream.server import api_control, api_queries, api_sources, metrics
@@ -28,7 +31,7 @@ log = logging.getLogger("cqlstream.server")
 
 
 class BodyTooLarge(StarletteHTTPException):
-    def __init__(self, limit: int):
+    def __init__(self, limit: int) -> None:
         super().__init__(413, f"request body larger than {limit} bytes")
 
 
@@ -36,12 +39,12 @@ class _Limits:
     """ASGI middleware: refuse bodies over the limit (by Content-Length, or while they stream in)
     and count replies per status class for /metrics."""
 
-    def __init__(self, app, limit: int, counts: dict):
+    def __init__(self, app: ASGIApp, limit: int, counts: dict[str, int]) -> None:
         self.app = app
         self.limit = limit
         self.counts = counts
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         limit = self.limit
@@ -64,7 +67,7 @@ class _Limits:
                     return
         seen = 0
 
-        async def limited_receive():
+        async def limited_receive() -> Message:
             nonlocal seen
             msg = await receive()
             if msg["type"] == "http.request":
@@ -73,7 +76,7 @@ class _Limits:
                     raise BodyTooLarge(limit)
             return msg
 
-        async def counting_send(msg):
+        async def counting_send(msg: Message) -> None:
             if msg["type"] == "http.response.start":
                 k = f"{msg['status'] // 100}xx"
                 self.counts[k] = self.counts.get(k, 0) + 1
@@ -92,7 +95,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         host = EngineHost(settings, dsms_or_settings)
 
     @asynccontextmanager
-    async def lifespan(app):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         host.start()
         try:
             yield
@@ -114,7 +117,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
     auth = api_key_dependency(settings)
 
     # ------------------------------------------------------------ errors
-    async def on_error(request, exc: Exception):
+    async def on_error(request: Request, exc: Exception) -> Response:
         """Problems raised by the routes, CQL errors and engine errors, as problem documents
         (statuses from problems.STATUS); engine bugs (5xx codes) are handled like any crash."""
         p = problem_of(exc)
@@ -127,12 +130,12 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         app.add_exception_handler(cls, on_error)
 
     @app.exception_handler(StarletteHTTPException)
-    async def on_http(request, exc: StarletteHTTPException):
+    async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(exc.status_code, "http_error")
         return ProblemError(exc.status_code, code, str(exc.detail)).response(getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
-    async def on_validation(request, exc: RequestValidationError):
+    async def on_validation(request: Request, exc: RequestValidationError) -> Response:
         errs = exc.errors()
         first = errs[0] if errs else {}
         loc = [str(x) for x in first.get("loc", ())]
@@ -149,7 +152,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         ).response()
 
     @app.exception_handler(Exception)
-    async def on_crash(request, exc: Exception):
+    async def on_crash(request: Request, exc: Exception) -> Response:
         host.errors_5xx += 1
         log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
         return ProblemError(
@@ -166,7 +169,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
     app.include_router(api_control.router(host, auth))
 
     @app.get("/healthz", response_model=Health, tags=["service"], summary="Liveness and a few numbers")
-    async def healthz():
+    async def healthz() -> dict[str, Any]:
         return await run_in_threadpool(host.health)
 
     @app.get(
@@ -176,12 +179,12 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         summary="Prometheus metrics",
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
     )
-    async def get_metrics():
+    async def get_metrics() -> PlainTextResponse:
         m = await run_in_threadpool(host.metrics)
         return PlainTextResponse(metrics.render(m, dict(http_counts)), media_type=metrics.CONTENT_TYPE)
 
     # ------------------------------------------------------------ OpenAPI: problem and source schemas
-    def openapi():
+    def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
         from fastapi.openapi.utils import get_openapi

@@ -4,14 +4,16 @@ PATCH, DELETE) must carry it in the `X-API-Key` header (name configurable); read
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
 
 from fastapi import Security
 from fastapi.security import APIKeyHeader
 
 from cqlstream.server.problems import ProblemError
+from cqlstream.server.settings import Settings
 
 
-def api_key_dependency(settings):
+def api_key_dependency(settings: Settings) -> Callable[[str | None], Awaitable[None]]:
     """A FastAPI dependency (documented as an apiKey security scheme) that checks the key."""
     scheme = APIKeyHeader(
         name=settings.api_key_header,

@@ -124,7 +124,7 @@ class EngineHost:
             raise ProblemError(404, "unknown_source", f"no stream or relation named '{name}'")
         return e
 
-    def _source_out(self, s: SourceDef) -> dict:
+    def _source_out(self, s: SourceDef) -> dict[str, Any]:
         inp = self.d.inputs.get(s.name.lower())
         return {
             "name": s.name,
@@ -139,7 +139,7 @@ class EngineHost:
             "max_ts": None if inp is None else inp.max_ts,
         }
 
-    def register_source(self, ddl: str) -> dict:
+    def register_source(self, ddl: str) -> dict[str, Any]:
         with self.lock:
             stmts = parse_script(ddl)
             if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterSource):
@@ -151,11 +151,11 @@ class EngineHost:
                 )
             return self._source_out(self.d.register_source(ddl))
 
-    def list_sources(self) -> list[dict]:
+    def list_sources(self) -> list[dict[str, Any]]:
         with self.lock:
             return [self._source_out(e) for e in self.d.catalog.entries() if isinstance(e, SourceDef)]
 
-    def get_source(self, name: str) -> dict:
+    def get_source(self, name: str) -> dict[str, Any]:
         with self.lock:
             return self._source_out(self._source(name))
 
@@ -179,7 +179,7 @@ class EngineHost:
                 self.settings.sign_field,
             )
 
-    def push(self, name: str, body: bytes, content_type: str | None) -> dict:
+    def push(self, name: str, body: bytes, content_type: str | None) -> dict[str, Any]:
         """Parse (outside the lock), push whole or reject whole, run, publish."""
         target = self.target(name)
         try:
@@ -211,7 +211,7 @@ class EngineHost:
                 self._run()
             return {"source": s.name, "accepted": int(accepted), "late": late}
 
-    def heartbeat(self, name: str, t: int) -> dict:
+    def heartbeat(self, name: str, t: int) -> dict[str, Any]:
         with self.lock:
             s = self._source(name)
             if s.name.lower() not in self.d.inputs:
@@ -244,7 +244,7 @@ class EngineHost:
             "subscribers": pub.live() if pub else 0,
         }
 
-    def register_query(self, cql: str, name: str | None = None) -> dict:
+    def register_query(self, cql: str, name: str | None = None) -> dict[str, Any]:
         with self.lock:
             if name is not None and any((h.name or "").lower() == name.lower() for h in self.d.queries.values()):
                 raise ProblemError(409, "duplicate_name", f"a query named '{name}' already exists")
@@ -260,15 +260,15 @@ class EngineHost:
             self.publish()  # registering ran the plan (a late query's catch-up): deliver that now
             return self._query_out(h)
 
-    def list_queries(self) -> list[dict]:
+    def list_queries(self) -> list[dict[str, Any]]:
         with self.lock:
             return [self._query_out(h) for h in self.d.queries.values()]
 
-    def get_query(self, qid: int) -> dict:
+    def get_query(self, qid: int) -> dict[str, Any]:
         with self.lock:
             return self._query_out(self._query(qid))
 
-    def patch_query(self, qid: int, active: bool | None, weight: float | None) -> dict:
+    def patch_query(self, qid: int, active: bool | None, weight: float | None) -> dict[str, Any]:
         with self.lock:
             self._query(qid)
             try:
@@ -287,17 +287,17 @@ class EngineHost:
             self.fanout.remove(qid, "query deregistered")
 
     # ------------------------------------------------------------ views
-    def _view_out(self, v: ViewDef) -> dict:
+    def _view_out(self, v: ViewDef) -> dict[str, Any]:
         return {"name": v.name, "kind": v.kind, "schema": _attrs(v.attrs)}
 
-    def register_view(self, text: str) -> dict:
+    def register_view(self, text: str) -> dict[str, Any]:
         with self.lock:
             stmts = parse_script(text)
             if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterView):
                 raise ProblemError(422, "not_a_view", "expected exactly one 'register view V as …' statement")
             return self._view_out(self.d.register_view(text))
 
-    def list_views(self) -> list[dict]:
+    def list_views(self) -> list[dict[str, Any]]:
         with self.lock:
             return [self._view_out(v) for v in self.d.catalog.entries() if isinstance(v, ViewDef)]
 
@@ -307,7 +307,7 @@ class EngineHost:
             raise ProblemError(404, "unknown_view", f"no view named '{name}'")
         return v
 
-    def get_view(self, name: str) -> dict:
+    def get_view(self, name: str) -> dict[str, Any]:
         with self.lock:
             return self._view_out(self._view(name))
 
@@ -364,7 +364,7 @@ class EngineHost:
             return h.kind, [(a.name, str(a.type)) for a in h.schema]
 
     # ------------------------------------------------------------ metrics
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         with self.lock:
             try:
                 attribution = self.d.attribution()
@@ -395,7 +395,7 @@ class EngineHost:
                 "errors_5xx": self.errors_5xx,
             }
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         with self.lock:
             return {
                 "status": "ok",

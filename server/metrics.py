@@ -3,30 +3,33 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+Sample = float | None  # a metric value; None renders as NaN
 
-def _label(v) -> str:
+
+def _label(v: object) -> str:
     return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _num(v) -> str:
+def _num(v: float | None) -> str:
     if v is None:
         return "NaN"
-    v = float(v)
-    if math.isnan(v):
+    x = float(v)
+    if math.isnan(x):
         return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+    if math.isinf(x):
+        return "+Inf" if x > 0 else "-Inf"
+    return repr(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
 
 
 class _Out:
-    def __init__(self):
+    def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def metric(self, name: str, kind: str, help_: str, samples) -> None:
+    def metric(self, name: str, kind: str, help_: str, samples: Sample | list[tuple[dict[str, Any], Sample]]) -> None:
         """samples: a number, or a list of (labels dict, number)."""
         self.lines.append(f"# HELP {name} {help_}")
         self.lines.append(f"# TYPE {name} {kind}")
@@ -40,7 +43,7 @@ class _Out:
         return "\n".join(self.lines) + "\n"
 
 
-def render(m: dict, http: dict) -> str:
+def render(m: dict[str, Any], http: dict[str, int]) -> str:
     o = _Out()
     o.metric("cqlstream_uptime_seconds", "gauge", "Seconds since the server started.", m["uptime"])
     o.metric(

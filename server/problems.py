@@ -58,7 +58,7 @@ class ProblemError(Exception):
         self.detail = detail
         self.extra = {k: v for k, v in extra.items() if v is not None}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "type": PROBLEM_TYPE + self.code,
             "title": _TITLES.get(self.status, "Error"),
@@ -68,7 +68,7 @@ class ProblemError(Exception):
             **self.extra,
         }
 
-    def response(self, headers: dict | None = None) -> JSONResponse:
+    def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse(
             self.to_dict(), status_code=self.status, media_type="application/problem+json", headers=headers
         )
@@ -135,7 +135,7 @@ def problem_of(exc: Exception) -> ProblemError:
     raise TypeError(f"no problem document for {type(exc).__name__}")
 
 
-def responses(*statuses: int) -> dict:
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` entry documenting problem replies."""
     return {
         s: {"model": Problem, "description": _TITLES.get(s, "Error"), "content": {"application/problem+json": {}}}

@@ -16,6 +16,9 @@ from cqlstream.io.formats import RESULT_FORMATS
 if TYPE_CHECKING:
     import anyio
 
+    from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
+    from cqlstream.engine.planner import PNode
+
 log = logging.getLogger("cqlstream.server")
 
 
@@ -136,7 +139,7 @@ class SnapshotUnavailable(Exception):
 class Publication:
     """A query's one engine subscription and its subscribers."""
 
-    def __init__(self, handle, engine_sub):
+    def __init__(self, handle: QueryHandle, engine_sub: Subscription) -> None:
         self.handle = handle
         self.sub = engine_sub
         self.subscribers: dict[int, Subscriber] = {}
@@ -172,7 +175,7 @@ class Fanout:
     Everything here except the subscribers' response side runs under the host lock.
     """
 
-    def __init__(self, dsms, lag_grace: float):
+    def __init__(self, dsms: Dsms, lag_grace: float) -> None:
         self.d = dsms
         self.lag_grace = lag_grace
         self.pubs: dict[int, Publication] = {}
@@ -180,7 +183,7 @@ class Fanout:
         self.cutoffs = 0  # lagged subscribers cut off for not reading even the lagged message
         self.subscriptions_total = 0
 
-    def add(self, h) -> Publication:
+    def add(self, h: QueryHandle) -> Publication:
         pub = self.pubs[h.id] = Publication(h, self.d.subscribe(h.id))
         return pub
 
@@ -237,6 +240,7 @@ class Fanout:
         deltas are published (call right after `publish`). Raises SnapshotUnavailable."""
         h = pub.handle
         pn = h.pnode
+        assert pn is not None, "only active queries (with a plan node) are published"
         if pub.through is None and (not pn.flowed or (pn.op is not None and pn.op.done_through is None)):
             # nothing final yet and nothing produced: the relation is empty, every delta is to come
             return Batch.empty([a.type for a in h.schema])
@@ -262,10 +266,11 @@ class Fanout:
         return sum(p.live() for p in list(self.pubs.values()))
 
 
-def _producer(pn) -> str:
+def _producer(pn: PNode) -> str:
     """The operator producing a query's result, as in `GET /plan` (e.g. `op:5 select FILTER (N > 1)`)."""
     if pn.op is None:
         return f"source relation {pn.queue.name or ''}".strip()
     from cqlstream.cql.logical.explain import node_label
 
-    return f"{pn.op.eid} {pn.op.kind} {node_label(pn.op.node)}"
+    node = pn.op.node
+    return f"{pn.op.eid} {pn.op.kind} {node_label(node)}" if node is not None else f"{pn.op.eid} {pn.op.kind}"

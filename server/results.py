@@ -9,10 +9,13 @@ then closed without a proper end).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import numpy as np
 from anyio import to_thread
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from cqlstream.io.formats import RESULT_FORMATS
 from cqlstream.server.publication import ResultChunk, Subscriber
@@ -34,9 +37,9 @@ class ResultsResponse(Response):
         until: int | None = None,
         keepalive: float = 15.0,
         snapshot_chunk: ResultChunk | None = None,
-        on_done=None,
+        on_done: Callable[[ResultsResponse], None] | None = None,
         headers: dict[str, str] | None = None,
-    ):
+    ) -> None:
         self.sub = sub
         self.fmt = fmt
         self.format = RESULT_FORMATS[fmt]
@@ -53,7 +56,7 @@ class ResultsResponse(Response):
         self.media_type = self.format.media_type
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send(
             {
                 "type": "http.response.start",
@@ -69,7 +72,7 @@ class ResultsResponse(Response):
         try:
             async with anyio.create_task_group() as tg:
 
-                async def watch_disconnect():
+                async def watch_disconnect() -> None:
                     while True:
                         msg = await receive()
                         if msg["type"] == "http.disconnect":
@@ -92,7 +95,7 @@ class ResultsResponse(Response):
                 self.on_done(self)
 
     # ------------------------------------------------------------------
-    async def _send(self, send, data: bytes) -> None:
+    async def _send(self, send: Send, data: bytes) -> None:
         if not data:
             return
         sub = self.sub
@@ -107,7 +110,7 @@ class ResultsResponse(Response):
         if cs.cancelled_caught:
             raise _Abandon()
 
-    async def _emit(self, send, chunk: ResultChunk) -> bool:
+    async def _emit(self, send: Send, chunk: ResultChunk) -> bool:
         """Send a chunk's elements (within until/limit); True when the stream is complete."""
         b = chunk.batch
         done = False
@@ -131,7 +134,7 @@ class ResultsResponse(Response):
             done = True
         return done
 
-    async def _pump(self, send) -> None:
+    async def _pump(self, send: Send) -> None:
         sub = self.sub
         await self._send(send, self.head)
         if self.snapshot_chunk is not None and await self._emit(send, self.snapshot_chunk):

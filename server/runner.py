@@ -3,20 +3,26 @@ message) as soon as shutdown begins, so open subscriptions do not hold the shutd
 
 from __future__ import annotations
 
+import socket
+from typing import Any
+
 import uvicorn
+from fastapi import FastAPI
+
+from cqlstream.server.host import EngineHost
 
 
 class Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, host):
+    def __init__(self, config: uvicorn.Config, host: EngineHost) -> None:
         super().__init__(config)
         self.engine_host = host
 
-    async def shutdown(self, sockets=None) -> None:
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.engine_host.end_streams("server stopping")
         await super().shutdown(sockets=sockets)
 
 
-def serve(app, host: str = "127.0.0.1", port: int = 8000, **config) -> None:
+def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, **config: Any) -> None:
     """Serve `app` (from `server.app.create_app`) until SIGINT/SIGTERM."""
     config.setdefault("timeout_graceful_shutdown", 5)
     Server(uvicorn.Config(app, host=host, port=port, **config), app.state.host).run()

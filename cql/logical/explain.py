@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from cqlstream.cql.logical import nodes as L
 
 
-def _cols(attrs) -> str:
+def _cols(attrs: Iterable[L.Attribute]) -> str:
     return ", ".join(f"{a.name} {a.type}" for a in attrs)
 
 
@@ -60,7 +62,7 @@ def explain_plan(plan: L.Plan) -> str:
     """The plan as a tree; each line ends with the kind of its output (stream or relation)."""
     lines: list[str] = []
 
-    def visit(n: L.Plan, prefix: str, child_prefix: str):
+    def visit(n: L.Plan, prefix: str, child_prefix: str) -> None:
         kind = "stream" if n.is_stream else "relation"
         lines.append(f"{prefix}{node_label(n)}  → {kind}")
         kids = n.inputs

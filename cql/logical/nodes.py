@@ -6,6 +6,7 @@ compare and hash equal, which is what plan sharing keys on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import Field, dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -62,7 +63,7 @@ class Plan:
         _check(not bad, f"{type(self).__name__}: {what} reads column(s) {bad} outside 0..{width - 1}")
 
 
-def _relations(node: Plan, inputs) -> None:
+def _relations(node: Plan, inputs: Iterable[Plan]) -> None:
     for i in inputs:
         _check(not i.is_stream, f"{type(node).__name__} needs relations; input {type(i).__name__} is a stream")
 
@@ -459,7 +460,7 @@ def with_inputs(node: Plan, new: tuple[Plan, ...]) -> Plan:
     return node
 
 
-def walk(node: Plan):
+def walk(node: Plan) -> Iterator[Plan]:
     """Pre-order traversal."""
     yield node
     for i in node.inputs:

@@ -4,9 +4,10 @@ columns, and columns built from Python values (UDAF results)."""
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 
-def empty_column_of(dt, n: int = 0) -> np.ndarray:
+def empty_column_of(dt: DTypeLike, n: int = 0) -> np.ndarray:
     """A column of n placeholder values (0, or "" for strings)."""
     if dt is object:
         out = np.empty(n, object)
@@ -15,7 +16,7 @@ def empty_column_of(dt, n: int = 0) -> np.ndarray:
     return np.zeros(n, dt)
 
 
-def as_dtype(v: np.ndarray, dt) -> np.ndarray:
+def as_dtype(v: np.ndarray, dt: DTypeLike) -> np.ndarray:
     """`v` as a column of dtype `dt` (object for strings)."""
     if dt is object:
         return v if v.dtype == object else v.astype(object)
@@ -24,7 +25,7 @@ def as_dtype(v: np.ndarray, dt) -> np.ndarray:
     return v.astype(dt, copy=False)
 
 
-def column_from_values(values: list, dt) -> tuple[np.ndarray, np.ndarray]:
+def column_from_values(values: list[object], dt: DTypeLike) -> tuple[np.ndarray, np.ndarray]:
     """Python values (None = NULL) → (numpy column of dtype dt, NULL mask)."""
     n = len(values)
     null = np.fromiter((x is None for x in values), bool, n)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def two_sum(a: np.ndarray, b: np.ndarray):
+def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """s = fl(a + b) and its exact rounding error (Knuth's TwoSum)."""
     s = a + b
     bb = s - a
@@ -18,7 +18,9 @@ def two_sum(a: np.ndarray, b: np.ndarray):
     return s, err
 
 
-def fsum_cells(x, ce, cell_gs, carry_hi, carry_lo):
+def fsum_cells(
+    x: np.ndarray, ce: np.ndarray, cell_gs: np.ndarray, carry_hi: np.ndarray, carry_lo: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Compensated segmented sums of float64 `x` (sorted by group) at the cell ends, plus the
     carried (hi, lo) totals: returns (hi, lo) per cell."""
     s = np.cumsum(x)  # sequential: s[i] = fl(s[i-1] + x[i]) exactly, so TwoSum recovers the error

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from cqlstream.engine.aggregates.quantities import Quantity, Totals
 from cqlstream.engine.batch import Batch
@@ -19,7 +20,7 @@ from cqlstream.engine.batch import Batch
 Fill = Callable[[np.ndarray, object], np.ndarray]
 
 
-def _filled(dt, fill, n: int) -> np.ndarray:
+def _filled(dt: DTypeLike, fill: object, n: int) -> np.ndarray:
     if dt is object or dt == np.dtype(object):
         a = np.empty(n, object)
         a[:] = ""
@@ -30,7 +31,9 @@ def _filled(dt, fill, n: int) -> np.ndarray:
 class GroupState:
     """Per-group arrays (see the module docstring); `cap` is their common length."""
 
-    def __init__(self, key_dtypes: Sequence, out_dtypes: Sequence, quantities: Sequence[Quantity]):
+    def __init__(
+        self, key_dtypes: Sequence[DTypeLike], out_dtypes: Sequence[DTypeLike], quantities: Sequence[Quantity]
+    ) -> None:
         self.cap = 0
         self.exists = _filled(np.bool_, False, 0)  # the group has an output row
         self.row_id = _filled(np.uint64, 0, 0)  # the id its output row was inserted with
@@ -77,7 +80,7 @@ class GroupState:
             return
         cap = max(n, 2 * self.cap, 16)
 
-        def grow(a: np.ndarray, fill) -> np.ndarray:
+        def grow(a: np.ndarray, fill: object) -> np.ndarray:
             new = _filled(a.dtype, fill, cap)
             new[: len(a)] = a
             return new
@@ -88,7 +91,7 @@ class GroupState:
     def compact(self, live: np.ndarray, newg: np.ndarray, cap: int) -> None:
         """Keep only groups `live`, renumbered to `newg`, in arrays of length `cap`."""
 
-        def move(a: np.ndarray, fill) -> np.ndarray:
+        def move(a: np.ndarray, fill: object) -> np.ndarray:
             new = _filled(a.dtype, fill, cap)
             new[newg] = a[live]
             return new

@@ -8,8 +8,11 @@ interning (previous id, code) pairs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
+from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import dtype_of
 from cqlstream.engine.kernels import factorize
 
@@ -22,7 +25,7 @@ class IntInterner:
     Authoritative form: sorted `keys` with their `ids` (np.searchsorted). Accelerator: when the
     known keys span a small range, a direct lookup `table` (id or −1) over [lo, lo + len)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.keys = _EMPTY_I
         self.ids = _EMPTY_I
         self.n = 0
@@ -90,8 +93,8 @@ class ObjInterner:
     (np.unique over a fixed-width unicode copy); only each distinct value of the batch touches
     the dict (a per-distinct-value loop, not per tuple)."""
 
-    def __init__(self):
-        self.d: dict = {}
+    def __init__(self) -> None:
+        self.d: dict[object, int] = {}
 
     def nbytes(self) -> int:
         return 100 * len(self.d)
@@ -124,7 +127,7 @@ def int_key(v: np.ndarray, kind: str) -> np.ndarray:
 class GroupKeys:
     """Dense group ids for the key columns (NULL is a value of its own), persistent."""
 
-    def __init__(self, types):
+    def __init__(self, types: Iterable[DataType]) -> None:
         self.types = list(types)
         self.cols = [ObjInterner() if dtype_of(t) is object and t.kind != "null" else IntInterner() for t in self.types]
         self.pairs = [IntInterner() for _ in self.types[1:]]

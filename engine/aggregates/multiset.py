@@ -14,7 +14,10 @@ exact when the current extreme leaves the window.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 from cqlstream.engine.aggregates.columns import empty_column_of
 from cqlstream.engine.kernels import concat_ranges, factorize, seg_cumsum, starts_to_ends
@@ -25,7 +28,7 @@ _EMPTY_I = np.zeros(0, np.int64)
 class Multiset:
     """Per (gid, value) live counts of one aggregate argument, sorted by (gid, value)."""
 
-    def __init__(self, dt):
+    def __init__(self, dt: DTypeLike) -> None:
         self.dt = dt
         self.g = _EMPTY_I
         self.v = empty_column_of(dt)
@@ -41,7 +44,15 @@ class Multiset:
         order = np.lexsort((self.v, self.g))
         self.g, self.v, self.c = self.g[order], self.v[order], self.c[order]
 
-    def update(self, g_e, v_e, s_e, cell_e, cell_g, extremes):
+    def update(
+        self,
+        g_e: np.ndarray,
+        v_e: np.ndarray,
+        s_e: np.ndarray,
+        cell_e: np.ndarray,
+        cell_g: np.ndarray,
+        extremes: Iterable[str],
+    ) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
         """Merge events (gid, value, sign ±1, cell) — in ts order, arrival order within an
         instant — into the multiset. Returns the per-event transition (+1 value appears in its group, −1
         disappears, 0 neither) and, per requested extreme ('min'/'max'), (values, valid) at every
@@ -86,7 +97,7 @@ class Multiset:
         V = np.concatenate([self.v[sub], v_e])
         D = np.concatenate([self.c[sub], s_e])
         A = np.concatenate([sub, anchor[upair]])  # every entry of a pair has the pair's anchor
-        ext = {}
+        ext: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if not len(G):
             for kind in extremes:
                 ext[kind] = (empty_column_of(self.dt, ncells), np.zeros(ncells, bool))
@@ -168,7 +179,7 @@ def search_inconcat_ranges(v: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.
     return lo
 
 
-def pair_order(G: np.ndarray, V: np.ndarray):
+def pair_order(G: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Stable order of entries by (G, V), and an int64 key per sorted entry that changes exactly
     where (G, V) changes. Values are ranked (integers by offset when their span is small, others
     through np.unique; equal values — 0.0 and -0.0 included — get one rank) and (G, rank,
@@ -208,7 +219,7 @@ def obj_insert(arr: np.ndarray, pos: np.ndarray, vals: np.ndarray) -> np.ndarray
     return out if out.dtype == object else out.astype(object)
 
 
-def cover(ncells: int, starts: np.ndarray, ends: np.ndarray, vals: np.ndarray, fill: int, op) -> np.ndarray:
+def cover(ncells: int, starts: np.ndarray, ends: np.ndarray, vals: np.ndarray, fill: int, op: np.ufunc) -> np.ndarray:
     """For every cell c in 0..ncells-1: op-reduction (np.minimum / np.maximum) of vals[i] over the
     intervals [starts[i], ends[i]) containing c, `fill` where none does.
 

@@ -3,6 +3,7 @@ in the function catalog as user-defined aggregates."""
 
 from __future__ import annotations
 
+from cqlstream.cql.functions import FunctionRegistry
 from cqlstream.cql.logical.expr import AggCall
 from cqlstream.engine.aggregates.additive import Avg, Count, Sum
 from cqlstream.engine.aggregates.extremes import Max, Min
@@ -19,7 +20,7 @@ STRATEGIES: dict[str, type[AggregateStrategy]] = {
 }
 
 
-def strategy_for(call: AggCall, ai: int, functions) -> AggregateStrategy:
+def strategy_for(call: AggCall, ai: int, functions: FunctionRegistry) -> AggregateStrategy:
     """The strategy computing `call` over argument `ai`; `functions` (a FunctionRegistry) gives
     user-defined aggregates their implementation."""
     name = call.func.lower()

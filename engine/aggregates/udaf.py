@@ -40,7 +40,7 @@ class Udaf(AggregateStrategy):
         weight = cx.trans[self.ai] if self.call.distinct else cx.sign
         return column_from_values(self._cells(cx, weight), self.dt)
 
-    def _cells(self, cx: Cells, weight: np.ndarray) -> list:
+    def _cells(self, cx: Cells, weight: np.ndarray) -> list[object]:
         """The UDAF's value at every cell (per-event Python loop)."""
         impl = self.impl
         states = self.states
@@ -57,7 +57,7 @@ class Udaf(AggregateStrategy):
         vl = vals[o].tolist()
         nl = notnull[o].tolist()
         el = cend.tolist()
-        res = [None] * cx.ncells
+        res: list[object] = [None] * cx.ncells
         cur, st, k = None, None, 0
         for i in range(len(gl)):
             g = gl[i]

@@ -33,9 +33,15 @@ Vectorized evaluation (one pass per batch, whatever the number of instants it sp
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Self, cast
 
+import numpy as np
+from numpy.typing import DTypeLike
+
+from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.expr import AggCall, Expr
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.columns import as_dtype, empty_column_of
 from cqlstream.engine.aggregates.group_state import GroupState
@@ -47,7 +53,12 @@ from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import stable_order, starts_to_ends
-from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.base import IdSource, Operator
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
 
 
 class AggregateOp(Operator):
@@ -56,15 +67,15 @@ class AggregateOp(Operator):
 
     def __init__(
         self,
-        inputs,
-        output,
-        ids,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
         keys: tuple[Expr, ...],
         aggs: tuple[AggCall, ...],
         evaluator: Evaluator,
         compat: bool = False,
-        options=None,
-    ):
+        options: EngineOptions | None = None,
+    ) -> None:
         super().__init__(inputs, output, ids, options)
         self.keys = tuple(keys)
         self.aggs = tuple(aggs)
@@ -110,7 +121,7 @@ class AggregateOp(Operator):
         return self.state.current_rows(at)
 
     # ------------------------------------------------------------ processing
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
         # the scalar row's first instant is t0, if the input ever started (docs/semantics.md:
         # a query none of whose sources saw an element or heartbeat has no instants)
@@ -194,7 +205,7 @@ class AggregateOp(Operator):
         cell_totals(self.quantities, cx, state)
 
         # 5. output values per cell
-        rows = cx.totals[ROWS]
+        rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
         exists = np.ones(ncells, bool) if self.scalar_row else rows > 0
         outs = [s.values(cx) for s in self.strategies]
 
@@ -246,7 +257,18 @@ class AggregateOp(Operator):
         return out
 
     # ------------------------------------------------------------ pieces
-    def _emit(self, cell_g, cell_ts, chg, del_mask, ins_mask, old_id, nid, outs, prevs) -> Batch:
+    def _emit(
+        self,
+        cell_g: np.ndarray,
+        cell_ts: np.ndarray,
+        chg: np.ndarray,
+        del_mask: np.ndarray,
+        ins_mask: np.ndarray,
+        old_id: np.ndarray,
+        nid: np.ndarray,
+        outs: list[tuple[np.ndarray, np.ndarray]],
+        prevs: list[tuple[np.ndarray, np.ndarray]],
+    ) -> Batch:
         """Rows for the changed cells `chg`: `−` (old row, old id) where the group existed before
         the cell, `+` (new row, new id) where it exists after, in ts order. The changed cells are
         ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
@@ -268,18 +290,21 @@ class AggregateOp(Operator):
             keep[:, 1] = im
             slot = np.flatnonzero(keep.reshape(-1))
 
-        def pick(a, b, dt):  # slot 2j: a[j] (the del row), slot 2j + 1: b[j] (the ins row)
+        def pick(
+            a: np.ndarray | int, b: np.ndarray | int, dt: DTypeLike
+        ) -> np.ndarray:  # slot 2j: a[j] (the del row), slot 2j + 1: b[j] (the ins row)
             out = np.empty((k, 2), dt)
             out[:, 0] = a
             out[:, 1] = b
-            out = out.reshape(-1)
-            return out if slot is None else out[slot]
+            flat = out.reshape(-1)
+            return flat if slot is None else flat[slot]
 
         cts_o = cts[o]
         ts = pick(cts_o, cts_o, np.int64)
         sign = pick(-1, 1, np.int8)
         ids = pick(old_id[o], nid[o], np.uint64)
-        cols, nulls = [], []
+        cols: list[np.ndarray] = []
+        nulls: list[np.ndarray | None] = []
         if self.keys:
             g = cell_g[c]
             for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
@@ -320,21 +345,32 @@ class AggregateOp(Operator):
 
     # operator protocol
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.Aggregate)
         return cls(inputs, output, ids, node.keys, node.aggs, ev, compat=options.compat)
 
-    def snapshot(self, at, inputs):
+    def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         return self.current_rows(at)
 
-    def snapshotable(self, inputs):
+    def snapshotable(self, inputs: Callable[[], bool]) -> bool:
         return True
 
     @classmethod
-    def state_class(cls, node, kids):
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         """A scalar count/sum/avg keeps O(1) state; otherwise state grows with the input's
         relation; the output of a grouped aggregate is as large as its input's."""
         from cqlstream.engine.operators.base import BOUNDED
 
+        assert isinstance(node, L.Aggregate)
         worst = max(kids, default=BOUNDED)
         scalar_o1 = not node.keys and all(
             a.func.lower() in ("count", "sum", "avg") and not a.distinct for a in node.aggs

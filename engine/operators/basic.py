@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Self
+
 import numpy as np
 
 from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
-from cqlstream.engine.batch import splitmix64
+from cqlstream.engine.batch import Batch, splitmix64
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.operators.base import Operator, Stateless
+from cqlstream.engine.operators.base import IdSource, Operator, Stateless
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
 
 
-def _set_conjunct_order(op: FilterOp, value) -> None:
+def _set_conjunct_order(op: FilterOp, value: object) -> None:
     n = len(op.conjuncts)
     if not (isinstance(value, list) and sorted(value) == list(range(n))):
         raise KnobError(f"conjunct_order must be a permutation of 0..{n - 1}")
@@ -28,20 +38,38 @@ class FilterOp(Stateless):
     kind = "select"
     KNOBS = (*Stateless.KNOBS, CONJUNCT_ORDER)
 
-    def __init__(self, inputs, output, ids, predicate: X.Expr, evaluator: Evaluator, options=None):
+    def __init__(
+        self,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        predicate: X.Expr,
+        evaluator: Evaluator,
+        options: EngineOptions | None = None,
+    ) -> None:
         super().__init__(inputs, output, ids, options)
         self.conjuncts = X.conjuncts(predicate)
         self.ev = evaluator
 
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.Filter)
         return cls(inputs, output, ids, node.predicate, ev)
 
     def groupable(self) -> bool:
         """A plain running selection that started from no snapshot can become a hub member."""
         return self.readers[0].prefix is None and self.hold_until is None
 
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
         for c in self.conjuncts:
             if not len(b):
@@ -53,16 +81,34 @@ class FilterOp(Stateless):
 class ProjectOp(Stateless):
     kind = "project"
 
-    def __init__(self, inputs, output, ids, exprs, evaluator: Evaluator, options=None):
+    def __init__(
+        self,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        exprs: Sequence[X.Expr],
+        evaluator: Evaluator,
+        options: EngineOptions | None = None,
+    ) -> None:
         super().__init__(inputs, output, ids, options)
         self.exprs = exprs
         self.ev = evaluator
 
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.Project)
         return cls(inputs, output, ids, node.exprs, ev)
 
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
         cols, nulls = [], []
         for e in self.exprs:
@@ -77,16 +123,28 @@ class SampleOp(Operator):
 
     kind = "sample"
 
-    def __init__(self, inputs, output, ids, percent: float, options=None):
+    def __init__(
+        self, inputs: list[Queue], output: Queue, ids: IdSource, percent: float, options: EngineOptions | None = None
+    ) -> None:
         super().__init__(inputs, output, ids, options)
         self.percent = percent
         self.seen = 0
 
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.Sample)
         return cls(inputs, output, ids, node.percent)
 
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
         idx = np.arange(self.seen, self.seen + len(b), dtype=np.uint64)
         self.seen += len(b)
@@ -99,5 +157,5 @@ class PassOp(Stateless):
 
     kind = "output"
 
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         return inputs[0]

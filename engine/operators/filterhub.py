@@ -10,19 +10,26 @@ hub fills; members join and leave while data flows (the plan manager, engine/pla
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
+from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import KnobError
-from cqlstream.engine.operators.base import Counters, Operator
+from cqlstream.engine.operators.base import Counters, IdSource, Operator
 from cqlstream.engine.operators.basic import CONJUNCT_ORDER, FilterOp
 from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Evaluator
 
 SORT_FROM = 8  # members from which one sort beats a comparison per member
 
 
-def eq_const(pred) -> tuple[int, object] | None:
+def eq_const(pred: X.Expr) -> tuple[int, object] | None:
     """(column, value) when `pred` is `column = constant` (a non-NULL constant), else None."""
     if not isinstance(pred, X.Op) or pred.op != "=" or len(pred.args) != 2:
         return None
@@ -44,7 +51,7 @@ class FilterHub(Operator):
     kind = "grouped select"
     fanout = True
 
-    def __init__(self, inputs, ids, column: int, label: str = ""):
+    def __init__(self, inputs: list[Queue], ids: IdSource, column: int, label: str = "") -> None:
         super().__init__(inputs, Queue(inputs[0].types, name="hub"), ids)
         self.column = column
         self.members: list[HubMember] = []
@@ -64,12 +71,12 @@ class FilterHub(Operator):
         m.hub = self
         self.members.append(m)
 
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         return inputs[0]  # routed by deliver()
 
-    def deliver(self, b, bound: int, n_in: int) -> None:
+    def deliver(self, b: Batch | None, bound: int, n_in: int) -> None:
         """Route the call's elements to every member's queue (watermark = bound)."""
-        parts = self._route(b) if len(b) else {}
+        parts = self._route(b) if b is not None and len(b) else {}
         for m in self.members:
             part = parts.get(id(m))
             q = m.output
@@ -81,11 +88,12 @@ class FilterHub(Operator):
             m.counters.tuples_in += n_in
             m.counters.tuples_out += 0 if part is None else len(part)
 
-    def _route(self, b) -> dict:
+    def _route(self, b: Batch) -> dict[int, Batch]:
         col = b.cols[self.column]
-        valid = None if b.nulls[self.column] is None else ~b.nulls[self.column]
+        nulls = b.nulls[self.column]
+        valid = None if nulls is None else ~nulls
         if len(self.members) < SORT_FROM:
-            out = {}
+            out: dict[int, Batch] = {}
             for m in self.members:
                 mask = col == m.value
                 if valid is not None:
@@ -103,7 +111,7 @@ class FilterHub(Operator):
         return {id(m): b.take(rows[lo[k] : hi[k]]) for k, m in enumerate(self.members) if hi[k] > lo[k]}
 
 
-def _no_sampling_rate(m: HubMember, value) -> None:
+def _no_sampling_rate(m: HubMember, value: object) -> None:
     raise KnobError(f"{m.eid} is computed by its grouped selection {m.hub.eid}: set the knob there")
 
 
@@ -113,8 +121,18 @@ class HubMember(FilterOp):
     KNOBS = (K.MEMORY_LIMIT, K.Knob("sampling_rate", lambda m: m.sampling_rate, _no_sampling_rate), CONJUNCT_ORDER)
 
     def __init__(
-        self, output, ids, predicate, evaluator, value, hub: FilterHub, *, eid: str | None, node, counters=None
-    ):
+        self,
+        output: Queue,
+        ids: IdSource,
+        predicate: X.Expr,
+        evaluator: Evaluator,
+        value: object,
+        hub: FilterHub,
+        *,
+        eid: str | None,
+        node: Plan,
+        counters: Counters | None = None,
+    ) -> None:
         """`counters`: those of the running selection this member replaces, if any."""
         Operator.__init__(self, [], output, ids)
         self.conjuncts = X.conjuncts(predicate)
@@ -131,7 +149,7 @@ class HubMember(FilterOp):
     def groupable(self) -> bool:
         return False
 
-    def release(self) -> list:
+    def release(self) -> list[object]:
         hub = self.hub
         hub.members.remove(self)
         if hub.members:
@@ -139,24 +157,24 @@ class HubMember(FilterOp):
         return [hub, *hub.release()]
 
     @property
-    def inputs(self):
+    def inputs(self) -> list[Queue]:
         return self.hub.inputs
 
     @property
-    def done_through(self):
+    def done_through(self) -> int | None:
         return None if self.hub is None else self.hub.done_through
 
     @done_through.setter
-    def done_through(self, v):
+    def done_through(self, v: int | None) -> None:
         pass  # the hub's progress is the member's
 
     @property
-    def t0(self):
+    def t0(self) -> int | None:
         return None if self.hub is None else self.hub.t0
 
     @t0.setter
-    def t0(self, v):
+    def t0(self, v: int | None) -> None:
         pass
 
-    def step(self, budget=None) -> int:
+    def step(self, budget: int | None = None) -> int:
         return 0

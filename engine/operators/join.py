@@ -30,30 +30,45 @@ soon as their inputs are bound; conjuncts reading one input filter that input's 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Self
+
 import numpy as np
 
 from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan
+from cqlstream.cql.types import DataType
 from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
-from cqlstream.engine.operators.base import Operator, held_state
+from cqlstream.engine.operators.base import IdSource, Operator, held_state
 from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Col, Evaluator
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
 
 INF = np.iinfo(np.int64).max
 MAX_CHAIN_ROUNDS = 2  # chain passes before the remaining instances go to the dyadic index
+
+Keyed = tuple[np.ndarray, np.ndarray]  # (int64 key codes, valid mask) per row
+# one input's probe results: (the probing input, row indexes per input, seq of the probing event)
+Probed = tuple[int, dict[int, np.ndarray], np.ndarray]
 
 
 # ------------------------------------------------------------------ conjunct analysis
 
 
-def input_layout(input_types) -> tuple[list[int], list[int]]:
+def input_layout(input_types: Sequence[Sequence[DataType]]) -> tuple[list[int], list[int]]:
     widths = [len(t) for t in input_types]
     offsets = list(np.cumsum([0] + widths[:-1]))
     return [int(o) for o in offsets], widths
 
 
-def owners(e: X.Expr, offsets, widths) -> frozenset:
+def owners(e: X.Expr, offsets: Sequence[int], widths: Sequence[int]) -> frozenset[int]:
     """Indexes of the inputs whose columns `e` reads."""
     return frozenset(k for c in X.columns(e) for k, (o, w) in enumerate(zip(offsets, widths)) if o <= c < o + w)
 
@@ -61,14 +76,14 @@ def owners(e: X.Expr, offsets, widths) -> frozenset:
 class Equi:
     """An equality conjunct whose sides each read exactly one (different) input."""
 
-    def __init__(self, cid, a: int, ea: X.Expr, b: int, eb: X.Expr):
+    def __init__(self, cid: int, a: int, ea: X.Expr, b: int, eb: X.Expr) -> None:
         self.cid, self.a, self.ea, self.b, self.eb = cid, a, ea, b, eb
 
     def other(self, k: int) -> int:
         return self.b if k == self.a else self.a
 
 
-def as_equi(cid, c: X.Expr, offsets, widths) -> Equi | None:
+def as_equi(cid: int, c: X.Expr, offsets: Sequence[int], widths: Sequence[int]) -> Equi | None:
     if not (isinstance(c, X.Op) and c.op == "=" and len(c.args) == 2):
         return None
     oa, ob = owners(c.args[0], offsets, widths), owners(c.args[1], offsets, widths)
@@ -78,13 +93,15 @@ def as_equi(cid, c: X.Expr, offsets, widths) -> Equi | None:
     return Equi(cid, a, X.shift(c.args[0], -offsets[a]), b, X.shift(c.args[1], -offsets[b]))
 
 
-def classify(predicate: X.Expr | None, offsets, widths):
+def classify(
+    predicate: X.Expr | None, offsets: Sequence[int], widths: Sequence[int]
+) -> tuple[list[Equi], list[X.Expr], list[list[X.Expr]], list[tuple[X.Expr, frozenset[int]]]]:
     """Split a join predicate into equi conjuncts (key lookups), constant ones, conjuncts reading
     one input (shifted to that input's columns), and the rest (with the inputs they read)."""
     equi: list[Equi] = []
     const: list[X.Expr] = []
     local: list[list[X.Expr]] = [[] for _ in widths]
-    theta: list[tuple[X.Expr, frozenset]] = []
+    theta: list[tuple[X.Expr, frozenset[int]]] = []
     for cid, c in enumerate(X.conjuncts(predicate)):
         own = owners(c, offsets, widths)
         eq = as_equi(cid, c, offsets, widths)
@@ -111,7 +128,7 @@ class Table:
     instances with hi = INF, in row order).
     """
 
-    def __init__(self, state: Batch, events: Batch, ev_seq: np.ndarray, types):
+    def __init__(self, state: Batch, events: Batch, ev_seq: np.ndarray, types: Sequence[DataType]) -> None:
         ns = len(state)
         self.b = concat([state, events], types) if len(events) else state
         self.n_state = ns
@@ -169,20 +186,22 @@ class Table:
 # ------------------------------------------------------------------ keys
 
 
-def key_codes(parts):
+def key_codes(parts: list[Col]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Joint int64 codes for value arrays [(values, nulls)]: equal values ↔ equal codes.
 
     Returns per part (codes, valid, null): valid excludes NULL and NaN (NaN = x is false, not
     unknown, so it is not `null`)."""
     kinds = {v.dtype.kind for v, _ in parts}
-    out_codes = []
+    out_codes: list[np.ndarray] = []
+    nan: Sequence[np.ndarray | None]
     if kinds <= {"i", "u", "b"}:
         out_codes = [v.astype(np.int64, copy=False) for v, _ in parts]
         nan = [None] * len(parts)
     elif kinds <= {"i", "u", "b", "f"}:
         fl = [v.astype(np.float64) + 0.0 for v, _ in parts]  # −0.0 → 0.0
-        nan = [np.isnan(f) for f in fl]
-        out_codes = [np.where(m, 0.0, f).view(np.int64) for f, m in zip(fl, nan)]
+        isnan = [np.isnan(f) for f in fl]
+        nan = isnan
+        out_codes = [np.where(m, 0.0, f).view(np.int64) for f, m in zip(fl, isnan)]
     else:
         allv = np.concatenate([np.asarray(v, dtype=object) for v, _ in parts]) if parts else np.zeros(0, object)
         codes = factorize_objects(allv)
@@ -196,7 +215,7 @@ def key_codes(parts):
     return res
 
 
-def combine_keys(inst_parts, probe_parts):
+def combine_keys(inst_parts: list[Keyed], probe_parts: list[Keyed]) -> tuple[Keyed, Keyed]:
     """Combine per-conjunct codes [(codes, valid)] of both sides into one int64 key per side."""
     if len(inst_parts) == 1:
         return inst_parts[0], probe_parts[0]
@@ -228,7 +247,9 @@ class StabIndex:
     `m` > every seq + 2, so (rank(key)·m + seq + 1) composites sort by key then seq.
     """
 
-    def __init__(self, rows, key, lo, hi, m: int, mode: str = "chains"):
+    def __init__(
+        self, rows: np.ndarray, key: np.ndarray, lo: np.ndarray, hi: np.ndarray, m: int, mode: str = "chains"
+    ) -> None:
         """`mode`: "chains" (FIFO lifetimes found by binary search, the rest in the dyadic index)
         or "dyadic" (everything in the dyadic index): a synopsis-structure choice that never
         changes results (STREAM let power users pick a join's synopsis type the same way)."""
@@ -253,7 +274,7 @@ class StabIndex:
         base = rank * m
         c_lo = base + lo + 1
         c_hi = base + np.minimum(hi, m - 3) + 1
-        self.chains = []
+        self.chains: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, c_lo, c_hi)
         if mode == "dyadic":
             rest = np.arange(n)
         elif is_sorted(c_hi):
@@ -281,7 +302,7 @@ class StabIndex:
         self.levels = _dyadic(rows[rest], rank[rest], lo[rest], np.minimum(hi[rest], m - 2), m)
         self.examined = 0  # candidate pairs produced by probes
 
-    def probe(self, key, valid, seq):
+    def probe(self, key: np.ndarray, valid: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pairs (probe position, instance row) with equal key and the instance alive at seq."""
         u = self.uniq
         if not len(u) or not len(key):
@@ -321,8 +342,9 @@ class StabIndex:
             p, target = by_key[p[o]], target[o]
         return self._stab(p, target)
 
-    def _stab(self, p, target):
-        ps, rs = [], []
+    def _stab(self, p: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ps: list[np.ndarray] = []
+        rs: list[np.ndarray] = []
         for rows, c_lo, c_hi in self.chains:
             start = np.searchsorted(c_hi, target, side="right")
             end = np.searchsorted(c_lo, target, side="left")
@@ -346,7 +368,9 @@ class StabIndex:
         return np.concatenate(ps), np.concatenate(rs)
 
 
-def _dyadic(rows, rank, lo, hi, m):
+def _dyadic(
+    rows: np.ndarray, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray, m: int
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Interval stabbing for lifetimes in no useful order: each alive range [lo+1, hi) of seqs is
     cut into its canonical dyadic blocks (≤ 2 per level, as in a bottom-up segment tree); a probe
     at seq s looks up block s >> L on every level L, and every instance found is alive at s.
@@ -355,10 +379,11 @@ def _dyadic(rows, rank, lo, hi, m):
     idx = np.arange(len(rows))
     go = l < r  # (an instance deleted right after its insert is alive at no other seq)
     idx, l, r = idx[go], l[go], r[go]
-    out = []
+    out: list[tuple[int, np.ndarray, np.ndarray]] = []
     level = 0
     while len(idx):
-        parts_i, parts_n = [], []
+        parts_i: list[np.ndarray] = []
+        parts_n: list[np.ndarray] = []
         odd = (l & 1) == 1
         parts_i.append(idx[odd])
         parts_n.append(l[odd])
@@ -379,7 +404,7 @@ def _dyadic(rows, rank, lo, hi, m):
     return out
 
 
-def global_seqs(batches) -> tuple[list[np.ndarray], int]:
+def global_seqs(batches: Sequence[Batch]) -> tuple[list[np.ndarray], int]:
     """Positions of every event in the (ts, input index, arrival) order of the call."""
     ts = np.concatenate([b.ts for b in batches])
     order = np.argsort(ts, kind="stable")
@@ -389,10 +414,18 @@ def global_seqs(batches) -> tuple[list[np.ndarray], int]:
     return np.split(seq, cuts), len(ts)
 
 
-def gather_batch(width, needed, offsets, widths, tables, idx, ts) -> Batch:
+def gather_batch(
+    width: int,
+    needed: Iterable[int],
+    offsets: Sequence[int],
+    widths: Sequence[int],
+    tables: Sequence[Table],
+    idx: dict[int, np.ndarray],
+    ts: np.ndarray,
+) -> Batch:
     """A Batch over the concatenated columns with only `needed` (global indexes) filled in."""
-    cols: list = [None] * width
-    nulls: list = [None] * width
+    cols: list[Any] = [None] * width  # columns not needed stay None (the predicate reads none of them)
+    nulls: list[np.ndarray | None] = [None] * width
     for c in needed:
         k = next(k for k, (o, w) in enumerate(zip(offsets, widths)) if o <= c < o + w)
         b, r = tables[k].b, idx[k]
@@ -406,20 +439,19 @@ def gather_batch(width, needed, offsets, widths, tables, idx, ts) -> Batch:
 # ------------------------------------------------------------------ the operator
 
 
-def _set_probe_orders(op: JoinOp, value) -> None:
+def _set_probe_orders(op: JoinOp, value: object) -> None:
     n = op.n
-    ok = (
+    if not (
         isinstance(value, list)
         and len(value) == n
         and all(isinstance(o, list) and sorted(o) == [j for j in range(n) if j != i] for i, o in enumerate(value))
-    )
-    if not ok:
+    ):
         raise KnobError(f"probe_orders must list, for each of the {n} inputs, a permutation of the others")
     op.probe_orders = [list(o) for o in value]  # results do not depend on it (module docstring)
 
 
-def _set_index(op: JoinOp, value) -> None:
-    if value not in ("chains", "dyadic"):
+def _set_index(op: JoinOp, value: object) -> None:
+    if not isinstance(value, str) or value not in ("chains", "dyadic"):
         raise KnobError(f"a join's index is 'chains' or 'dyadic', not {value!r}")
     op.index_mode = value
 
@@ -436,8 +468,16 @@ class JoinOp(Operator):
     reads_input_stores = True
 
     def __init__(
-        self, inputs, output, ids, predicate: X.Expr | None, input_types, evaluator, options=None, stores=None
-    ):
+        self,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        predicate: X.Expr | None,
+        input_types: Sequence[Sequence[DataType]],
+        evaluator: Evaluator,
+        options: EngineOptions | None = None,
+        stores: list[Synopsis] | None = None,
+    ) -> None:
         """`stores`: one shared engine.synopses.RelationStore per input, read instead of a private
         copy of that input's state (None: private state)."""
         super().__init__(inputs, output, ids, options)
@@ -481,12 +521,22 @@ class JoinOp(Operator):
 
     # -------------------------------------------------------------- operator protocol
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.Join)
         return cls(
             inputs, output, ids, node.predicate, [[a.type for a in i.schema] for i in node.inputs], ev, stores=stores
         )
 
-    def snapshot(self, at, inputs):
+    def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         """The join of the inputs' snapshots: join result ids are a function of the input ids, so
         they match what this join emitted."""
         parts = inputs()
@@ -502,14 +552,14 @@ class JoinOp(Operator):
         )
         return fresh.process(parts, at)
 
-    def snapshotable(self, inputs):
+    def snapshotable(self, inputs: Callable[[], bool]) -> bool:
         return inputs()
 
     @classmethod
-    def state_class(cls, node, kids):
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         return held_state(node, kids, "join state")
 
-    def release(self):
+    def release(self) -> list[object]:
         freed = super().release()
         for st in self.stores or ():
             if self in st.users:
@@ -519,7 +569,7 @@ class JoinOp(Operator):
                 freed.append(st)
         return freed
 
-    def _carried_state(self, bound) -> list[Batch]:
+    def _carried_state(self, bound: int) -> list[Batch]:
         """Each input's instances alive at the start of this call (as of the last instant done)."""
         if not self.stores:
             return self.state
@@ -534,7 +584,7 @@ class JoinOp(Operator):
         return out
 
     # -------------------------------------------------------------- one call
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         state = self._carried_state(bound)
         if not any(len(b) for b in inputs):
             return Batch.empty(self.out_types)
@@ -547,9 +597,9 @@ class JoinOp(Operator):
         seqs, total = global_seqs(evs)
         m = total + 3
         tables = [Table(state[k], evs[k], seqs[k], self.input_types[k]) for k in range(self.n)]
-        self._codes: dict = {}
-        self._indexes: dict = {}
-        parts = []
+        self._codes: dict[int, dict[int, Keyed]] = {}  # equi conjunct → input → its side's codes
+        self._indexes: dict[tuple[int, tuple[int, ...]], StabIndex] = {}
+        parts: list[Probed] = []
         if self._const_ok():
             for i in range(self.n):
                 if len(evs[i]):
@@ -561,7 +611,7 @@ class JoinOp(Operator):
                 self.state[k] = t.b.take(t.survivors) if len(t.survivors) != len(t.b) else t.b
             self.counters.extra["unmatched_deletes"] += t.unmatched_deletes
         self.counters.extra["state_tuples"] = sum(len(s) for s in (self.state if not self.stores else state))
-        self._codes = self._indexes = {}
+        self._codes, self._indexes = {}, {}
         return self._assemble(parts, tables)
 
     def _const_ok(self) -> bool:
@@ -570,7 +620,7 @@ class JoinOp(Operator):
         one = Batch([], [], np.zeros(1, np.int64), np.ones(1, np.int8), np.zeros(1, np.uint64))
         return all(bool(self.ev.predicate(c, one)[0]) for c in self.const)
 
-    def _side_codes(self, e: Equi, tables):
+    def _side_codes(self, e: Equi, tables: Sequence[Table]) -> dict[int, Keyed]:
         """Codes of both sides of an equi conjunct over the whole tables (cached per call)."""
         got = self._codes.get(e.cid)
         if got is None:
@@ -580,7 +630,7 @@ class JoinOp(Operator):
             got = self._codes[e.cid] = {e.a: (ca, oka), e.b: (cb, okb)}
         return got
 
-    def _probe_from(self, i: int, tables, m: int):
+    def _probe_from(self, i: int, tables: Sequence[Table], m: int) -> Probed | None:
         ti = tables[i]
         idx = {i: ti.ev}
         seq = ti.seq[ti.ev]
@@ -590,7 +640,8 @@ class JoinOp(Operator):
             links = [e for e in self.equi if j in (e.a, e.b) and e.other(j) in bound]
             tj = tables[j]
             if links:
-                inst_parts, probe_parts = [], []
+                inst_parts: list[Keyed] = []
+                probe_parts: list[Keyed] = []
                 for e in links:
                     codes = self._side_codes(e, tables)
                     cj, okj = codes[j]
@@ -632,7 +683,7 @@ class JoinOp(Operator):
                 return None
         return i, idx, seq
 
-    def _assemble(self, parts, tables) -> Batch:
+    def _assemble(self, parts: list[Probed], tables: Sequence[Table]) -> Batch:
         if not parts:
             return Batch.empty(self.out_types)
         idx = {k: np.concatenate([p[k] for _, p, _ in parts]) for k in range(self.n)}

@@ -23,19 +23,37 @@ final bound of ended inputs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Self
+
 import numpy as np
 
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.kernels import expand
-from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.base import IdSource, Operator
 from cqlstream.engine.operators.valuecount import instant_value_groups
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Evaluator
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
 
 INF = np.iinfo(np.int64).max
 
 
 class RelToStreamOp(Operator):
-    def __init__(self, inputs, output, ids, op: str, compat: bool = False, options=None):
+    def __init__(
+        self,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        op: str,
+        compat: bool = False,
+        options: EngineOptions | None = None,
+    ) -> None:
         super().__init__(inputs, output, ids, options)
         if op not in ("istream", "dstream", "rstream"):
             raise EngineError("internal", f"no relation-to-stream operator {op!r}")
@@ -54,10 +72,20 @@ class RelToStreamOp(Operator):
         return self.live.nbytes() + self.live_seq.nbytes  # Rstream only; Istream/Dstream keep nothing
 
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.RelToStream)
         return cls(inputs, output, ids, node.op, compat=options.compat)
 
-    def complete_from(self, cf):
+    def complete_from(self, cf: float) -> float:
         return cf if self.op == "rstream" else cf + 1  # Istream/Dstream at t compare R(t) with R(t-1)
 
     def _final(self, bound: int) -> bool:
@@ -65,7 +93,7 @@ class RelToStreamOp(Operator):
         top = self.bound()  # the smallest input watermark
         return self.ending and top is not None and bound >= top
 
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
         final = self.compat and self._final(bound)
         if self.op == "rstream":

@@ -20,12 +20,23 @@ the oldest live copy, so only two serial counters per value are carried.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Self
+
 import numpy as np
 
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import EngineError
-from cqlstream.engine.operators.base import Operator, held_state
+from cqlstream.engine.operators.base import IdSource, Operator, held_state
 from cqlstream.engine.operators.valuecount import Changes, ValueTable
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Evaluator
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
 
 
 def emit_changes(table: ValueTable, b: Batch, ch: Changes, delta: np.ndarray) -> Batch:
@@ -44,22 +55,31 @@ def emit_changes(table: ValueTable, b: Batch, ch: Changes, delta: np.ndarray) ->
 class DistinctOp(Operator):
     kind = "distinct"
 
-    def __init__(self, inputs, output, ids, options=None):
+    def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options: EngineOptions | None = None) -> None:
         super().__init__(inputs, output, ids, options)
         self.table = ValueTable(inputs[0].types, ids)
 
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
         return cls(inputs, output, ids)
 
     @classmethod
-    def state_class(cls, node, kids):
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         return held_state(node, kids)
 
     def state_bytes(self) -> int:
         return self.table.nbytes()
 
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
         if not len(b):
             return b
@@ -72,7 +92,7 @@ class DistinctOp(Operator):
         return out
 
 
-def _f_set(op: str, all_: bool):
+def _f_set(op: str, all_: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The output multiplicity as a function of the (left, right) multiplicity arrays."""
     if op == "union":
         return (lambda l, r: l + r) if all_ else (lambda l, r: ((l + r) > 0).astype(np.int64))
@@ -92,7 +112,15 @@ _SIDE_R = np.uint64(0x5E7_0002)
 
 
 class SetOpOp(Operator):
-    def __init__(self, inputs, output, ids, op: str, all: bool, options=None):
+    def __init__(
+        self,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        op: str,
+        all: bool,
+        options: EngineOptions | None = None,
+    ) -> None:
         super().__init__(inputs, output, ids, options)
         self.op = op
         self.all = all
@@ -103,17 +131,27 @@ class SetOpOp(Operator):
         self.table = None if self.forward else ValueTable(self.types, ids, sides=2)
 
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.SetOp)
         return cls(inputs, output, ids, node.op, node.all)
 
     @classmethod
-    def state_class(cls, node, kids):
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         return held_state(node, kids)
 
     def state_bytes(self) -> int:
         return 0 if self.table is None else self.table.nbytes()
 
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         left, right = inputs
         if self.forward:
             return self._union_all(left, right)

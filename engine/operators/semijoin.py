@@ -31,13 +31,18 @@ conjuncts), others by key.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Self
+
 import numpy as np
 
 from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.operators.base import Operator, held_state
+from cqlstream.engine.operators.base import IdSource, Operator, held_state
 from cqlstream.engine.operators.join import (
     INF,
+    Keyed,
     StabIndex,
     Table,
     classify,
@@ -46,6 +51,16 @@ from cqlstream.engine.operators.join import (
     global_seqs,
     key_codes,
 )
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Evaluator
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
+
+
+# a call's emissions: (left rows, seq, sign, partner count of each left instance at its end or None)
+Emitted = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
 
 
 class SemiJoinOp(Operator):
@@ -53,16 +68,16 @@ class SemiJoinOp(Operator):
 
     def __init__(
         self,
-        inputs,
-        output,
-        ids,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
         predicate: X.Expr,
         left_width: int,
         anti: bool,
         null_aware: bool,
-        evaluator,
-        options=None,
-    ):
+        evaluator: Evaluator,
+        options: EngineOptions | None = None,
+    ) -> None:
         super().__init__(inputs, output, ids, options)
         self.ev = evaluator
         self.anti = anti
@@ -90,11 +105,21 @@ class SemiJoinOp(Operator):
         return self.lstate.nbytes() + self.rstate.nbytes() + self.lelig.nbytes + self.lcount.nbytes
 
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.SemiJoin)
         return cls(inputs, output, ids, node.predicate, len(node.left.schema), node.anti, node.null_aware, ev)
 
     @classmethod
-    def state_class(cls, node, kids):
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         return kids[0], held_state(node, kids)[1]  # its output is a part of its left input
 
     # -------------------------------------------------------------- helpers
@@ -113,14 +138,15 @@ class SemiJoinOp(Operator):
     def _q(self, c: np.ndarray) -> np.ndarray:
         return (c == 0) if self.anti else (c > 0)
 
-    def _keys(self, tl: Table, tr: Table):
+    def _keys(self, tl: Table, tr: Table) -> tuple[Keyed, Keyed]:
         """(key, valid) for every row of both tables; valid = no NULL/NaN in a compared value."""
         if not self.equi:
             return (
                 (np.zeros(len(tl.b), np.int64), np.ones(len(tl.b), bool)),
                 (np.zeros(len(tr.b), np.int64), np.ones(len(tr.b), bool)),
             )
-        lp, rp = [], []
+        lp: list[Keyed] = []
+        rp: list[Keyed] = []
         for e in self.equi:
             (cl, okl, _), (cr, okr, _) = key_codes([self.ev.eval(e.ea, tl.b), self.ev.eval(e.eb, tr.b)])
             lp.append((cl, okl))
@@ -128,7 +154,7 @@ class SemiJoinOp(Operator):
         return combine_keys(lp, rp)
 
     # -------------------------------------------------------------- one call
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         lb, rb = inputs
         if not len(lb) and not len(rb):
             return Batch.empty(self.ltypes)
@@ -171,7 +197,7 @@ class SemiJoinOp(Operator):
         out.sign = sign.astype(np.int8)
         return out
 
-    def _boundary(self, tl: Table, q_start, q_end):
+    def _boundary(self, tl: Table, q_start: np.ndarray, q_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Emissions at left inserts (q at insert) and left deletes (q just before the delete)."""
         new = (tl.lo >= 0) & q_start
         gone = (tl.hi != INF) & q_end
@@ -181,7 +207,9 @@ class SemiJoinOp(Operator):
         return rows, seq, sign
 
     # -------------------------------------------------------------- fast path: counts per key
-    def _fast(self, tl: Table, tr: Table, lok, lkey, rkey, rvalid, m):
+    def _fast(
+        self, tl: Table, tr: Table, lok: np.ndarray, lkey: np.ndarray, rkey: np.ndarray, rvalid: np.ndarray, m: int
+    ) -> Emitted:
         # right deltas: carried rows +1 at −1, events ±1 at their positions (valid keys only)
         ns = tr.n_state
         d_rows = np.concatenate([np.arange(ns), tr.ev])
@@ -207,7 +235,7 @@ class SemiJoinOp(Operator):
         before = after - d_delta
         comp = rank * m + d_seq + 1
 
-        def n_at(key, s):
+        def n_at(key: np.ndarray, s: np.ndarray) -> np.ndarray:
             if not len(uniq):
                 return np.zeros(len(key), np.int64)
             r = np.searchsorted(uniq, key)
@@ -237,11 +265,24 @@ class SemiJoinOp(Operator):
         return rows, seq, sign, None
 
     # -------------------------------------------------------------- general path: explicit pairs
-    def _pairs(self, inst_rows, inst_key, inst_valid, lo, hi, probe_key, probe_valid, probe_seq, m):
+    def _pairs(
+        self,
+        inst_rows: np.ndarray,
+        inst_key: np.ndarray,
+        inst_valid: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        probe_key: np.ndarray,
+        probe_valid: np.ndarray,
+        probe_seq: np.ndarray,
+        m: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Candidate pairs (probe position, instance row): equal valid keys; with NOT IN also every
         pair where one side has a NULL compared value (checked later by evaluating the equi
         conjuncts). Returns (p, rows, wild) with wild marking the latter."""
-        ps, rs, ws = [], [], []
+        ps: list[np.ndarray] = []
+        rs: list[np.ndarray] = []
+        ws: list[np.ndarray] = []
         iv = inst_valid
         index = StabIndex(inst_rows[iv], inst_key[iv], lo[iv], hi[iv], m)
         p, r = index.probe(probe_key, probe_valid, probe_seq)
@@ -269,13 +310,15 @@ class SemiJoinOp(Operator):
         self.counters.extra["candidate_pairs"] += len(p)
         return p, r, w
 
-    def _check(self, tl, tr, lrows, rrows, wild):
+    def _check(self, tl: Table, tr: Table, lrows: np.ndarray, rrows: np.ndarray, wild: np.ndarray) -> np.ndarray:
         """Pairs surviving the theta conjuncts (and, for wild pairs, the equi conjuncts)."""
         keep = np.ones(len(lrows), bool)
         if not len(lrows):
             return keep
         tables = [tl, tr]
-        checks = [(c, None) for c in self.theta] + [(c, wild) for c in self.equi_exprs if wild.any()]
+        checks: list[tuple[X.Expr, np.ndarray | None]] = [(c, None) for c in self.theta] + [
+            (c, wild) for c in self.equi_exprs if wild.any()
+        ]
         for c, only in checks:
             sel = keep if only is None else (keep & only)
             if not sel.any():
@@ -293,7 +336,17 @@ class SemiJoinOp(Operator):
             keep[pos[~self._holds(c, b)]] = False
         return keep
 
-    def _general(self, tl: Table, tr: Table, lelig, lkey, lvalid, rkey, rvalid, m):
+    def _general(
+        self,
+        tl: Table,
+        tr: Table,
+        lelig: np.ndarray,
+        lkey: np.ndarray,
+        lvalid: np.ndarray,
+        rkey: np.ndarray,
+        rvalid: np.ndarray,
+        m: int,
+    ) -> Emitted:
         ninst = len(tl.inst)
         # partner counts of the new left instances at their insert
         c_start = np.zeros(ninst, np.int64)

@@ -18,19 +18,27 @@ cumulative sum over each value's groups adds them to the carried counts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cqlstream.engine.batch import Batch, combine_ids
 from cqlstream.engine.kernels import combine_codes, dense_codes, row_codes, stable_order
 
+if TYPE_CHECKING:
+    from cqlstream.cql.types import DataType
+    from cqlstream.engine.operators.base import IdSource
+
 _EMPTY_I = np.zeros(0, np.int64)
 _NAN = float("nan")
 
 
-def instant_value_groups(ts: np.ndarray, cols, nulls) -> tuple[np.ndarray, np.ndarray]:
+def instant_value_groups(
+    ts: np.ndarray, cols: list[np.ndarray], nulls: list[np.ndarray | None]
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows (ts non-decreasing) grouped by (instant, whole-tuple value): (order, brk) with
     `order` the row positions, groups in ts order and positions ascending within a group, and
     brk[i] True where order[i] starts a group. One np.sort of int64 keys with the position in the
@@ -64,7 +72,7 @@ def instant_value_groups(ts: np.ndarray, cols, nulls) -> tuple[np.ndarray, np.nd
     return order, brk
 
 
-def py_rows(cols, nulls, idx: np.ndarray) -> list[tuple]:
+def py_rows(cols: list[np.ndarray], nulls: list[np.ndarray | None], idx: np.ndarray) -> list[tuple]:
     """Python tuples (None for NULL) of the rows at `idx`; one tuple per distinct value only."""
     lists = []
     for col, m in zip(cols, nulls):
@@ -92,7 +100,7 @@ class Encoded:
     slot: np.ndarray  # per row
     order: np.ndarray
     value_slot: np.ndarray  # per distinct value of the batch
-    rows: list  # per distinct value: its Python tuple (the dict key)
+    rows: list[tuple]  # per distinct value: its Python tuple (the dict key)
     new: np.ndarray  # indexes (into value_slot) of the values first seen in this batch
 
     def __len__(self) -> int:
@@ -135,7 +143,7 @@ class ValueTable:
     the slots that became dead. A value first seen in a batch enters the dict only if it is
     still live at the end of the batch, so short-lived values cost no dict insert/delete."""
 
-    def __init__(self, types, ids, sides: int = 1):
+    def __init__(self, types: Sequence[DataType], ids: IdSource, sides: int = 1) -> None:
         self.types = list(types)
         self.ids = ids
         self.sides = sides
@@ -261,7 +269,7 @@ class ValueTable:
         self.count[:, gslot[send]] = after[:, send]
         return Changes(gslot, gts, before, after, order[starts], order[ends], sstart, send, order, starts, ends)
 
-    def output_ids(self, ch: Changes, delta: np.ndarray):
+    def output_ids(self, ch: Changes, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Ids for an output multiplicity change `delta` per group (FIFO copies per value: the
         k-th copy ever inserted of a value has id combine_ids(vkey, k); a delete retracts the
         oldest live copy). Returns (group index per output element, sign, id), in group order;

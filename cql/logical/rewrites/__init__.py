@@ -6,6 +6,8 @@ and returns a replacement, or None when it does not apply. Every rule preserves 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from cqlstream.cql.logical.nodes import Plan, with_inputs
 from cqlstream.cql.logical.rewrites.istream_unbounded import istream_unbounded
 from cqlstream.cql.logical.rewrites.push_selections import push_selections
@@ -13,13 +15,14 @@ from cqlstream.cql.logical.rewrites.remove_projections import remove_projections
 from cqlstream.cql.logical.rewrites.rstream_now import rstream_now
 from cqlstream.cql.logical.rewrites.static_unbounded_to_now import static_unbounded_to_now
 
-RULES = (push_selections, remove_projections, istream_unbounded, static_unbounded_to_now, rstream_now)
+Rule = Callable[[Plan], Plan | None]  # a rewrite of one node, or None when it does not apply
+RULES: tuple[Rule, ...] = (push_selections, remove_projections, istream_unbounded, static_unbounded_to_now, rstream_now)
 # STREAM 0.6 emits no Istream/Rstream output at the last instant; removing those operators
 # would change that, so compat mode keeps them.
-COMPAT_RULES = (push_selections, remove_projections, static_unbounded_to_now)
+COMPAT_RULES: tuple[Rule, ...] = (push_selections, remove_projections, static_unbounded_to_now)
 
 
-def optimize(plan: Plan, rules=None, max_passes: int = 50, *, compat: bool = False) -> Plan:
+def optimize(plan: Plan, rules: Sequence[Rule] | None = None, max_passes: int = 50, *, compat: bool = False) -> Plan:
     """Apply `rules` (default: all, or the compat-safe ones) bottom-up until nothing changes."""
     rules = rules or (COMPAT_RULES if compat else RULES)
     for _ in range(max_passes):
@@ -30,7 +33,7 @@ def optimize(plan: Plan, rules=None, max_passes: int = 50, *, compat: bool = Fal
     return plan
 
 
-def _pass(node: Plan, rules) -> Plan:
+def _pass(node: Plan, rules: Sequence[Rule]) -> Plan:
     kids = tuple(_pass(i, rules) for i in node.inputs)
     if kids != node.inputs:
         node = with_inputs(node, kids)
