@@ -10,16 +10,21 @@ semijoins) get a result store when they produce a query's result.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from cqlstream.engine.batch import Batch
+
+if TYPE_CHECKING:
+    from cqlstream.engine.planner import PhysicalPlan, PNode, Snapshot
 
 
 def at_instant(b: Batch, at: int) -> Batch:
     return Batch(b.cols, b.nulls, np.full(len(b), at, np.int64), np.ones(len(b), np.int8), b.id)
 
 
-def snapshot(plan, pn, at: int | None = None):
+def snapshot(plan: PhysicalPlan, pn: PNode, at: int | None = None) -> Snapshot | None:
     """(pn's relation at its last complete instant as `+` elements, that instant), or None.
     `at` asks for a given instant (an operator's inputs, at the instant it is done through):
     an operator can only give the instant it is done through; a source relation also the
@@ -37,7 +42,7 @@ def snapshot(plan, pn, at: int | None = None):
         st.advance(at)
         return at_instant(st.alive_at(at), at), at
 
-    def inputs():
+    def inputs() -> list[Batch] | None:
         parts = []
         for k in pn.inputs:
             s = snapshot(plan, k, at)
@@ -50,7 +55,7 @@ def snapshot(plan, pn, at: int | None = None):
     return None if b is None else (b, at)
 
 
-def snapshotable(plan, pn) -> bool:
+def snapshotable(plan: PhysicalPlan, pn: PNode) -> bool:
     """Whether snapshot() can give pn's relation once data flows (without running it)."""
     if pn.op is None:
         return pn.key in plan.source_snapshots

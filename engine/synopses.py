@@ -17,6 +17,9 @@ from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.queues import Queue
 
+if TYPE_CHECKING:
+    from cqlstream.engine.operators.base import Operator
+
 INF = np.iinfo(np.int64).max
 
 
@@ -88,7 +91,7 @@ class RelationStore(Synopsis):
         self.ins = np.zeros(0, np.int64)
         self.dels = np.zeros(0, np.int64)
         self.through: int | None = None  # deltas applied through this instant
-        self.users: list = []  # operators reading the store (their progress bounds purging)
+        self.users: list[Operator] = []  # operators reading the store (their progress bounds purging)
         self.eid = eid  # entity id in the control tables
         self.kind = kind
 

@@ -5,11 +5,14 @@ window's relation from it."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
 from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.operators.base import Operator
 from cqlstream.engine.operators.window import WindowOp, emit
+from cqlstream.engine.queues import Queue
 from cqlstream.engine.synopses import Synopsis
 
 
@@ -24,7 +27,7 @@ class WindowStore(Synopsis):
 
     kind = "window store"
 
-    def __init__(self, queue, mode: str, eid: str | None = None, held_from: int | None = None):
+    def __init__(self, queue: Queue, mode: str, eid: str | None = None, held_from: int | None = None) -> None:
         """`held_from`: a store started while its stream flowed holds the elements from there on."""
         self.queue = queue
         self.mode = mode
@@ -49,7 +52,7 @@ class WindowStore(Synopsis):
         return self.buf.nbytes()
 
     @property
-    def users(self):
+    def users(self) -> list[WindowOp]:
         return self.members
 
     def peek(self) -> Batch | None:
@@ -68,7 +71,7 @@ class WindowStore(Synopsis):
             self.done.pop(id(op), None)
             self._purge()  # what only the leaving window needed goes now
 
-    def complete_from(self, op: WindowOp):
+    def complete_from(self, op: WindowOp) -> float | None:
         """From which instant `op`'s window is exact given what the store holds (None: from the
         start; math.inf: never, a Rows window that missed elements)."""
         if self.mode == "range":
@@ -87,7 +90,7 @@ class WindowStore(Synopsis):
             self.buf = concat([self.buf, d])
             self.count += len(d)
 
-    def _readers(self):
+    def _readers(self) -> Iterator[tuple[WindowOp, int | None]]:
         """(window, its progress) for every member and every operator reading a member's relation
         through a `WindowRelation` view (a join lagging behind its window keeps elements here)."""
         for m in self.members:
@@ -98,10 +101,11 @@ class WindowStore(Synopsis):
 
     def _purge(self) -> None:
         readers = list(self._readers())
-        if not self.members or any(p is None for _, p in readers):
+        progress = [(w, p) for w, p in readers if p is not None]
+        if not self.members or len(progress) < len(readers):
             return
         if self.mode == "range":
-            low = min(p - w.window.extent() for w, p in readers)  # keep τ > low
+            low = min(p - w.window.extent() for w, p in progress)  # keep τ > low
             k = int(np.searchsorted(self.buf.ts, low, side="right"))
         else:
             # keep j ≥ low: a member needs the N before what it consumed; a view reader the N
@@ -109,6 +113,7 @@ class WindowStore(Synopsis):
             low = min(self.done.get(id(m), 0) - m.window.extent() for m in self.members)
             for v in self.views:
                 for u in v.users:
+                    assert u.done_through is not None  # every reader has progress (checked above)
                     low = min(low, self.count_through(u.done_through) - v.window.window.extent())
             k = max(0, min(low - self.first, len(self.buf)))
         if k > 0:
@@ -176,7 +181,7 @@ class WindowRelation(Synopsis):
         self.store.views.append(self)
         self.queue = window.output
         self.reader = None
-        self.users: list = []
+        self.users: list[Operator] = []
         self.eid = eid
 
     @property

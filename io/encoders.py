@@ -99,7 +99,7 @@ def ndjson_lines(b: Batch) -> bytes:
     n = len(b)
     if n == 0:
         return b""
-    parts: list = [
+    parts: list[str | pa.Array] = [
         '{"ts":',
         _ints(b.ts),
         ',"sign":',
@@ -119,7 +119,7 @@ def xml_elements(b: Batch) -> bytes:
     if n == 0:
         return b""
     sign = pa.array(np.where(b.sign > 0, "+", "-").astype(object), pa.string())
-    parts: list = ['<tuple ts="', _ints(b.ts), '" sign="', sign, '">']
+    parts: list[str | pa.Array] = ['<tuple ts="', _ints(b.ts), '" sign="', sign, '">']
     for i, col in enumerate(b.cols):
         v = _value_strings(col, b.nulls[i], False)
         parts.append(pc.fill_null(pc.binary_join_element_wise("<v>", v, "</v>", ""), '<v null="true"/>'))

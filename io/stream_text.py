@@ -375,7 +375,7 @@ def _format_chunk(b: Batch) -> bytes:
         pieces.append(f)
     pieces.append(b"\n")
     # place every piece at its byte offset: word q gets x << 8r, and word q + 1 the spill-over
-    terms: dict[int, list] = {}
+    terms: dict[int, list[np.ndarray]] = {}
     consts: dict[int, int] = {}
     at = 0
     for p in pieces:

@@ -12,7 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -53,7 +53,7 @@ class Counters:
     tuples_out: int = 0
     calls: int = 0
     seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 def _set_sampling_rate(op: Operator, v: object) -> None:
@@ -230,7 +230,7 @@ class Operator(ABC):
     def name(self) -> str:
         return self.label or f"{self.kind} {node_label(self.node) if self.node is not None else ''}".strip()
 
-    def control_table(self) -> dict:
+    def control_table(self) -> dict[str, Any]:
         """The operator's part of its control table: type, name, queues, counters, knobs."""
         c = self.counters
         state = self.state_bytes()

@@ -10,17 +10,24 @@ extent of a shared window store (engine/window_store.py) instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan, WindowSpec
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.operators.base import IdSource, Operator
 from cqlstream.engine.operators.window_kinds import kind_of
 from cqlstream.engine.operators.window_logic import emit, partition_ids
+from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
-    from cqlstream.engine.window_store import WindowStore
+    from cqlstream.engine.exprs import Evaluator
+    from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
+    from cqlstream.engine.window_store import WindowRelation, WindowStore
 
 __all__ = ["WindowOp", "emit", "partition_ids"]
 
@@ -28,7 +35,15 @@ __all__ = ["WindowOp", "emit", "partition_ids"]
 class WindowOp(Operator):
     kind = "seq-window"
 
-    def __init__(self, inputs, output, ids, spec, compat: bool = False, options=None):
+    def __init__(
+        self,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        spec: WindowSpec,
+        compat: bool = False,
+        options: EngineOptions | None = None,
+    ) -> None:
         super().__init__(inputs, output, ids, options)
         self.spec = spec
         self.compat = compat
@@ -39,12 +54,12 @@ class WindowOp(Operator):
     def state_bytes(self) -> int:
         return self.logic.state_bytes()  # a shared store counts at plan level
 
-    def process(self, inputs, bound):
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
         if self.store is not None:
             return self.store.deltas(self, bound)
         return self.logic.process(inputs[0], bound)
 
-    def join_store(self, ws) -> None:
+    def join_store(self, ws: WindowStore) -> None:
         """Read the window's elements from the shared window store `ws` (see `window_store_mode`);
         joining while data flows, the window starts at the store's position."""
         late = ws.through is not None
@@ -65,38 +80,49 @@ class WindowOp(Operator):
 
     # ------------------------------------------------------------ operator protocol
     @classmethod
-    def from_node(cls, node, inputs, output, ids, ev, options, stores=None):
+    def from_node(
+        cls,
+        node: Plan,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        ev: Evaluator,
+        options: EngineOptions,
+        stores: list[Synopsis] | None = None,
+    ) -> Self:
+        assert isinstance(node, L.Window)
         return cls(inputs, output, ids, node.spec, compat=options.compat)
 
-    def snapshot(self, at, inputs):
+    def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         c = self.contents()
         if c is None or self.done_through is None:
             return None
         n = len(c)
         return Batch(c.cols, c.nulls, np.full(n, self.done_through, np.int64), np.ones(n, np.int8), c.id)
 
-    def snapshotable(self, inputs):
+    def snapshotable(self, inputs: Callable[[], bool]) -> bool:
         return self.window.has_state
 
-    def complete_from(self, cf):
+    def complete_from(self, cf: float) -> float:
         return self.window.complete_from(cf)
 
     @classmethod
-    def state_class(cls, node, kids):
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
+        assert isinstance(node, L.Window)
         c, held = kind_of(node.spec).state_class()
         return c, ([(c, f"window [{node.spec.sql()}]")] if held else [])
 
-    def window_store_mode(self):
+    def window_store_mode(self) -> str | None:
         return self.window.store_mode
 
-    def relation_view(self, eid):
+    def relation_view(self, eid: str) -> WindowRelation | None:
         if self.store is None:
             return None
         from cqlstream.engine.window_store import WindowRelation
 
         return WindowRelation(self, eid)
 
-    def release(self):
+    def release(self) -> list[object]:
         freed = super().release()
         ws = self.store
         if ws is not None:
@@ -106,5 +132,5 @@ class WindowOp(Operator):
                 freed.append(ws)
         return freed
 
-    def peek(self, n):
+    def peek(self, n: int) -> tuple[str, Batch | None]:
         return "window contents", self.contents()

@@ -77,7 +77,7 @@ class WindowKind:
         """A store-served window's extent: instants an element stays (range) or rows (rows)."""
         raise NotImplementedError(type(self).__name__)
 
-    def complete_from(self, cf: Any) -> Any:
+    def complete_from(self, cf: float) -> float:
         """First exact output instant given the input is exact from `cf`: by default never (the
         window needs history from before cf)."""
         return math.inf
@@ -107,7 +107,7 @@ class UnboundedWindow(WindowKind):
     has_state = False
 
     @classmethod
-    def matches(cls, spec):
+    def matches(cls, spec: Any) -> bool:
         return (isinstance(spec, RangeSpec) and spec.size is None and not spec.slide) or (
             isinstance(spec, RowsSpec) and spec.size is None
         )
@@ -123,23 +123,23 @@ class RangeWindow(TimeWindow):
     store_mode = "range"
 
     @classmethod
-    def matches(cls, spec):
+    def matches(cls, spec: Any) -> bool:
         return isinstance(spec, RangeSpec) and spec.size not in (None, 0) and not spec.slide
 
     @property
     def life(self) -> int:
         return range_life(self.spec.size, self.compat)
 
-    def lifetimes(self, ts):
+    def lifetimes(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return ts, ts + self.life
 
     def extent(self) -> int:
         return self.life
 
-    def complete_from(self, cf):
+    def complete_from(self, cf: float) -> float:
         return cf + self.life - 1
 
-    def state_class(self):
+    def state_class(self) -> tuple[int, bool]:
         return RATE, True
 
 
@@ -148,7 +148,7 @@ class NowWindow(RangeWindow):
     """Now (Range 0): the elements of the current instant."""
 
     @classmethod
-    def matches(cls, spec):
+    def matches(cls, spec: Any) -> bool:
         return isinstance(spec, RangeSpec) and spec.size == 0 and not spec.slide
 
 
@@ -158,10 +158,10 @@ class RangeSlideWindow(TimeWindow):
     multiple of M at or after its ts and leaves at the first one at or after ts + N."""
 
     @classmethod
-    def matches(cls, spec):
+    def matches(cls, spec: Any) -> bool:
         return isinstance(spec, RangeSpec) and bool(spec.slide)
 
-    def lifetimes(self, ts):
+    def lifetimes(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = self.spec
         if s.size is None:
             return ts, np.full(len(ts), INF, np.int64)
@@ -170,7 +170,7 @@ class RangeSlideWindow(TimeWindow):
         t_out = -(-(ts + n) // m) * m  # smallest multiple of M ≥ τ+N
         return t_in, t_out
 
-    def state_class(self):
+    def state_class(self) -> tuple[int, bool]:
         return (RATE, True) if self.spec.size is not None else (GROWS, False)
 
 
@@ -181,7 +181,7 @@ class RowsWindow(WindowKind):
     store_mode = "rows"
 
     @classmethod
-    def matches(cls, spec):
+    def matches(cls, spec: Any) -> bool:
         return isinstance(spec, RowsSpec) and spec.size is not None and spec.slide is None
 
     def extent(self) -> int:
@@ -190,7 +190,7 @@ class RowsWindow(WindowKind):
     def logic(self) -> WindowLogic:
         return RowsLogic(self.spec.size)
 
-    def state_class(self):
+    def state_class(self) -> tuple[int, bool]:
         return BOUNDED, True
 
 
@@ -199,13 +199,13 @@ class RowsSlideWindow(WindowKind):
     """Rows N Slide M: the window moves every M elements."""
 
     @classmethod
-    def matches(cls, spec):
+    def matches(cls, spec: Any) -> bool:
         return isinstance(spec, RowsSpec) and spec.size is not None and spec.slide is not None
 
     def logic(self) -> WindowLogic:
         return RowsSlideLogic(self.spec.size, self.spec.slide)
 
-    def state_class(self):
+    def state_class(self) -> tuple[int, bool]:
         return BOUNDED, True
 
 
@@ -215,11 +215,11 @@ class PartitionRowsWindow(WindowKind):
     partitions grows with the distinct keys."""
 
     @classmethod
-    def matches(cls, spec):
+    def matches(cls, spec: Any) -> bool:
         return isinstance(spec, PartitionSpec)
 
     def logic(self) -> WindowLogic:
         return PartitionLogic(self.spec.keys, self.spec.rows)
 
-    def state_class(self):
+    def state_class(self) -> tuple[int, bool]:
         return GROWS, True

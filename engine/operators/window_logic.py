@@ -134,7 +134,8 @@ class RowsSlideLogic(WindowLogic):
         idx = np.arange(first, first + len(comb), dtype=np.int64)
         last = first + len(comb) - 1
 
-        def g(j):  # index of the element completing j's slide group (1-based positions M, 2M, ...)
+        # g(j): index of the element completing j's slide group (1-based positions M, 2M, ...)
+        def g(j: np.ndarray) -> np.ndarray:
             return (j // m + 1) * m - 1
 
         gi, go = g(idx), g(idx + n)
