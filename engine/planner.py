@@ -22,7 +22,7 @@ from cqlstream.engine import snapshots
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.operators.base import IdSource, Operator
+from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.filterhub import FilterHub, HubMember, eq_const
 from cqlstream.engine.operators.registry import operator_class
 from cqlstream.engine.queues import Queue, Reader
@@ -273,7 +273,7 @@ class PhysicalPlan:
         inputs = [k.queue for k in kids]
         # operators that read their inputs' state from shared synopses (joins) get them here
         stores = [self._store_for(k) for k in kids] if cls.reads_input_stores else None
-        op = cls.from_node(node, inputs, q, self.ids, self.ev, self.options, stores=stores)
+        op = cls.from_node(node, BuildContext(inputs, q, self.ids, self.ev, self.options, stores))
         eid = self._eid("op")
         pn = PNode(key, node, q, op, list(kids))
         ws = None

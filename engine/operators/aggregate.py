@@ -53,12 +53,11 @@ from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import stable_order, starts_to_ends
-from cqlstream.engine.operators.base import IdSource, Operator
+from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
     from cqlstream.engine.planner import EngineOptions
-    from cqlstream.engine.synopses import Synopsis
 
 
 class AggregateOp(Operator):
@@ -345,18 +344,9 @@ class AggregateOp(Operator):
 
     # operator protocol
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Aggregate)
-        return cls(inputs, output, ids, node.keys, node.aggs, ev, compat=options.compat)
+        return cls(ctx.inputs, ctx.output, ctx.ids, node.keys, node.aggs, ctx.ev, compat=ctx.options.compat)
 
     def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         return self.current_rows(at)

@@ -33,6 +33,20 @@ if TYPE_CHECKING:
 BOUNDED, RATE, GROWS = 0, 1, 2
 
 
+@dataclass(frozen=True, eq=False)
+class BuildContext:
+    """What the planner hands every operator it builds, besides the operator's logical node: its
+    input and output queues, the engine's id source, expression evaluator and options, and (for
+    operators that read their inputs' state from shared synopses, i.e. joins) those stores."""
+
+    inputs: list[Queue]
+    output: Queue
+    ids: IdSource
+    ev: Evaluator
+    options: EngineOptions
+    stores: list[Synopsis] | None = None
+
+
 class IdSource:
     """Fresh tuple-instance ids (uint64), shared by all operators of one engine."""
 
@@ -177,18 +191,9 @@ class Operator(ABC):
 
     # ------------------------------------------------------------ the operator protocol
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Operator:
-        """The operator computing logical plan node `node` over `inputs` into `output`
-        (`options`: the engine's EngineOptions; `stores`: shared input synopses, joins only)."""
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Operator:
+        """The operator computing logical plan node `node` (its configuration), built with what
+        the planner hands every operator (`ctx`); `bind` then attaches it to the plan."""
         raise NotImplementedError(cls.__name__)
 
     def bind(self, readers: list[Reader] | None = None, *, eid: str, node: Plan, hold_until: int | None = None) -> None:

@@ -14,12 +14,11 @@ from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, splitmix64
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.operators.base import IdSource, Operator, Stateless
+from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, Stateless
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
     from cqlstream.engine.planner import EngineOptions
-    from cqlstream.engine.synopses import Synopsis
 
 
 def _set_conjunct_order(op: FilterOp, value: object) -> None:
@@ -52,18 +51,9 @@ class FilterOp(Stateless):
         self.ev = evaluator
 
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Filter)
-        return cls(inputs, output, ids, node.predicate, ev)
+        return cls(ctx.inputs, ctx.output, ctx.ids, node.predicate, ctx.ev)
 
     def groupable(self) -> bool:
         """A plain running selection that started from no snapshot can become a hub member."""
@@ -95,18 +85,9 @@ class ProjectOp(Stateless):
         self.ev = evaluator
 
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Project)
-        return cls(inputs, output, ids, node.exprs, ev)
+        return cls(ctx.inputs, ctx.output, ctx.ids, node.exprs, ctx.ev)
 
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
@@ -131,18 +112,9 @@ class SampleOp(Operator):
         self.seen = 0
 
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Sample)
-        return cls(inputs, output, ids, node.percent)
+        return cls(ctx.inputs, ctx.output, ctx.ids, node.percent)
 
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]

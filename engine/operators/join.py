@@ -43,7 +43,7 @@ from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
-from cqlstream.engine.operators.base import IdSource, Operator, held_state
+from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -521,19 +521,16 @@ class JoinOp(Operator):
 
     # -------------------------------------------------------------- operator protocol
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Join)
         return cls(
-            inputs, output, ids, node.predicate, [[a.type for a in i.schema] for i in node.inputs], ev, stores=stores
+            ctx.inputs,
+            ctx.output,
+            ctx.ids,
+            node.predicate,
+            [[a.type for a in i.schema] for i in node.inputs],
+            ctx.ev,
+            stores=ctx.stores,
         )
 
     def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:

@@ -32,14 +32,12 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.kernels import expand
-from cqlstream.engine.operators.base import IdSource, Operator
+from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.valuecount import instant_value_groups
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
-    from cqlstream.engine.exprs import Evaluator
     from cqlstream.engine.planner import EngineOptions
-    from cqlstream.engine.synopses import Synopsis
 
 INF = np.iinfo(np.int64).max
 
@@ -72,18 +70,9 @@ class RelToStreamOp(Operator):
         return self.live.nbytes() + self.live_seq.nbytes  # Rstream only; Istream/Dstream keep nothing
 
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.RelToStream)
-        return cls(inputs, output, ids, node.op, compat=options.compat)
+        return cls(ctx.inputs, ctx.output, ctx.ids, node.op, compat=ctx.options.compat)
 
     def complete_from(self, cf: float) -> float:
         return cf if self.op == "rstream" else cf + 1  # Istream/Dstream at t compare R(t) with R(t-1)

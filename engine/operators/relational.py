@@ -29,14 +29,12 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import EngineError
-from cqlstream.engine.operators.base import IdSource, Operator, held_state
+from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
 from cqlstream.engine.operators.valuecount import Changes, ValueTable
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
-    from cqlstream.engine.exprs import Evaluator
     from cqlstream.engine.planner import EngineOptions
-    from cqlstream.engine.synopses import Synopsis
 
 
 def emit_changes(table: ValueTable, b: Batch, ch: Changes, delta: np.ndarray) -> Batch:
@@ -60,17 +58,8 @@ class DistinctOp(Operator):
         self.table = ValueTable(inputs[0].types, ids)
 
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
-        return cls(inputs, output, ids)
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
+        return cls(ctx.inputs, ctx.output, ctx.ids)
 
     @classmethod
     def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
@@ -131,18 +120,9 @@ class SetOpOp(Operator):
         self.table = None if self.forward else ValueTable(self.types, ids, sides=2)
 
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.SetOp)
-        return cls(inputs, output, ids, node.op, node.all)
+        return cls(ctx.inputs, ctx.output, ctx.ids, node.op, node.all)
 
     @classmethod
     def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:

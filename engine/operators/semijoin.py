@@ -39,7 +39,7 @@ from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.operators.base import IdSource, Operator, held_state
+from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
 from cqlstream.engine.operators.join import (
     INF,
     Keyed,
@@ -56,7 +56,6 @@ from cqlstream.engine.queues import Queue
 if TYPE_CHECKING:
     from cqlstream.engine.exprs import Evaluator
     from cqlstream.engine.planner import EngineOptions
-    from cqlstream.engine.synopses import Synopsis
 
 
 # a call's emissions: (left rows, seq, sign, partner count of each left instance at its end or None)
@@ -105,18 +104,11 @@ class SemiJoinOp(Operator):
         return self.lstate.nbytes() + self.rstate.nbytes() + self.lelig.nbytes + self.lcount.nbytes
 
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.SemiJoin)
-        return cls(inputs, output, ids, node.predicate, len(node.left.schema), node.anti, node.null_aware, ev)
+        return cls(
+            ctx.inputs, ctx.output, ctx.ids, node.predicate, len(node.left.schema), node.anti, node.null_aware, ctx.ev
+        )
 
     @classmethod
     def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:

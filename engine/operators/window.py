@@ -18,15 +18,13 @@ import numpy as np
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan, WindowSpec
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.operators.base import IdSource, Operator
+from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.window_kinds import kind_of
 from cqlstream.engine.operators.window_logic import emit, partition_ids
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
-    from cqlstream.engine.exprs import Evaluator
     from cqlstream.engine.planner import EngineOptions
-    from cqlstream.engine.synopses import Synopsis
     from cqlstream.engine.window_store import WindowRelation, WindowStore
 
 __all__ = ["WindowOp", "emit", "partition_ids"]
@@ -80,18 +78,9 @@ class WindowOp(Operator):
 
     # ------------------------------------------------------------ operator protocol
     @classmethod
-    def from_node(
-        cls,
-        node: Plan,
-        inputs: list[Queue],
-        output: Queue,
-        ids: IdSource,
-        ev: Evaluator,
-        options: EngineOptions,
-        stores: list[Synopsis] | None = None,
-    ) -> Self:
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Window)
-        return cls(inputs, output, ids, node.spec, compat=options.compat)
+        return cls(ctx.inputs, ctx.output, ctx.ids, node.spec, compat=ctx.options.compat)
 
     def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         c = self.contents()
