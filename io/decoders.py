@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cqlstream.cql.catalog import SourceDef
 from cqlstream.engine.batch import Batch
 from cqlstream.io.errors import IngestError
 
@@ -57,6 +58,18 @@ class Target:
         if self.relation:
             out.append(self.sign_field)
         return out + [c for c, _ in self.columns]
+
+    @classmethod
+    def of(cls, source: SourceDef, ts_field: str = "ts", sign_field: str = "sign") -> Target:
+        """What a registered stream or relation accepts (the server's pushes and in-process sources)."""
+        return cls(
+            source.name,
+            source.kind,
+            tuple((a.name, a.type.kind) for a in source.attrs),
+            source.timestamp == "system",
+            ts_field,
+            sign_field,
+        )
 
 
 @dataclass

@@ -170,14 +170,7 @@ class EngineHost:
     def target(self, name: str) -> Target:
         with self.lock:
             s = self._source(name)
-            return Target(
-                s.name,
-                s.kind,
-                tuple((a.name, a.type.kind) for a in s.attrs),
-                s.timestamp == "system",
-                self.settings.ts_field,
-                self.settings.sign_field,
-            )
+            return Target.of(s, self.settings.ts_field, self.settings.sign_field)
 
     def push(self, name: str, body: bytes, content_type: str | None) -> dict[str, Any]:
         """Parse (outside the lock), push whole or reject whole, run, publish."""
