@@ -202,3 +202,15 @@ def test_a_schema_mismatch_names_the_columns(spark, tmp_path):
         src2.check()
     with pytest.raises(SparkSourceError, match="no stream or relation named 'Nope'"):
         SparkSource(d, df, SparkSourceConfig(stream="Nope", time_column="t", checkpoint="x")).check()
+
+
+def test_the_readme_example(spark, tmp_path, monkeypatch):
+    """README.md's Spark example, run as written (its `# →` comments checked) in this module's session."""
+    from tests.test_readme import BLOCKS, SKIPPED, run_python
+
+    key = "# a CSV folder read by Spark"
+    assert "tests/spark/test_source.py" in SKIPPED[key]
+    (block,) = [b for b in BLOCKS if b.lang == "python" and b.first.startswith(key)]
+    monkeypatch.chdir(tmp_path)
+    run_python(block, {"__name__": "__readme__"})
+    assert SparkSession.getActiveSession() is spark  # getOrCreate reused the session
