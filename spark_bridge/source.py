@@ -188,8 +188,12 @@ class SparkSource:
                 if len(batch):
                     self.dsms.push_batch(name, batch)
                 late += int(inp.late - late0)  # a stream with slack counts its own late rows
+                # Spark's watermark rule: the stream is complete below (max event time − delay). Without
+                # a slack a push already completes it below its largest ts; with one, the input holds
+                # rows back for its slack and the heartbeat releases them up to the watermark instead.
                 mark = top - self.config.watermark_delay
-                if inp.max_ts is None or mark > inp.max_ts:
+                now = getattr(inp, "floor", None) if slack else inp.max_ts
+                if now is None or mark > now:
                     self.dsms.heartbeat(name, mark)
             self.dsms.run()
             self.last_batch_id = batch_id

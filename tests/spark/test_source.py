@@ -214,3 +214,62 @@ def test_the_readme_example(spark, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run_python(block, {"__name__": "__readme__"})
     assert SparkSession.getActiveSession() is spark  # getOrCreate reused the session
+
+
+def bound_source(spark, tmp_path: Path, d: Dsms, stream: str, **kw) -> SparkSource:
+    """A source checked against its DataFrame's schema, fed by `apply` directly (no streaming query)."""
+    (tmp_path / "in").mkdir(exist_ok=True)
+    df = spark.readStream.schema("t LONG, a INT").csv(str(tmp_path / "in"))
+    src = SparkSource(d, df, SparkSourceConfig(stream=stream, time_column="t", checkpoint=str(tmp_path / "ck"), **kw))
+    src.check()
+    return src
+
+
+def test_rows_older_than_the_stream_are_counted_late_not_fatal(spark, tmp_path):
+    d = Dsms()
+    d.execute("register stream S (a int);")
+    sub = d.subscribe(d.register_query("Istream(select * from S)").id)
+    src = bound_source(spark, tmp_path, d, "S")
+    src.apply(0, pa.table({"t": [6, 5, 4], "a": [3, 2, 1]}))  # sorted by event time in the bridge
+    src.apply(1, pa.table({"t": [8, 3, 6], "a": [6, 4, 5]}))  # 3 is older than the stream's time (6)
+    src.apply(1, pa.table({"t": [9], "a": [7]}))  # batch 1 again: a replay, skipped
+    d.end()
+    assert src.counters() | {"last_batch_seconds": 0} == {
+        "batches": 2,
+        "rows": 6,
+        "last_batch_id": 1,
+        "last_batch_seconds": 0,
+        "late_rows": 1,
+        "skipped_replays": 1,
+    }
+    assert sub.poll().elements() == [(4, 1, (1,)), (5, 1, (2,)), (6, 1, (3,)), (6, 1, (5,)), (8, 1, (6,))]
+
+
+def test_the_watermark_releases_what_a_slack_holds_back(spark, tmp_path):
+    d = Dsms()
+    d.execute("register stream S (a int) with (slack = 5);")
+    sub = d.subscribe(d.register_query("Istream(select * from S)").id)
+    src = bound_source(spark, tmp_path, d, "S", watermark_delay=1)
+    src.apply(0, pa.table({"t": [12, 10], "a": [2, 1]}))
+    # the slack alone would hold both rows back (released through 12 − 5 − 1 = 6); the watermark
+    # 12 − 1 completes the stream through 10
+    assert sub.poll().elements() == [(10, 1, (1,))]
+    src.apply(1, pa.table({"t": [9, 11, 13], "a": [0, 3, 4]}))  # 9 is below the watermark: late
+    assert src.counters()["late_rows"] == 1
+    d.end()
+    assert sub.poll().elements() == [(11, 1, (3,)), (12, 1, (2,)), (13, 1, (4,))]
+
+
+def test_spark_timestamps_become_ticks(spark, tmp_path):
+    d = Dsms()
+    d.execute("register stream S (a int);")
+    (tmp_path / "in").mkdir()
+    df = spark.readStream.schema("t TIMESTAMP, a INT").csv(str(tmp_path / "in"))
+    cfg = SparkSourceConfig(stream="S", time_column="t", checkpoint=str(tmp_path / "ck"), ticks_per_second=1000)
+    src = SparkSource(d, df, cfg)
+    src.check()
+    stamps = pa.array([1_700_000_000_123_456, 1_700_000_000_124_999], pa.timestamp("us", "UTC"))
+    src.apply(0, pa.table({"t": stamps, "a": [1, 2]}))
+    assert d.inputs["s"].max_ts == 1_700_000_000_124  # milliseconds, floored
+    with pytest.raises(ValueError, match="must divide"):
+        SparkSourceConfig(stream="S", time_column="t", checkpoint="x", ticks_per_second=7)
