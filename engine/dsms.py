@@ -115,6 +115,17 @@ class QueryHandle:
         return text
 
 
+@dataclass(frozen=True)
+class InputTime:
+    """Where a source's time stands (what an adapter feeding it needs to know): its slack, the
+    largest timestamp accepted, the instant below which rows are late (slack mode), late rows."""
+
+    slack: int
+    max_ts: int | None
+    floor: int | None
+    late: int
+
+
 @dataclass
 class Subscription:
     """A cursor on a query's result queue; `poll()` returns the results made final since last call.
@@ -562,6 +573,13 @@ class Dsms:
         inp.push(batch)
         self._after_input(name)
         return n
+
+    def input_time(self, name: str) -> InputTime:
+        """Where source `name`'s time stands (see InputTime)."""
+        inp = self._input(name)
+        slack = inp.d.slack if isinstance(inp, StreamInput) else 0
+        floor = inp.floor if isinstance(inp, StreamInput) else None
+        return InputTime(slack, inp.max_ts, floor, inp.late)
 
     def heartbeat(self, name: str, t: int) -> None:
         """Time on source `name` reached t: no element with ts < t will come."""

@@ -175,24 +175,24 @@ class SparkSource:
             if batch_id <= self.last_batch_id:
                 self.skipped_replays += 1
                 return
-            inp = self.dsms.inputs[name.lower()]
+            before = self.dsms.input_time(name)
             late = 0
             if batch is not None and top is not None:
-                slack = getattr(inp.d, "slack", 0) if target.kind == "stream" else 0
-                if not slack and inp.max_ts is not None:
+                slack = before.slack
+                if not slack and before.max_ts is not None:
                     # without a slack the input refuses rows older than its time: they are late here
-                    keep = batch.ts >= inp.max_ts
+                    keep = batch.ts >= before.max_ts
                     late = int(n - keep.sum())
                     batch = batch.take(keep)
-                late0 = inp.late
                 if len(batch):
                     self.dsms.push_batch(name, batch)
-                late += int(inp.late - late0)  # a stream with slack counts its own late rows
+                after = self.dsms.input_time(name)
+                late += after.late - before.late  # a stream with slack counts its own late rows
                 # Spark's watermark rule: the stream is complete below (max event time − delay). Without
                 # a slack a push already completes it below its largest ts; with one, the input holds
                 # rows back for its slack and the heartbeat releases them up to the watermark instead.
                 mark = top - self.config.watermark_delay
-                now = getattr(inp, "floor", None) if slack else inp.max_ts
+                now = after.floor if slack else after.max_ts
                 if now is None or mark > now:
                     self.dsms.heartbeat(name, mark)
             self.dsms.run()
