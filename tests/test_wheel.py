@@ -147,3 +147,47 @@ def test_cli_runs_from_the_wheel(venv: tuple[Path, set[str]], tmp_path: Path) ->
     ran = run([cli, "run", "t.cql", "--out-dir", "out"], cwd=tmp_path, env=env)
     assert (tmp_path / "out" / "counts").read_text() == COUNTS, ran.stderr
     assert (tmp_path / "out" / "doubled").read_text() == DOUBLED, ran.stderr
+
+
+def test_serve_demo_starts_from_the_wheel(venv: tuple[Path, set[str]], tmp_path: Path) -> None:
+    """README's first command from an installed wheel: `cqlstream serve --demo` comes up, the demo
+    shop registers its queries over HTTP and its big orders are printed."""
+    import signal
+    import socket
+    import threading
+    import time
+
+    import httpx
+
+    bin_dir, _ = venv
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(bin_dir / "cqlstream"), "serve", "--demo", "--port", str(port), "--log-level", "warning"],
+        cwd=tmp_path,
+        env=clean_env(bin_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    out = proc.stdout
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(out.readline, "")), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(lines) <= 4:  # 4 header lines, then big orders
+            assert proc.poll() is None, "".join(lines)
+            time.sleep(0.2)
+        assert len(lines) > 4, "no big order printed within 30 s:\n" + "".join(lines)
+        queries = httpx.get(f"http://127.0.0.1:{port}/queries", timeout=10).json()
+        assert {q["name"] for q in queries} == {"big_orders", "sales_last_10s", "clicks_then_orders", "engine_load"}
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
