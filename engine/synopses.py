@@ -8,6 +8,7 @@ once no reader can see them any more.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 INF = np.iinfo(np.int64).max
 
 
-class Synopsis:
+class Synopsis(ABC):
     """What every shared store answers for in the plan: its control table and knobs, what a UI
     shows of it, and letting go of its queue when the plan drops it."""
 
@@ -41,18 +42,23 @@ class Synopsis:
         def users(self) -> list[Any]:
             """The operators reading the store (their progress bounds purging)."""
 
+    @abstractmethod
     def __len__(self) -> int:
-        raise NotImplementedError
+        """Rows the store holds."""
 
+    @abstractmethod
     def nbytes(self) -> int:
-        raise NotImplementedError
+        """Bytes the store holds."""
 
     def alive_at(self, t: int | None) -> Batch:
-        raise NotImplementedError
+        """The rows alive at instant `t` (None: now), with their own ts: the relation a store on a
+        queue holds. A stream's window store has no one relation (each window reads its own
+        extent through `WindowRelation`), so it does not answer this."""
+        raise TypeError(f"{type(self).__name__} holds no single relation to read at an instant")
 
+    @abstractmethod
     def advance(self, bound: int) -> None:
         """Take in the queue's elements through `bound` (a reading join calls it first)."""
-        raise NotImplementedError
 
     def control_table(self, extra_users: int = 0) -> dict[str, Any]:
         """The store's part of its control table (`extra_users`: users besides operators, e.g. a

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -516,7 +517,7 @@ def arrow_table_columns(tbl: pa.Table, target: Target) -> Parsed:
 _ROW = {"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "array"}]}
 
 
-class IngestFormat:
+class IngestFormat(ABC):
     """A push body format: a subclass sets the class attributes and writes `decode` (the server's
     side) and `encode_rows` (the client's side)."""
 
@@ -526,13 +527,13 @@ class IngestFormat:
     aliases: ClassVar[tuple[str, ...]] = ()  # other Content-Types accepted for it
     openapi: ClassVar[dict[str, Any]] = {"schema": {"type": "string"}}  # the OpenAPI requestBody content entry
 
+    @abstractmethod
     def decode(self, body: bytes, target: Target) -> Parsed:
         """The whole body as typed columns for `target`, or an IngestError naming the row and field."""
-        raise NotImplementedError
 
+    @abstractmethod
     def encode_rows(self, rows: Any) -> bytes:
         """A body in this format for rows (dicts `{ts, [sign], A, ...}` or lists `[ts, [sign], A, ...]`)."""
-        raise NotImplementedError
 
 
 class JsonRows(IngestFormat):

@@ -15,6 +15,7 @@ io/formats.py.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -130,7 +131,7 @@ def xml_elements(b: Batch) -> bytes:
 # ---------------------------------------------------------------- the formats
 
 
-class ResultFormat:
+class ResultFormat(ABC):
     """A result stream format: a subclass sets the class attributes and writes `elements`; the
     framing methods default to nothing."""
 
@@ -149,13 +150,13 @@ class ResultFormat:
         """What opens the stream (before any element); `schema` is (name, type) per column."""
         return b""
 
+    @abstractmethod
     def elements(self, b: Batch) -> bytes:
         """The elements of `b`, ready to follow earlier output of the same stream."""
-        raise NotImplementedError
 
+    @abstractmethod
     def control(self, event: str, info: dict[str, Any]) -> bytes:
         """A control message (`lagged`, `end`) with its details."""
-        raise NotImplementedError
 
     def keepalive(self) -> bytes:
         """Bytes that change nothing for a reader (to notice dead connections, keep proxies open)."""

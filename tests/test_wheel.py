@@ -111,6 +111,37 @@ def test_wheel_has_only_the_cqlstream_package(wheel: Path) -> None:
     assert "cqlstream/grammar/cql.lark" in names
 
 
+def test_wheel_declares_every_package_it_imports(wheel: Path) -> None:
+    """Each third-party module the installed package imports comes from a distribution the wheel
+    requires (not an extra): the dev venv has every extra, so a missing runtime dependency would
+    only show on a user's machine (`serve --demo` once failed on a missing httpx)."""
+    import ast
+    import re
+    from importlib.metadata import packages_distributions
+
+    with zipfile.ZipFile(wheel) as z:
+        info = next(n.split("/")[0] for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = z.read(f"{info}/METADATA").decode()
+        sources = {n: z.read(n).decode() for n in z.namelist() if n.endswith(".py")}
+    required = {
+        re.split(r"[<>=!~;\[ ]", line.split(":", 1)[1].strip())[0].lower().replace("_", "-")
+        for line in meta.splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    }
+    imported: set[str] = set()
+    for text in sources.values():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    dists = packages_distributions()
+    third_party = {m for m in imported if m in dists and m not in sys.stdlib_module_names and m != "cqlstream"}
+    missing = {m: dists[m] for m in third_party if not any(d.lower().replace("_", "-") in required for d in dists[m])}
+    assert not missing, f"imported but not required by the wheel: {missing} (requires {sorted(required)})"
+    assert {"httpx", "numpy", "pyarrow", "fastapi"} <= third_party  # the scan sees the real imports
+
+
 def test_fresh_venv_gets_only_cqlstream(venv: tuple[Path, set[str]]) -> None:
     _, added = venv
     assert {a for a in added if not a.endswith(".dist-info")} == {"cqlstream"}
@@ -152,42 +183,12 @@ def test_cli_runs_from_the_wheel(venv: tuple[Path, set[str]], tmp_path: Path) ->
 def test_serve_demo_starts_from_the_wheel(venv: tuple[Path, set[str]], tmp_path: Path) -> None:
     """README's first command from an installed wheel: `cqlstream serve --demo` comes up, the demo
     shop registers its queries over HTTP and its big orders are printed."""
-    import signal
-    import socket
-    import threading
-    import time
-
     import httpx
 
+    from tests.demo_process import running_demo
+
     bin_dir, _ = venv
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [str(bin_dir / "cqlstream"), "serve", "--demo", "--port", str(port), "--log-level", "warning"],
-        cwd=tmp_path,
-        env=clean_env(bin_dir),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    out = proc.stdout
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(out.readline, "")), daemon=True).start()
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(lines) <= 4:  # 4 header lines, then big orders
-            assert proc.poll() is None, "".join(lines)
-            time.sleep(0.2)
-        assert len(lines) > 4, "no big order printed within 30 s:\n" + "".join(lines)
-        queries = httpx.get(f"http://127.0.0.1:{port}/queries", timeout=10).json()
+    with running_demo(str(bin_dir / "cqlstream"), cwd=tmp_path, env=clean_env(bin_dir)) as (url, _lines):
+        queries = httpx.get(f"{url}/queries", timeout=10).json()
         assert {q["name"] for q in queries} == {"big_orders", "sales_last_10s", "clicks_then_orders", "engine_load"}
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200

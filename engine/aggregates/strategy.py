@@ -3,6 +3,8 @@ that into its value at every cell."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 from cqlstream.cql.logical.expr import AggCall
@@ -11,7 +13,7 @@ from cqlstream.engine.aggregates.quantities import Quantity
 from cqlstream.engine.batch import dtype_of
 
 
-class AggregateStrategy:
+class AggregateStrategy(ABC):
     """One aggregate call of an Aggregate operator, over argument `ai` (−1: none, count(*)).
 
     Declares its needs (shared among the calls of the operator and computed once per batch):
@@ -37,14 +39,17 @@ class AggregateStrategy:
         """Whether it reads its argument's multiset."""
         return self.distinct_arg or bool(self.extremes)
 
+    @abstractmethod
     def values(self, cx: Cells) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError
+        """Its output column at every cell of `cx`: (values of dtype `self.dt`, NULL mask)."""
 
     def forget(self, gids: list[int]) -> None:
-        """Groups that became empty."""
+        """Groups that became empty (only a `stateful` strategy keeps anything per group)."""
+        return
 
     def remap(self, remap: np.ndarray) -> None:
-        """Groups renumbered (old id → new id, −1 for dropped ones)."""
+        """Groups renumbered (old id → new id, −1 for dropped ones); see `forget`."""
+        return
 
     def nbytes(self) -> int:
         return 0

@@ -12,6 +12,7 @@ spec).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -57,7 +58,7 @@ def kind_of(spec: Any, compat: bool = False) -> WindowKind:
 
 
 @dataclass(frozen=True)
-class WindowKind:
+class WindowKind(ABC):
     """Base of the window kinds: the configuration, and the defaults of what it declares."""
 
     spec: Any
@@ -69,9 +70,9 @@ class WindowKind:
     def matches(cls, spec: Any) -> bool:
         return False
 
+    @abstractmethod
     def logic(self) -> WindowLogic:
         """A fresh runtime for one window of this kind (its buffers, `process`, `contents`)."""
-        raise NotImplementedError(type(self).__name__)
 
     def extent(self) -> int:
         """A store-served window's extent: instants an element stays (range) or rows (rows)."""

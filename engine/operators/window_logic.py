@@ -10,6 +10,7 @@ instant, with their own ts; None before the first call or when it keeps no state
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -35,16 +36,16 @@ def partition_ids(b: Batch, keys: Sequence[int]) -> np.ndarray:
     return row_codes([b.cols[k] for k in keys], [b.nulls[k] for k in keys], len(b))[0]
 
 
-class WindowLogic:
+class WindowLogic(ABC):
     """The runtime of one window: `buf` holds the elements still to enter or leave (None before
     the first call)."""
 
     def __init__(self) -> None:
         self.buf: Batch | None = None
 
+    @abstractmethod
     def process(self, b: Batch, bound: int) -> Batch:
         """The window's deltas for the input elements `b` (every element with ts ≤ bound not yet seen)."""
-        raise NotImplementedError
 
     def contents(self) -> Batch | None:
         """The elements in the window after the last processed instant, with their own ts (None
