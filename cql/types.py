@@ -117,3 +117,12 @@ def common(a: DataType, b: DataType) -> DataType | None:
     if a.textual and b.textual:
         return VARCHAR
     return None
+
+
+def kind_of_name(text: str) -> str:
+    """The kind of a type as written or displayed (`INTEGER`, `char(8)`, `float`): what a client
+    that reads a schema over the API needs to decode values; unknown names raise KeyError."""
+    name = text.split("(", 1)[0].strip().lower()
+    if name in _NAMES:
+        return _NAMES[name][0]
+    return {v.lower(): k for k, v in _DISPLAY.items()}[name]

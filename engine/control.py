@@ -170,6 +170,7 @@ def tables(d: Dsms) -> list[Table]:
         out.append({"id": f"src:{inp.d.name}", **_source_table(d, name, inp)})
     for h in d.queries.values():
         out.append({"id": f"query:{h.id}", **_query_table(d, h, attr)})
+    out.extend(_attached_table(d, eid) for eid in list(d.attached))
     for eid, (kind, obj, pn, users) in _plan_entities(d).items():
         out.append({"id": eid, **_TABLE[kind](obj, pn, users)})
     return out
@@ -192,6 +193,8 @@ def _one(d: Dsms, eid: str) -> Iterator[Table]:
         h = _query(d, eid)
         if h is not None:
             yield {"id": eid, **_query_table(d, h, attribution(d))}
+    elif eid in d.attached:
+        yield _attached_table(d, eid)
     else:
         e = _plan_entities(d).get(eid)
         if e is not None:
@@ -204,6 +207,14 @@ _TABLE: dict[str, Callable[[Any, PNode | None, list[int]], Table]] = {
     "queue": _queue_table,
     "store": _store_table,
 }
+
+
+def _attached_table(d: Dsms, eid: str) -> Table:
+    """An attached entity's own table, with the queries reading the source it feeds."""
+    e = d.attached[eid]
+    feeds = (e.feeds or "").lower()
+    users = sorted(h.id for h in d.queries.values() if feeds and feeds in h.reads)
+    return {"id": eid, **e.control_table(), "feeds": e.feeds, "queries": users}
 
 
 def _sources(d: Dsms) -> list[tuple[str, StreamInput | RelationInput]]:
@@ -230,6 +241,9 @@ def _bool(v: object) -> bool:
 def set_knob(d: Dsms, eid: str, knob: str, value: Any) -> Table:
     """Set one knob; the entity's table after the change. Unknown entity: EngineError
     `unknown_entity`; unknown knob or bad value: KnobError."""
+    if eid in d.attached:  # its knobs are its own business (not kept with the plan's)
+        d.attached[eid].set_knob(knob, value)
+        return table(d, eid)
     if eid == "engine":
         _engine_knob(d, knob, value)
     elif eid.startswith("query:"):

@@ -40,6 +40,7 @@ from cqlstream.engine.scheduler import RoundRobin
 from cqlstream.engine.sharing import lift_filters
 
 if TYPE_CHECKING:
+    from cqlstream.engine.attached import Attached
     from cqlstream.engine.persist import PlanFile
     from cqlstream.engine.sysstream import SysPublisher
 
@@ -202,6 +203,7 @@ class Dsms:
         self.queries: dict[int, QueryHandle] = {}
         self.ddl: dict[str, str] = {}  # source/view name (lower) → its register statement, for persistence
         self.knobs: dict[str, dict[str, Any]] = {}  # entity id → knob values set through set_knob (persisted)
+        self.attached: dict[str, Attached] = {}  # entity id → an entity outside the plan (engine/attached.py)
         self._next_id = 1  # query ids are never reused (persisted)
         self.scheduler = scheduler or RoundRobin()
         self.ended = False
@@ -479,6 +481,13 @@ class Dsms:
         from cqlstream.engine import plan_view
 
         return plan_view.explain_plan(self, fmt)
+
+    def attach(self, entity: Attached) -> None:
+        """List `entity` (e.g. a Spark source) among the control tables; replaces one of the same id."""
+        self.attached[entity.eid] = entity
+
+    def detach(self, eid: str) -> None:
+        self.attached.pop(eid, None)
 
     def control_tables(self) -> list[dict[str, Any]]:
         from cqlstream.engine import control

@@ -23,6 +23,9 @@ CODES: dict[str, str] = {
     "invalid_argument": "an argument of an engine call outside its domain",
     "bad_plan_file": "the plan file under the data directory cannot be restored",
     "no_implementation": "a registered function or aggregate has no implementation to run",
+    "bad_source": "a Spark source that cannot feed its stream: a bad definition or DataFrame (details: missing, mistyped)",
+    "source_exists": "a Spark source already feeds that stream",
+    "spark_unavailable": "Spark (pyspark and Java) cannot be started in this process",
     "internal": "a broken invariant of the engine (a bug, never the caller's fault)",
 }
 

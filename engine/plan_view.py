@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cqlstream.cql.logical.explain import node_label
-from cqlstream.engine.control import PlanEntity, _plan_entities, _sources, entity_id, tables
+from cqlstream.engine.control import PlanEntity, _attached_table, _plan_entities, _sources, entity_id, tables
 from cqlstream.engine.errors import EngineError
 
 if TYPE_CHECKING:
@@ -18,8 +18,13 @@ if TYPE_CHECKING:
 def explain_plan(d: Dsms, fmt: str = "text") -> str | dict[str, Any]:
     ents = _plan_entities(d)
     if fmt == "json":
-        nodes = [t for t in tables(d) if t["kind"] in ("operator", "store", "source", "query")]
-        edges = []
+        nodes = [t for t in tables(d) if t["kind"] in ("operator", "store", "source", "query") or t["id"] in d.attached]
+        edges: list[dict[str, Any]] = []
+        for t in nodes:  # an attached entity (a Spark source) feeds its source: an edge without a queue
+            if t["id"] in d.attached and t.get("feeds"):
+                src = next((f"src:{i.d.name}" for _, i in _sources(d) if i.d.name.lower() == t["feeds"].lower()), None)
+                if src is not None:
+                    edges.append({"queue": None, "from": t["id"], "to": src, "queries": t["queries"]})
         for eid, (kind, q, pn, users) in ents.items():
             if kind != "queue" or pn is None:  # every queue has its plan node
                 continue
@@ -54,6 +59,10 @@ def explain_plan(d: Dsms, fmt: str = "text") -> str | dict[str, Any]:
             lines.append(
                 f"  {eid:<7} {st.kind:<12} on {st.queue.eid}: {len(st)} rows, {st.nbytes()} B, queries: {users}"
             )
+    for eid in d.attached:
+        t = _attached_table(d, eid)
+        counters = "  ".join(f"{k} {v}" for k, v in t.get("counters", {}).items())
+        lines.append(f"  {eid:<7} {t['kind']:<12} → {t.get('feeds') or '-'}  {t.get('state', '')}  {counters}")
     for h in d.queries.values():
         cf = h.completeness()
         state = "active" if h.active else "inactive"

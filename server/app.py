@@ -20,10 +20,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cqlstream.engine.dsms import Dsms
-from cqlstream.server import api_control, api_queries, api_sources, metrics
+from cqlstream.server import api_control, api_queries, api_sources, api_spark, metrics
 from cqlstream.server.auth import api_key_dependency
 from cqlstream.server.host import EngineHost
-from cqlstream.server.models import DdlIn, Health, SourceIn
+from cqlstream.server.models import DdlIn, Health, SourceIn, SparkSourceIn
 from cqlstream.server.problems import PROBLEMS, Problem, ProblemError, problem_of
 from cqlstream.server.settings import Settings
 
@@ -167,6 +167,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
     app.include_router(api_sources.router(host, auth))
     app.include_router(api_queries.router(host, auth))
     app.include_router(api_control.router(host, auth))
+    app.include_router(api_spark.router(host, auth))
 
     @app.get("/healthz", response_model=Health, tags=["service"], summary="Liveness and a few numbers")
     async def healthz() -> dict[str, Any]:
@@ -191,7 +192,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
 
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         comps = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (SourceIn, DdlIn, Problem):
+        for model in (SourceIn, DdlIn, SparkSourceIn, Problem):
             js = model.model_json_schema(ref_template="#/components/schemas/{model}")
             for name, sub in js.pop("$defs", {}).items():
                 comps.setdefault(name, sub)

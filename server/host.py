@@ -26,6 +26,7 @@ from cqlstream.server.control import Control
 from cqlstream.server.problems import ProblemError
 from cqlstream.server.publication import Fanout, ResultChunk, SnapshotUnavailable, Subscriber
 from cqlstream.server.settings import Settings
+from cqlstream.server.spark_host import SparkHost
 
 log = logging.getLogger("cqlstream.server")
 
@@ -58,6 +59,7 @@ class EngineHost:
         self.started = time.time()
         self.fanout = Fanout(self.d, self.settings.lag_grace_seconds)
         self.control = Control(self)
+        self.spark = SparkHost(self)
         # metrics
         self.accepted: dict[str, int] = defaultdict(int)
         self.rejected: dict[str, int] = defaultdict(int)
@@ -77,12 +79,14 @@ class EngineHost:
         if self._ticker is None:
             self._ticker = threading.Thread(target=self._tick_loop, name="cqlstream-clock", daemon=True)
             self._ticker.start()
+        self.spark.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join(timeout=5)
             self._ticker = None
+        self.spark.stop()  # the streaming queries first: an in-flight batch still reaches the engine
         with self.lock:
             self.fanout.end_all("server stopping")
 
@@ -386,6 +390,7 @@ class EngineHost:
                 },
                 "uptime": time.time() - self.started,
                 "errors_5xx": self.errors_5xx,
+                "spark": self.spark.metrics(),
             }
 
     def health(self) -> dict[str, Any]:

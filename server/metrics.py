@@ -43,6 +43,19 @@ class _Out:
         return "\n".join(self.lines) + "\n"
 
 
+# Spark sources: (counter name, metric type, help) — one series per source
+_SPARK = [
+    ("batches", "counter", "Micro-batches a Spark source applied."),
+    ("rows", "counter", "Rows a Spark source delivered."),
+    ("late_rows", "counter", "Rows of a Spark source dropped as older than the stream's time."),
+    ("skipped_replays", "counter", "Micro-batches Spark re-delivered after a restart and the bridge skipped."),
+    ("last_batch_id", "gauge", "The last micro-batch id a Spark source applied."),
+    ("last_batch_seconds", "gauge", "Seconds the bridge took for the last micro-batch."),
+    ("spark_batch_ms", "gauge", "Spark's duration of its last trigger, in milliseconds."),
+    ("lag_seconds", "gauge", "Wall clock minus the event time a Spark source has reached (TIMESTAMP event times)."),
+]
+
+
 def render(m: dict[str, Any], http: dict[str, int]) -> str:
     o = _Out()
     o.metric("cqlstream_uptime_seconds", "gauge", "Seconds since the server started.", m["uptime"])
@@ -123,6 +136,14 @@ def render(m: dict[str, Any], http: dict[str, int]) -> str:
     )
     o.metric("cqlstream_engine_run_seconds_total", "counter", "Wall time spent running the engine.", m["run_seconds"])
     o.metric("cqlstream_engine_runs_total", "counter", "Engine runs.", m["runs"])
+    spark = m.get("spark", {})
+    for key, kind, help_ in _SPARK:
+        o.metric(
+            f"cqlstream_spark_source_{key}",
+            kind,
+            help_,
+            [({"source": k}, v.get(key)) for k, v in sorted(spark.items())],
+        )
     o.metric(
         "cqlstream_http_requests_total",
         "counter",

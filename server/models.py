@@ -160,8 +160,12 @@ class PlanEdge(BaseModel):
     """A queue of the global plan, from the entity writing it to one reading it."""
 
     model_config = ConfigDict(populate_by_name=True)
-    queue: str = Field(description="the queue's entity id (`q:N`)")
-    from_: str = Field(alias="from", serialization_alias="from", description="producer: `op:N` or `src:NAME`")
+    queue: str | None = Field(
+        description="the queue's entity id (`q:N`); null for a feed from outside the plan (a Spark source into its stream)"
+    )
+    from_: str = Field(
+        alias="from", serialization_alias="from", description="producer: `op:N`, `src:NAME` or `spark:NAME`"
+    )
     to: str = Field(description="consumer: `op:N`, `syn:N` (a store) or `query:N` (a query's results)")
     queries: list[int] = Field(default_factory=list, description="queries using the queue")
 
@@ -201,3 +205,56 @@ class Health(BaseModel):
     subscribers: int
     uptime_seconds: float
     persistence: bool
+
+
+class SparkSourceIn(BaseModel):
+    """A Spark source: which stream it feeds and how Spark reads it (the one-line form
+    `STREAM=FORMAT[:PATH][?key=value&...]` may be posted as text/plain instead)."""
+
+    model_config = ConfigDict(extra="forbid")
+    stream: str = Field(pattern=NAME_PATTERN, max_length=128, examples=["Orders"])
+    format: str = Field(
+        min_length=1,
+        max_length=128,
+        examples=["csv"],
+        description="csv, json, parquet, socket, rate, rate-micro-batch, or any Spark data source's short name",
+    )
+    path: str | None = Field(None, max_length=4096, examples=["/data/orders"], description="what the format reads")
+    options: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Spark reader options", examples=[{"maxFilesPerTrigger": 1}]
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="field -> the Spark column feeding it, where the names differ"
+    )
+    time_column: str = Field("ts", max_length=128, description="the column of event time (integer ticks or TIMESTAMP)")
+    watermark_delay: int = Field(
+        0, ge=0, le=1 << 40, description="ticks the stream's time trails the largest event time"
+    )
+    schema_: str | None = Field(
+        None,
+        alias="schema",
+        max_length=65536,
+        description="the Spark schema (DDL) for files; default: made from the stream",
+    )
+    sign_column: str = Field("sign", max_length=128, description="relations: the column of +1/-1 signs")
+    trigger: str | None = Field(
+        None, max_length=64, description='"1 second", "available-now", or none (a batch as soon as the last is done)'
+    )
+    checkpoint: str | None = Field(
+        None, max_length=4096, description="Spark's checkpoint directory (default: per stream)"
+    )
+
+
+class SparkSourceOut(BaseModel):
+    """A Spark source's control table: its state, the error that stopped it, and its counters."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(examples=["spark:Orders"])
+    stream: str
+    kind: str
+    source: str = Field(description="what it reads, e.g. csv:/data/orders")
+    state: Literal["starting", "running", "finished", "stopped", "failed"]
+    error: str | None = Field(None, description="why it failed (Spark's first line)")
+    sink: str
+    counters: dict[str, Any]
+    spec: dict[str, Any] | None = None

@@ -92,6 +92,9 @@ STATUS: dict[tuple[str, str | None], int] = {
     ("engine", "bad_plan_file"): 500,
     ("engine", "no_implementation"): 500,
     ("engine", "internal"): 500,
+    ("engine", "bad_source"): 422,
+    ("engine", "source_exists"): 409,
+    ("engine", "spark_unavailable"): 503,
 }
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cqlstream.spark_bridge.spec import SourceSpec
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -20,3 +22,6 @@ class Settings:
     ts_field: str = "ts"  # name of the timestamp field in pushed rows
     sign_field: str = "sign"  # name of the sign field in pushed relation updates
     compat: bool = False  # STREAM 0.6 behaviour (see `cqlstream run --stream-compat`)
+    sources: tuple[SourceSpec, ...] = ()  # Spark sources started with the server
+    spark_master: str = "local[*]"  # the embedded Spark session's master
+    checkpoint_dir: str | None = None  # Spark checkpoints (default: DATA_DIR/spark-checkpoints, else a temp dir)

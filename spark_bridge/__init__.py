@@ -1,8 +1,31 @@
-"""Spark Structured Streaming sources feeding engine streams: `SparkSource` binds a streaming
-DataFrame to a stream or relation of a `Dsms` (in-process: the Spark driver runs beside the engine)."""
+"""Spark Structured Streaming as the data pipeline: streaming DataFrames feeding engine streams and
+relations, in this process or on a server over HTTP (`SparkSource`, `SparkSources`, `SourceSpec`).
 
-from cqlstream.spark_bridge.config import SparkSourceConfig
-from cqlstream.spark_bridge.errors import SparkSourceError
-from cqlstream.spark_bridge.source import SparkSource
+Names are imported on first use, so that reading a source definition (spec.py) does not import
+pyspark (a second or more) where no Spark source runs.
+"""
 
-__all__ = ["SparkSource", "SparkSourceConfig", "SparkSourceError"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "SparkSource": "source",
+    "SparkSourceConfig": "config",
+    "SparkSourceError": "errors",
+    "SourceSpec": "spec",
+    "SourceFile": "spec",
+    "SparkSources": "manager",
+    "SparkRuntime": "runtime",
+    "EngineSink": "sinks",
+    "HttpSink": "sinks",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'cqlstream.spark_bridge' has no attribute '{name}'")
+    return getattr(importlib.import_module(f"cqlstream.spark_bridge.{_EXPORTS[name]}"), name)

@@ -4,38 +4,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MICROS_PER_SECOND = 1_000_000
+from cqlstream.spark_bridge.errors import SparkSourceError
 
 
 @dataclass(frozen=True)
 class SparkSourceConfig:
     """One Spark source.
 
-    - `stream`: the engine stream or relation it feeds (registered on the Dsms beforehand).
+    - `stream`: the engine stream or relation it feeds (registered beforehand).
     - `time_column`: the DataFrame column holding event time. An integer column is taken as the
-      stream's ticks; a Spark TIMESTAMP becomes `floor(seconds × ticks_per_second)`.
+      stream's ticks; a Spark TIMESTAMP becomes `floor(microseconds / tick_micros)`, where a tick is
+      the stream's time unit (`unit = millisecond` → 1000 µs) unless `tick_micros` says otherwise.
     - `watermark_delay`: after each micro-batch the stream's time advances to (max event time −
       delay), in ticks: Spark's own watermark rule, stable when a batch is replayed.
     - `checkpoint`: Spark's checkpoint directory (offsets and commits: what makes replays exact).
     - `trigger_interval` (e.g. "1 second") or `available_now` (process what is there, then stop);
       neither: Spark's default, a micro-batch as soon as the previous one is done.
     - `sign_column`: for a relation, the column of +1/−1 signs.
+    - `columns`: (field, Spark column) pairs for fields fed by a column of another name.
     """
 
     stream: str
     time_column: str
     checkpoint: str
-    ticks_per_second: int = 1
+    tick_micros: int | None = None
     watermark_delay: int = 0
     trigger_interval: str | None = None
     available_now: bool = False
     sign_column: str = "sign"
+    columns: tuple[tuple[str, str], ...] = ()
     stop_timeout: float = 30.0  # seconds stop() waits for the streaming query to end
 
     def __post_init__(self) -> None:
-        if self.ticks_per_second <= 0 or MICROS_PER_SECOND % self.ticks_per_second:
-            raise ValueError(f"ticks_per_second must divide {MICROS_PER_SECOND} (got {self.ticks_per_second})")
+        if self.tick_micros is not None and self.tick_micros <= 0:
+            raise SparkSourceError(f"tick_micros must be positive (got {self.tick_micros})", field="tick_micros")
         if self.watermark_delay < 0:
-            raise ValueError(f"watermark_delay must be ≥ 0 (got {self.watermark_delay})")
+            raise SparkSourceError(f"watermark_delay must be ≥ 0 (got {self.watermark_delay})", field="delay")
         if self.trigger_interval is not None and self.available_now:
-            raise ValueError("give trigger_interval or available_now, not both")
+            raise SparkSourceError("give trigger_interval or available_now, not both", field="trigger")

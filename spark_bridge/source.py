@@ -1,11 +1,12 @@
-"""`SparkSource`: a Spark streaming DataFrame feeding one stream or relation of a `Dsms`, in process.
+"""`SparkSource`: a Spark streaming DataFrame feeding one stream or relation, in this process or on
+a server.
 
-Each micro-batch reaches the driver through `foreachBatch` as an Arrow table, goes through the
-server's Arrow ingest path (`ArrowStream().decode_table`: the same checks and casts as an HTTP
-push), is sorted by event time with numpy and pushed whole; then the stream's time advances to
-(max event time − watermark delay) and the engine runs. Exactly once: Spark re-delivers a batch
-with the same id after a failure (from its checkpoint); a batch id not above the last applied one
-is skipped.
+Each micro-batch reaches the driver through `foreachBatch` as an Arrow table, is prepared for the
+stream (columns renamed, event time in ticks, sorted by event time with numpy: spark_bridge/prepare.py)
+and handed to a sink: `EngineSink` pushes it into a `Dsms` here through the server's Arrow ingest
+path, `HttpSink` posts it as Arrow IPC to a server, which takes the same path. Exactly once: Spark
+re-delivers a batch with the same id after a failure (from its checkpoint); the sink skips a batch
+id of this streaming query it has applied already.
 """
 
 from __future__ import annotations
@@ -13,98 +14,110 @@ from __future__ import annotations
 import math
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
-from cqlstream.cql.catalog import SourceDef
 from cqlstream.engine.dsms import Dsms
-from cqlstream.io.decoders import ArrowStream, Target
-from cqlstream.spark_bridge.config import MICROS_PER_SECOND, SparkSourceConfig
+from cqlstream.engine.errors import KnobError
+from cqlstream.spark_bridge.config import SparkSourceConfig
 from cqlstream.spark_bridge.errors import SparkSourceError
+from cqlstream.spark_bridge.prepare import prepare
 from cqlstream.spark_bridge.schema import ColumnMap, map_columns
+from cqlstream.spark_bridge.sinks import EngineSink, Sink, StreamInfo
 
-_LOCKS: weakref.WeakKeyDictionary[Dsms, threading.RLock] = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
-
-
-def dsms_lock(dsms: Dsms) -> threading.RLock:
-    """The lock every Spark source of `dsms` takes around its pushes (callbacks of two streaming
-    queries run concurrently on driver threads; the engine is single-threaded)."""
-    with _LOCKS_GUARD:
-        lock = _LOCKS.get(dsms)
-        if lock is None:
-            lock = _LOCKS[dsms] = threading.RLock()
-        return lock
+START_WAIT = 60.0  # seconds a first callback waits for start() to hand over the streaming query
 
 
 class SparkSource:
-    """Binds `df` (a streaming DataFrame) to `config.stream` of `dsms`. `lock` is shared with every
-    other caller of that Dsms (default: `dsms_lock(dsms)`); `on_applied(batch_id, table)` is called
-    after a batch reached the engine, with the Arrow table Spark delivered."""
+    """Binds `df` (a streaming DataFrame) to `config.stream` of `into`: a `Dsms` (then an `EngineSink`
+    over it, under `lock`) or any `Sink`. `on_applied(batch_id, table)` is called after a batch was
+    applied, with the Arrow table Spark delivered. `label` says where the rows come from (for the
+    control table: "csv:/data/orders", ...)."""
 
     def __init__(
         self,
-        dsms: Dsms,
+        into: Dsms | Sink,
         df: DataFrame,
         config: SparkSourceConfig,
         *,
         lock: AbstractContextManager[Any] | None = None,
         on_applied: Callable[[int, pa.Table], None] | None = None,
+        label: str = "DataFrame",
     ) -> None:
-        self.dsms = dsms
+        self.sink: Sink = into if isinstance(into, Sink) else EngineSink(into, lock)
         self.df = df
         self.config = config
-        self.lock = lock if lock is not None else dsms_lock(dsms)
         self.on_applied = on_applied
+        self.label = label
         self.query: StreamingQuery | None = None
+        self._started = threading.Event()  # set once start() has (or failed to have) a streaming query
+        self._starting = False
         self._columns: ColumnMap | None = None
-        self._target: Target | None = None
-        self.last_batch_id = -1  # the last batch applied to the engine (in memory)
+        self._info: StreamInfo | None = None
+        self._guard = threading.Lock()  # the counters
+        self.last_batch_id = -1  # the last batch applied (of the current streaming query)
         self.batches = 0
         self.rows = 0
+        self.accepted = 0
         self.late_rows = 0
         self.skipped_replays = 0
         self.last_batch_seconds = 0.0
+        self.last_applied_at: float | None = None  # wall clock
+        self.last_mark: int | None = None
+        self.error: str | None = None  # why the source stopped, when it failed
+
+    # ------------------------------------------------------------ the entity (engine/attached.py)
+    @property
+    def eid(self) -> str:
+        return f"spark:{self.config.stream}"
+
+    @property
+    def feeds(self) -> str:
+        return self.config.stream
 
     # ------------------------------------------------------------ lifecycle
     def check(self) -> ColumnMap:
         """Match the DataFrame's schema to the stream's (a `SparkSourceError` names the columns at fault)."""
-        with self.lock:
-            source = self.dsms.catalog.get(self.config.stream)
-            if not isinstance(source, SourceDef) or source.name.lower() not in self.dsms.inputs:
-                raise SparkSourceError(f"no stream or relation named '{self.config.stream}' to feed")
-            target = Target.of(source)
-        if target.system_ts:
-            raise SparkSourceError(f"'{target.name}' is system-timestamped: a Spark source gives event time")
-        self._columns = map_columns(self.df.schema, target, self.config.time_column, self.config.sign_column)
-        self._target = target
+        info = self.sink.stream_info(self.config.stream)
+        self._columns = map_columns(
+            self.df.schema, info.target, self.config.time_column, self.config.sign_column, dict(self.config.columns)
+        )
+        self._info = info
         return self._columns
 
     def start(self) -> StreamingQuery:
         """Check the schema, then start the streaming query (again after a failure: Spark resumes from
         the checkpoint and re-delivers the unfinished batch)."""
         if self.query is not None and self.query.isActive:
-            raise SparkSourceError(f"the Spark source of '{self.config.stream}' is already running")
+            raise SparkSourceError(
+                f"the Spark source of '{self.config.stream}' is already running", code="source_exists"
+            )
         cols = self.check()
         cfg = self.config
+        self._started.clear()
+        self._starting = True
+        self.error = None
         writer = (
             self.df.select(*[self.df[c] for c in cols.spark_columns()])
             .writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", cfg.checkpoint)
+            .queryName(f"cqlstream_{cfg.stream}")
         )
         if cfg.available_now:
             writer = writer.trigger(availableNow=True)
         elif cfg.trigger_interval is not None:
             writer = writer.trigger(processingTime=cfg.trigger_interval)
-        self.query = writer.start()
+        try:
+            self.query = writer.start()
+        except Exception as e:  # Spark's analysis errors: a missing path, a bad option, ...
+            raise SparkSourceError(f"Spark cannot start the source of '{cfg.stream}': {_first_line(e)}") from None
+        finally:
+            self._started.set()
         return self.query
 
     def await_termination(self, timeout: float) -> bool:
@@ -126,96 +139,119 @@ class SparkSource:
                 f"the Spark source of '{self.config.stream}' did not stop in {self.config.stop_timeout} s"
             )
 
-    # ------------------------------------------------------------ counters
-    def counters(self) -> dict[str, int | float]:
-        """Counters for a control table: batches and rows applied, the last batch id and its duration,
-        late rows dropped, and replayed batches skipped."""
-        with self.lock:
-            return {
+    def state(self) -> str:
+        """starting | running | finished | stopped | failed (then `error` says why)."""
+        q = self.query
+        if q is None:
+            return "failed" if self.error else "starting"
+        if q.isActive:
+            return "running"
+        exc: BaseException | None
+        try:
+            exc = q.exception()
+        except Exception as e:  # the JVM side is gone (session stopped)
+            exc = e
+        if exc is not None:
+            self.error = self.error or _first_line(exc)
+            return "failed"
+        return "finished" if self.config.available_now else "stopped"
+
+    # ------------------------------------------------------------ control table
+    def counters(self) -> dict[str, Any]:
+        """Batches and rows applied, rows accepted and dropped as late, replayed batches skipped, the
+        last batch id and how long it took here, Spark's own duration of its last trigger and input
+        rate, and the lag of event time behind the wall clock (for TIMESTAMP event times)."""
+        with self._guard:
+            out: dict[str, Any] = {
                 "batches": self.batches,
                 "rows": self.rows,
-                "last_batch_id": self.last_batch_id,
-                "last_batch_seconds": self.last_batch_seconds,
+                "accepted": self.accepted,
                 "late_rows": self.late_rows,
                 "skipped_replays": self.skipped_replays,
+                "last_batch_id": self.last_batch_id,
+                "last_batch_seconds": self.last_batch_seconds,
             }
+            mark, at = self.last_mark, self.last_applied_at
+        progress = self._progress()
+        out["spark_batch_ms"] = progress.get("durationMs", {}).get("triggerExecution")
+        out["input_rows_per_second"] = progress.get("inputRowsPerSecond")
+        cols, info = self._columns, self._info
+        lag = None
+        if mark is not None and cols is not None and cols.time_is_timestamp and info is not None:
+            tick = self.config.tick_micros or info.tick_micros
+            lag = round(time.time() - (mark + self.config.watermark_delay) * tick / 1e6, 3)
+        out["lag_seconds"] = lag
+        out["idle_seconds"] = None if at is None else round(time.time() - at, 3)
+        return out
+
+    def _progress(self) -> dict[str, Any]:
+        q = self.query
+        try:
+            p = q.lastProgress if q is not None else None
+        except Exception:  # the session is stopping
+            p = None
+        return dict(p) if p else {}
+
+    def control_table(self) -> dict[str, Any]:
+        return {
+            "kind": "spark_source",
+            "name": self.config.stream,
+            "source": self.label,
+            "state": self.state(),
+            "error": self.error,
+            "sink": self.sink.where,
+            "counters": self.counters(),
+            "knobs": {},
+        }
+
+    def set_knob(self, knob: str, value: Any) -> None:
+        raise KnobError(f"a Spark source has no knobs (its trigger and options are set when it starts); not '{knob}'")
 
     # ------------------------------------------------------------ one micro-batch
     def _on_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
-        with self.lock:
-            if batch_id <= self.last_batch_id:  # re-delivered after a restart: already applied
-                self.skipped_replays += 1
-                return
-        self.apply(int(batch_id), batch_df.toArrow(), started)
+        try:
+            self.apply(int(batch_id), batch_df.toArrow(), started)
+        except Exception as e:
+            self.error = _first_line(e)
+            raise
 
-    def apply(self, batch_id: int, table: pa.Table, started: float | None = None) -> None:
-        """Push one micro-batch (`table`: the selected Spark columns) into the engine and run it; the
-        batch counts as applied (and `on_applied` sees it) under the same lock as the push."""
+    def run_id(self) -> str:
+        """The streaming query's id: the same across restarts from one checkpoint, new for a new one
+        ("direct" for batches handed to `apply` by hand, without Spark)."""
+        if not self._starting:
+            return "direct"
+        if not self._started.wait(START_WAIT) or self.query is None:
+            raise SparkSourceError(f"the Spark source of '{self.config.stream}' has no streaming query")
+        return str(self.query.id)
+
+    def apply(self, batch_id: int, table: pa.Table, started: float | None = None, run_id: str | None = None) -> None:
+        """Prepare one micro-batch (`table`: the selected Spark columns) and hand it to the sink; it
+        counts as applied (and `on_applied` sees it) once the sink has applied it."""
         started = time.perf_counter() if started is None else started
-        cols, target = self._columns, self._target
-        assert cols is not None and target is not None, "check() first"
-        n = table.num_rows
-        batch = None
-        top = None
-        if n:
-            ticks = self._ticks(table.column(cols.time))
-            order = np.argsort(ticks, kind="stable")
-            ticks = ticks[order]
-            top = int(ticks[-1])
-            idx = pa.array(order)
-            data = {target.ts_field: pa.array(ticks)}
-            if cols.sign is not None:
-                data[target.sign_field] = table.column(cols.sign).take(idx)
-            for field, col in cols.fields:
-                data[field] = table.column(col).take(idx)
-            batch = ArrowStream().decode_table(pa.table(data), target).batch()
-        name = target.name
-        with self.lock:
-            if batch_id <= self.last_batch_id:
+        cols, info = self._columns, self._info
+        assert cols is not None and info is not None, "check() first"
+        tick = self.config.tick_micros or info.tick_micros
+        prepared = prepare(batch_id, table, cols, info.target, tick, self.config.watermark_delay)
+        done = self.sink.apply(self.config.stream, run_id or self.run_id(), prepared)
+        with self._guard:
+            if done.replayed:
                 self.skipped_replays += 1
                 return
-            before = self.dsms.input_time(name)
-            late = 0
-            if batch is not None and top is not None:
-                slack = before.slack
-                if not slack and before.max_ts is not None:
-                    # without a slack the input refuses rows older than its time: they are late here
-                    keep = batch.ts >= before.max_ts
-                    late = int(n - keep.sum())
-                    batch = batch.take(keep)
-                if len(batch):
-                    self.dsms.push_batch(name, batch)
-                after = self.dsms.input_time(name)
-                late += after.late - before.late  # a stream with slack counts its own late rows
-                # Spark's watermark rule: the stream is complete below (max event time − delay). Without
-                # a slack a push already completes it below its largest ts; with one, the input holds
-                # rows back for its slack and the heartbeat releases them up to the watermark instead.
-                mark = top - self.config.watermark_delay
-                now = after.floor if slack else after.max_ts
-                if now is None or mark > now:
-                    self.dsms.heartbeat(name, mark)
-            self.dsms.run()
             self.last_batch_id = batch_id
             self.batches += 1
-            self.rows += n
-            self.late_rows += late
+            self.rows += prepared.rows
+            self.accepted += done.accepted
+            self.late_rows += done.late
             self.last_batch_seconds = time.perf_counter() - started
-            if self.on_applied is not None:
-                self.on_applied(batch_id, table)
-
-    def _ticks(self, column: pa.ChunkedArray) -> np.ndarray:
-        """Event times as int64 ticks of the stream: TIMESTAMPs scaled, integers as they are."""
-        arr = column.combine_chunks()
-        if arr.null_count:
-            raise SparkSourceError(
-                f"column '{self.config.time_column}' has a null event time (row {_first_null(arr)} of the batch)"
-            )
-        if pa.types.is_timestamp(arr.type):
-            micros = pc.cast(arr, pa.timestamp("us", arr.type.tz)).cast(pa.int64()).to_numpy()
-            return micros // (MICROS_PER_SECOND // self.config.ticks_per_second)
-        return np.asarray(pc.cast(arr, pa.int64()).to_numpy(), np.int64)
+            self.last_applied_at = time.time()
+            if prepared.mark is not None:
+                self.last_mark = prepared.mark
+        if self.on_applied is not None:
+            self.on_applied(batch_id, table)
 
 
-def _first_null(arr: pa.Array) -> int:
-    return int(np.argmax(~np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), bool)))
+def _first_line(e: BaseException) -> str:
+    """An exception's message without the JVM stack trace Spark appends."""
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:500]

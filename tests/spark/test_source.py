@@ -136,7 +136,7 @@ def test_rate_source_feeds_a_windowed_count(spark, tmp_path):
     cfg = SparkSourceConfig(
         stream="R",
         time_column="timestamp",
-        ticks_per_second=1000,  # milliseconds
+        tick_micros=1000,  # milliseconds
         checkpoint=str(tmp_path / "ck"),
         trigger_interval="300 milliseconds",
     )
@@ -234,11 +234,12 @@ def test_rows_older_than_the_stream_are_counted_late_not_fatal(spark, tmp_path):
     src.apply(1, pa.table({"t": [8, 3, 6], "a": [6, 4, 5]}))  # 3 is older than the stream's time (6)
     src.apply(1, pa.table({"t": [9], "a": [7]}))  # batch 1 again: a replay, skipped
     d.end()
-    assert src.counters() | {"last_batch_seconds": 0} == {
+    c = src.counters()
+    assert {k: c[k] for k in ("batches", "rows", "accepted", "last_batch_id", "late_rows", "skipped_replays")} == {
         "batches": 2,
         "rows": 6,
+        "accepted": 5,
         "last_batch_id": 1,
-        "last_batch_seconds": 0,
         "late_rows": 1,
         "skipped_replays": 1,
     }
@@ -261,15 +262,20 @@ def test_the_watermark_releases_what_a_slack_holds_back(spark, tmp_path):
 
 
 def test_spark_timestamps_become_ticks(spark, tmp_path):
-    d = Dsms()
-    d.execute("register stream S (a int);")
     (tmp_path / "in").mkdir()
     df = spark.readStream.schema("t TIMESTAMP, a INT").csv(str(tmp_path / "in"))
-    cfg = SparkSourceConfig(stream="S", time_column="t", checkpoint=str(tmp_path / "ck"), ticks_per_second=1000)
-    src = SparkSource(d, df, cfg)
-    src.check()
     stamps = pa.array([1_700_000_000_123_456, 1_700_000_000_124_999], pa.timestamp("us", "UTC"))
-    src.apply(0, pa.table({"t": stamps, "a": [1, 2]}))
-    assert d.inputs["s"].max_ts == 1_700_000_000_124  # milliseconds, floored
-    with pytest.raises(ValueError, match="must divide"):
-        SparkSourceConfig(stream="S", time_column="t", checkpoint="x", ticks_per_second=7)
+    for stream, micros, expected in [
+        ("S", None, 1_700_000_000_124),  # the stream's unit: milliseconds, floored
+        ("M", None, 1_700_000_000 // 60),  # minutes
+        ("M", 1_000_000, 1_700_000_000),  # an explicit tick overrides the unit
+    ]:
+        d2 = Dsms()
+        d2.execute(f"register stream {stream} (a int) with (unit = {'millisecond' if stream == 'S' else 'minute'});")
+        cfg = SparkSourceConfig(stream=stream, time_column="t", checkpoint=str(tmp_path / "ck"), tick_micros=micros)
+        src = SparkSource(d2, df, cfg)
+        src.check()
+        src.apply(0, pa.table({"t": stamps, "a": [1, 2]}))
+        assert d2.inputs[stream.lower()].max_ts == expected
+    with pytest.raises(SparkSourceError, match="must be positive"):
+        SparkSourceConfig(stream="S", time_column="t", checkpoint="x", tick_micros=0)

@@ -1,0 +1,120 @@
+"""The server's Spark sources: a Spark session embedded in `cqlstream serve` (started on the first
+source, so a server without Spark sources never pays for it), the sources given on the command
+line started in the background once the server runs, the HTTP API's calls, and a clean stop at
+shutdown. Every source pushes through the engine host's lock and publishes like an HTTP push."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cqlstream.server.control import plain
+from cqlstream.spark_bridge.spec import SourceSpec
+
+if TYPE_CHECKING:
+    from cqlstream.server.host import EngineHost
+    from cqlstream.spark_bridge.manager import SparkSources
+    from cqlstream.spark_bridge.source import SparkSource
+
+log = logging.getLogger("cqlstream.spark")
+
+
+class SparkHost:
+    """Spark sources feeding the host's engine (in process: the `EngineSink` under the host's lock)."""
+
+    def __init__(self, host: EngineHost) -> None:
+        self.host = host
+        self._sources: SparkSources | None = None
+        self._made = threading.Lock()
+        self._starter: threading.Thread | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._sources is not None
+
+    def checkpoint_root(self) -> Path:
+        s = self.host.settings
+        if s.checkpoint_dir:
+            return Path(s.checkpoint_dir)
+        if s.data_dir:
+            return Path(s.data_dir) / "spark-checkpoints"
+        return Path(tempfile.mkdtemp(prefix="cqlstream-spark-"))  # no data dir: nothing survives a restart
+
+    def sources(self) -> SparkSources:
+        """The process's Spark sources (pyspark is imported here, on first use)."""
+        with self._made:
+            if self._sources is None:
+                from cqlstream.spark_bridge.manager import SparkSources
+                from cqlstream.spark_bridge.runtime import SparkRuntime
+                from cqlstream.spark_bridge.sinks import EngineSink
+
+                host = self.host
+                sink = EngineSink(host.d, host.lock, after=self._after)
+                runtime = SparkRuntime(host.settings.spark_master, say=log.warning)
+                self._sources = SparkSources(sink, runtime, self.checkpoint_root(), self._attach, self._detach)
+            return self._sources
+
+    def _after(self, stream: str, accepted: int) -> None:  # under the host lock, after the engine ran
+        self.host.accepted[stream] += accepted
+        self.host.publish()
+
+    def _attach(self, src: SparkSource) -> None:
+        with self.host.lock:
+            self.host.d.attach(src)
+
+    def _detach(self, eid: str) -> None:
+        with self.host.lock:
+            self.host.d.detach(eid)
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the sources of the settings in the background (Spark takes ~10 s; the API answers meanwhile)."""
+        specs = self.host.settings.sources
+        if specs and self._starter is None:
+            self._starter = threading.Thread(target=self._start_all, args=(specs,), name="spark-sources", daemon=True)
+            self._starter.start()
+
+    def _start_all(self, specs: tuple[SourceSpec, ...]) -> None:
+        for spec in specs:
+            try:
+                self.sources().add(spec)
+            except Exception as e:  # a source that cannot start is reported; the server keeps serving
+                log.error("Spark source of '%s' not started: %s", spec.stream, e)
+
+    def stop(self) -> None:
+        """Stop every streaming query, then the session (each within bounded time)."""
+        if self._starter is not None:
+            self._starter.join(timeout=60)
+        if self._sources is None:
+            return
+        for problem in self._sources.stop_all():
+            log.error("Spark source did not stop cleanly: %s", problem)
+        self._sources.runtime.stop()
+
+    # ------------------------------------------------------------ the API's calls
+    def _out(self, src: SparkSource) -> dict[str, Any]:
+        with self.host.lock:
+            table = plain(src.control_table())
+        spec = self._sources.specs.get(src.config.stream.lower()) if self._sources else None
+        return {"id": src.eid, "stream": src.config.stream, **table, "spec": spec.to_dict() if spec else None}
+
+    def add(self, spec: SourceSpec) -> dict[str, Any]:
+        return self._out(self.sources().add(spec))
+
+    def list(self) -> list[dict[str, Any]]:
+        return [self._out(s) for s in self._sources.all()] if self._sources else []
+
+    def get(self, stream: str) -> dict[str, Any]:
+        return self._out(self.sources().get(stream))
+
+    def remove(self, stream: str) -> None:
+        self.sources().remove(stream)
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """Counters per Spark source (stream name -> counters), for /metrics."""
+        if self._sources is None:
+            return {}
+        return {s.config.stream: {**s.counters(), "state": s.state()} for s in self._sources.all()}
