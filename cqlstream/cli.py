@@ -15,6 +15,8 @@ from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
 from cqlstream.engine.errors import EngineError
+from cqlstream.spark_commands import add_parsers as add_spark_parsers
+from cqlstream.spark_commands import add_source_options
 
 if TYPE_CHECKING:
     from cqlstream.client import Client
@@ -155,6 +157,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from cqlstream.server.app import create_app
     from cqlstream.server.settings import Settings
+    from cqlstream.spark_commands import specs_of
 
     if args.data_dir:
         try:
@@ -162,6 +165,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"cqlstream serve: cannot use --data-dir {args.data_dir}: {e.strerror}", file=sys.stderr)
             return 2
+    try:
+        sources = specs_of(args)
+    except EngineError as e:
+        print(f"cqlstream serve: {e}", file=sys.stderr)
+        return 2
     settings = Settings(
         host=args.host,
         port=args.port,
@@ -170,6 +178,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_mb << 20,
         subscriber_buffer=args.subscriber_buffer,
         compat=args.stream_compat,
+        sources=sources,
+        spark_master=args.spark_master,
+        checkpoint_dir=args.checkpoint_dir,
     )
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper(), logging.INFO),
@@ -413,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run the live demo shop: register its streams, relation and queries through the "
         "API, push orders and clicks 4 times a second, and print the big orders as they happen",
     )
+    add_source_options(sv)
     sv.set_defaults(func=cmd_serve)
 
     qy = sub.add_parser(
@@ -450,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--api-key", help="API key for a server started with --api-key")
     pl.add_argument("--json", action="store_true", help="the JSON graph instead of text")
     pl.set_defaults(func=cmd_plan)
+
+    add_spark_parsers(sub, "http://127.0.0.1:8000")
 
     bn = sub.add_parser(
         "bench",

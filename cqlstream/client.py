@@ -293,6 +293,23 @@ class Client:
                 yield r
                 return
 
+    # ------------------------------------------------------------ Spark sources
+    def add_spark_source(self, spec: str | dict[str, Any]) -> dict[str, Any]:
+        """Start a Spark source on the server: the one-line form (`Orders=csv:/data/orders`) or a
+        JSON definition `{stream, format, path, options, ...}`."""
+        if isinstance(spec, str):
+            return self._call("POST", "/spark/sources", content=spec.encode(), headers={"content-type": "text/plain"})
+        return self._call("POST", "/spark/sources", json=spec)
+
+    def spark_sources(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/spark/sources")
+
+    def spark_source(self, stream: str) -> dict[str, Any]:
+        return self._call("GET", f"/spark/sources/{stream}")
+
+    def remove_spark_source(self, stream: str) -> None:
+        self._call("DELETE", f"/spark/sources/{stream}")
+
     # ------------------------------------------------------------ control tables, service
     def entities(self) -> list[dict[str, Any]]:
         return self._call("GET", "/entities")
