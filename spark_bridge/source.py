@@ -179,15 +179,11 @@ class SparkSource:
             late = 0
             if batch is not None and top is not None:
                 slack = before.slack
-                if not slack and before.max_ts is not None:
-                    # without a slack the input refuses rows older than its time: they are late here
-                    keep = batch.ts >= before.max_ts
-                    late = int(n - keep.sum())
-                    batch = batch.take(keep)
-                if len(batch):
-                    self.dsms.push_batch(name, batch)
+                # rows older than the stream's time (its slack's floor, or its largest ts) are late:
+                # dropped and counted by the input
+                self.dsms.push_batch(name, batch, drop_late=True)
                 after = self.dsms.input_time(name)
-                late += after.late - before.late  # a stream with slack counts its own late rows
+                late += after.late - before.late
                 # Spark's watermark rule: the stream is complete below (max event time − delay). Without
                 # a slack a push already completes it below its largest ts; with one, the input holds
                 # rows back for its slack and the heartbeat releases them up to the watermark instead.
