@@ -20,3 +20,4 @@ class Settings:
     ts_field: str = "ts"  # name of the timestamp field in pushed rows
     sign_field: str = "sign"  # name of the sign field in pushed relation updates
     compat: bool = False  # STREAM 0.6 behaviour (see `cqlstream run --stream-compat`)
+    idempotency_keys: int = 10_000  # Idempotency-Key values of pushes remembered per source (oldest forgotten first)
