@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 
 import httpx
 
@@ -190,7 +190,7 @@ class Client:
         rows: PushRows,
         *,
         format: str = "ndjson",
-        late: str = "reject",
+        late: Literal["reject", "drop"] = "reject",
         heartbeat: int | None = None,
         idempotency_key: str | None = None,
     ) -> int:
@@ -214,7 +214,7 @@ class Client:
         rows: PushRows,
         *,
         format: str = "ndjson",
-        late: str = "reject",
+        late: Literal["reject", "drop"] = "reject",
         heartbeat: int | None = None,
         idempotency_key: str | None = None,
     ) -> dict[str, Any]:
