@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 
 import httpx
 
@@ -184,13 +184,51 @@ class Client:
     def drop_stream(self, name: str) -> None:
         self._call("DELETE", f"/streams/{name}")
 
-    def push(self, name: str, rows: PushRows, *, format: str = "ndjson") -> int:
+    def push(
+        self,
+        name: str,
+        rows: PushRows,
+        *,
+        format: str = "ndjson",
+        late: Literal["reject", "drop"] = "reject",
+        heartbeat: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
         """Push rows (dicts `{ts, [sign], A, ...}` or lists `[ts, [sign], A, ...]`), a pyarrow
         Table/RecordBatch (sent as Arrow IPC), or bytes already in `format`. Whole push or an
-        `InvalidInput` naming the row and field. Returns the number of tuples accepted."""
+        `InvalidInput` naming the row and field. Returns the number of tuples accepted.
+
+        `late="drop"` drops (and counts) rows older than the stream's time instead of rejecting the
+        push; `heartbeat=T` then advances the stream's time to T in the same request; with an
+        `idempotency_key` a retry of the same push (same key) is not applied twice. `push_result`
+        takes the same arguments and returns the whole reply (`late`, `replayed`)."""
+        return int(
+            self.push_result(
+                name, rows, format=format, late=late, heartbeat=heartbeat, idempotency_key=idempotency_key
+            )["accepted"]
+        )
+
+    def push_result(
+        self,
+        name: str,
+        rows: PushRows,
+        *,
+        format: str = "ndjson",
+        late: Literal["reject", "drop"] = "reject",
+        heartbeat: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """As `push`, returning the server's reply: `{source, accepted, late, replayed}`."""
         content, ctype = encode_rows(rows, format)
-        out = self._call("POST", f"/streams/{name}/tuples", content=content, headers={"content-type": ctype})
-        return int(out["accepted"])
+        headers = {"content-type": ctype}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        params: dict[str, str] = {}
+        if late != "reject":
+            params["late"] = late
+        if heartbeat is not None:
+            params["heartbeat"] = str(int(heartbeat))
+        return self._call("POST", f"/streams/{name}/tuples", content=content, headers=headers, params=params)
 
     def heartbeat(self, name: str, ts: int) -> None:
         self._call("POST", f"/streams/{name}/heartbeat", json={"ts": int(ts)})

@@ -565,21 +565,33 @@ class Dsms:
                 raise InputError("signs must be +1 or -1", int(np.argmax((signs != 1) & (signs != -1))), "sign")
         return self.push_batch(name, rows_to_batch(rows, inp.types, ts, signs))
 
-    def push_batch(self, name: str, batch: Batch) -> int:
+    def push_batch(self, name: str, batch: Batch, *, drop_late: bool = False) -> int:
         """Push a columnar batch (already typed: the fast path used by file readers and Arrow).
         Returns the number of tuples accepted (load shedding by a source's `sampling_rate`
-        knob drops some of them afterwards, counted as `shed`)."""
+        knob drops some of them afterwards, counted as `shed`).
+
+        `drop_late`: rows older than the source's time (ts < its largest ts, on a source without a
+        slack) are dropped and counted in its `late` counter instead of rejecting the push; they
+        count as accepted, like the rows a stream with a slack drops as late itself. The counter
+        moves only if the rest of the push is accepted."""
         inp = self._input(name)
-        rate = inp.sampling_rate
         n = len(batch)
-        if rate < 1.0 and n:
-            seen = inp.offered
-            inp.offered = seen + n
-            u = (splitmix64(np.arange(seen, seen + n, dtype=np.uint64)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-            keep = u < rate
-            inp.shed = inp.shed + int(n - keep.sum())
+        late = 0
+        keep = inp.in_time(batch) if drop_late else None
+        if keep is not None:
+            late = int(n - np.count_nonzero(keep))
             batch = batch.take(keep)
+        rate = inp.sampling_rate
+        if rate < 1.0 and len(batch):
+            m = len(batch)
+            seen = inp.offered
+            inp.offered = seen + m
+            u = (splitmix64(np.arange(seen, seen + m, dtype=np.uint64)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+            sampled = u < rate
+            inp.shed = inp.shed + int(m - sampled.sum())
+            batch = batch.take(sampled)
         inp.push(batch)
+        inp.late += late
         self._after_input(name)
         return n
 

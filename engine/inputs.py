@@ -2,7 +2,9 @@
 
 A stream input accepts non-decreasing timestamps; with a declared slack it buffers and re-orders
 tuples within the slack and counts (and reports) the ones later than that. A relation input
-accepts signed updates and matches each delete to a live insert of the same value.
+accepts signed updates and matches each delete to a live insert of the same value. Without a
+slack, a pusher may ask for late rows (older than the source's time) to be dropped and counted
+instead of rejecting the push (`drop_late`).
 """
 
 from __future__ import annotations
@@ -30,12 +32,18 @@ class StreamInput:
         self.max_ts: int | None = None  # largest ts accepted
         self.floor: int | None = None  # slack mode: everything below is released; older tuples are late
         self.pending: list[Batch] = []  # slack buffer
-        self.late = 0  # tuples dropped for arriving later than the slack
+        self.late = 0  # tuples dropped for arriving later than the slack (or before max_ts: drop_late)
         self.accepted = 0
         self.first: int | None = None
         self.sampling_rate = 1.0  # knob: load shedding of arrivals (Dsms.push_batch)
         self.offered = 0  # arrivals offered while shedding
         self.shed = 0  # arrivals dropped by shedding
+
+    def in_time(self, batch: Batch) -> npt.NDArray[np.bool_] | None:
+        """Mask of the rows of `batch` the input would not refuse as too old (None: all of them).
+        Without a slack the late ones are those with ts < max_ts; with a slack every row passes
+        here: the input drops and counts its late rows itself on push."""
+        return None if self.d.slack else _not_before(batch, self.max_ts)
 
     def push(self, batch: Batch) -> int:
         """Accept a batch (whole, or not at all when out of order without slack)."""
@@ -138,7 +146,11 @@ class RelationInput:
         self.sampling_rate = 1.0  # as on streams (the knob is settable on streams only)
         self.offered = 0
         self.shed = 0
-        self.late = 0  # relations have no slack: nothing arrives late
+        self.late = 0  # relations have no slack: only drop_late drops (and counts) rows older than max_ts
+
+    def in_time(self, batch: Batch) -> npt.NDArray[np.bool_] | None:
+        """Mask of the updates of `batch` not older than max_ts (`push` refuses those); None: all."""
+        return _not_before(batch, self.max_ts)
 
     def push(self, batch: Batch) -> int:
         n = len(batch)
@@ -252,6 +264,15 @@ class RelationInput:
         self.tail = []
         self.queue.ended = True
         self.queue.push(None, watermark=last)
+
+
+def _not_before(batch: Batch, t: int | None) -> npt.NDArray[np.bool_] | None:
+    """Mask of the rows with ts >= t (rows at t are still accepted), or None when that is every row.
+    Disorder among the kept rows is still the push's to reject."""
+    if t is None or not len(batch):
+        return None
+    keep = batch.ts >= t
+    return None if bool(keep.all()) else keep
 
 
 def rows_to_batch(

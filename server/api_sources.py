@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from cqlstream.io.formats import INGEST_FORMATS
+from cqlstream.server.idempotency import KEY_HEADER, KEY_MAX_LENGTH, REPLAYED_HEADER
 from cqlstream.server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
 from cqlstream.server.problems import ProblemError, responses
 
@@ -159,13 +160,57 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         "Each row carries its timestamp in `ts` unless the stream is system-timestamped; "
         "relation updates carry `sign` (1 / -1, or '+' / '-'). Timestamps must not decrease "
         "(unless the stream declares a slack). A rejected push changes nothing; the problem names "
-        "the offending `row` (0-based) and `field`.",
+        "the offending `row` (0-based) and `field`.\n\n"
+        "Safe retries and micro-batches: `late=drop` drops (and counts, in the reply's `late`) rows older "
+        "than the source's time instead of rejecting the push; `heartbeat=T` then advances the source's "
+        "time to T in the same step, so one request carries a micro-batch and its watermark. With an "
+        f"`{KEY_HEADER}` header the push applies at most once: a retry with the same key changes nothing "
+        f"and gets the first reply back with `replayed: true` and the response header `{REPLAYED_HEADER}: "
+        "true`, whatever its body (bodies are not compared). The server remembers the last keys of each "
+        "source (a setting, 10 000 by default) in memory; a rejected push records no key.",
         openapi_extra={"requestBody": _push_body()},
         responses=responses(400, 401, 404, 409, 413, 415, 422),
     )
-    async def push(request: Request, name: str = SourceName) -> dict[str, Any]:
+    async def push(
+        request: Request,
+        response: Response,
+        name: str = SourceName,
+        late: Literal["reject", "drop"] = Query(
+            "reject",
+            description="rows older than the source's time (its largest timestamp; a stream with a slack drops "
+            "rows later than the slack itself): `reject` the whole push, or `drop` them and count them in "
+            "the reply's `late`",
+        ),
+        heartbeat: int | None = Query(
+            None,
+            ge=-(1 << 62),
+            le=1 << 62,
+            description="after the rows, advance the source's time to this instant (no element with a smaller "
+            "timestamp will come: results through heartbeat-1 become final); a heartbeat at or below the "
+            "source's time changes nothing",
+        ),
+        idempotency_key: str | None = Header(
+            None,
+            alias=KEY_HEADER,
+            min_length=1,
+            max_length=KEY_MAX_LENGTH,
+            description="a key naming this push (unique per source): a retry with the same key is not "
+            "applied again and gets the first push's reply",
+        ),
+    ) -> dict[str, Any]:
         body = await request.body()
-        return await run_in_threadpool(host.push, name, body, request.headers.get("content-type"))
+        out = await run_in_threadpool(
+            host.push,
+            name,
+            body,
+            request.headers.get("content-type"),
+            drop_late=late == "drop",
+            heartbeat=heartbeat,
+            key=idempotency_key,
+        )
+        if out["replayed"]:
+            response.headers[REPLAYED_HEADER] = "true"
+        return out
 
     @r.post(
         "/streams/{name}/heartbeat",

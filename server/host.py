@@ -23,6 +23,7 @@ from cqlstream.io.decoders import Target
 from cqlstream.io.errors import IngestError
 from cqlstream.io.formats import decode
 from cqlstream.server.control import Control
+from cqlstream.server.idempotency import IdempotencyStore
 from cqlstream.server.problems import ProblemError
 from cqlstream.server.publication import Fanout, ResultChunk, SnapshotUnavailable, Subscriber
 from cqlstream.server.settings import Settings
@@ -59,12 +60,17 @@ class EngineHost:
         self.started = time.time()
         self.fanout = Fanout(self.d, self.settings.lag_grace_seconds)
         self.control = Control(self)
+<<<<<<< HEAD
         self.spark = SparkHost(self)
+=======
+        self.idempotency = IdempotencyStore(self.settings.idempotency_keys)  # keys of applied pushes
+>>>>>>> push
         # metrics
         self.accepted: dict[str, int] = defaultdict(int)
         self.rejected: dict[str, int] = defaultdict(int)
         self.rejected_pushes: dict[str, int] = defaultdict(int)
         self.pushes = 0
+        self.replayed: dict[str, int] = defaultdict(int)  # pushes answered from their idempotency key
         self.run_seconds = 0.0
         self.runs = 0
         self.errors_5xx = 0
@@ -169,6 +175,7 @@ class EngineHost:
             if s.name.lower() not in self.d.inputs:
                 raise ProblemError(409, "read_only", f"'{s.name}' is a system stream: it cannot be dropped")
             self.d.drop_source(s.name)
+            self.idempotency.forget(s.name)
 
     # ------------------------------------------------------------ input
     def target(self, name: str) -> Target:
@@ -176,8 +183,37 @@ class EngineHost:
             s = self._source(name)
             return Target.of(s, self.settings.ts_field, self.settings.sign_field)
 
-    def push(self, name: str, body: bytes, content_type: str | None) -> dict[str, Any]:
-        """Parse (outside the lock), push whole or reject whole, run, publish."""
+    def _replay(self, name: str, key: str) -> dict[str, Any] | None:
+        """The reply of the push applied on source `name` with idempotency `key`, marked replayed
+        (None: the key is new). Call under the lock."""
+        s = self._source(name)
+        reply = self.idempotency.seen(s.name, key)
+        if reply is None:
+            return None
+        self.replayed[s.name] += 1
+        return {**reply, "replayed": True}
+
+    def push(
+        self,
+        name: str,
+        body: bytes,
+        content_type: str | None,
+        *,
+        drop_late: bool = False,
+        heartbeat: int | None = None,
+        key: str | None = None,
+    ) -> dict[str, Any]:
+        """Parse (outside the lock), push whole or reject whole, advance the source's time to
+        `heartbeat` (a no-op when its time is past it already), run, publish: one request, one
+        micro-batch and its watermark. `drop_late`: rows older than the source's time are dropped
+        and counted (`late`) instead of rejecting the push. With an idempotency `key` already
+        applied on the source, nothing happens and the first reply comes back (`replayed`); a key
+        is recorded under the lock of the push it belongs to, and only when the push was applied."""
+        if key is not None:
+            with self.lock:  # a retry: answer without decoding the body again
+                replay = self._replay(name, key)
+            if replay is not None:
+                return replay
         target = self.target(name)
         try:
             parsed = decode(body, content_type, target)
@@ -187,6 +223,10 @@ class EngineHost:
         n = len(parsed)
         with self.lock:
             s = self._source(name)
+            if key is not None:  # a concurrent retry with the same key may have applied it meanwhile
+                replay = self._replay(s.name, key)
+                if replay is not None:
+                    return replay
             if s.name != target.name or s.timestamp != ("system" if target.system_ts else "application"):
                 raise ProblemError(409, "source_changed", f"'{name}' changed during the push; retry")
             inp = self.d.inputs.get(s.name.lower())
@@ -195,18 +235,22 @@ class EngineHost:
             late0 = inp.late
             ts = np.full(n, self.d._now_units(s), np.int64) if target.system_ts else None
             try:
-                accepted = self.d.push_batch(s.name, parsed.batch(ts)) if n else 0
+                accepted = self.d.push_batch(s.name, parsed.batch(ts), drop_late=drop_late) if n else 0
             except InputError as e:  # counted, and the reply names the source
                 self.rejected[s.name] += n
                 self.rejected_pushes[e.code] += 1
                 e.details["source"] = s.name
                 raise
+            if heartbeat is not None:
+                self.d.heartbeat(s.name, int(heartbeat))  # the engine ignores a heartbeat below the time
             self.accepted[s.name] += int(accepted)
             self.pushes += 1
-            late = int(inp.late - late0)
-            if n:
+            reply = {"source": s.name, "accepted": int(accepted), "late": int(inp.late - late0), "replayed": False}
+            if key is not None:  # recorded once applied: a retry after a failed run must not apply twice
+                self.idempotency.record(s.name, key, reply)
+            if n or heartbeat is not None:
                 self._run()
-            return {"source": s.name, "accepted": int(accepted), "late": late}
+            return reply
 
     def heartbeat(self, name: str, t: int) -> dict[str, Any]:
         with self.lock:
@@ -369,11 +413,13 @@ class EngineHost:
                 log.exception("attribution failed")
                 attribution = {}
             pubs = self.fanout.pubs
+            keys = self.idempotency.sizes()
             return {
                 "accepted": dict(self.accepted),
                 "rejected": dict(self.rejected),
                 "rejected_pushes": dict(self.rejected_pushes),
                 "pushes": self.pushes,
+                "replayed": dict(self.replayed),
                 "lag_disconnects": self.fanout.lag_disconnects,
                 "cutoffs": self.fanout.cutoffs,
                 "subscriptions_total": self.fanout.subscriptions_total,
@@ -385,7 +431,12 @@ class EngineHost:
                 "runs": self.runs,
                 "queries": len(self.d.queries),
                 "sources": {
-                    i.d.name: {"accepted": int(i.accepted), "late": int(getattr(i, "late", 0)), "max_ts": i.max_ts}
+                    i.d.name: {
+                        "accepted": int(i.accepted),
+                        "late": int(getattr(i, "late", 0)),
+                        "max_ts": i.max_ts,
+                        "idempotency_keys": keys.get(i.d.name.lower(), 0),
+                    }
                     for i in self.d.inputs.values()
                 },
                 "uptime": time.time() - self.started,

@@ -79,9 +79,21 @@ def render(m: dict[str, Any], http: dict[str, int]) -> str:
     )
     o.metric("cqlstream_pushes_total", "counter", "Accepted pushes.", m["pushes"])
     o.metric(
+        "cqlstream_pushes_replayed_total",
+        "counter",
+        "Pushes answered from their Idempotency-Key (a retry of a push already applied), per source.",
+        [({"source": k}, v) for k, v in sorted(m["replayed"].items())],
+    )
+    o.metric(
+        "cqlstream_idempotency_keys",
+        "gauge",
+        "Idempotency keys of applied pushes remembered, per source.",
+        [({"source": k}, v["idempotency_keys"]) for k, v in sorted(m["sources"].items())],
+    )
+    o.metric(
         "cqlstream_source_late_total",
         "counter",
-        "Tuples dropped for arriving later than the slack.",
+        "Tuples dropped as late: later than the slack, or older than the source's time in a push with late=drop.",
         [({"source": k}, v["late"]) for k, v in sorted(m["sources"].items())],
     )
     o.metric(

@@ -71,7 +71,16 @@ class SourceOut(BaseModel):
 class PushResult(BaseModel):
     source: str
     accepted: int = Field(description="tuples accepted by this push (the whole push, or an error)")
-    late: int = Field(0, description="tuples dropped for arriving later than the stream's slack")
+    late: int = Field(
+        0,
+        description="of these, tuples dropped as late: later than the stream's slack, or (with `late=drop`) "
+        "older than the source's time",
+    )
+    replayed: bool = Field(
+        False,
+        description="true: this push's Idempotency-Key was applied before; nothing was done and this is "
+        "that push's reply",
+    )
 
 
 class HeartbeatIn(BaseModel):

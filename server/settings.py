@@ -25,3 +25,4 @@ class Settings:
     sources: tuple[SourceSpec, ...] = ()  # Spark sources started with the server
     spark_master: str = "local[*]"  # the embedded Spark session's master
     checkpoint_dir: str | None = None  # Spark checkpoints (default: DATA_DIR/spark-checkpoints, else a temp dir)
+    idempotency_keys: int = 10_000  # Idempotency-Key values of pushes remembered per source (oldest forgotten first)

@@ -107,15 +107,12 @@ class EngineSink(Sink):
             before = self.dsms.input_time(name)
             accepted = late = 0
             if engine_batch is not None and batch.mark is not None:
-                if not before.slack and before.max_ts is not None:
-                    # without a slack the input refuses rows older than its time: they are late here
-                    keep = engine_batch.ts >= before.max_ts
-                    late = int(len(keep) - keep.sum())
-                    engine_batch = engine_batch.take(keep)
-                if len(engine_batch):
-                    accepted = int(self.dsms.push_batch(name, engine_batch))
+                # rows older than the stream's time (its slack's floor, or its largest ts) are late:
+                # dropped and counted by the input
+                self.dsms.push_batch(name, engine_batch, drop_late=True)
                 then = self.dsms.input_time(name)
-                late += then.late - before.late  # a stream with slack counts its own late rows
+                late = then.late - before.late
+                accepted = len(engine_batch) - late
                 # Spark's watermark rule: the stream is complete below (max event time − delay). Without
                 # a slack a push already completes it below its largest ts; with one, the input holds
                 # rows back for its slack and the heartbeat releases them up to the watermark instead.
