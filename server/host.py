@@ -60,11 +60,8 @@ class EngineHost:
         self.started = time.time()
         self.fanout = Fanout(self.d, self.settings.lag_grace_seconds)
         self.control = Control(self)
-<<<<<<< HEAD
         self.spark = SparkHost(self)
-=======
         self.idempotency = IdempotencyStore(self.settings.idempotency_keys)  # keys of applied pushes
->>>>>>> push
         # metrics
         self.accepted: dict[str, int] = defaultdict(int)
         self.rejected: dict[str, int] = defaultdict(int)
