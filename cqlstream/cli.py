@@ -156,6 +156,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
     from cqlstream.server.app import create_app
+    from cqlstream.server.problems import ProblemError
     from cqlstream.server.settings import Settings
     from cqlstream.spark_commands import specs_of
 
@@ -178,6 +179,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_mb << 20,
         subscriber_buffer=args.subscriber_buffer,
         compat=args.stream_compat,
+        ddl=tuple(args.ddl),
         sources=sources,
         spark_master=args.spark_master,
         checkpoint_dir=args.checkpoint_dir,
@@ -189,7 +191,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the demo's own client calls are not news
     try:
         app = create_app(settings)
-    except (EngineError, ValueError, OSError) as e:  # e.g. an unreadable or corrupt plan file in --data-dir
+    except (EngineError, CqlError, ProblemError, ValueError, OSError) as e:  # a corrupt plan file, bad --ddl
         print(f"cqlstream serve: cannot start: {e}", file=sys.stderr)
         return 2
     from cqlstream.server.runner import serve
@@ -423,6 +425,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also run the live demo shop: register its streams, relation and queries through the "
         "API, push orders and clicks 4 times a second, and print the big orders as they happen",
+    )
+    sv.add_argument(
+        "--ddl",
+        action="append",
+        default=[],
+        metavar="DDL",
+        help="register these streams, relations or views at start (;-separated; kept when --data-dir has them)",
     )
     add_source_options(sv)
     sv.set_defaults(func=cmd_serve)

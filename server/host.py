@@ -76,6 +76,21 @@ class EngineHost:
         with self.lock:
             for qid in sorted(self.d.queries):  # queries restored by the engine from data_dir
                 self.fanout.add(self.d.queries[qid])
+            for text in self.settings.ddl:
+                self._startup_ddl(text)
+
+    def _startup_ddl(self, text: str) -> None:
+        """Register the streams, relations and views of `text` (one or more `;`-separated statements);
+        a name the catalog already holds (restored from the data dir) is kept as it is."""
+        for stmt in parse_script(text):
+            if isinstance(stmt, ast.RegisterSource):
+                if self.d.catalog.get(stmt.name) is None:
+                    self.d.register_source(stmt)
+            elif isinstance(stmt, ast.RegisterView):
+                if self.d.catalog.get(stmt.name) is None:
+                    self.d.register_view(stmt)
+            else:
+                raise ProblemError(422, "not_ddl", "--ddl takes 'register stream|relation|view' statements only")
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:

@@ -7,12 +7,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from cqlstream.spark_bridge.errors import SparkSourceError
 
 log = logging.getLogger("cqlstream.spark")
+LOG4J = Path(__file__).with_name("log4j2.properties")  # warnings only, without the start-up chatter
 
 
 class SparkRuntime:
@@ -29,8 +31,11 @@ class SparkRuntime:
         self.app_name = app_name
         self.conf = {
             "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "2",
+            "spark.sql.adaptive.enabled": "false",  # not used by streaming queries (Spark says so at each start)
             "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J.as_uri()}",
             **(conf or {}),
         }
         self.say = say or log.info
@@ -47,6 +52,8 @@ class SparkRuntime:
         with self._lock:
             if self._session is None:
                 t = time.perf_counter()
+                for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # one line per callback at INFO
+                    logging.getLogger(chatty).setLevel(logging.WARNING)
                 try:
                     builder = SparkSession.builder.master(self.master).appName(self.app_name)
                     for k, v in self.conf.items():

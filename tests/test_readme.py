@@ -41,7 +41,8 @@ SKIPPED = {
     "curl -X POST localhost:8000/streams": "needs curl and a live server (tests/server/ push every format)",
     "curl -N": "needs curl and a live server (tests/server/ read every result format)",
     '{"type": "https://cqlstream.dev/problems': "an example problem document (tests/server/test_errors.py)",
-    "# a CSV folder read by Spark": "starts a Spark session; tests/spark/test_source.py runs the same code",
+    "mkdir -p orders": "a server and a follower that run until stopped, and Spark; tests/spark/test_server_sources.py "
+    "runs the same commands",
 }
 # first line of the block -> the repo file it quotes
 EXCERPTS = {

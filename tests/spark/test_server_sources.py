@@ -251,6 +251,48 @@ def test_cqlstream_feed_pushes_a_directory(server, client, tmp_path):
     assert client.stream("Fed")["max_ts"] == max(r[0] for f in files for r in f)
 
 
+def test_the_readme_pipeline(tmp_path):
+    """README.md's Spark pipeline commands, as written, against a `cqlstream serve` child process."""
+    import shlex
+
+    from tests.server.conftest import ServerProcess
+    from tests.test_readme import BLOCKS, SKIPPED
+
+    key = "mkdir -p orders"
+    assert "tests/spark/test_server_sources.py" in SKIPPED[key]
+    (block,) = [b for b in BLOCKS if b.lang == "bash" and b.first.startswith(key)]
+    mkdir, serve, query, add = block.text.strip().splitlines()
+    subprocess.run(["bash", "-c", mkdir], cwd=tmp_path, check=True, timeout=10)
+    assert serve.startswith(".venv/bin/cqlstream serve ") and serve.endswith(" &")
+    srv = ServerProcess(*shlex.split(serve[len(".venv/bin/cqlstream serve ") : -2]))
+    try:
+        srv.wait_ready()
+        exe = [sys.executable, "-m", "cqlstream"]
+        follow = shlex.split(query[len(".venv/bin/cqlstream ") : -2]) + ["--url", srv.url]
+        follower = subprocess.Popen(exe + follow, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        lines: list[str] = []
+        assert follower.stdout is not None
+        out = follower.stdout
+        threading.Thread(target=lambda: lines.extend(iter(out.readline, "")), daemon=True).start()
+        time.sleep(1.0)  # the follower has registered its query
+        spec = add.split('--add "', 1)[1].rstrip('"').replace("$PWD", str(tmp_path))
+        added = subprocess.run(
+            exe + ["sources", "--url", srv.url, "--add", spec],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert added.returncode == 0, added.stderr
+        # the file's rows at instants 1..3; the batch's heartbeat (3) makes 1 and 2 final
+        wait_for("the follower's results", lambda: len(lines) >= 2)
+        assert lines[:2] == ["[1]:+:7, 2\n", "[2]:+:8, 5\n"], lines
+        follower.terminate()
+        follower.wait(10)
+    finally:
+        srv.stop()
+
+
 def test_stopping_the_server_stops_the_streaming_queries(server, client):
     client.register_stream("register stream Ticks (value int) with (unit = millisecond)")
     client.add_spark_source("Ticks=rate?rowsPerSecond=20&trigger=200 milliseconds")

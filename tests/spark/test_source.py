@@ -204,18 +204,6 @@ def test_a_schema_mismatch_names_the_columns(spark, tmp_path):
         SparkSource(d, df, SparkSourceConfig(stream="Nope", time_column="t", checkpoint="x")).check()
 
 
-def test_the_readme_example(spark, tmp_path, monkeypatch):
-    """README.md's Spark example, run as written (its `# →` comments checked) in this module's session."""
-    from tests.test_readme import BLOCKS, SKIPPED, run_python
-
-    key = "# a CSV folder read by Spark"
-    assert "tests/spark/test_source.py" in SKIPPED[key]
-    (block,) = [b for b in BLOCKS if b.lang == "python" and b.first.startswith(key)]
-    monkeypatch.chdir(tmp_path)
-    run_python(block, {"__name__": "__readme__"})
-    assert SparkSession.getActiveSession() is spark  # getOrCreate reused the session
-
-
 def bound_source(spark, tmp_path: Path, d: Dsms, stream: str, **kw) -> SparkSource:
     """A source checked against its DataFrame's schema, fed by `apply` directly (no streaming query)."""
     (tmp_path / "in").mkdir(exist_ok=True)
