@@ -180,6 +180,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         subscriber_buffer=args.subscriber_buffer,
         compat=args.stream_compat,
         ddl=tuple(args.ddl),
+        silence_timeout=args.silence_timeout,
         sources=sources,
         spark_master=args.spark_master,
         checkpoint_dir=args.checkpoint_dir,
@@ -425,6 +426,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also run the live demo shop: register its streams, relation and queries through the "
         "API, push orders and clicks 4 times a second, and print the big orders as they happen",
+    )
+    sv.add_argument(
+        "--silence-timeout",
+        type=float,
+        metavar="S",
+        help="a source silent for S seconds has its time advanced to the other sources' (so an idle "
+        "stream does not hold joins and windows back); default: never",
     )
     sv.add_argument(
         "--ddl",

@@ -34,7 +34,7 @@ log = logging.getLogger("cqlstream.server")
 
 def make_dsms(settings: Settings) -> Dsms:
     """The engine for the settings (its catalog and queries persist under `data_dir` when set)."""
-    return Dsms(compat=settings.compat, data_dir=settings.data_dir or None)
+    return Dsms(compat=settings.compat, data_dir=settings.data_dir or None, silence_timeout=settings.silence_timeout)
 
 
 def _attrs(attrs: Iterable[Attribute]) -> list[dict[str, str]]:

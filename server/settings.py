@@ -22,6 +22,7 @@ class Settings:
     ts_field: str = "ts"  # name of the timestamp field in pushed rows
     sign_field: str = "sign"  # name of the sign field in pushed relation updates
     compat: bool = False  # STREAM 0.6 behaviour (see `cqlstream run --stream-compat`)
+    silence_timeout: float | None = None  # a source silent this long (s) is advanced to the others' time
     ddl: tuple[str, ...] = ()  # streams, relations and views registered at start (kept when the data dir has them)
     sources: tuple[SourceSpec, ...] = ()  # Spark sources started with the server
     spark_master: str = "local[*]"  # the embedded Spark session's master
