@@ -19,7 +19,7 @@ from cqlstream.cql.parser import parse_script
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle
 from cqlstream.engine.errors import InputError
-from cqlstream.io.decoders import Target
+from cqlstream.io.decoders import Parsed, Target
 from cqlstream.io.errors import IngestError
 from cqlstream.io.formats import decode
 from cqlstream.server.control import Control
@@ -232,6 +232,20 @@ class EngineHost:
         except IngestError as e:
             self.rejected_pushes[e.code] += 1
             raise ProblemError(e.status, e.code, str(e), row=e.row, field=e.field, source=target.name) from None
+        return self.apply(name, target, parsed, drop_late=drop_late, heartbeat=heartbeat, key=key)
+
+    def apply(
+        self,
+        name: str,
+        target: Target,
+        parsed: Parsed,
+        *,
+        drop_late: bool = False,
+        heartbeat: int | None = None,
+        key: str | None = None,
+    ) -> dict[str, Any]:
+        """Apply decoded rows (`target` is what they were decoded for) as `push` does: every push of
+        the server, HTTP or an embedded Spark source, goes through here."""
         n = len(parsed)
         with self.lock:
             s = self._source(name)

@@ -11,15 +11,50 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cqlstream.cql.catalog import SourceDef
+from cqlstream.io.decoders import ArrowStream
 from cqlstream.server.control import plain
-from cqlstream.spark_bridge.spec import SourceSpec
+from cqlstream.server.problems import ProblemError
+from cqlstream.spark_bridge.errors import SparkSourceError
+from cqlstream.spark_bridge.prepare import Prepared
+from cqlstream.spark_bridge.sinks import Applied, Sink, StreamInfo, stream_info
 
 if TYPE_CHECKING:
     from cqlstream.server.host import EngineHost
     from cqlstream.spark_bridge.manager import SparkSources
     from cqlstream.spark_bridge.source import SparkSource
+    from cqlstream.spark_bridge.spec import SourceSpec
 
 log = logging.getLogger("cqlstream.spark")
+
+
+class HostSink(Sink):
+    """Micro-batches of the embedded Spark sources into the host: the path of an HTTP push with
+    `late=drop`, `heartbeat=` the batch's watermark and the idempotency key `spark:<run>:<batch>`,
+    so they are counted, published and remembered like any push."""
+
+    where = "this server"
+
+    def __init__(self, host: EngineHost) -> None:
+        self.host = host
+
+    def stream_info(self, stream: str) -> StreamInfo:
+        with self.host.lock:
+            source = self.host.d.catalog.get(stream)
+            if not isinstance(source, SourceDef) or source.name.lower() not in self.host.d.inputs:
+                source = None
+            return stream_info(source, stream, self.where)
+
+    def apply(self, stream: str, run_id: str, batch: Prepared) -> Applied:
+        target = self.stream_info(stream).target  # the shape `batch.table` was prepared in
+        parsed = ArrowStream().decode_table(batch.table, target)
+        try:
+            out = self.host.apply(
+                stream, target, parsed, drop_late=True, heartbeat=batch.mark, key=f"spark:{run_id}:{batch.batch_id}"
+            )
+        except ProblemError as e:
+            raise SparkSourceError(f"the server refused batch {batch.batch_id} of '{stream}': {e}") from None
+        return Applied(out["accepted"], out["late"], out["replayed"])
 
 
 class SparkHost:
@@ -49,17 +84,12 @@ class SparkHost:
             if self._sources is None:
                 from cqlstream.spark_bridge.manager import SparkSources
                 from cqlstream.spark_bridge.runtime import SparkRuntime
-                from cqlstream.spark_bridge.sinks import EngineSink
 
                 host = self.host
-                sink = EngineSink(host.d, host.lock, after=self._after)
+                sink = HostSink(host)
                 runtime = SparkRuntime(host.settings.spark_master, say=log.warning)
                 self._sources = SparkSources(sink, runtime, self.checkpoint_root(), self._attach, self._detach)
             return self._sources
-
-    def _after(self, stream: str, accepted: int) -> None:  # under the host lock, after the engine ran
-        self.host.accepted[stream] += accepted
-        self.host.publish()
 
     def _attach(self, src: SparkSource) -> None:
         with self.host.lock:

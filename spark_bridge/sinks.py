@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +57,13 @@ class Sink(ABC):
         """Push the batch, advance the stream to `batch.mark`, run: exactly once per (run_id, batch id)."""
 
 
+def stream_info(source: SourceDef | None, stream: str, where: str) -> StreamInfo:
+    """A registered source's info for a Spark source, or the error saying why it cannot feed it."""
+    if source is None:
+        return _info(None, "second", stream, where)
+    return _info(Target.of(source), source.time_unit, stream, where)
+
+
 def _info(target: Target | None, unit: str, stream: str, where: str) -> StreamInfo:
     """The stream's info, or the error saying why a Spark source cannot feed it."""
     if target is None:
@@ -73,8 +79,8 @@ def _info(target: Target | None, unit: str, stream: str, where: str) -> StreamIn
 
 class EngineSink(Sink):
     """Into `dsms`, under `lock` (shared with every other caller of that engine: callbacks of two
-    streaming queries run concurrently on driver threads). `after(stream, accepted)` runs under the
-    same lock once a batch is applied (the server counts the rows and publishes results there)."""
+    streaming queries run concurrently on driver threads). The server has its own sink, which goes
+    through its push path (server/spark_host.py)."""
 
     where = "this process"
 
@@ -82,19 +88,17 @@ class EngineSink(Sink):
         self,
         dsms: Dsms,
         lock: AbstractContextManager[Any] | None = None,
-        after: Callable[[str, int], None] | None = None,
     ) -> None:
         self.dsms = dsms
         self.lock = lock if lock is not None else threading.RLock()
-        self.after = after
         self.applied: dict[tuple[str, str], int] = {}  # (stream, run id) -> last batch id applied
 
     def stream_info(self, stream: str) -> StreamInfo:
         with self.lock:
             source = self.dsms.catalog.get(stream)
             if not isinstance(source, SourceDef) or source.name.lower() not in self.dsms.inputs:
-                return _info(None, "second", stream, self.where)
-            return _info(Target.of(source), source.time_unit, stream, self.where)
+                source = None
+            return stream_info(source, stream, self.where)
 
     def apply(self, stream: str, run_id: str, batch: Prepared) -> Applied:
         target = self.stream_info(stream).target
@@ -121,8 +125,6 @@ class EngineSink(Sink):
                     self.dsms.heartbeat(name, batch.mark)
             self.dsms.run()
             self.applied[key] = batch.batch_id
-            if self.after is not None:
-                self.after(name, accepted)
             return Applied(accepted, late)
 
 
