@@ -176,6 +176,32 @@ def test_a_dead_source_reports_why(server, client):
     assert client.health()["status"] == "ok"
 
 
+def test_a_socket_source_reads_csv_lines(server, client):
+    """Lines from a socket (this test listens; Spark connects), each a CSV row: event time, fields."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(WAIT)
+    port = listener.getsockname()[1]
+    client.register_stream("register stream Sock (a int, b varchar(8))")
+    qid = client.register_query("select a, b from Sock [Range 100]")["id"]
+    client.add_spark_source(
+        f"Sock=socket:127.0.0.1:{port}?time=t&trigger=200 milliseconds&schema=t LONG, a INT, b STRING"
+    )
+    conn, _ = listener.accept()
+    try:
+        conn.sendall(b"1,5,x\n2,6,y\n4,7,z\n")
+        wait_for("the socket rows", lambda: client.spark_source("Sock")["counters"]["rows"] == 3)
+        snap = list(client.subscribe(qid, snapshot=True, follow=False))
+        assert sorted(e.row for e in snap) == [(5, "x"), (6, "y")] and snap[0].ts == 3  # final through 4 − 1
+    finally:
+        conn.close()
+        listener.close()
+        client.remove_spark_source("Sock")
+
+
 def test_remote_pushes_apply_a_replayed_batch_once(server, client, tmp_path):
     """The remote mode: a Spark job in another place (here: this process's session, into the
     server over HTTP) fails after the server applied a batch; the restart re-sends it under the
