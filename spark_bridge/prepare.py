@@ -5,6 +5,7 @@ watermark rule gives. The same for every sink (in process or over HTTP)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +13,9 @@ import pyarrow.compute as pc
 
 from cqlstream.io.decoders import Target
 from cqlstream.spark_bridge.errors import SparkSourceError
-from cqlstream.spark_bridge.schema import ColumnMap
+
+if TYPE_CHECKING:
+    from cqlstream.spark_bridge.schema import ColumnMap  # imports pyspark
 
 
 @dataclass(frozen=True)

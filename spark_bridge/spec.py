@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -159,9 +159,6 @@ class SourceSpec:
             sign_column=self.sign_column,
             columns=self.columns,
         )
-
-    def with_checkpoint(self, checkpoint: str) -> SourceSpec:
-        return replace(self, checkpoint=checkpoint)
 
 
 def _pairs(value: Any, where: str) -> tuple[tuple[str, str], ...]:
