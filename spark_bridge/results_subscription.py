@@ -156,6 +156,7 @@ class ResultsSubscription:
             self._end(why)
         finally:
             self._opened.set()
+            self.client.close()
 
     def _subscribe(self, params: dict[str, str]) -> bool:
         """Read one results response to its end; False when it was refused for want of a snapshot
@@ -164,7 +165,8 @@ class ResultsSubscription:
         with self.client.stream("GET", f"/queries/{self.qid}/results", params=params, timeout=timeout) as r:
             if r.status_code >= 400:
                 r.read()
-                if r.status_code == 409 and "snapshot_unavailable" in r.text and self.fallback_params is not params:
+                retry = self.fallback_params is not None and params is not self.fallback_params
+                if retry and r.status_code == 409 and "snapshot_unavailable" in r.text:
                     return False
                 self._open_error = f"the server {self.url} refused the results of query {self.qid}: {problem_text(r)}"
                 self._end(self._open_error)
@@ -187,7 +189,7 @@ class ResultsSubscription:
         """Buffer a block of elements; False once the stream is over (a control message, or closing)."""
         batch, events = decode_elements(block, self.schema)
         with self._cond:
-            while self._received - self._released >= self.max_buffered and not self._closing:
+            while batch.num_rows and self._received - self._released >= self.max_buffered and not self._closing:
                 self._cond.wait(1.0)
             if self._closing:
                 return False

@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 
 from cqlstream.spark_bridge.result_schema import results_schema, spark_type
 from cqlstream.spark_bridge.results_source import CqlResultsSource, ResultsOptions, ResultsSourceError, register
-from cqlstream.spark_bridge.results_subscription import decode_elements
+from cqlstream.spark_bridge.results_subscription import ResultsSubscription, decode_elements
 from tests.server.conftest import ServerThread
 
 WAIT = 40  # seconds: the longest any wait here may take
@@ -268,6 +268,12 @@ def test_reader_offsets_limits_replays_and_end(server, http):
     assert set(table.column("sign").to_pylist()) == {1} and len(set(table.column("ts").to_pylist())) == 1
     assert 0 < table.num_rows <= 4 and set(table.column("item").to_pylist()) <= {r["item"] for r in pushed}
 
+    # an inactive query's results cannot be subscribed to: the first offset asked for says so
+    assert http.patch(f"/queries/{totals_id}", json={"active": False}).status_code == 200
+    inactive = CqlResultsSource({"url": server.url, "query": "totalsR"})
+    with pytest.raises(ResultsSourceError, match=f"query_inactive.*{server.url}|{server.url}.*query_inactive"):
+        inactive.simpleStreamReader(inactive.schema()).initialOffset()
+
 
 def closed_port() -> int:
     s = socket.socket()
@@ -333,3 +339,43 @@ def test_schema_mapping_and_decoding():
     with pytest.raises(ValueError, match="unknown option"):
         ResultsOptions.parse({"url": "http://x", "query": "q", "maxRows": "3"})
     assert ResultsOptions.parse({"URL": "http://x/", "Query": "q", "maxRowsPerTrigger": "5"}).max_rows_per_trigger == 5
+
+
+SMALL = pa.schema([("ts", pa.int64(), False), ("sign", pa.int32(), False), ("a", pa.int64())])
+
+
+def mock_subscription(handler, **kw) -> ResultsSubscription:
+    client = httpx.Client(base_url="http://cql.test", transport=httpx.MockTransport(handler))
+    params = {"format": "ndjson", "snapshot": "true"}
+    return ResultsSubscription(client, "http://cql.test", 5, params, SMALL, open_timeout=5, **kw)
+
+
+def test_subscription_snapshot_fallback_and_backpressure():
+    """Served by a mock transport: a refused snapshot is retried without one only when asked
+    (`if_available`), and the reading thread stops taking elements while `max_buffered` wait."""
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.params["snapshot"])
+        if request.url.params["snapshot"] == "true":
+            return httpx.Response(409, json={"code": "snapshot_unavailable", "detail": "no snapshot for this plan"})
+        lines = [b'{"ts":%d,"sign":1,"row":[%d]}\n' % (t, t) for t in range(3)]
+        return httpx.Response(200, content=iter([*lines, b'{"event":"end","detail":"query deregistered"}\n']))
+
+    with pytest.raises(ResultsSourceError, match=r"snapshot_unavailable.*no snapshot for this plan"):
+        mock_subscription(handler, max_buffered=10).start()
+    assert asked == ["true"]
+    sub = mock_subscription(handler, max_buffered=1, fallback_params={"format": "ndjson", "snapshot": "false"})
+    sub.start()
+    wait_for(lambda: sub.available() == 1, "the first element", 5)
+    time.sleep(0.3)
+    assert sub.available() == 1 and sub.ended() is None  # waiting for Spark to commit
+    sub.release(1)
+    wait_for(lambda: sub.available() == 2, "the second element", 5)
+    sub.release(2)
+    wait_for(lambda: sub.ended() is not None, "the end", 5)
+    assert sub.available() == 3 and "query deregistered" in sub.ended()
+    assert asked == ["true", "true", "false"]
+    assert sub.slice(2, 3)[0].to_pylist() == [{"ts": 2, "sign": 1, "a": 2}]
+    with pytest.raises(ResultsSourceError, match="not held"):
+        sub.slice(0, 1)
