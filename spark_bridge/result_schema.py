@@ -4,8 +4,13 @@ columns, each engine type mapped to the Spark type its NDJSON values convert to 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # engine type name (as the server spells it, without a length) -> Spark type of its values
 _SPARK_TYPES: dict[str, T.DataType] = {
@@ -44,3 +49,14 @@ def results_schema(
     fields = [T.StructField(ts_column, T.LongType(), False), T.StructField(sign_column, T.IntegerType(), False)]
     fields += [T.StructField(name, spark_type(t), True) for name, t in columns]
     return T.StructType(fields)
+
+
+def arrow_schema(schema: T.StructType, columns: Sequence[tuple[str, str]]) -> pa.Schema:
+    """The Arrow schema of the record batches handed to Spark for `schema` (the one Spark planned
+    with: ours, or one the user gave), which must have a field per result column, time and sign included."""
+    if len(schema.fields) != len(columns) + 2:
+        raise ValueError(
+            f"the schema has {len(schema.fields)} columns; the results have {len(columns) + 2} "
+            f"(time, sign, {', '.join(n for n, _ in columns)})"
+        )
+    return to_arrow_schema(schema, timezone="UTC")  # exactly what Spark checks the batches against

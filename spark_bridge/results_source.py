@@ -16,6 +16,12 @@ subscription, which a daemon thread reads into memory (results_subscription.py);
 number of elements of that subscription, a micro-batch a range of them, served as one Arrow record
 batch and kept until Spark commits it.
 
+`spark.read.format("cqlstream")` (a batch read) gives a relation-valued query's current contents
+instead (results_batch.py).
+
+Spark runs a Python data source in worker processes it starts with `PYSPARK_PYTHON` (default
+`python3`): that interpreter needs cqlstream installed.
+
 Restarts: the buffer is in memory, so a restarted Spark query (same checkpoint) does not resume
 from its checkpointed offset. It subscribes anew and continues with the query's current snapshot
 (relations) or its elements from then on (streams); a micro-batch that was planned but not
@@ -32,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from cqlstream.spark_bridge.result_schema import results_schema
+from cqlstream.spark_bridge.result_schema import arrow_schema, results_schema
+from cqlstream.spark_bridge.results_batch import CqlSnapshotReader
 from cqlstream.spark_bridge.results_http import QueryInfo, ResultsSourceError, describe_query
 from cqlstream.spark_bridge.results_subscription import ResultsSubscription
 
@@ -140,9 +146,18 @@ class ResultsOptions:
         fields["url"] = fields["url"].strip().rstrip("/")
         return cls(**fields)
 
+    def batch_schema(self, info: QueryInfo, schema: StructType) -> pa.Schema:
+        """The Arrow schema of the batches for `schema`, or an error naming the query and the server."""
+        try:
+            return arrow_schema(schema, info.columns)
+        except ValueError as e:
+            raise ResultsSourceError(f"query '{self.query}' at {self.url}: {e}") from e
+
+    def headers(self) -> dict[str, str]:
+        return {self.api_key_header: self.api_key} if self.api_key else {}
+
     def client(self) -> httpx.Client:
-        headers = {self.api_key_header: self.api_key} if self.api_key else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
+        return httpx.Client(base_url=self.url, headers=self.headers(), timeout=self.timeout)
 
     def subscription_params(self) -> tuple[dict[str, str], dict[str, str] | None]:
         """The results request's parameters, and those to retry with when no snapshot can be had."""
@@ -183,6 +198,18 @@ class CqlResultsSource(DataSource):
     def simpleStreamReader(self, schema: StructType) -> CqlResultsReader:
         return CqlResultsReader(self.config, self.query_info(), schema)
 
+    def reader(self, schema: StructType) -> CqlSnapshotReader:
+        """`spark.read.format("cqlstream")`: the current contents of a relation-valued query."""
+        info = self.query_info()
+        if info.kind != "relation":
+            raise ResultsSourceError(
+                f"query '{self.config.query}' at {self.config.url} is stream-valued: it has no contents to read "
+                "as a batch; read its elements with spark.readStream"
+            )
+        return CqlSnapshotReader(
+            self.config.url, self.config.headers(), self.config.timeout, info.id, self.config.batch_schema(info, schema)
+        )
+
 
 def _offset(run: str, n: int) -> dict[str, Any]:
     return {"run": run, "n": n}
@@ -196,13 +223,7 @@ class CqlResultsReader(SimpleDataSourceStreamReader):
     def __init__(self, config: ResultsOptions, info: QueryInfo, schema: StructType) -> None:
         self.config = config
         self.info = info
-        self.arrow_schema: pa.Schema = to_arrow_schema(schema, timezone="UTC")
-        if len(self.arrow_schema) != len(info.columns) + 2:
-            raise ResultsSourceError(
-                f"the schema given for query '{config.query}' at {config.url} has {len(self.arrow_schema)} "
-                f"columns; its results have {len(info.columns) + 2} ({config.ts_column}, {config.sign_column}, "
-                f"{', '.join(n for n, _ in info.columns)})"
-            )
+        self.arrow_schema: pa.Schema = config.batch_schema(info, schema)
         self._sub: ResultsSubscription | None = None
 
     def __getstate__(self) -> dict[str, Any]:

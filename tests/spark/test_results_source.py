@@ -156,6 +156,20 @@ def stop_query(query) -> None:
     assert not stopper.is_alive(), "the streaming query did not stop"
 
 
+def to_parquet(df, folder, qid: int):
+    return (
+        df.writeStream.format("parquet")
+        .option("path", str(folder / f"out{qid}"))
+        .option("checkpointLocation", str(folder / f"ckpt{qid}"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
+
+
+def parquet_rows(spark, folder, qid: int) -> Counter:
+    return Counter(tuple(r) for r in spark.read.parquet(str(folder / f"out{qid}")).collect())
+
+
 def test_results_into_parquet_equal_the_http_results(spark, server, http, tmp_path):
     rnd = random.Random(7)
     stream, totals_id, big_id = setup_queries(http, "P")
@@ -175,13 +189,7 @@ def test_results_into_parquet_equal_the_http_results(spark, server, http, tmp_pa
             else [("item", "INTEGER"), ("price", "FLOAT"), ("tag", "VARCHAR(8)"), ("ok", "BOOLEAN")]
         )
         assert df.schema == want
-        queries[qid] = (
-            df.writeStream.format("parquet")
-            .option("path", str(tmp_path / f"out{qid}"))
-            .option("checkpointLocation", str(tmp_path / f"ckpt{qid}"))
-            .trigger(processingTime="300 milliseconds")
-            .start()
-        )
+        queries[qid] = to_parquet(df, tmp_path, qid)
     # both subscriptions of each query are open before anything else is pushed: same starting point
     for qid in queries:
         wait_for(lambda qid=qid: subscribers(http, qid) == 2, f"the Spark subscription of query {qid}")
@@ -202,14 +210,39 @@ def test_results_into_parquet_equal_the_http_results(spark, server, http, tmp_pa
         stop_query(query)
 
     for ref, qid in zip(refs, queries):
-        got = Counter(tuple(r) for r in spark.read.parquet(str(tmp_path / f"out{qid}")).collect())
-        assert got == Counter(ref.elements), f"query {qid}: Parquet rows differ from the HTTP results"
+        assert parquet_rows(spark, tmp_path, qid) == Counter(ref.elements), f"query {qid}: Parquet != HTTP results"
     totals = refs[0].elements
-    assert any(s == -1 for _, s, *_ in totals) and len({ts for ts, *_ in totals}) > 3  # snapshot, then changes
+    snapshot = [e for e in totals if e[0] == totals[0][0]]
+    assert snapshot and all(e[1] == 1 for e in snapshot) and totals[0][0] == 11  # final through 11
+    assert any(e[1] == -1 for e in totals) and len({e[0] for e in totals}) > 3  # then changes
     # the Spark subscriptions went away with their streaming queries
     push(http, stream, [], end + 2)
     for qid in queries:
         wait_for(lambda qid=qid: subscribers(http, qid) == 0, f"query {qid}'s subscribers to leave", 20)
+
+    # restarted from its checkpoint, the aggregate's Spark query subscribes anew: the relation's
+    # current snapshot, then its changes, follow what it wrote before (docs/spark.md, Restarts)
+    end2 = end + 15
+    again = Reference(server.url, totals_id, end2)
+    again.start()
+    assert again.opened.wait(10) and again.error is None, again.error
+    df = spark.readStream.format("cqlstream").option("url", server.url).option("query", "totalsP").load()
+    query = to_parquet(df, tmp_path, totals_id)
+    wait_for(lambda: subscribers(http, totals_id) == 2, "the restarted Spark subscription")
+    push(http, stream, orders(rnd, end + 2, end2 + 1), end2 + 1)
+    again.join(WAIT)
+    assert not again.is_alive() and again.error is None and again.elements[0][0] == end + 1, again.error
+    n = len(again.elements)
+    wait_for(lambda: rows_read(query) >= n or query.exception() is not None, "the restarted Spark query")
+    assert query.exception() is None, query.exception()
+    stop_query(query)
+    assert parquet_rows(spark, tmp_path, totals_id) == Counter(totals) + Counter(again.elements)
+
+    # a batch read gives the relation's current contents: the snapshot the server sends
+    snap = http.get(f"/queries/{totals_id}/results", params={"snapshot": "true", "follow": "false"})
+    want = Counter((o["ts"], o["sign"], *o["row"]) for o in map(json.loads, snap.text.splitlines()))
+    batch = spark.read.format("cqlstream").option("url", server.url).option("query", "totalsP").load()
+    assert want and Counter(tuple(r) for r in batch.collect()) == want
 
 
 def test_reader_offsets_limits_replays_and_end(server, http):
@@ -267,6 +300,14 @@ def test_reader_offsets_limits_replays_and_end(server, http):
     table = pa.Table.from_batches(list(first))
     assert set(table.column("sign").to_pylist()) == {1} and len(set(table.column("ts").to_pylist())) == 1
     assert 0 < table.num_rows <= 4 and set(table.column("item").to_pylist()) <= {r["item"] for r in pushed}
+
+    # a batch read: the same snapshot, read once; a stream-valued query has none
+    assert [b.to_pylist() for b in snap.reader(snap.schema()).read(None)] == [table.to_pylist()]
+    again = http.post("/queries", json={"cql": BIG.replace("Orders", stream)})
+    assert again.status_code == 201, again.text
+    stream_src = CqlResultsSource({"url": server.url, "query": str(again.json()["id"])})
+    with pytest.raises(ResultsSourceError, match="stream-valued"):
+        stream_src.reader(stream_src.schema())
 
     # an inactive query's results cannot be subscribed to: the first offset asked for says so
     assert http.patch(f"/queries/{totals_id}", json={"active": False}).status_code == 200
