@@ -32,11 +32,11 @@ def decode_elements(block: bytes, schema: pa.Schema) -> tuple[pa.RecordBatch, li
     rows = [o["row"] for o in objs]
     if any(len(r) != width for r in rows):
         raise ResultsSourceError(f"a result row does not have the {width} columns of the schema {schema.names[2:]}")
-    values = list(zip(*rows)) if rows else [() for _ in range(width)]
     arrays = [
         pa.array([o["ts"] for o in objs], schema.field(0).type),
         pa.array([o["sign"] for o in objs], schema.field(1).type),
-        *(pa.array(v, schema.field(i + 2).type) for i, v in enumerate(values)),
+        # a comprehension per column (zip(*rows) is several times slower on long blocks)
+        *(pa.array([r[i] for r in rows], schema.field(i + 2).type) for i in range(width)),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema), events
 
