@@ -1,5 +1,6 @@
 """Spark Structured Streaming as the data pipeline: streaming DataFrames feeding engine streams and
-relations, in this process or on a server over HTTP (`SparkSource`, `SparkSources`, `SourceSpec`).
+relations, in this process or on a server over HTTP (`SparkSource`, `SparkSources`, `SourceSpec`),
+and query results back into Spark (`CqlResultsSource`, the data source `cqlstream`).
 
 Names are imported on first use, so that reading a source definition (spec.py) does not import
 pyspark (a second or more) where no Spark source runs.
@@ -20,6 +21,7 @@ _EXPORTS = {
     "SparkRuntime": "runtime",
     "EngineSink": "sinks",
     "HttpSink": "sinks",
+    "CqlResultsSource": "results_source",
 }
 
 __all__ = sorted(_EXPORTS)
