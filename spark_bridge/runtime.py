@@ -4,6 +4,8 @@ stopped once. Everything that needs Spark in the server or the CLI asks this for
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -52,6 +54,9 @@ class SparkRuntime:
         with self._lock:
             if self._session is None:
                 t = time.perf_counter()
+                # Python workers (UDFs, Python data sources such as `cqlstream`) run this interpreter,
+                # which has cqlstream installed, unless the user chose another
+                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
                 for chatty in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # one line per callback at INFO
                     logging.getLogger(chatty).setLevel(logging.WARNING)
                 try:
