@@ -42,6 +42,7 @@ SKIPPED = {
     "curl -N": "needs curl and a live server (tests/server/ read every result format)",
     '{"type": "https://cqlstream.dev/problems': "an example problem document (tests/server/test_errors.py)",
     "# a CSV folder read by Spark": "starts a Spark session; tests/spark/test_source.py runs the same code",
+    "docker build": "needs a Docker daemon (tests/test_docker_files.py checks the files; scripts/docker_smoke.sh runs them)",
 }
 # first line of the block -> the repo file it quotes
 EXCERPTS = {
