@@ -98,10 +98,15 @@ fi
 step "wheelhouse: the project and its dependencies into build/wheelhouse"
 rm -rf build/wheelhouse
 "$PYTHON" -m pip wheel -q -w build/wheelhouse . "setuptools>=70.1"
+# the image builds the project's wheel itself; without this copy (new bytes at every build) the
+# wheelhouse stays the same between runs and Docker reuses the installed-dependencies layer
+rm -f build/wheelhouse/cqlstream-*.whl
 
 step "image $IMAGE on $BASE_IMAGE (build network: $BUILD_NETWORK)"
 docker build -q --network "$BUILD_NETWORK" --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" . >/dev/null
 
+# a server already answering on the port would pass every check below in place of ours
+if get "$URL/healthz" >/dev/null 2>&1; then fail "something already answers on port $SMOKE_PORT (set SMOKE_PORT)"; fi
 services=(server)
 [ "$SERVER_ONLY" = 1 ] || services+=(producer)
 step "compose up: ${services[*]} on port $SMOKE_PORT"
