@@ -43,6 +43,7 @@ SKIPPED = {
     '{"type": "https://cqlstream.dev/problems': "an example problem document (tests/server/test_errors.py)",
     "mkdir -p orders": "a server and a follower that run until stopped, and Spark; tests/spark/test_server_sources.py "
     "runs the same commands",
+    "docker build": "needs a Docker daemon (tests/test_docker_files.py checks the files; scripts/docker_smoke.sh runs them)",
 }
 # first line of the block -> the repo file it quotes
 EXCERPTS = {
