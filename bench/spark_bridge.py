@@ -40,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"], help="Spark masters, one process each")
     p.add_argument("--warmup", type=int, default=3, help="micro-batches before measuring (default 3)")
     p.add_argument("--batches", type=int, default=8, help="micro-batches measured (default 8)")
-    p.add_argument("--session-warmup", type=int, default=3, help="unmeasured micro-batches per session first")
+    p.add_argument(
+        "--session-warmup", type=int, default=10, help="unmeasured micro-batches per session first (default 10)"
+    )
     p.add_argument("--rounds", type=int, default=2, help="runs of every mode and size; the best counts (default 2)")
     p.add_argument("--json", default="bench/out/spark_bridge.json", help="the JSON report")
     p.add_argument(

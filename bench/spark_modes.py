@@ -366,6 +366,20 @@ class _NdjsonReader(threading.Thread):
             self.opened.set()
 
 
+class _TimedSource(SparkSource):
+    """A SparkSource that records, per micro-batch, how long `toArrow()` took (from the callback's
+    start to `apply`) and how long `apply` took (prepare, the sink: the engine or the HTTP push)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.took: dict[int, tuple[float, float]] = {}
+
+    def apply(self, batch_id: int, table: pa.Table, started: float | None = None, run_id: str | None = None) -> None:
+        t = time.perf_counter()
+        super().apply(batch_id, table, started, run_id)
+        self.took[batch_id] = (t - (started or t), time.perf_counter() - t)
+
+
 def _through_bridge(
     at: Where,
     plan: Plan,
@@ -376,13 +390,13 @@ def _through_bridge(
 ) -> dict[str, Any]:
     start_ms = int(time.time() * 1000)
     df = rate_frame(at.spark, plan, start_ms)
-    applied: dict[int, tuple[int, float]] = {}  # batch id -> (rows Spark delivered, bridge seconds)
+    applied: dict[int, int] = {}  # batch id -> rows Spark delivered
 
     def on_applied(batch_id: int, table: pa.Table) -> None:
-        applied[batch_id] = (table.num_rows, src.last_batch_seconds)
+        applied[batch_id] = table.num_rows
 
     cfg = SparkSourceConfig(stream=stream, time_column="ev", checkpoint=f"{at.tmp}/bridge")
-    src = SparkSource(into, df, cfg, lock=lock, on_applied=on_applied)
+    src = _TimedSource(into, df, cfg, lock=lock, on_applied=on_applied)
     q = src.start()
     try:
         trig, cpu = at.progress.wait(q, plan)
@@ -397,15 +411,16 @@ def _through_bridge(
     while got.through(bound) < expected and time.monotonic() < deadline:
         time.sleep(0.02)
     lat = got.latencies(plan, start_ms, trig) * 1e3
-    bridge_s = [applied[i][1] for i in range(plan.warmup, plan.last + 1) if i in applied]
+    took = np.array([src.took[i] for i in range(plan.warmup, plan.last + 1) if i in src.took]).reshape(-1, 2)
     out.update(
         {
             "cpu_ms": None if cpu is None else cpu * 1e3,
-            "bridge_ms": float(np.mean(bridge_s)) * 1e3 if bridge_s else None,
+            "to_arrow_ms": float(took[:, 0].mean()) * 1e3 if len(took) else None,
+            "apply_ms": float(took[:, 1].mean()) * 1e3 if len(took) else None,
             "latency_ms": lat,  # every measured result row's (rounds are pooled: combine())
             "check": {
                 "spark_rows": spark_rows,
-                "bridge_rows": sum(applied[i][0] for i in range(plan.last + 1) if i in applied),
+                "bridge_rows": sum(applied[i] for i in range(plan.last + 1) if i in applied),
                 "selected_expected": expected,
                 "selected_received": got.through(bound),
                 "aggregate_rows_received": got.other_rows,
@@ -435,7 +450,7 @@ def run_all(
     rounds: int,
     url: str,
     server_pid: int | None = None,
-    session_warmup: int = 3,
+    session_warmup: int = 10,
     say: Callable[[str], object] = print,
 ) -> list[dict[str, Any]]:
     """Every mode at every batch size, `rounds` times (every other round in reverse order, so that no
