@@ -4,15 +4,16 @@ baseline: the bridge needs the rows in the driver), then through a `SparkSource`
 the process and into a `cqlstream serve` on 127.0.0.1 over HTTP (Arrow IPC pushes), each with two
 queries and their subscribers (in process: a polling thread; remote: NDJSON result streams).
 
-Per run: rows/s over the measured micro-batches (after a warm-up), the bridge's overhead against
-Spark alone at the same batch size ((t_bridge − t_spark) / t_spark per batch, target < 25% against
-toArrow), and the latency from a micro-batch's trigger start to its results at the subscriber
-(p50/p95). Each master runs in its own process (a session's master cannot change); one server
+Per run: rows/s over the measured micro-batches (after a warm-up) and CPU per micro-batch (the
+driver, its JVM, the server), the bridge's overhead against Spark alone at the same batch size
+((t_bridge − t_spark) / t_spark per batch, target < 25% against toArrow), and the latency from a
+micro-batch's trigger start to its results at the subscriber (p50/p95). Every mode runs `--rounds`
+times and its best round counts (the machine may be shared). Each master runs in its own process (a session's master cannot change); one server
 serves both. Checks: the rows the bridge applied equal the rows Spark produced, and the selection's
 subscriber received every selected row (the process exits 1 otherwise).
 
     python -m bench.spark_bridge [--sizes 10000 100000] [--masters local[1] local[2]]
-                                 [--warmup 3] [--batches 8] [--json F] [--quick]
+                                 [--warmup 3] [--batches 8] [--rounds 2] [--json F] [--quick]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench.http_ingest import ROOT, _spawn_server
+from bench.spark_modes import MODES
 
 TARGET = 0.25  # the bridge's overhead against Spark alone (toArrow), per batch
 
@@ -72,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             f"sizes {', '.join(f'{n:,}' for n in args.sizes)}, masters {', '.join(args.masters)}; server {url}",
             flush=True,
         )
+        print("modes: " + "; ".join(f"{name}: {label}" for name, (label, _) in MODES.items()), flush=True)
         for master in args.masters:
             results += _run_child(args, master, url, proc.pid if proc is not None else None)
     finally:

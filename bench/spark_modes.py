@@ -83,15 +83,16 @@ class Cpu:
     """CPU seconds (user + sys) of the processes doing the work: this one (the Spark driver's Python
     side, the bridge, the subscribers), its JVM, and the server when there is one. Linux (/proc)."""
 
-    def __init__(self, pids: list[int]) -> None:
+    def __init__(self, pids: list[int], complete: bool = True) -> None:
         self.pids = pids
+        self.complete = complete  # False: the JVM was not found (CPU figures are then left out)
         self.tick = os.sysconf("SC_CLK_TCK")
 
     @classmethod
     def of(cls, server_pid: int | None) -> Cpu:
         """This process, its Java child (the Spark JVM) and the server."""
         jvm = [c for c in _children(os.getpid()) if _comm(c) == "java"]
-        return cls([os.getpid(), *jvm, *([server_pid] if server_pid else [])])
+        return cls([os.getpid(), *jvm, *([server_pid] if server_pid else [])], complete=len(jvm) == 1)
 
     def seconds(self) -> float:
         total = 0
@@ -173,7 +174,7 @@ class Progress(StreamingQueryListener):
                 raise RuntimeError(f"the streaming query ended early: {self.ended[qid]}")
             seen = dict(self.seen[qid])
         trig = {i: t for i, (t, _) in seen.items()}
-        if plan.warmup - 1 not in seen or plan.last not in seen:
+        if not self.cpu.complete or plan.warmup - 1 not in seen or plan.last not in seen:
             return trig, None
         return trig, (seen[plan.last][1] - seen[plan.warmup - 1][1]) / plan.batches
 
