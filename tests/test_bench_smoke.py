@@ -4,6 +4,9 @@ whole-process suite's results are checked against the reference evaluator at a t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from bench import operators, stream_queries
 from cqlstream.io.script_runner import run_script
@@ -60,3 +63,29 @@ def test_sharing_bench_runs_and_sharing_keeps_results():
     off = sharing.one(20, 3000, 500, False)
     assert on["output_tuples"] == off["output_tuples"] > 0
     assert on["windows"] == 1 and off["windows"] == 20
+
+
+def test_spark_bridge_bench_counts_every_row(tmp_path):
+    """`--quick`: one local[1] child, three micro-batches of 1,000 rows per mode. Through the bridge
+    (in process and over HTTP) the rows applied equal the rows Spark reports producing, and the
+    selection's subscriber received every selected row (values 0..2999 that are multiples of 10)."""
+    report = tmp_path / "spark.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.spark_bridge", "--quick", "--json", str(report)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(report.read_text())
+    runs = {r["mode"]: r for r in data["results"]}
+    assert set(runs) == {"noop", "arrow", "engine", "http"}
+    assert all(r["rows_per_s"] > 0 and r["master"] == "local[1]" for r in runs.values())
+    for mode in ("engine", "http"):
+        (check,) = runs[mode]["check"]["rounds"]
+        assert check["spark_rows"] == check["bridge_rows"] == 3 * 1000, (mode, check)
+        assert check["selected_received"] == check["selected_expected"] == 300, (mode, check)
+        assert check["aggregate_rows_received"] > 0, (mode, check)
+        assert runs[mode]["latency_samples"] == 200  # the two measured batches' selected rows
+    assert "| local[1] | 1,000 | http |" in out.stdout
