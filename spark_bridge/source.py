@@ -57,6 +57,9 @@ class SparkSource:
         self.query: StreamingQuery | None = None
         self._started = threading.Event()  # set once start() has (or failed to have) a streaming query
         self._starting = False
+        self._run_id: str | None = None
+        self._progress_cache: dict[str, Any] = {}
+        self._progress_at = -1e9
         self._columns: ColumnMap | None = None
         self._info: StreamInfo | None = None
         self._guard = threading.Lock()  # the counters
@@ -101,6 +104,7 @@ class SparkSource:
         cfg = self.config
         self._started.clear()
         self._starting = True
+        self._run_id = None
         self.error = None
         writer = (
             self.df.select(*[self.df[c] for c in cols.spark_columns()])
@@ -185,12 +189,15 @@ class SparkSource:
         return out
 
     def _progress(self) -> dict[str, Any]:
-        q = self.query
-        try:
-            p = q.lastProgress if q is not None else None
-        except Exception:  # the session is stopping
-            p = None
-        return dict(p) if p else {}
+        """Spark's last progress report, asked of the JVM at most once a second (~4 ms a call)."""
+        q, now = self.query, time.monotonic()
+        if q is not None and now - self._progress_at >= 1.0:
+            try:
+                p = q.lastProgress
+            except Exception:  # the session is stopping
+                p = None
+            self._progress_cache, self._progress_at = (dict(p) if p else {}), now
+        return self._progress_cache
 
     def control_table(self) -> dict[str, Any]:
         return {
@@ -221,9 +228,11 @@ class SparkSource:
         ("direct" for batches handed to `apply` by hand, without Spark)."""
         if not self._starting:
             return "direct"
-        if not self._started.wait(START_WAIT) or self.query is None:
-            raise SparkSourceError(f"the Spark source of '{self.config.stream}' has no streaming query")
-        return str(self.query.id)
+        if self._run_id is None:  # asked of the JVM once per start (a few ms each time)
+            if not self._started.wait(START_WAIT) or self.query is None:
+                raise SparkSourceError(f"the Spark source of '{self.config.stream}' has no streaming query")
+            self._run_id = str(self.query.id)
+        return self._run_id
 
     def apply(self, batch_id: int, table: pa.Table, started: float | None = None, run_id: str | None = None) -> None:
         """Prepare one micro-batch (`table`: the selected Spark columns) and hand it to the sink; it
