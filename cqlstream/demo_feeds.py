@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cqlstream.client import Client, CqlstreamError
@@ -94,11 +93,10 @@ class SparkFeed(Feed):
         where = self.folder.root
         kept = "" if not self.folder.temporary else " (removed at exit)"
         return [
-            f"  feed: Spark Structured Streaming reads Orders and Clicks from CSV files written 4 times a second "
-            f"into {where}/{{orders,clicks}}{kept}; Items is pushed over HTTP once",
+            "  feed: Spark Structured Streaming (embedded) reads Orders and Clicks from CSV files written 4 times a",
+            f"        second into {where}/{{orders,clicks}}{kept}; Items is pushed over HTTP",
             f"  Spark is starting (10-60 s; then GET {self.url}/spark/sources); big orders print once its first "
-            "micro-batches are in "
-            "(`serve --demo --no-spark` runs without Spark)",
+            "micro-batches are in",
         ]
 
     def start(self) -> None:
@@ -107,21 +105,18 @@ class SparkFeed(Feed):
 
     def _start_sources(self) -> None:
         try:
-            with ThreadPoolExecutor(len(COLUMNS)) as pool:  # both at once: each takes seconds once Spark runs
-                list(pool.map(self._start_source, COLUMNS))
+            with Client(self.url, api_key=self.api_key, timeout=SPARK_START_SECONDS) as c:
+                for stream in COLUMNS:  # one after the other: if Spark cannot start, one attempt says so
+                    try:
+                        c.add_spark_source(self.spec(stream))
+                    except CqlstreamError as e:
+                        if e.status != 409:  # 409: a source feeds it already
+                            raise
             self.out(f"Spark sources running: {', '.join(COLUMNS)} (GET {self.url}/spark/sources)")
         except Exception as e:
             self.failed.set()
             self.out(f"demo: the Spark sources did not start: {e}")
             self.out("  run `cqlstream serve --demo --no-spark` for the demo without Spark")
-
-    def _start_source(self, stream: str) -> None:
-        with Client(self.url, api_key=self.api_key, timeout=SPARK_START_SECONDS) as c:
-            try:
-                c.add_spark_source(self.spec(stream))
-            except CqlstreamError as e:
-                if e.status != 409:  # 409: a source feeds it already
-                    raise
 
     def tick(self, c: Client, ts: int, orders: Rows, clicks: Rows) -> None:
         if self.failed.is_set():

@@ -60,7 +60,7 @@ def check_results(c: Client) -> dict[str, int]:
 def test_serve_demo_feeds_the_shop_through_spark():
     with running_demo(CQLSTREAM) as (url, lines):
         text = "".join(lines)
-        folder = Path(re.search(r"into (\S+)/\{orders,clicks\} \(removed at exit\)", text).group(1))
+        folder = Path(re.search(r"second into (\S+)/\{orders,clicks\} \(removed at exit\)", text).group(1))
         with Client(url, timeout=30) as c:
 
             def running() -> list[dict[str, Any]] | None:
