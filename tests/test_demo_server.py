@@ -20,9 +20,13 @@ from tests.demo_process import big_orders, running_demo
 CQLSTREAM = str(Path(sys.executable).with_name("cqlstream"))
 QUERIES = {"big_orders", "sales_last_10s", "clicks_then_orders", "engine_load"}
 WAIT = 60  # seconds any condition below may take once the demo prints big orders
-# what the console must not show: Spark's start-up notes, progress bars and per-batch warnings, py4j's INFO lines
+# what the console must not show: Spark's start-up notes, progress bars, warnings of slow batches and of
+# queries stopped mid-batch (at shutdown), py4j's INFO lines, stack traces
 NOISE = (
     "Traceback",
+    "Exception",
+    " WARN ",
+    "ERROR",
     "log4j profile",
     "Setting default log level",
     "NativeCodeLoader",
