@@ -9,6 +9,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import httpx
+
 from cqlstream.client import Client, CqlstreamError
 from cqlstream.demo_files import DemoFolder, FileDrop
 
@@ -113,6 +115,8 @@ class SparkFeed(Feed):
                         if e.status != 409:  # 409: a source feeds it already
                             raise
             self.out(f"Spark sources running: {', '.join(COLUMNS)} (GET {self.url}/spark/sources)")
+        except httpx.TransportError:  # the server stopped while Spark was starting
+            self.failed.set()
         except Exception as e:
             self.failed.set()
             self.out(f"demo: the Spark sources did not start: {e}")
