@@ -151,9 +151,14 @@ def _demo_queries(path: Path) -> str:
     return "Queries:\n" + "\n".join(out) + "\n"
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
     import os
+    import signal
 
     from cqlstream.server.app import create_app
     from cqlstream.server.problems import ProblemError
@@ -197,13 +202,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     from cqlstream.server.runner import serve
 
+    demo = None
     if args.demo:
         from cqlstream.demo_shop import DemoDriver
 
-        DemoDriver(
-            f"http://{args.host}:{args.port}", api_key=settings.api_key, out=lambda line: print(line, flush=True)
-        ).start()
-    serve(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+        url, say = f"http://{args.host}:{args.port}", lambda line: print(line, flush=True)
+        demo = DemoDriver(url, settings.api_key, say, spark=not args.no_spark, data_dir=args.data_dir)
+        demo.start()
+        signal.signal(signal.SIGTERM, _interrupt)  # uvicorn re-raises SIGTERM after its shutdown: clean up too
+    try:
+        serve(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C (and SIGTERM) once it has shut down: a normal end
+        pass
+    finally:
+        if demo is not None:
+            demo.close()  # its temp folder of Spark input files goes
     return 0
 
 
@@ -425,7 +438,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo",
         action="store_true",
         help="also run the live demo shop: register its streams, relation and queries through the "
-        "API, push orders and clicks 4 times a second, and print the big orders as they happen",
+        "API, feed orders and clicks 4 times a second through Spark Structured Streaming (CSV files "
+        "under DATA_DIR/demo-shop, else a temp folder) and print the big orders as they happen",
+    )
+    sv.add_argument(
+        "--no-spark",
+        action="store_true",
+        help="with --demo: push the demo's orders and clicks over HTTP instead, without starting Spark",
     )
     sv.add_argument(
         "--silence-timeout",

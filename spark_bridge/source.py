@@ -31,6 +31,7 @@ from cqlstream.spark_bridge.schema import ColumnMap, map_columns
 from cqlstream.spark_bridge.sinks import EngineSink, Sink, StreamInfo
 
 START_WAIT = 60.0  # seconds a first callback waits for start() to hand over the streaming query
+IDLE_WAIT = 5.0  # seconds stop() waits for the micro-batch under way to end
 
 
 class SparkSource:
@@ -131,10 +132,13 @@ class SparkSource:
         return bool(self.query.awaitTermination(math.ceil(timeout)))
 
     def stop(self) -> None:
-        """Stop the streaming query, waiting at most `config.stop_timeout` seconds."""
+        """Stop the streaming query, waiting at most `config.stop_timeout` seconds; between two
+        micro-batches when one ends soon (stopping in the middle of one cancels its Spark job, which
+        Spark and py4j report with stack traces)."""
         query = self.query
         if query is None:
             return
+        _await_idle(query, min(IDLE_WAIT, self.config.stop_timeout / 2))
         stopper = threading.Thread(target=query.stop, name=f"stop-spark-{self.config.stream}", daemon=True)
         stopper.start()
         stopper.join(self.config.stop_timeout)
@@ -258,6 +262,18 @@ class SparkSource:
                 self.last_mark = prepared.mark
         if self.on_applied is not None:
             self.on_applied(batch_id, table)
+
+
+def _await_idle(query: StreamingQuery, timeout: float) -> None:
+    """Return once no trigger of `query` runs, or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if not query.isActive or not query.status.get("isTriggerActive"):
+                return
+        except Exception:  # the session is going away
+            return
+        time.sleep(0.01)
 
 
 def _first_line(e: BaseException) -> str:
