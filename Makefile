@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py
 setup: $(STAMP) java
 
 java:
-	@scripts/check_java.sh || echo "(continuing: Java is only needed for the Spark bridge)"
+	@scripts/check_java.sh || echo "(continuing: Java is needed for Spark: make demo and the Spark tests; without it: cqlstream serve --demo --no-spark)"
 
 demo: setup
 	$(VENV)/bin/cqlstream serve --demo

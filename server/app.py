@@ -121,7 +121,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         """Problems raised by the routes, CQL errors and engine errors, as problem documents
         (statuses from problems.STATUS); engine bugs (5xx codes) are handled like any crash."""
         p = problem_of(exc)
-        if p.status >= 500:
+        if p.status == 500:  # an engine bug; 503 (Spark unavailable, the log unavailable) is not
             return await on_crash(request, exc)
         headers = {"WWW-Authenticate": f'ApiKey header="{settings.api_key_header}"'} if p.status == 401 else None
         return p.response(headers)

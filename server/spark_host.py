@@ -6,6 +6,8 @@ shutdown. Every source pushes through the engine host's lock and publishes like 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -65,18 +67,23 @@ class SparkHost:
         self._sources: SparkSources | None = None
         self._made = threading.Lock()
         self._starter: threading.Thread | None = None
+        self._temp_root: Path | None = None
 
     @property
     def active(self) -> bool:
         return self._sources is not None
 
     def checkpoint_root(self) -> Path:
+        """Where sources without a checkpoint of their own keep theirs. Without a data dir nothing
+        survives a restart: a folder of the temp dir, made by Spark when a source needs it and
+        removed at stop."""
         s = self.host.settings
         if s.checkpoint_dir:
             return Path(s.checkpoint_dir)
         if s.data_dir:
             return Path(s.data_dir) / "spark-checkpoints"
-        return Path(tempfile.mkdtemp(prefix="cqlstream-spark-"))  # no data dir: nothing survives a restart
+        self._temp_root = Path(tempfile.gettempdir()) / f"cqlstream-spark-{os.getpid()}-{id(self):x}"
+        return self._temp_root
 
     def sources(self) -> SparkSources:
         """The process's Spark sources (pyspark is imported here, on first use)."""
@@ -123,6 +130,8 @@ class SparkHost:
         for problem in self._sources.stop_all():
             log.error("Spark source did not stop cleanly: %s", problem)
         self._sources.runtime.stop()
+        if self._temp_root is not None:
+            shutil.rmtree(self._temp_root, ignore_errors=True)
 
     # ------------------------------------------------------------ the API's calls
     def _out(self, src: SparkSource) -> dict[str, Any]:

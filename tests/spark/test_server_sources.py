@@ -327,3 +327,38 @@ def test_stopping_the_server_stops_the_streaming_queries(server, client):
     queries = [s.query for s in sources if s.query is not None]
     server.stop()
     assert all(not q.isActive for q in queries)
+
+
+def test_without_java_a_spark_source_is_503_spark_unavailable(tmp_path):
+    """A server whose Spark cannot start (no Java) answers 503 `spark_unavailable`, and keeps serving."""
+    import socket
+
+    import httpx
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAVA_HOME": str(tmp_path / "no-java"), "PATH": "/usr/sbin:/sbin"}
+    cmd = [sys.executable, "-m", "cqlstream", "serve", "--port", str(port), "--log-level", "warning"]
+    cmd += ["--ddl", "register stream S (a int)"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for("the server", lambda: _answers(url), timeout=30)
+        r = httpx.post(url + "/spark/sources", content=b"S=rate", headers={"content-type": "text/plain"}, timeout=60)
+        assert r.status_code == 503 and r.json()["code"] == "spark_unavailable", r.text
+        assert "Java" in r.json()["detail"]
+        assert httpx.get(url + "/healthz", timeout=5).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
