@@ -42,7 +42,7 @@ log = logging.getLogger("cqlstream.server")
 LOG_DIR = "wal"  # under the data dir: segments and checkpoints
 
 
-class RecoveryError(Exception):
+class RecoveryError(ValueError):
     """The data dir's log cannot be recovered (say why, and what the operator can do)."""
 
 

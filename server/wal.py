@@ -42,7 +42,7 @@ FSYNC_POLICIES = ("always", "interval", "off")
 MAX_BODY = 1 << 31  # a length beyond this is garbage, not a record
 
 
-class LogError(Exception):
+class LogError(OSError):
     """The log cannot be read (a damaged record that is not the last one) or written."""
 
 
