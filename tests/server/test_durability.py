@@ -359,3 +359,13 @@ def test_a_checkpoint_of_every_operator_family_continues_exactly(tmp_path):
         feed(d2, t)
     differ = [qid for qid in subs if subs[qid].poll().elements() != subs2[qid].poll().elements()]
     assert differ == []
+
+
+def test_the_durability_bench_runs(tmp_path, capsys):
+    from bench import durability
+
+    out = tmp_path / "d.json"
+    assert durability.main(["--pushes", "20", "--lengths", "30", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {r["mode"] for r in data["ingest"]} == {label for label, _ in durability.MODES}
+    assert data["recovery"][0]["records"] == 30 and data["recovery"][0]["replay_s"] > 0
