@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
@@ -183,7 +183,7 @@ def add_durability_options(sv: argparse.ArgumentParser) -> None:
     )
 
 
-def durability_settings(args: argparse.Namespace) -> dict[str, object]:
+def durability_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Settings fields of the durability options."""
     every = str(args.checkpoint_every).strip().lower()
     seconds = every.endswith("s")

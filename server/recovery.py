@@ -231,7 +231,8 @@ class Journal:
             return False
         if self.every_records and self.since_checkpoint >= self.every_records:
             return True
-        return bool(self.every_seconds) and time.monotonic() - self.last_checkpoint >= self.every_seconds
+        every = self.every_seconds
+        return every is not None and every > 0 and time.monotonic() - self.last_checkpoint >= every
 
     def maybe_checkpoint(self) -> None:
         """Take a checkpoint when one is due (the host's clock thread calls this)."""

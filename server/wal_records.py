@@ -112,7 +112,7 @@ def _plan(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
             host.fanout.add(host.d.queries[qid])
 
 
-Replay = Callable[["EngineHost", dict[str, Any], bytes], None]
+Replay = Callable[["EngineHost", dict[str, Any], bytes], object]
 
 REPLAY: dict[str, Replay] = {
     "push": _push,

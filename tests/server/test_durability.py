@@ -65,6 +65,10 @@ def script(seed: int, n: int) -> list[tuple]:
             ops.append(("heartbeat", rng.choice(["Orders", "Clicks", "Vip"]), t))
         if i == n // 3:
             ops.append(("query", "select cust, max(amount) from Orders [Range 8] group by cust", "late"))
+        if i == n // 4:
+            ops.append(("patch", 3, False, 2.0))  # deactivated (its operators go), weighed
+        if i == n // 4 + 10:
+            ops.append(("patch", 3, True, None))  # active again: merged while data flows
         if i == n // 2:
             ops.append(("delete", 4))
             ops.append(("knob", "engine", {"scheduler": "weighted"}))
@@ -83,6 +87,8 @@ def apply(host: EngineHost, op: tuple) -> None:
         host.heartbeat(op[1], op[2])
     elif kind == "delete":
         host.delete_query(op[1])
+    elif kind == "patch":
+        host.patch_query(op[1], op[2], op[3])
     elif kind == "knob":
         host.control.set_knobs(op[1], op[2])
 
@@ -160,6 +166,40 @@ def test_idempotency_keys_survive_a_crash(tmp_path):
     host.journal.checkpoint()
     host = make(tmp_path)
     assert host.push("S", b'[{"ts": 1, "A": 1}]', "application/json", key="k1")["replayed"] is True
+
+
+def test_a_clean_stop_checkpoints_and_the_restart_replays_nothing(tmp_path):
+    host = make(tmp_path)
+    host.register_source("register stream S (A integer)")
+    qid = host.register_query("select count(*) from S [Range 3]")["id"]
+    for t in range(1, 30):
+        host.push("S", json.dumps([{"ts": t, "A": t}]).encode(), "application/json")
+    expect = state(host)
+    host.stop()
+    host = make(tmp_path)
+    assert host.journal.stats["records"] == 0 and host.journal.stats["from"].startswith("checkpoint-")
+    assert state(host) == expect and qid in host.fanout.pubs
+
+
+def test_a_change_that_cannot_be_logged_is_refused_and_so_is_every_later_one(tmp_path, monkeypatch):
+    from cqlstream.server.problems import ProblemError
+    from cqlstream.server.wal import LogError
+
+    host = make(tmp_path)
+    host.register_source("register stream S (A integer)")
+
+    def full(*a, **k):
+        raise LogError("No space left on device")
+
+    monkeypatch.setattr(host.journal.wal, "append", full)
+    with pytest.raises(ProblemError) as e:
+        host.push("S", b'[{"ts": 1, "A": 1}]', "application/json")
+    assert e.value.status == 503 and e.value.code == "log_unavailable"
+    monkeypatch.undo()
+    with pytest.raises(ProblemError) as e:
+        host.push("S", b'[{"ts": 2, "A": 1}]', "application/json")
+    assert e.value.status == 503
+    assert host.get_source("S")["accepted"] == 1, "reads still answer"
 
 
 def test_a_torn_last_record_is_cut_off(tmp_path):
