@@ -43,6 +43,12 @@ def checkpoints(directory: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
+def remove_partial(directory: Path) -> None:
+    """Delete the temporary file of a checkpoint a crash interrupted."""
+    for p in directory.glob(PREFIX + "*.tmp"):
+        p.unlink(missing_ok=True)
+
+
 class _Pickler(pickle.Pickler):
     def __init__(self, f: Any, functions: object) -> None:
         super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)

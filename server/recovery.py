@@ -144,6 +144,7 @@ class Journal:
         host = self.host
         t0 = time.perf_counter()
         start, source = 1, "log"
+        ckpt.remove_partial(self.dir)
         found = ckpt.checkpoints(self.dir)
         if found:
             lsn, path = found[-1]

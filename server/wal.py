@@ -230,6 +230,14 @@ class WriteAheadLog:
     def closed(self) -> bool:
         return self._closed
 
+    def __del__(self) -> None:  # a log dropped without close (a crashed host in tests): free the descriptor
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     # ------------------------------------------------------------ reading
     def records(self, from_lsn: int = 1) -> Iterator[Record]:
         """Every record with LSN ≥ from_lsn, in order (the log's segments as they are on disk)."""

@@ -219,6 +219,30 @@ def test_a_torn_last_record_is_cut_off(tmp_path):
     assert host.journal.stats["truncated_bytes"] == 0
 
 
+@pytest.mark.parametrize("fsync", ["always", "interval", "off"])
+def test_the_log_reads_back_in_order_across_segments_and_drops_what_a_checkpoint_covers(tmp_path, fsync):
+    import time
+
+    wal = WriteAheadLog(tmp_path, fsync=fsync, interval_ms=10, segment_bytes=300)
+    lsns = [wal.append({"op": "x", "i": i}, bytes([i]) * 40) for i in range(12)]
+    assert lsns == list(range(1, 13))
+    if fsync == "interval":
+        time.sleep(0.2)
+        assert not wal._dirty, "the flusher synced what was appended"
+    assert len(wal.segments()) == 3, "4 records of 40 bytes and their frames per 300-byte segment"
+    assert [(r.lsn, r.header["i"], r.payload[:1]) for r in wal.records(5)] == [
+        (i + 1, i, bytes([i])) for i in range(4, 12)
+    ]
+    wal.roll()
+    wal.drop_before(wal.next_lsn)
+    assert wal.first_lsn == 13 and list(wal.records()) == []
+    wal.append({"op": "y"})
+    wal.close()
+    again = WriteAheadLog(tmp_path, fsync=fsync)
+    assert again.next_lsn == 14 and [r.header["op"] for r in again.records()] == ["y"]
+    again.close()
+
+
 def test_a_damaged_record_before_the_last_is_an_error_not_a_cut(tmp_path):
     wal = WriteAheadLog(tmp_path, fsync="off", segment_bytes=200)
     for i in range(10):
