@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
@@ -155,6 +155,57 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def add_durability_options(sv: argparse.ArgumentParser) -> None:
+    """`serve` options of the write-ahead log under --data-dir (docs/durability.md)."""
+    g = sv.add_argument_group("durability (with --data-dir)")
+    g.add_argument(
+        "--fsync",
+        choices=["always", "interval", "off"],
+        default="interval",
+        help="when the log reaches the disk: before every reply (always), every --fsync-interval-ms "
+        "(interval, the default), or when the OS writes it (off); a killed process loses no "
+        "acknowledged push under any of them, a machine crash up to the interval (off: what the OS had not written)",
+    )
+    g.add_argument(
+        "--fsync-interval-ms",
+        type=float,
+        default=100.0,
+        metavar="MS",
+        help="the interval policy's period (default 100)",
+    )
+    g.add_argument(
+        "--checkpoint-every",
+        default="10000",
+        metavar="N|Ns",
+        help="checkpoint the engine's state every N log records, or every N seconds with an 's' "
+        "(default 10000; 0: only at shutdown); older log segments are then deleted",
+    )
+    g.add_argument(
+        "--retain-log",
+        action="store_true",
+        help="keep the log segments a checkpoint covers (an archive of every change)",
+    )
+
+
+def durability_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Settings fields of the durability options."""
+    every = str(args.checkpoint_every).strip().lower()
+    seconds = every.endswith("s")
+    try:
+        n = float(every[:-1]) if seconds else int(every)
+    except ValueError:
+        raise SystemExit(
+            f"cqlstream serve: --checkpoint-every takes N (records) or Ns (seconds), not {every!r}"
+        ) from None
+    return {
+        "fsync": args.fsync,
+        "fsync_interval_ms": args.fsync_interval_ms,
+        "checkpoint_records": None if seconds or not n else int(n),
+        "checkpoint_seconds": n if seconds and n else None,
+        "retain_log": args.retain_log,
+    }
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
     import os
@@ -189,6 +240,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sources=sources,
         spark_master=args.spark_master,
         checkpoint_dir=args.checkpoint_dir,
+        **durability_settings(args),
     )
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper(), logging.INFO),
@@ -416,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument(
         "--data-dir",
         metavar="DIR",
-        help="persist the catalog and queries here; a restart with the same DIR brings them back with the same ids",
+        help="persist everything here (a write-ahead log of every change, checkpoints, plan.json): a restart "
+        "with the same DIR, even after a crash, brings back every acknowledged push, the queries' state and ids",
     )
     sv.add_argument(
         "--api-key",
@@ -461,6 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="register these streams, relations or views at start (;-separated; kept when --data-dir has them)",
     )
     add_source_options(sv)
+    add_durability_options(sv)
     sv.set_defaults(func=cmd_serve)
 
     qy = sub.add_parser(

@@ -96,6 +96,10 @@ class PlanFile:
             raise PlanFileError(f"{self.path}: not readable JSON: {e}") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise PlanFileError(f'{self.path}: not a {FORMAT} file ("format" must be "{FORMAT}")')
+        self.apply(d, doc)
+
+    def apply(self, d: Dsms, doc: dict[str, Any]) -> None:
+        """Register the catalog, queries and knobs of a plan document (`document`'s shape) in `d`."""
         self.restoring = True
         try:
             self._apply(d, doc)

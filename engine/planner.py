@@ -108,6 +108,25 @@ class PhysicalPlan:
     def _eid(self, kind: str) -> str:
         return f"{kind}:{next(self._eids[kind])}"
 
+    # Pickling (server checkpoints): three tables are keyed by id(queue), which a copy of the plan
+    # does not keep; they travel keyed by the queue objects themselves and are re-keyed on load.
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        queues = {id(pn.queue): pn.queue for pn in self.nodes.values()}
+        queues.update((id(v.queue), v.queue) for v in self.stores.values())
+        queues.update((id(v.queue), v.queue) for v in self.window_stores.values())
+        queues.update((id(h.inputs[0]), h.inputs[0]) for h in self.filter_hubs.values())
+        state["stores"] = [(queues[k], v) for k, v in self.stores.items() if k in queues]
+        state["window_stores"] = [((queues[k[0]], *k[1:]), v) for k, v in self.window_stores.items() if k[0] in queues]
+        state["filter_hubs"] = [((queues[k[0]], *k[1:]), v) for k, v in self.filter_hubs.items() if k[0] in queues]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["stores"] = {id(q): v for q, v in state["stores"]}
+        state["window_stores"] = {(id(k[0]), *k[1:]): v for k, v in state["window_stores"]}
+        state["filter_hubs"] = {(id(k[0]), *k[1:]): v for k, v in state["filter_hubs"]}
+        self.__dict__.update(state)
+
     def store(self, q: Queue, producer: Operator | None = None) -> Synopsis:
         """The one shared store of a relation-valued queue (created on first use): a view of the
         window store when a plain window produces it, otherwise a RelationStore."""

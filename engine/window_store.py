@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,16 @@ class WindowStore(Synopsis):
         self.partial = held_from is not None
         self.held_from: int | None = held_from
         self.views: list[WindowRelation] = []  # members' relations read by joins
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling (server checkpoints): `done` is keyed by id(member); it travels by member position."""
+        state = self.__dict__.copy()
+        state["done"] = [(i, self.done[id(m)]) for i, m in enumerate(self.members) if id(m) in self.done]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["done"] = {id(state["members"][i]): c for i, c in state["done"]}
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         return len(self.buf)

@@ -70,6 +70,7 @@ class Control:
                 for k, v in knobs.items():
                     try:
                         self.d.set_knob(entity_id, k, v)
+                        self.host.journal.log("knob", entity=entity_id, knob=k, value=v)
                     except (KnobError, TypeError) as e:  # the reply names the entity and the knob
                         raise KnobError(f"entity '{entity_id}' knob '{k}': {e}", field=k) from None
             finally:

@@ -26,6 +26,7 @@ from cqlstream.server.control import Control
 from cqlstream.server.idempotency import IdempotencyStore
 from cqlstream.server.problems import ProblemError
 from cqlstream.server.publication import Fanout, ResultChunk, SnapshotUnavailable, Subscriber
+from cqlstream.server.recovery import Journal, has_log
 from cqlstream.server.settings import Settings
 from cqlstream.server.spark_host import SparkHost
 
@@ -33,7 +34,14 @@ log = logging.getLogger("cqlstream.server")
 
 
 def make_dsms(settings: Settings) -> Dsms:
-    """The engine for the settings (its catalog and queries persist under `data_dir` when set)."""
+    """The engine for the settings (its catalog and queries persist under `data_dir` when set). A data
+    dir with a log is recovered from the log (server/recovery.py), not from its plan.json."""
+    if settings.data_dir and has_log(settings.data_dir):
+        from cqlstream.engine.persist import PlanFile
+
+        d = Dsms(compat=settings.compat, silence_timeout=settings.silence_timeout)
+        d.plan_file = PlanFile(settings.data_dir)  # still written, as an export
+        return d
     return Dsms(compat=settings.compat, data_dir=settings.data_dir or None, silence_timeout=settings.silence_timeout)
 
 
@@ -73,9 +81,12 @@ class EngineHost:
         self.errors_5xx = 0
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self.journal = Journal(self)  # the write-ahead log and checkpoints under data_dir
         with self.lock:
+            self.journal.recover()  # the last checkpoint and the log after it
             for qid in sorted(self.d.queries):  # queries restored by the engine from data_dir
-                self.fanout.add(self.d.queries[qid])
+                if qid not in self.fanout.pubs:
+                    self.fanout.add(self.d.queries[qid])
             for text in self.settings.ddl:
                 self._startup_ddl(text)
 
@@ -86,9 +97,11 @@ class EngineHost:
             if isinstance(stmt, ast.RegisterSource):
                 if self.d.catalog.get(stmt.name) is None:
                     self.d.register_source(stmt)
+                    self.journal.log("register_source", ddl=self.d.ddl[stmt.name.lower()])
             elif isinstance(stmt, ast.RegisterView):
                 if self.d.catalog.get(stmt.name) is None:
                     self.d.register_view(stmt)
+                    self.journal.log("register_view", ddl=self.d.ddl[stmt.name.lower()])
             else:
                 raise ProblemError(422, "not_ddl", "--ddl takes 'register stream|relation|view' statements only")
 
@@ -107,6 +120,7 @@ class EngineHost:
         self.spark.stop()  # the streaming queries first: an in-flight batch still reaches the engine
         with self.lock:
             self.fanout.end_all("server stopping")
+        self.journal.close()  # a last checkpoint: the restart replays nothing
 
     def end_streams(self, reason: str) -> None:
         """End every result stream (lock-free: safe on the event loop at shutdown)."""
@@ -115,13 +129,22 @@ class EngineHost:
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.settings.tick_interval):
             try:
+                self.journal.maybe_checkpoint()
                 if not self._needs_clock():
                     continue
                 with self.lock:
-                    self.d.tick()
-                    self._run()
+                    self._tick()
             except Exception:
                 log.exception("clock tick failed")
+
+    def _tick(self) -> None:
+        """One clock tick; logged when it moved a source's time (system timestamps, silence timeout)."""
+        with self.journal.moment():
+            notices = len(self.d.notices)
+            self.d.tick()
+            if len(self.d.notices) != notices or any(i.d.timestamp == "system" for i in self.d.inputs.values()):
+                self.journal.log("tick")
+            self._run()
 
     def _needs_clock(self) -> bool:
         if self.d.silence_timeout is not None or (self.d.sys is not None and self.d.sys.wanted):
@@ -171,7 +194,9 @@ class EngineHost:
                     "expected exactly one 'register stream|relation' statement"
                     + (f" (found {len(stmts)} statements)" if len(stmts) != 1 else ""),
                 )
-            return self._source_out(self.d.register_source(ddl))
+            out = self._source_out(self.d.register_source(ddl))
+            self.journal.log("register_source", ddl=ddl)
+            return out
 
     def list_sources(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -187,6 +212,7 @@ class EngineHost:
             if s.name.lower() not in self.d.inputs:
                 raise ProblemError(409, "read_only", f"'{s.name}' is a system stream: it cannot be dropped")
             self.d.drop_source(s.name)
+            self.journal.log("drop_source", name=s.name)
             self.idempotency.forget(s.name)
 
     # ------------------------------------------------------------ input
@@ -247,7 +273,7 @@ class EngineHost:
         """Apply decoded rows (`target` is what they were decoded for) as `push` does: every push of
         the server, HTTP or an embedded Spark source, goes through here."""
         n = len(parsed)
-        with self.lock:
+        with self.lock, self.journal.moment():
             s = self._source(name)
             if key is not None:  # a concurrent retry with the same key may have applied it meanwhile
                 replay = self._replay(s.name, key)
@@ -255,35 +281,45 @@ class EngineHost:
                     return replay
             if s.name != target.name or s.timestamp != ("system" if target.system_ts else "application"):
                 raise ProblemError(409, "source_changed", f"'{name}' changed during the push; retry")
-            inp = self.d.inputs.get(s.name.lower())
-            if inp is None:
+            if s.name.lower() not in self.d.inputs:
                 raise ProblemError(409, "read_only", f"'{s.name}' is a system stream: it cannot be pushed to")
-            late0 = inp.late
             ts = np.full(n, self.d._now_units(s), np.int64) if target.system_ts else None
-            try:
-                accepted = self.d.push_batch(s.name, parsed.batch(ts), drop_late=drop_late) if n else 0
-            except InputError as e:  # counted, and the reply names the source
-                self.rejected[s.name] += n
-                self.rejected_pushes[e.code] += 1
-                e.details["source"] = s.name
-                raise
-            if heartbeat is not None:
-                self.d.heartbeat(s.name, int(heartbeat))  # the engine ignores a heartbeat below the time
-            self.accepted[s.name] += int(accepted)
-            self.pushes += 1
-            reply = {"source": s.name, "accepted": int(accepted), "late": int(inp.late - late0), "replayed": False}
-            if key is not None:  # recorded once applied: a retry after a failed run must not apply twice
-                self.idempotency.record(s.name, key, reply)
-            if n or heartbeat is not None:
-                self._run()
-            return reply
+            return self._apply_batch(s, parsed.batch(ts), drop_late, heartbeat, key)
+
+    def _apply_batch(
+        self, s: SourceDef, batch: Batch, drop_late: bool, heartbeat: int | None, key: str | None
+    ) -> dict[str, Any]:
+        """Push a batch with its timestamps assigned, heartbeat, log, run (under the lock): the
+        part of `apply` a log record replays."""
+        n = len(batch)
+        inp = self.d.inputs[s.name.lower()]
+        late0 = inp.late
+        try:
+            accepted = self.d.push_batch(s.name, batch, drop_late=drop_late) if n else 0
+        except InputError as e:  # counted, and the reply names the source
+            self.rejected[s.name] += n
+            self.rejected_pushes[e.code] += 1
+            e.details["source"] = s.name
+            raise
+        if heartbeat is not None:
+            self.d.heartbeat(s.name, int(heartbeat))  # the engine ignores a heartbeat below the time
+        self.journal.log_push(s.name, batch, drop_late, heartbeat, key)  # before the reply: durable when acked
+        self.accepted[s.name] += int(accepted)
+        self.pushes += 1
+        reply = {"source": s.name, "accepted": int(accepted), "late": int(inp.late - late0), "replayed": False}
+        if key is not None:  # recorded once applied: a retry after a failed run must not apply twice
+            self.idempotency.record(s.name, key, reply)
+        if n or heartbeat is not None:
+            self._run()
+        return reply
 
     def heartbeat(self, name: str, t: int) -> dict[str, Any]:
-        with self.lock:
+        with self.lock, self.journal.moment():
             s = self._source(name)
             if s.name.lower() not in self.d.inputs:
                 raise ProblemError(409, "read_only", f"'{s.name}' is a system stream: its time is the clock's")
             self.d.heartbeat(s.name, int(t))
+            self.journal.log("heartbeat", source=s.name, t=int(t))
             self._run()
             return {"source": s.name, "ts": int(t)}
 
@@ -323,6 +359,7 @@ class EngineHost:
                     "expected exactly one CQL query (register streams at /streams, views at /views)",
                 )
             h = self.d.register_query(cql, name=name)
+            self.journal.log("register_query", cql=cql, name=name, id=h.id)
             self.fanout.add(h)
             self.publish()  # registering ran the plan (a late query's catch-up): deliver that now
             return self._query_out(h)
@@ -341,8 +378,10 @@ class EngineHost:
             try:
                 if weight is not None:
                     self.d.set_weight(qid, float(weight))
+                    self.journal.log("patch_query", id=qid, weight=float(weight))
                 if active is not None:
                     self.d.set_active(qid, bool(active))
+                    self.journal.log("patch_query", id=qid, active=bool(active))
             finally:
                 self.publish()  # activating ran the plan; deactivating ends the query's subscribers
             return self._query_out(self.d.queries[qid])
@@ -351,6 +390,7 @@ class EngineHost:
         with self.lock:
             self._query(qid)
             self.d.deregister(qid)
+            self.journal.log("delete_query", id=qid)
             self.fanout.remove(qid, "query deregistered")
 
     # ------------------------------------------------------------ views
@@ -362,7 +402,9 @@ class EngineHost:
             stmts = parse_script(text)
             if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterView):
                 raise ProblemError(422, "not_a_view", "expected exactly one 'register view V as …' statement")
-            return self._view_out(self.d.register_view(text))
+            out = self._view_out(self.d.register_view(text))
+            self.journal.log("register_view", ddl=text)
+            return out
 
     def list_views(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -382,6 +424,7 @@ class EngineHost:
         with self.lock:
             v = self._view(name)
             self.d.drop_view(v.name)
+            self.journal.log("drop_view", name=v.name)
 
     # ------------------------------------------------------------ subscriptions
     def subscribe(
@@ -468,6 +511,7 @@ class EngineHost:
                 "uptime": time.time() - self.started,
                 "errors_5xx": self.errors_5xx,
                 "spark": self.spark.metrics(),
+                "log": self.journal.metrics(),
             }
 
     def health(self) -> dict[str, Any]:

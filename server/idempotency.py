@@ -1,10 +1,11 @@
 """Idempotency keys of pushes: per source, the keys already applied and the reply each push got.
 
 A client that retries a push (after a timeout, say) with the same `Idempotency-Key` gets the first
-reply back instead of applying the rows twice. The store is in memory today: a restart forgets the
-keys. A write-ahead log will make it durable later: `record` is the one write (append it to the log
-in the same step as the push it belongs to) and `seen` the one read (rebuilt from the log on start).
-Each source keeps its last `capacity` keys, oldest applied evicted first.
+reply back instead of applying the rows twice. With a data dir the keys are durable: a key travels
+in the log record of its push (server/recovery.py), `record` is the one write, made in the same
+host call as that record, and recovery refills the store by replaying the pushes (or loads it with
+a checkpoint); `seen` is the one read. Each source keeps its last `capacity` keys, oldest applied
+evicted first.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from cqlstream.spark_bridge.spec import SourceSpec
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
-    data_dir: str | None = None  # catalog + queries persisted here (by the engine) when set
+    data_dir: str | None = None  # the write-ahead log, checkpoints and plan.json live here when set
     api_key: str | None = None  # when set, every mutating endpoint needs header `X-API-Key`
     api_key_header: str = "X-API-Key"
     max_body_bytes: int = 256 << 20  # larger request bodies get 413
@@ -28,3 +28,9 @@ class Settings:
     spark_master: str = "local[*]"  # the embedded Spark session's master
     checkpoint_dir: str | None = None  # Spark checkpoints (default: DATA_DIR/spark-checkpoints, else a temp dir)
     idempotency_keys: int = 10_000  # Idempotency-Key values of pushes remembered per source (oldest forgotten first)
+    fsync: str = "interval"  # when the log reaches the disk: always (before each reply), interval, off (the OS decides)
+    fsync_interval_ms: float = 100.0  # the `interval` policy's period
+    checkpoint_records: int | None = 10_000  # a checkpoint after this many log records (None: not by count)
+    checkpoint_seconds: float | None = None  # ... or this many seconds after the last one (None: not by time)
+    retain_log: bool = False  # keep the log segments a checkpoint covers (an archive) instead of deleting them
+    segment_bytes: int = 64 << 20  # a log segment is rolled at this size
