@@ -156,6 +156,22 @@ def render(m: dict[str, Any], http: dict[str, int]) -> str:
             help_,
             [({"source": k}, v.get(key)) for k, v in sorted(spark.items())],
         )
+    log = m.get("log") or {}
+    if log:  # the write-ahead log (with --data-dir)
+        o.metric("cqlstream_log_bytes", "gauge", "Bytes in the write-ahead log's segments.", log["bytes"])
+        o.metric("cqlstream_log_next_record", "gauge", "The number the next log record gets.", log["next_lsn"])
+        o.metric(
+            "cqlstream_log_records_since_checkpoint",
+            "gauge",
+            "Log records since the last checkpoint.",
+            log["since_checkpoint"],
+        )
+        o.metric(
+            "cqlstream_log_failed",
+            "gauge",
+            "1 when the log cannot be written (changes get 503).",
+            int(bool(log["failed"])),
+        )
     o.metric(
         "cqlstream_http_requests_total",
         "counter",
