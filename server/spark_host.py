@@ -5,6 +5,7 @@ shutdown. Every source pushes through the engine host's lock and publishes like 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -20,12 +21,12 @@ from cqlstream.server.problems import ProblemError
 from cqlstream.spark_bridge.errors import SparkSourceError
 from cqlstream.spark_bridge.prepare import Prepared
 from cqlstream.spark_bridge.sinks import Applied, Sink, StreamInfo, stream_info
+from cqlstream.spark_bridge.spec import SourceSpec
 
 if TYPE_CHECKING:
     from cqlstream.server.host import EngineHost
     from cqlstream.spark_bridge.manager import SparkSources
     from cqlstream.spark_bridge.source import SparkSource
-    from cqlstream.spark_bridge.spec import SourceSpec
 
 log = logging.getLogger("cqlstream.spark")
 
@@ -68,6 +69,7 @@ class SparkHost:
         self._made = threading.Lock()
         self._starter: threading.Thread | None = None
         self._temp_root: Path | None = None
+        self._api: dict[str, SourceSpec] = {}  # stream (lower case) -> a source added over the API
 
     @property
     def active(self) -> bool:
@@ -107,9 +109,43 @@ class SparkHost:
             self.host.d.detach(eid)
 
     # ------------------------------------------------------------ lifecycle
+    def _saved_file(self) -> Path | None:
+        """The sources added over the API, kept across restarts under the data dir (like queries)."""
+        d = self.host.settings.data_dir
+        return Path(d) / "spark-sources.json" if d else None
+
+    def _load_saved(self) -> list[SourceSpec]:
+        path = self._saved_file()
+        if path is None or not path.exists():
+            return []
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            return [SourceSpec.of(d, where=f"{path}: source {i + 1}") for i, d in enumerate(doc["sources"])]
+        except (OSError, ValueError, KeyError, TypeError, SparkSourceError) as e:
+            log.error("Spark sources of %s not restored: %s", path, e)
+            return []
+
+    def _save(self) -> None:
+        """Write the API's sources (atomically: temp file, fsync, rename)."""
+        path = self._saved_file()
+        if path is None:
+            return
+        doc = {"format": "cqlstream-spark-sources", "version": 1, "sources": [s.to_dict() for s in self._api.values()]}
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
     def start(self) -> None:
-        """Start the sources of the settings in the background (Spark takes ~10 s; the API answers meanwhile)."""
-        specs = self.host.settings.sources
+        """Start the sources of the settings and those added over the API before a restart, in the
+        background (Spark takes ~10 s; the API answers meanwhile). A stream given on the command
+        line takes its definition from there."""
+        given = {s.stream.lower() for s in self.host.settings.sources}
+        saved = [s for s in self._load_saved() if s.stream.lower() not in given]
+        self._api = {s.stream.lower(): s for s in saved}
+        specs = (*self.host.settings.sources, *saved)
         if specs and self._starter is None:
             self._starter = threading.Thread(target=self._start_all, args=(specs,), name="spark-sources", daemon=True)
             self._starter.start()
@@ -141,7 +177,11 @@ class SparkHost:
         return {"id": src.eid, "stream": src.config.stream, **table, "spec": spec.to_dict() if spec else None}
 
     def add(self, spec: SourceSpec) -> dict[str, Any]:
-        return self._out(self.sources().add(spec))
+        out = self._out(self.sources().add(spec))
+        with self._made:
+            self._api[spec.stream.lower()] = spec
+            self._save()
+        return out
 
     def list(self) -> list[dict[str, Any]]:
         return [self._out(s) for s in self._sources.all()] if self._sources else []
@@ -151,6 +191,9 @@ class SparkHost:
 
     def remove(self, stream: str) -> None:
         self.sources().remove(stream)
+        with self._made:
+            if self._api.pop(stream.lower(), None) is not None:
+                self._save()
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Counters per Spark source (stream name -> counters), for /metrics."""
