@@ -28,3 +28,15 @@ class Settings:
     spark_master: str = "local[*]"  # the embedded Spark session's master
     checkpoint_dir: str | None = None  # Spark checkpoints (default: DATA_DIR/spark-checkpoints, else a temp dir)
     idempotency_keys: int = 10_000  # Idempotency-Key values of pushes remembered per source (oldest forgotten first)
+    # limits (README "Limits"): no one query or client takes the server down
+    query_memory_limit: int | None = 1 << 30  # bytes of state a query may hold before it is suspended (None: no limit)
+    work_budget: int | None = 100_000  # input elements per operator call, so limits are checked within a run
+    max_pending_pushes: int = 64  # pushes in flight (reading, waiting for the engine, running) before 429
+    max_engine_lag: float = 5.0  # s the engine may be busy on one call before pushes get 429 and /readyz 503
+    retry_after: int = 1  # seconds, the Retry-After of a 429
+    read_key: str | None = None  # when set, reads (results, peek, CQL texts, plan, entities) need it or the api key
+    cors_origins: tuple[str, ...] = ()  # origins allowed by CORS (none by default; "*" for any)
+    keep_alive_timeout: float = 5.0  # s an idle keep-alive connection stays open
+    header_timeout: float = 10.0  # s for a connection to send a request's complete headers
+    body_timeout: float = 60.0  # s for a request body to arrive completely (slow uploads get 408)
+    max_header_bytes: int = 64 << 10  # largest request head (request line and headers)
