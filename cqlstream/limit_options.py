@@ -39,6 +39,14 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
         "again); a query's own memory_limit knob overrides it (default 1G)",
     )
     g.add_argument(
+        "--query-cpu-limit",
+        type=float,
+        default=d.query_cpu_limit,
+        metavar="S",
+        help="engine seconds a query may take in one run (one push, heartbeat or tick) before the engine "
+        f"suspends it likewise; its knob cpu_limit overrides it; 0: none (default {d.query_cpu_limit:g})",
+    )
+    g.add_argument(
         "--work-budget",
         type=int,
         default=d.work_budget,
@@ -102,6 +110,7 @@ def limit_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The Settings fields of the options above."""
     return {
         "query_memory_limit": args.query_memory_limit,
+        "query_cpu_limit": args.query_cpu_limit or None,
         "work_budget": args.work_budget or None,
         "max_pending_pushes": args.max_pending_pushes,
         "max_engine_lag": args.max_engine_lag,

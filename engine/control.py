@@ -121,6 +121,7 @@ def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> 
         "state": h.state,
         "suspended": h.suspended,
         "memory_limit": d.guard.limit_of(h),
+        "cpu_limit": d.guard.cpu_limit_of(h),
     }
     pn = h.pnode
     if pn is not None:
@@ -133,7 +134,13 @@ def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> 
         "result": h.kind,
         "output": None if pn is None else pn.queue.eid,
         "counters": counters,
-        "knobs": {"active": h.active, "weight": h.weight, "share": h.share, "memory_limit": h.memory_limit},
+        "knobs": {
+            "active": h.active,
+            "weight": h.weight,
+            "share": h.share,
+            "memory_limit": h.memory_limit,
+            "cpu_limit": h.cpu_limit,
+        },
         "queries": [h.id],
     }
 
@@ -274,8 +281,11 @@ def set_knob(d: Dsms, eid: str, knob: str, value: Any) -> Table:
         elif knob == "memory_limit":  # null: the engine's default (query_memory_limit)
             h.memory_limit = K.memory_limit(value)
             d.guard.invalidate()
+        elif knob == "cpu_limit":  # null: the engine's default (query_cpu_limit)
+            h.cpu_limit = K.cpu_limit(value)
+            d.guard.invalidate()
         else:
-            raise KnobError(f"query knobs are active, weight, share and memory_limit; not '{knob}'")
+            raise KnobError(f"query knobs are active, weight, share, memory_limit and cpu_limit; not '{knob}'")
     elif eid.startswith("src:"):
         inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
         if inp is None:

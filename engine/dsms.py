@@ -63,6 +63,7 @@ class QueryHandle:
     ast: object = None  # the parsed query
     reads: frozenset[str] = frozenset()  # lower-case names of the sources and views it reads
     memory_limit: int | None = None  # knob: bytes of state it may hold (None: the engine's query_memory_limit)
+    cpu_limit: float | None = None  # knob: engine seconds it may take in one run (None: the engine's query_cpu_limit)
     suspended: str | None = None  # why the engine suspended it (over its memory limit); None: not suspended
 
     @property
@@ -187,6 +188,7 @@ class Dsms:
         data_dir: str | Path | None = None,
         sys_stream: bool = True,
         query_memory_limit: int | None = None,
+        query_cpu_limit: float | None = None,
     ) -> None:
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
@@ -196,7 +198,9 @@ class Dsms:
         `data_dir`: the catalog and plans persist in `data_dir/plan.json` and are restored here;
         `sys_stream`: register `SysStream`, on which entities publish their control tables;
         `query_memory_limit`: bytes of state a query may hold unless its own `memory_limit` knob
-        says otherwise; a query over its limit is suspended (engine/limits.py). None: no limit."""
+        says otherwise, `query_cpu_limit`: seconds of engine time it may take in one run unless
+        its `cpu_limit` knob says otherwise; a query over a limit is suspended (engine/limits.py).
+        None: no limit."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew
@@ -218,6 +222,7 @@ class Dsms:
         self._next_id = 1  # query ids are never reused (persisted)
         self.scheduler = scheduler or RoundRobin()
         self.query_memory_limit = query_memory_limit
+        self.query_cpu_limit = query_cpu_limit
         self.guard = MemoryGuard(self)
         self.suspensions = 0  # queries suspended over their memory limit since start
         self.ended = False
@@ -697,6 +702,7 @@ class Dsms:
             n = self.scheduler.run(self.plan.operators, max_passes)
             self.plan.advance_result_stores()
             return n
+        guard.start_run()
         n = self.scheduler.run(self.plan.operators, max_passes, check=guard.check)
         while guard.over:
             self._suspend_over()

@@ -42,6 +42,7 @@ def make_dsms(settings: Settings) -> Dsms:
         silence_timeout=settings.silence_timeout,
         scheduler=RoundRobin(settings.work_budget),
         query_memory_limit=settings.query_memory_limit,
+        query_cpu_limit=settings.query_cpu_limit,
     )
 
 
@@ -318,6 +319,7 @@ class EngineHost:
             "state": h.state,
             "suspended": h.suspended,
             "memory_limit": self.d.guard.limit_of(h),
+            "cpu_limit": self.d.guard.cpu_limit_of(h),
             "weight": h.weight,
             "bounded_memory": h.bounded_memory,
             "bounded_memory_note": h.bounded_memory_note,

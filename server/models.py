@@ -123,6 +123,9 @@ class QueryOut(BaseModel):
     )
     suspended: str | None = Field(None, description="why the engine suspended it; null unless suspended")
     memory_limit: int | None = Field(None, description="bytes of state it may hold (its knob, else the server's)")
+    cpu_limit: float | None = Field(
+        None, description="engine seconds it may take in one run (its knob, else the server's)"
+    )
     weight: float = 1.0
     bounded_memory: bool | None = Field(
         None,

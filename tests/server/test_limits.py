@@ -132,7 +132,7 @@ def _rows(k: int, n: int) -> list[dict]:
 
 @pytest.mark.time_limit(120)
 def test_cross_product_is_suspended_and_the_rest_stays_exact(limit_server):
-    srv = limit_server(query_memory_limit=24 << 20, work_budget=2000)
+    srv = limit_server(query_memory_limit=24 << 20, query_cpu_limit=None, work_budget=2000)
     with srv.client() as c:
         for ddl in DDL:
             assert c.post("/streams", content=ddl, headers={"content-type": "text/plain"}).status_code == 201
@@ -232,6 +232,32 @@ def test_engine_suspends_within_one_run():
     d.set_knob(f"query:{other.id}", "memory_limit", None)
     d.set_active(other.id, True)
     assert other.state == "active" and other.suspended is None and d.guard.limit_of(other) == 8 << 20
+
+
+def test_engine_suspends_a_query_over_its_cpu_limit():
+    """The cross product's engine time in one run passes its cpu_limit: suspended with a `cpu:`
+    reason; the other query (its own, generous cpu_limit) runs on with exact results."""
+    d = Dsms(query_cpu_limit=0.05, scheduler=RoundRobin(300))
+    solo = Dsms()
+    for e in (d, solo):
+        e.execute(";".join(DDL))
+    cross = d.register_query(CROSS)
+    other, other_solo = d.register_query(OTHER), solo.register_query(OTHER)
+    d.set_knob(f"query:{other.id}", "cpu_limit", 60)
+    subs = [d.subscribe(other.id), solo.subscribe(other_solo.id)]
+    for k in range(1, 40):
+        for e in (d, solo):
+            e.push("S", [(k % 5, i) for i in range(300)], [k] * 300)
+            e.push("T", [(i, k) for i in range(300)], [k] * 300)
+    d.run()
+    solo.run()
+    assert cross.state == "suspended" and cross.suspended.startswith(f"cpu: query {cross.id} took ")
+    assert "over its cpu_limit of 0.05 s" in cross.suspended
+    assert other.state == "active" and d.control_table(f"query:{other.id}")["counters"]["cpu_limit"] == 60
+    got, want = subs[0].poll().elements(), subs[1].poll().elements()
+    assert sorted(got) == sorted(want) and len(want) > 0
+    with pytest.raises(Exception, match="cpu_limit must be a positive number"):
+        d.set_knob(f"query:{other.id}", "cpu_limit", 0)
 
 
 def test_no_limit_no_check():
