@@ -62,7 +62,7 @@ def _plan_entities(d: Dsms) -> dict[str, PlanEntity]:
     return out
 
 
-plan_entities = _plan_entities  # the plan's entities, for the memory guard (engine/limits.py)
+plan_entities = _plan_entities  # the plan's entities, for the query limits (engine/limits.py)
 
 
 def _op_table(op: Any, pn: PNode | None, users: list[int]) -> Table:

@@ -33,7 +33,7 @@ from cqlstream.engine.boundedness import verdict
 from cqlstream.engine.errors import EngineError, InputError, InUseError, KnobError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.inputs import RelationInput, StreamInput, rows_to_batch
-from cqlstream.engine.limits import MemoryGuard
+from cqlstream.engine.limits import LimitGuard
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
 from cqlstream.engine.queues import Queue, Reader
@@ -64,7 +64,7 @@ class QueryHandle:
     reads: frozenset[str] = frozenset()  # lower-case names of the sources and views it reads
     memory_limit: int | None = None  # knob: bytes of state it may hold (None: the engine's query_memory_limit)
     cpu_limit: float | None = None  # knob: engine seconds it may take in one run (None: the engine's query_cpu_limit)
-    suspended: str | None = None  # why the engine suspended it (over its memory limit); None: not suspended
+    suspended: str | None = None  # why the engine suspended it (over a limit); None: not suspended
 
     @property
     def state(self) -> str:
@@ -223,8 +223,8 @@ class Dsms:
         self.scheduler = scheduler or RoundRobin()
         self.query_memory_limit = query_memory_limit
         self.query_cpu_limit = query_cpu_limit
-        self.guard = MemoryGuard(self)
-        self.suspensions = 0  # queries suspended over their memory limit since start
+        self.guard = LimitGuard(self)
+        self.suspensions = 0  # queries suspended over a limit since start
         self.ended = False
         self.sys: SysPublisher | None = None
         if sys_stream:
@@ -469,7 +469,7 @@ class Dsms:
     def suspend(self, query_id: int, reason: str) -> None:
         """Release an active query's operators as deactivating does, recording why (state
         `suspended`); its subscriptions end with `suspended: <reason>`. Activating it again (after
-        raising its `memory_limit`) merges it again like any inactive query."""
+        raising the limit) merges it again like any inactive query."""
         h = self.queries[query_id]
         if not h.active:
             return

@@ -61,7 +61,7 @@ def mib(n: float) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-class MemoryGuard:
+class LimitGuard:
     """Checks every active query that has a limit: memory (its `memory_limit` knob, else the
     engine's `query_memory_limit`) and engine seconds per run (its `cpu_limit`, else the engine's
     `query_cpu_limit`); `over` lists the queries the last check found over one."""
@@ -140,4 +140,4 @@ class MemoryGuard:
         return bool(over)
 
 
-__all__ = ["MemoryGuard", "Overrun"]
+__all__ = ["LimitGuard", "Overrun"]

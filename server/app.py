@@ -249,10 +249,11 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customise the schema
-    # outermost last: CORS (answers preflights) > keys > backpressure > size/timeout limits > routes
-    app.add_middleware(_Limits, limit=settings.max_body_bytes, counts=http_counts, body_timeout=settings.body_timeout)
+    # outermost last: CORS (answers preflights) > size/timeout limits and reply counts > keys >
+    # backpressure > routes; none of them reads a body before the routes do
     app.add_middleware(Admission, host=host)
     app.add_middleware(KeyCheck, settings=settings)
+    app.add_middleware(_Limits, limit=settings.max_body_bytes, counts=http_counts, body_timeout=settings.body_timeout)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
