@@ -6,7 +6,8 @@ connection limits of the settings (README "Limits"):
 - `header_timeout`: a connection must send a request's complete head (request line and headers)
   within this many seconds of opening or of its previous response, else it is closed (idle sockets
   and slow headers do not stay open forever);
-- `max_header_bytes`: a larger request head is refused (431 by h11's limit, then closed);
+- `max_header_bytes`: a request head still incomplete after this many bytes is refused (400, and
+  the connection closed; h11's limit on an incomplete event);
 - `body_timeout` (enforced by the app, server/app.py): a body must arrive within this many seconds.
 """
 
@@ -16,9 +17,9 @@ import asyncio
 import socket
 from typing import Any
 
-import h11
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http import h11_impl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from cqlstream.server.host import EngineHost
@@ -54,7 +55,7 @@ def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
 
         def _head_expired(self) -> None:
             self._head_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self.conn.their_state is IDLE and not self.transport.is_closing():
                 self.transport.close()  # no complete request head in time: nothing to answer
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -63,7 +64,7 @@ def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self.conn.their_state is not h11.IDLE:
+            if self.conn.their_state is not IDLE:
                 self._disarm()  # the head is complete: the body has its own timeout
 
         def on_response_complete(self) -> None:
@@ -76,6 +77,9 @@ def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
             super().connection_lost(exc)
 
     return HeaderTimeoutProtocol
+
+
+IDLE = h11_impl.h11.IDLE  # h11's "waiting for a request head" state, as uvicorn's protocol sees it
 
 
 def config(app: FastAPI, settings: Settings, **kw: Any) -> uvicorn.Config:

@@ -40,4 +40,4 @@ class Settings:
     keep_alive_timeout: float = 5.0  # s an idle keep-alive connection stays open
     header_timeout: float = 10.0  # s for a connection to send a request's complete headers
     body_timeout: float = 60.0  # s for a request body to arrive completely (slow uploads get 408)
-    max_header_bytes: int = 64 << 10  # largest request head (request line and headers)
+    max_header_bytes: int = 64 << 10  # a request head still incomplete after this many bytes is refused (400)

@@ -394,7 +394,10 @@ def test_idle_slow_header_and_slow_body_connections_are_closed(limit_server):
     t = time.perf_counter()
     keep.settimeout(5)
     assert keep.recv(100) == b"" and time.perf_counter() - t < 3
-    for s in (idle, slow, body, keep):
+    big = srv.raw()  # a request head still incomplete after max_header_bytes (64 KiB) is refused
+    big.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (80 << 10))
+    assert _reply(big, wait=5).startswith(b"HTTP/1.1 400")
+    for s in (idle, slow, body, keep, big):
         s.close()
     with srv.client() as c:  # a prompt client is served as before
         assert c.post("/streams/S/tuples", json=[{"ts": 1, "A": 1, "B": 1}]).status_code == 200
