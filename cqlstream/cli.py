@@ -15,6 +15,7 @@ from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
 from cqlstream.engine.errors import EngineError
+from cqlstream.limit_options import add_limit_options, limit_settings
 from cqlstream.spark_commands import add_parsers as add_spark_parsers
 from cqlstream.spark_commands import add_source_options
 
@@ -241,6 +242,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spark_master=args.spark_master,
         checkpoint_dir=args.checkpoint_dir,
         **durability_settings(args),
+        **limit_settings(args),
     )
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper(), logging.INFO),
@@ -515,6 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_source_options(sv)
     add_durability_options(sv)
+    add_limit_options(sv)
     sv.set_defaults(func=cmd_serve)
 
     qy = sub.add_parser(

@@ -62,6 +62,9 @@ def _plan_entities(d: Dsms) -> dict[str, PlanEntity]:
     return out
 
 
+plan_entities = _plan_entities  # the plan's entities, for the query limits (engine/limits.py)
+
+
 def _op_table(op: Any, pn: PNode | None, users: list[int]) -> Table:
     return {"kind": "operator", **op.control_table(), "queries": users, "note": pn.note if pn is not None else ""}
 
@@ -115,6 +118,10 @@ def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> 
         "cpu_seconds": a["cpu_seconds"],
         "subscribers": len(h.subscriptions),
         **h.completeness(),
+        "state": h.state,
+        "suspended": h.suspended,
+        "memory_limit": d.guard.limit_of(h),
+        "cpu_limit": d.guard.cpu_limit_of(h),
     }
     pn = h.pnode
     if pn is not None:
@@ -127,7 +134,13 @@ def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> 
         "result": h.kind,
         "output": None if pn is None else pn.queue.eid,
         "counters": counters,
-        "knobs": {"active": h.active, "weight": h.weight, "share": h.share},
+        "knobs": {
+            "active": h.active,
+            "weight": h.weight,
+            "share": h.share,
+            "memory_limit": h.memory_limit,
+            "cpu_limit": h.cpu_limit,
+        },
         "queries": [h.id],
     }
 
@@ -265,8 +278,14 @@ def set_knob(d: Dsms, eid: str, knob: str, value: Any) -> Table:
                 h.share = share
                 if was:
                     d.set_active(h.id, True)
+        elif knob == "memory_limit":  # null: the engine's default (query_memory_limit)
+            h.memory_limit = K.memory_limit(value)
+            d.guard.invalidate()
+        elif knob == "cpu_limit":  # null: the engine's default (query_cpu_limit)
+            h.cpu_limit = K.cpu_limit(value)
+            d.guard.invalidate()
         else:
-            raise KnobError(f"query knobs are active, weight and share; not '{knob}'")
+            raise KnobError(f"query knobs are active, weight, share, memory_limit and cpu_limit; not '{knob}'")
     elif eid.startswith("src:"):
         inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
         if inp is None:

@@ -33,6 +33,7 @@ from cqlstream.engine.boundedness import verdict
 from cqlstream.engine.errors import EngineError, InputError, InUseError, KnobError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.inputs import RelationInput, StreamInput, rows_to_batch
+from cqlstream.engine.limits import LimitGuard
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
 from cqlstream.engine.queues import Queue, Reader
@@ -61,6 +62,14 @@ class QueryHandle:
     subscriptions: list[Subscription] = field(default_factory=list)
     ast: object = None  # the parsed query
     reads: frozenset[str] = frozenset()  # lower-case names of the sources and views it reads
+    memory_limit: int | None = None  # knob: bytes of state it may hold (None: the engine's query_memory_limit)
+    cpu_limit: float | None = None  # knob: engine seconds it may take in one run (None: the engine's query_cpu_limit)
+    suspended: str | None = None  # why the engine suspended it (over a limit); None: not suspended
+
+    @property
+    def state(self) -> str:
+        """`active`, `inactive` (by the user) or `suspended` (by the engine: see `suspended`)."""
+        return "active" if self.active else ("suspended" if self.suspended else "inactive")
 
     @property
     def queue(self) -> Queue | None:
@@ -178,6 +187,8 @@ class Dsms:
         share: bool = True,
         data_dir: str | Path | None = None,
         sys_stream: bool = True,
+        query_memory_limit: int | None = None,
+        query_cpu_limit: float | None = None,
     ) -> None:
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
@@ -185,7 +196,11 @@ class Dsms:
         source is complete through (largest ts on any source) − skew − 1;
         `share`: queries share common subplans (off: each query gets its own operators);
         `data_dir`: the catalog and plans persist in `data_dir/plan.json` and are restored here;
-        `sys_stream`: register `SysStream`, on which entities publish their control tables."""
+        `sys_stream`: register `SysStream`, on which entities publish their control tables;
+        `query_memory_limit`: bytes of state a query may hold unless its own `memory_limit` knob
+        says otherwise, `query_cpu_limit`: seconds of engine time it may take in one run unless
+        its `cpu_limit` knob says otherwise; a query over a limit is suspended (engine/limits.py).
+        None: no limit."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew
@@ -206,6 +221,10 @@ class Dsms:
         self.attached: dict[str, Attached] = {}  # entity id → an entity outside the plan (engine/attached.py)
         self._next_id = 1  # query ids are never reused (persisted)
         self.scheduler = scheduler or RoundRobin()
+        self.query_memory_limit = query_memory_limit
+        self.query_cpu_limit = query_cpu_limit
+        self.guard = LimitGuard(self)
+        self.suspensions = 0  # queries suspended over a limit since start
         self.ended = False
         self.sys: SysPublisher | None = None
         if sys_stream:
@@ -405,6 +424,7 @@ class Dsms:
         h.complete_from = self.plan.late_complete_from(pn) if existed else pn.complete_from
         if not pn.is_stream and not pn.flowed:
             self.plan.add_result_store(pn)
+        self.guard.invalidate()
 
     def _quiesce(self) -> None:
         """Run every operator through its inputs' watermarks, so that all state is consistent
@@ -429,12 +449,14 @@ class Dsms:
             sub.close(reason)
         self.plan.release(h.id)
         h.pnode = None
+        self.guard.invalidate()
 
     def set_active(self, query_id: int, active: bool) -> QueryHandle:
         """An inactive query keeps its compiled plan but no operators: it produces nothing and
         costs nothing; reactivating merges it again (its `complete_from` says from when)."""
         h = self.queries[query_id]
         active = bool(active)
+        h.suspended = None  # the user's word replaces the engine's
         if active != h.active:
             h.active = active
             if active:
@@ -443,6 +465,20 @@ class Dsms:
                 self._detach(h, "query deactivated")
             self._save()
         return h
+
+    def suspend(self, query_id: int, reason: str) -> None:
+        """Release an active query's operators as deactivating does, recording why (state
+        `suspended`); its subscriptions end with `suspended: <reason>`. Activating it again (after
+        raising the limit) merges it again like any inactive query."""
+        h = self.queries[query_id]
+        if not h.active:
+            return
+        h.active = False
+        h.suspended = reason
+        self.suspensions += 1
+        self._detach(h, f"suspended: {reason}")
+        self.notices.append(f"query {h.id} suspended: {reason}")
+        self._save()
 
     def set_weight(self, query_id: int, weight: float) -> QueryHandle:
         w = float(weight)
@@ -658,10 +694,28 @@ class Dsms:
 
     # ------------------------------------------------------------ execution
     def run(self, max_passes: int | None = None) -> int:
-        """Run the scheduler until no operator can make progress."""
-        n = self.scheduler.run(self.plan.operators, max_passes)
+        """Run the scheduler until no operator can make progress. A query whose state passes its
+        memory limit is suspended as soon as an operator call makes it so; the run goes on for the
+        others."""
+        guard = self.guard
+        if not guard.armed():
+            n = self.scheduler.run(self.plan.operators, max_passes)
+            self.plan.advance_result_stores()
+            return n
+        guard.start_run()
+        n = self.scheduler.run(self.plan.operators, max_passes, check=guard.check)
+        while guard.over:
+            self._suspend_over()
+            n += self.scheduler.run(self.plan.operators, max_passes, check=guard.check if guard.armed() else None)
         self.plan.advance_result_stores()
+        if guard.armed() and guard.check():  # result stores took their queues' rows in
+            self._suspend_over()
         return n
+
+    def _suspend_over(self) -> None:
+        over, self.guard.over = self.guard.over, []
+        for o in over:
+            self.suspend(o.query_id, o.reason)
 
     def rows(self, batch: Batch) -> list[tuple]:
         return batch.rows()

@@ -26,6 +26,15 @@ def memory_limit(v: object) -> int | None:
     raise KnobError(f"memory_limit must be a non-negative integer number of bytes or null, got {v!r}")
 
 
+def cpu_limit(v: object) -> float | None:
+    """Seconds of engine time per run, or None (no limit)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise KnobError(f"cpu_limit must be a positive number of seconds or null, got {v!r}")
+    return float(v)
+
+
 def sampling_rate(v: object) -> float:
     """A load-shedding rate in (0, 1]."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:

@@ -9,24 +9,30 @@ if TYPE_CHECKING:
     from cqlstream.engine.operators.base import Operator
 
 Weights = Callable[[], dict[int, float]]  # → {id(operator): weight}
+Check = Callable[[], bool]  # called after each operator call that did work; True stops the run
 
 
 class RoundRobin:
     """Visit operators in plan order (producers before consumers), each with a work budget,
-    until a full pass does nothing."""
+    until a full pass does nothing. `check` (per-query memory limits, engine/limits.py) is called
+    after each operator call that did work; when it returns True the run stops there, so the
+    caller can act (suspend a query) before any other operator runs."""
 
     name = "round-robin"
 
     def __init__(self, budget: int | None = None) -> None:
         self.budget = budget
 
-    def run(self, operators: Sequence[Operator], max_passes: int | None = None) -> int:
+    def run(self, operators: Sequence[Operator], max_passes: int | None = None, check: Check | None = None) -> int:
         total, passes = 0, 0
         while True:
             done = 0
             for op in operators:
                 if op.active:
-                    done += op.step(self.budget)
+                    n = op.step(self.budget)
+                    done += n
+                    if n and check is not None and check():
+                        return total + done
             total += done
             passes += 1
             if not done or (max_passes is not None and passes >= max_passes):
@@ -44,7 +50,7 @@ class Weighted(RoundRobin):
         super().__init__(budget)
         self.weights: Weights = weights or (lambda: {})
 
-    def run(self, operators: Sequence[Operator], max_passes: int | None = None) -> int:
+    def run(self, operators: Sequence[Operator], max_passes: int | None = None, check: Check | None = None) -> int:
         total, passes = 0, 0
         w = self.weights() if self.budget is not None else {}
         while True:
@@ -52,7 +58,10 @@ class Weighted(RoundRobin):
             for op in operators:
                 if op.active:
                     b = None if self.budget is None else max(1, int(self.budget * w.get(id(op), 1.0)))
-                    done += op.step(b)
+                    n = op.step(b)
+                    done += n
+                    if n and check is not None and check():
+                        return total + done
             total += done
             passes += 1
             if not done or (max_passes is not None and passes >= max_passes):

@@ -85,11 +85,14 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         response_model_by_alias=True,
         dependencies=mutating,
         tags=["queries"],
-        summary="Activate/deactivate a query or set its scheduling weight",
+        summary="Activate/deactivate a query, set its scheduling weight or its memory limit",
+        description="A query the engine suspended (`state` `suspended`: its state passed its `memory_limit`) "
+        "is activated again with `active: true`, best together with a larger `memory_limit` (set first).",
         responses=responses(400, 401, 404, 413, 422),
     )
     async def patch_query(body: QueryPatch, qid: int = QueryId) -> dict[str, Any]:
-        return await run_in_threadpool(host.patch_query, qid, body.active, body.weight)
+        limit = (body.memory_limit,) if "memory_limit" in body.model_fields_set else None
+        return await run_in_threadpool(host.patch_query, qid, body.active, body.weight, limit)
 
     @r.delete(
         "/queries/{qid}",

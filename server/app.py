@@ -1,27 +1,33 @@
 """The FastAPI application: `create_app(dsms_or_settings)`.
 
 Wires the engine host (server/host.py), the routers, RFC 7807 error handling (no request can take
-the process down: anything unexpected becomes a 500 problem), the request-size limit (413), the
-optional API key, `/metrics`, `/healthz` and the OpenAPI document (`/openapi.json`, `/docs`).
+the process down: anything unexpected becomes a 500 problem), the request-size limit (413) and
+body-read timeout (408), the optional API and read keys (checked before a body is read), backpressure
+on input (429), CORS, `/metrics`, `/healthz` (liveness), `/readyz` (readiness) and the OpenAPI
+document (`/openapi.json`, `/docs`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cqlstream.engine.dsms import Dsms
 from cqlstream.server import api_control, api_queries, api_sources, api_spark, metrics
-from cqlstream.server.auth import api_key_dependency
+from cqlstream.server.admission import Admission
+from cqlstream.server.auth import KeyCheck, api_key_dependency
 from cqlstream.server.host import EngineHost
 from cqlstream.server.models import DdlIn, Health, SourceIn, SparkSourceIn
 from cqlstream.server.problems import PROBLEMS, Problem, ProblemError, problem_of
@@ -35,14 +41,22 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"request body larger than {limit} bytes")
 
 
-class _Limits:
-    """ASGI middleware: refuse bodies over the limit (by Content-Length, or while they stream in)
-    and count replies per status class for /metrics."""
+class BodyTimeout(StarletteHTTPException):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"request body not received within {seconds:g} s", headers={"Connection": "close"})
 
-    def __init__(self, app: ASGIApp, limit: int, counts: dict[str, int]) -> None:
+
+class _Limits:
+    """ASGI middleware: refuse bodies over the limit (by Content-Length, or while they stream in),
+    give up on a body that has not fully arrived `body_timeout` seconds after the request began
+    (408: slow uploads do not hold a connection and a worker forever), and count replies per status
+    class for /metrics."""
+
+    def __init__(self, app: ASGIApp, limit: int, counts: dict[str, int], body_timeout: float | None = None) -> None:
         self.app = app
         self.limit = limit
         self.counts = counts
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -66,12 +80,22 @@ class _Limits:
                     self.counts[f"{p.status // 100}xx"] = self.counts.get(f"{p.status // 100}xx", 0) + 1
                     return
         seen = 0
+        timeout = self.body_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        body_done = False  # after the last body chunk, receive() waits for a disconnect: no deadline then
 
         async def limited_receive() -> Message:
-            nonlocal seen
-            msg = await receive()
+            nonlocal seen, body_done
+            if deadline is None or body_done:
+                msg = await receive()
+            else:
+                try:
+                    msg = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
+                except TimeoutError:
+                    raise BodyTimeout(timeout or 0.0) from None
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
+                body_done = not msg.get("more_body", False)
                 if seen > limit:
                     raise BodyTooLarge(limit)
             return msg
@@ -131,7 +155,9 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(exc.status_code, "http_error")
+        code = {404: "not_found", 405: "method_not_allowed", 408: "body_timeout", 413: "body_too_large"}.get(
+            exc.status_code, "http_error"
+        )
         return ProblemError(exc.status_code, code, str(exc.detail)).response(getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
@@ -171,7 +197,20 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
 
     @app.get("/healthz", response_model=Health, tags=["service"], summary="Liveness and a few numbers")
     async def healthz() -> dict[str, Any]:
-        return await run_in_threadpool(host.health)
+        return host.health()  # lock-free counters: answers while the engine is busy
+
+    @app.get(
+        "/readyz",
+        tags=["service"],
+        summary="Readiness: is the engine keeping up",
+        description="200 when the engine is keeping up, 503 when it is behind: one engine call busy longer "
+        "than the server's `max_engine_lag`, or `max_pending_pushes` pushes in flight (pushes then get "
+        "429 with `Retry-After`). Read without the engine lock.",
+        responses={200: {"description": "ready"}, 503: {"description": "the engine is behind"}},
+    )
+    async def readyz() -> JSONResponse:
+        r = host.readiness()
+        return JSONResponse(r, status_code=200 if r["ready"] else 503)
 
     @app.get(
         "/metrics",
@@ -210,5 +249,17 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customise the schema
-    app.add_middleware(_Limits, limit=settings.max_body_bytes, counts=http_counts)
+    # outermost last: CORS (answers preflights) > size/timeout limits and reply counts > keys >
+    # backpressure > routes; none of them reads a body before the routes do
+    app.add_middleware(Admission, host=host)
+    app.add_middleware(KeyCheck, settings=settings)
+    app.add_middleware(_Limits, limit=settings.max_body_bytes, counts=http_counts, body_timeout=settings.body_timeout)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
+            allow_headers=["*"],
+            expose_headers=["Location", "Retry-After"],
+        )
     return app

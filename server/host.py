@@ -19,10 +19,12 @@ from cqlstream.cql.parser import parse_script
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle
 from cqlstream.engine.errors import InputError
+from cqlstream.engine.scheduler import RoundRobin
 from cqlstream.io.decoders import Parsed, Target
 from cqlstream.io.errors import IngestError
 from cqlstream.io.formats import decode
 from cqlstream.server.control import Control
+from cqlstream.server.engine_lock import EngineLock
 from cqlstream.server.idempotency import IdempotencyStore
 from cqlstream.server.problems import ProblemError
 from cqlstream.server.publication import Fanout, ResultChunk, SnapshotUnavailable, Subscriber
@@ -36,13 +38,21 @@ log = logging.getLogger("cqlstream.server")
 def make_dsms(settings: Settings) -> Dsms:
     """The engine for the settings (its catalog and queries persist under `data_dir` when set). A data
     dir with a log is recovered from the log (server/recovery.py), not from its plan.json."""
-    if settings.data_dir and has_log(settings.data_dir):
+    data_dir = settings.data_dir or None
+    with_log = data_dir is not None and has_log(data_dir)
+    d = Dsms(
+        compat=settings.compat,
+        data_dir=None if with_log else data_dir,
+        silence_timeout=settings.silence_timeout,
+        scheduler=RoundRobin(settings.work_budget),
+        query_memory_limit=settings.query_memory_limit,
+        query_cpu_limit=settings.query_cpu_limit,
+    )
+    if with_log and data_dir is not None:
         from cqlstream.engine.persist import PlanFile
 
-        d = Dsms(compat=settings.compat, silence_timeout=settings.silence_timeout)
-        d.plan_file = PlanFile(settings.data_dir)  # still written, as an export
-        return d
-    return Dsms(compat=settings.compat, data_dir=settings.data_dir or None, silence_timeout=settings.silence_timeout)
+        d.plan_file = PlanFile(data_dir)  # still written, as an export
+    return d
 
 
 def _attrs(attrs: Iterable[Attribute]) -> list[dict[str, str]]:
@@ -64,7 +74,9 @@ class EngineHost:
         self.settings = settings or Settings()
         self.d = dsms if dsms is not None else make_dsms(self.settings)
         self.persistent = self.d.plan_file is not None
-        self.lock = threading.RLock()
+        self.lock = EngineLock()  # tells lock-free since when it is held (readiness, backpressure)
+        self.pending_pushes = 0  # pushes in flight (counted by the app's admission middleware)
+        self.busy_replies = 0  # pushes answered 429 (engine behind)
         self.started = time.time()
         self.fanout = Fanout(self.d, self.settings.lag_grace_seconds)
         self.control = Control(self)
@@ -341,6 +353,10 @@ class EngineHost:
             "explain": h.explain(),
             **h.completeness(),
             "active": h.active,
+            "state": h.state,
+            "suspended": h.suspended,
+            "memory_limit": self.d.guard.limit_of(h),
+            "cpu_limit": self.d.guard.cpu_limit_of(h),
             "weight": h.weight,
             "bounded_memory": h.bounded_memory,
             "bounded_memory_note": h.bounded_memory_note,
@@ -372,10 +388,15 @@ class EngineHost:
         with self.lock:
             return self._query_out(self._query(qid))
 
-    def patch_query(self, qid: int, active: bool | None, weight: float | None) -> dict[str, Any]:
+    def patch_query(
+        self, qid: int, active: bool | None, weight: float | None, memory_limit: tuple[int | None] | None = None
+    ) -> dict[str, Any]:
+        """`memory_limit`: (bytes or None for the server's default,) to set it, None to leave it."""
         with self.lock:
             self._query(qid)
             try:
+                if memory_limit is not None:
+                    self.d.set_knob(f"query:{qid}", "memory_limit", memory_limit[0])
                 if weight is not None:
                     self.d.set_weight(qid, float(weight))
                     self.journal.log("patch_query", id=qid, weight=float(weight))
@@ -515,12 +536,37 @@ class EngineHost:
             }
 
     def health(self) -> dict[str, Any]:
-        with self.lock:
-            return {
-                "status": "ok",
-                "streams": len(self.d.inputs),
-                "queries": len(self.d.queries),
-                "subscribers": self.fanout.live(),
-                "uptime_seconds": round(time.time() - self.started, 3),
-                "persistence": self.persistent,
-            }
+        """Liveness: a few counters read without the engine lock (safe on the event loop)."""
+        return {
+            "status": "ok",
+            "streams": len(self.d.inputs),
+            "queries": len(self.d.queries),
+            "subscribers": self.fanout.live(),
+            "uptime_seconds": round(time.time() - self.started, 3),
+            "persistence": self.persistent,
+        }
+
+    def behind(self) -> str | None:
+        """Why the engine is too far behind to take more input (None: it is not), read lock-free:
+        one engine call running longer than `max_engine_lag`, or `max_pending_pushes` in flight."""
+        s = self.settings
+        lag = self.lock.held_for()
+        if lag > s.max_engine_lag:
+            return f"the engine has been busy on one call for {lag:.1f} s (bound {s.max_engine_lag:g} s)"
+        if self.pending_pushes >= s.max_pending_pushes:
+            return f"{self.pending_pushes} pushes in flight (bound {s.max_pending_pushes})"
+        return None
+
+    def readiness(self) -> dict[str, Any]:
+        """Readiness: the engine's lag, read lock-free (`ready` false when `behind()`)."""
+        why = self.behind()
+        return {
+            "ready": why is None,
+            "reason": why,
+            "engine_busy_seconds": round(self.lock.held_for(), 3),
+            "lock_waiters": self.lock.waiting,
+            "pending_pushes": self.pending_pushes,
+            "max_engine_lag": self.settings.max_engine_lag,
+            "max_pending_pushes": self.settings.max_pending_pushes,
+            "suspended_queries": sum(1 for h in list(self.d.queries.values()) if h.suspended),
+        }

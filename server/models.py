@@ -118,6 +118,14 @@ class QueryOut(BaseModel):
         "it cannot have: its results reflect only the data since registration",
     )
     active: bool = True
+    state: Literal["active", "inactive", "suspended"] = Field(
+        "active", description="`suspended`: the engine released it for passing its memory limit (see `suspended`)"
+    )
+    suspended: str | None = Field(None, description="why the engine suspended it; null unless suspended")
+    memory_limit: int | None = Field(None, description="bytes of state it may hold (its knob, else the server's)")
+    cpu_limit: float | None = Field(
+        None, description="engine seconds it may take in one run (its knob, else the server's)"
+    )
     weight: float = 1.0
     bounded_memory: bool | None = Field(
         None,
@@ -135,6 +143,9 @@ class QueryPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
     active: bool | None = None
     weight: float | None = Field(None, gt=0, le=1e9)
+    memory_limit: int | None = Field(
+        None, ge=0, le=1 << 62, description="bytes of state it may hold before it is suspended; null: the server's"
+    )
 
 
 class ViewIn(BaseModel):

@@ -21,10 +21,12 @@ _TITLES = {
     404: "Not Found",
     405: "Method Not Allowed",
     406: "Not Acceptable",
+    408: "Request Timeout",
     409: "Conflict",
     413: "Payload Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }

@@ -34,3 +34,16 @@ class Settings:
     checkpoint_seconds: float | None = None  # ... or this many seconds after the last one (None: not by time)
     retain_log: bool = False  # keep the log segments a checkpoint covers (an archive) instead of deleting them
     segment_bytes: int = 64 << 20  # a log segment is rolled at this size
+    # limits (README "Limits"): no one query or client takes the server down
+    query_memory_limit: int | None = 1 << 30  # bytes of state a query may hold before it is suspended (None: no limit)
+    query_cpu_limit: float | None = 10.0  # s of engine time a query may take in one run before it is suspended
+    work_budget: int | None = 100_000  # input elements per operator call, so limits are checked within a run
+    max_pending_pushes: int = 64  # pushes in flight (reading, waiting for the engine, running) before 429
+    max_engine_lag: float = 5.0  # s the engine may be busy on one call before pushes get 429 and /readyz 503
+    retry_after: int = 1  # seconds, the Retry-After of a 429
+    read_key: str | None = None  # when set, reads (results, peek, CQL texts, plan, entities) need it or the api key
+    cors_origins: tuple[str, ...] = ()  # origins allowed by CORS (none by default; "*" for any)
+    keep_alive_timeout: float = 5.0  # s an idle keep-alive connection stays open
+    header_timeout: float = 10.0  # s for a connection to send a request's complete headers
+    body_timeout: float = 60.0  # s for a request body to arrive completely (slow uploads get 408)
+    max_header_bytes: int = 64 << 10  # a request head still incomplete after this many bytes is refused (400)

@@ -399,7 +399,8 @@ def test_control_tables_count_and_limit():
     src = d.control_table("src:S")
     assert src["counters"]["accepted"] == 3 and src["queries"] == [h.id]
     q = d.control_table(f"query:{h.id}")
-    assert q["knobs"] == {"active": True, "weight": 1.0, "share": True}
+    assert q["knobs"] == {"active": True, "weight": 1.0, "share": True, "memory_limit": None, "cpu_limit": None}
+    assert q["counters"]["state"] == "active" and q["counters"]["suspended"] is None
     assert q["counters"]["memory_bytes"] > 0
 
 

@@ -1,0 +1,122 @@
+"""`cqlstream serve` options for limits, keys and CORS (README "Limits"), and the Settings fields they fill."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from cqlstream.server.settings import Settings
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def size(text: str) -> int | None:
+    """Bytes from `1073741824`, `512M`, `1G`, `1GiB`; `0` or `none`: no limit (None)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    if t in ("NONE", "0"):
+        return None
+    unit = t[-1:] if t[-1:] in _UNITS else ""
+    try:
+        n = float(t[: len(t) - len(unit)] if unit else t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1G, 512M, 0 for none)") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"a size must not be negative: {text!r}")
+    return int(n * _UNITS[unit])
+
+
+def add_limit_options(p: argparse.ArgumentParser) -> None:
+    d = Settings()
+    g = p.add_argument_group("limits, keys and CORS")
+    g.add_argument(
+        "--query-memory-limit",
+        type=size,
+        default=d.query_memory_limit,
+        metavar="SIZE",
+        help="state a query may hold (e.g. 512M, 2G; 0: none) before the engine suspends it (state "
+        "'suspended', its result streams end with the reason; raise its knob memory_limit and activate it "
+        "again); a query's own memory_limit knob overrides it (default 1G)",
+    )
+    g.add_argument(
+        "--query-cpu-limit",
+        type=float,
+        default=d.query_cpu_limit,
+        metavar="S",
+        help="engine seconds a query may take in one run (one push, heartbeat or tick) before the engine "
+        f"suspends it likewise; its knob cpu_limit overrides it; 0: none (default {d.query_cpu_limit:g})",
+    )
+    g.add_argument(
+        "--work-budget",
+        type=int,
+        default=d.work_budget,
+        metavar="N",
+        help="input elements per operator call (whole instants), so memory limits are checked within one "
+        f"engine run; 0: unbounded (default {d.work_budget})",
+    )
+    g.add_argument(
+        "--max-pending-pushes",
+        type=int,
+        default=d.max_pending_pushes,
+        metavar="N",
+        help=f"pushes in flight before new ones get 429 with Retry-After (default {d.max_pending_pushes})",
+    )
+    g.add_argument(
+        "--max-engine-lag",
+        type=float,
+        default=d.max_engine_lag,
+        metavar="S",
+        help="seconds the engine may be busy on one call before pushes get 429 and /readyz 503 "
+        f"(default {d.max_engine_lag:g})",
+    )
+    g.add_argument(
+        "--read-key",
+        metavar="KEY",
+        help="require this key or the --api-key (header X-API-Key) on reads: results, peek, CQL texts, "
+        "/plan, /entities (or set CQLSTREAM_READ_KEY); default: reads are open",
+    )
+    g.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser requests from this origin (repeatable; '*' for any); default: none",
+    )
+    g.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=d.keep_alive_timeout,
+        metavar="S",
+        help=f"close idle keep-alive connections after S seconds (default {d.keep_alive_timeout:g})",
+    )
+    g.add_argument(
+        "--header-timeout",
+        type=float,
+        default=d.header_timeout,
+        metavar="S",
+        help="close a connection that has not sent a complete request head S seconds after opening or "
+        f"after its previous response (default {d.header_timeout:g})",
+    )
+    g.add_argument(
+        "--body-timeout",
+        type=float,
+        default=d.body_timeout,
+        metavar="S",
+        help=f"answer 408 when a request body has not fully arrived after S seconds (default {d.body_timeout:g})",
+    )
+
+
+def limit_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The Settings fields of the options above."""
+    return {
+        "query_memory_limit": args.query_memory_limit,
+        "query_cpu_limit": args.query_cpu_limit or None,
+        "work_budget": args.work_budget or None,
+        "max_pending_pushes": args.max_pending_pushes,
+        "max_engine_lag": args.max_engine_lag,
+        "read_key": args.read_key or os.environ.get("CQLSTREAM_READ_KEY") or None,
+        "cors_origins": tuple(args.cors_origin),
+        "keep_alive_timeout": args.keep_alive_timeout,
+        "header_timeout": args.header_timeout,
+        "body_timeout": args.body_timeout,
+    }

@@ -1,0 +1,143 @@
+"""Per-query limits (docs/plan-manager.md): each query's attributed memory, and the engine time it
+took in the current run, are checked after every operator call that did work; a query over a limit
+is suspended (its operators released, its state `suspended` with the reason) instead of growing
+until the process dies or holding every other query back.
+
+A query's memory and time are attributed as in its control table (engine/control.py
+`attribution`): every operator's state, queue and store it uses, and every operator's seconds,
+split equally among the queries sharing them. The check reads only cheap sizes (`state_bytes()`,
+`nbytes()`) and counters of the entities of queries that have a limit, through an index rebuilt
+only when the plan changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cqlstream.engine.dsms import Dsms, QueryHandle
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entity a limited query uses: its bytes, its seconds (operators), how many queries share it."""
+
+    size: Callable[[], int]
+    obj: Any
+    operator: bool
+    users: int
+
+    def seconds(self) -> float:
+        return self.obj.counters.seconds / self.users if self.operator else 0.0
+
+
+@dataclass(frozen=True)
+class Overrun:
+    """A query found over a limit: `what` (memory in bytes, or cpu in seconds of one run) it took
+    and its limit."""
+
+    query_id: int
+    what: str
+    held: float
+    limit: float
+
+    @property
+    def reason(self) -> str:
+        q = self.query_id
+        if self.what == "cpu":
+            return (
+                f"cpu: query {q} took {self.held:.2f} s of engine time in one run, over its cpu_limit of "
+                f"{self.limit:g} s; raise the limit (knob cpu_limit of query:{q}) and activate it again"
+            )
+        return (
+            f"memory: query {q} held {mib(self.held)} of state, over its memory_limit of "
+            f"{mib(self.limit)}; raise the limit (knob memory_limit of query:{q}) and activate it again"
+        )
+
+
+def mib(n: float) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+class LimitGuard:
+    """Checks every active query that has a limit: memory (its `memory_limit` knob, else the
+    engine's `query_memory_limit`) and engine seconds per run (its `cpu_limit`, else the engine's
+    `query_cpu_limit`); `over` lists the queries the last check found over one."""
+
+    def __init__(self, d: Dsms) -> None:
+        self.d = d
+        self.over: list[Overrun] = []
+        self.checks = 0
+        self._index: dict[int, list[Entry]] | None = None
+        self._shape: tuple[int, ...] = ()
+        self._run_start: dict[int, float] = {}  # query id → its attributed seconds when the run began
+
+    def limit_of(self, h: QueryHandle) -> int | None:
+        return h.memory_limit if h.memory_limit is not None else self.d.query_memory_limit
+
+    def cpu_limit_of(self, h: QueryHandle) -> float | None:
+        return h.cpu_limit if h.cpu_limit is not None else self.d.query_cpu_limit
+
+    def _limited(self, h: QueryHandle) -> bool:
+        return h.active and (self.limit_of(h) is not None or self.cpu_limit_of(h) is not None)
+
+    def invalidate(self) -> None:
+        """The plan or a limit changed: rebuild the index at the next check."""
+        self._index = None
+
+    def armed(self) -> bool:
+        """Whether any active query has a limit (otherwise runs pay nothing for the check)."""
+        return any(self._limited(h) for h in self.d.queries.values())
+
+    def _plan_shape(self) -> tuple[int, ...]:
+        p = self.d.plan
+        return (len(p.nodes), len(p.operators), len(p.stores), len(p.window_stores), len(p.late_stores))
+
+    def _entries(self) -> dict[int, list[Entry]]:
+        shape = self._plan_shape()
+        if self._index is None or shape != self._shape:
+            from cqlstream.engine.control import plan_entities
+
+            index: dict[int, list[Entry]] = {qid: [] for qid, h in self.d.queries.items() if self._limited(h)}
+            for kind, obj, _pn, users in plan_entities(self.d).values():
+                users = [u for u in users if u in self.d.queries]
+                op = kind == "operator"
+                for u in users:
+                    if u in index:
+                        index[u].append(Entry(obj.state_bytes if op else obj.nbytes, obj, op, len(users)))
+            self._index, self._shape = index, shape
+            self._run_start = {qid: self.seconds(qid) for qid in index}
+        return self._index
+
+    def held(self, qid: int) -> int:
+        """Bytes attributed to query `qid` (0 when it has no limit: only limited queries are indexed)."""
+        return int(sum(e.size() / e.users for e in self._entries().get(qid, ())))
+
+    def seconds(self, qid: int) -> float:
+        """Engine seconds attributed to query `qid` since its operators were built."""
+        return sum(e.seconds() for e in (self._index or {}).get(qid, ()))
+
+    def start_run(self) -> None:
+        """A run begins: the per-run time of every limited query counts from here."""
+        self._run_start = {qid: self.seconds(qid) for qid in self._entries()}
+
+    def check(self) -> bool:
+        """Measure every limited query; True when one is over a limit (listed in `over`)."""
+        self.checks += 1
+        over = []
+        for qid in self._entries():
+            h = self.d.queries.get(qid)
+            if h is None or not h.active:
+                continue
+            limit, cpu = self.limit_of(h), self.cpu_limit_of(h)
+            if limit is not None and (held := self.held(qid)) > limit:
+                over.append(Overrun(qid, "memory", held, limit))
+            elif cpu is not None and (took := self.seconds(qid) - self._run_start.get(qid, 0.0)) > cpu:
+                over.append(Overrun(qid, "cpu", took, cpu))
+        self.over = over
+        return bool(over)
+
+
+__all__ = ["LimitGuard", "Overrun"]
