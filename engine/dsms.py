@@ -225,6 +225,7 @@ class Dsms:
         self.query_cpu_limit = query_cpu_limit
         self.guard = LimitGuard(self)
         self.suspensions = 0  # queries suspended over a limit since start
+        self.new_suspensions: list[tuple[int, str]] = []  # (query id, reason) not yet taken by the host's log
         self.ended = False
         self.sys: SysPublisher | None = None
         if sys_stream:
@@ -476,6 +477,7 @@ class Dsms:
         h.active = False
         h.suspended = reason
         self.suspensions += 1
+        self.new_suspensions.append((h.id, reason))
         self._detach(h, f"suspended: {reason}")
         self.notices.append(f"query {h.id} suspended: {reason}")
         self._save()

@@ -168,10 +168,15 @@ class EngineHost:
         self.d.run()
         self.run_seconds += time.perf_counter() - t
         self.runs += 1
-        self.fanout.publish()
+        self.publish()
 
     def publish(self) -> None:
-        """Deliver results after an engine call that may have run the plan (call under the lock)."""
+        """Deliver results after an engine call that may have run the plan (call under the lock).
+        A query the run suspended over a limit is logged first: a replay suspends it at the same
+        record even where its limit depends on timing (CPU)."""
+        while self.d.new_suspensions:
+            qid, reason = self.d.new_suspensions.pop(0)
+            self.journal.log("suspend", id=qid, reason=reason)
         self.fanout.publish()
 
     # ------------------------------------------------------------ sources

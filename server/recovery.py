@@ -181,6 +181,7 @@ class Journal:
         host = self.host
         pf = host.d.plan_file
         self.replaying = True
+        host.d.guard.cpu = False  # suspensions over a time limit come from their own records
         if pf is not None:
             pf.restoring = True  # written once at the end, not per record
         n = errors = 0
@@ -201,6 +202,7 @@ class Journal:
                 n += 1
         finally:
             self.replaying = False
+            host.d.guard.cpu = True
             if pf is not None:
                 pf.restoring = False
         if n and pf is not None:

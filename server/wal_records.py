@@ -101,6 +101,12 @@ def _knob(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
     host.publish()
 
 
+def _suspend(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
+    """A query the live run suspended over a limit (a no-op when the replay suspended it already)."""
+    host.d.suspend(h["id"], h["reason"])
+    host.publish()
+
+
 def _plan(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
     """The catalog and queries of a data dir written before it had a log (its plan file)."""
     from cqlstream.engine.persist import PlanFile
@@ -126,5 +132,6 @@ REPLAY: dict[str, Replay] = {
     "patch_query": _patch_query,
     "delete_query": lambda host, h, p: host.delete_query(h["id"]),
     "knob": _knob,
+    "suspend": _suspend,
     "plan": _plan,
 }
