@@ -16,6 +16,7 @@ from lark.tree import Meta
 
 from cqlstream.cql import ast
 from cqlstream.cql.errors import CqlError, Pos
+from cqlstream.cql.nesting import check_depth
 
 # grammar/ sits beside cql/ both in a source checkout and in the installed package (cqlstream.grammar)
 _GRAMMAR = Path(__file__).resolve().parent.parent / "grammar" / "cql.lark"
@@ -520,7 +521,7 @@ def _parse(text: str, start: str) -> Any:
     except UnexpectedInput as e:
         raise _syntax_error(e, text) from None
     try:
-        return _ToAst().transform(tree)
+        out = _ToAst().transform(tree)
     except RecursionError:
         raise CqlError("too_complex", "statement is nested too deeply", None, text) from None
     except VisitError as e:
@@ -530,6 +531,9 @@ def _parse(text: str, start: str) -> Any:
             raise CqlError("too_complex", "statement is nested too deeply", None, text) from None
         where = _meta_pos(e.obj.meta if isinstance(e.obj, Tree) else None)
         raise CqlError("syntax", f"malformed construct ({e.orig_exc})", where, text) from None
+    for stmt in out if isinstance(out, list) else [out]:
+        check_depth(stmt, text)
+    return out
 
 
 def parse_statement(text: str) -> ast.Statement:
