@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -242,13 +243,15 @@ def _parse_ndjson(body: bytes, target: Target) -> Parsed:
     body = _strip_bom(body)
     if not body.strip():
         return _empty(target)
+    tbl = None
     try:
-        opts = pj.ParseOptions(explicit_schema=_arrow_schema(target), unexpected_field_behavior="error")
-        tbl = pj.read_json(
-            io.BytesIO(body),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(body) // 8, 16 << 20))),
-            parse_options=opts,
-        )
+        if not _NULL_ROW.search(body):
+            opts = pj.ParseOptions(explicit_schema=_arrow_schema(target), unexpected_field_behavior="error")
+            tbl = pj.read_json(
+                io.BytesIO(body),
+                read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(body) // 8, 16 << 20))),
+                parse_options=opts,
+            )
     except (pa.ArrowException, UnicodeDecodeError):  # the row-by-row pass below names the culprit
         tbl = None
     if tbl is not None and not any(c.null_count for c in tbl.columns):
@@ -260,6 +263,11 @@ def _parse_ndjson(body: bytes, target: Target) -> Parsed:
             raise IngestError(f"row {i}: empty line", i, status=400, code="malformed_body")
         rows.append(_json_value(line, i))
     return _from_rows(rows, target)
+
+
+# a row that is a bare `null`: pyarrow's JSON reader (26.x) crashes the process on one at the start
+# of a block, so such a body goes to the row-by-row pass (which refuses it)
+_NULL_ROW = re.compile(rb"(?:^|\n)[ \t\r]*null")
 
 
 def _lines(body: bytes) -> list[bytes]:
@@ -428,7 +436,10 @@ def _parse_csv(body: bytes, target: Target) -> Parsed:
         return _empty(target)
     header_end = body.find(b"\n")
     header = body[: header_end if header_end >= 0 else len(body)].decode("utf-8", "replace").strip("\r")
-    names = next(csv.reader([header]), [])
+    try:
+        names = next(csv.reader([header]), [])
+    except csv.Error as e:
+        raise IngestError(f"malformed CSV header: {e}", status=400, code="malformed_body") from None
     fields = target.fields()
     lower = {f.lower(): f for f in fields}
     mapped = []
@@ -476,10 +487,8 @@ def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict[str, s
             status=400,
             code="malformed_body",
         ) from None
-    reader = csv.reader(io.StringIO(text))
-    next(reader, None)
     rows = []
-    for i, rec in enumerate(reader):
+    for i, rec in enumerate(_csv_records(text)):
         if not rec:
             continue
         if len(rec) != len(mapped):
@@ -496,6 +505,16 @@ def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict[str, s
                 row[f] = None
         rows.append(row)
     return _from_rows(rows, target)
+
+
+def _csv_records(text: str) -> list[list[str]]:
+    """The records after the header line, or a 400 naming the line the csv module cannot read."""
+    reader = csv.reader(io.StringIO(text))
+    try:
+        next(reader, None)
+        return list(reader)
+    except csv.Error as e:
+        raise IngestError(f"malformed CSV at line {reader.line_num}: {e}", status=400, code="malformed_body") from None
 
 
 def _convert(s: str, kind: str, row: int, field: str) -> int | float | bool | str:
@@ -525,11 +544,17 @@ def _parse_arrow(body: bytes, target: Target) -> Parsed:
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(body))
         tbl = reader.read_all()
-    except (pa.ArrowInvalid, pa.ArrowException, OSError):
+    except (pa.ArrowException, OSError, UnicodeDecodeError):
         try:
             tbl = pa.ipc.open_file(pa.py_buffer(body)).read_all()
-        except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
             raise IngestError(f"malformed Arrow IPC stream: {e}", status=400, code="malformed_body") from None
+    try:
+        tbl.column_names  # noqa: B018  (decoded on access: a name that is not UTF-8 fails here)
+    except UnicodeDecodeError:
+        raise IngestError(
+            "malformed Arrow IPC stream: a field name is not UTF-8", status=400, code="malformed_body"
+        ) from None
     return arrow_table_columns(tbl, target)
 
 
