@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -47,13 +46,14 @@ def _strip_bom(body: bytes) -> bytes:
     return body[len(_BOM) :] if body.startswith(_BOM) else body
 
 
-def checked(parsed: Parsed, target: Target) -> Parsed:
-    """`parsed` once its values pass the checks every format shares (io/value_checks.py)."""
+def checked(parsed: Parsed, target: Target, *, texts: bool = True) -> Parsed:
+    """`parsed` once its values pass the checks every format shares (io/value_checks.py); `texts`
+    False: its text columns were checked already (as Arrow columns, see `_from_table`)."""
     check_timestamps(parsed.ts, target.ts_field)
     for i, ((name, kind), col, mask) in enumerate(zip(target.columns, parsed.cols, parsed.nulls)):
         if kind == "float":
             check_floats(col, mask, name)
-        elif col.dtype == object:
+        elif texts and col.dtype == object:
             check_texts(col, mask, name, target.length(i))
     return parsed
 
@@ -175,13 +175,14 @@ def _from_table(tbl: pa.Table, target: Target, names: dict[str, str]) -> Parsed:
         c = tbl.column(names[target.sign_field])
         sign = _signs(c, target)
     cols, nulls = [], []
-    for name, kind in target.columns:
+    for i, (name, kind) in enumerate(target.columns):
         if _arrow_type(kind) == pa.string():
             _check_utf8(tbl.column(names[name]), name)
+            check_texts(tbl.column(names[name]), None, name, target.length(i))
         col, mask = _numpy_column(tbl.column(names[name]), kind)
         cols.append(col)
         nulls.append(mask if mask is not None and mask.any() else None)
-    return checked(Parsed(cols, nulls, ts, sign), target)
+    return checked(Parsed(cols, nulls, ts, sign), target, texts=False)
 
 
 def _check_utf8(c: pa.Array | pa.ChunkedArray, field: str) -> None:
@@ -245,7 +246,7 @@ def _parse_ndjson(body: bytes, target: Target) -> Parsed:
         return _empty(target)
     tbl = None
     try:
-        if not _NULL_ROW.search(body):
+        if _NULL not in body:
             opts = pj.ParseOptions(explicit_schema=_arrow_schema(target), unexpected_field_behavior="error")
             tbl = pj.read_json(
                 io.BytesIO(body),
@@ -265,9 +266,9 @@ def _parse_ndjson(body: bytes, target: Target) -> Parsed:
     return _from_rows(rows, target)
 
 
-# a row that is a bare `null`: pyarrow's JSON reader (26.x) crashes the process on one at the start
-# of a block, so such a body goes to the row-by-row pass (which refuses it)
-_NULL_ROW = re.compile(rb"(?:^|\n)[ \t\r]*null")
+# pyarrow's JSON reader (26.x) crashes the process on a row that is a bare `null` at the start of a
+# block: a body holding `null` anywhere skips it (explicit NULLs take the row-by-row pass anyway)
+_NULL = b"null"
 
 
 def _lines(body: bytes) -> list[bytes]:

@@ -51,33 +51,40 @@ def check_floats(col: np.ndarray, mask: np.ndarray | None, field: str) -> None:
         )
 
 
-def check_texts(col: np.ndarray, mask: np.ndarray | None, field: str, length: int | None) -> None:
-    """Refuse a lone surrogate, a NUL character or (with a declared `length`) a longer string."""
+def check_texts(
+    col: np.ndarray | pa.Array | pa.ChunkedArray, mask: np.ndarray | None, field: str, length: int | None
+) -> None:
+    """Refuse a lone surrogate, a NUL character or (with a declared `length`) a longer string.
+    `col` is a numpy column of str (NULL rows in `mask`) or an Arrow string column (NULLs its own)."""
     if not len(col):
         return
-    try:
-        arr = pa.array(col, type=pa.string(), from_pandas=False)
-    except (UnicodeEncodeError, pa.ArrowInvalid, pa.ArrowTypeError):
-        i = next(i for i, v in enumerate(col.tolist()) if not _encodable(v))
-        raise IngestError(
-            f"row {i} field '{field}': the text is not valid Unicode (a lone surrogate such as \\ud800 "
-            "cannot be stored)",
-            i,
-            field,
-        ) from None
-    if mask is not None:
-        arr = pc.if_else(pa.array(mask), pa.scalar("", pa.string()), arr)
+    arr: pa.Array | pa.ChunkedArray
+    if isinstance(col, np.ndarray):
+        try:
+            arr = pa.array(col, type=pa.string(), from_pandas=False)
+        except (UnicodeEncodeError, pa.ArrowInvalid, pa.ArrowTypeError):
+            i = next(i for i, v in enumerate(col.tolist()) if not _encodable(v))
+            raise IngestError(
+                f"row {i} field '{field}': the text is not valid Unicode (a lone surrogate such as \\ud800 "
+                "cannot be stored)",
+                i,
+                field,
+            ) from None
+        if mask is not None:
+            arr = pc.if_else(pa.array(mask), pa.scalar(None, pa.string()), arr)
+    else:
+        arr = col  # Arrow strings are valid UTF-8: no surrogates
     nul = pc.match_substring(arr, "\x00")
     if pc.any(nul).as_py():
         i = _first(nul)
         raise IngestError(f"row {i} field '{field}': the text contains a NUL character (U+0000)", i, field)
     if length is not None:
-        lengths = pc.utf8_length(arr).to_numpy(zero_copy_only=False)
-        long = lengths > length
-        if long.any():
-            i = int(np.argmax(long))
+        lengths = pc.utf8_length(arr)
+        long = pc.greater(lengths, length)
+        if pc.any(long).as_py():
+            i = _first(long)
             raise IngestError(
-                f"row {i} field '{field}': text of {int(lengths[i])} characters is longer than the "
+                f"row {i} field '{field}': text of {lengths[i].as_py()} characters is longer than the "
                 f"declared length {length}",
                 i,
                 field,
@@ -92,8 +99,9 @@ def _encodable(v: object) -> bool:
     return True
 
 
-def _first(flags: pa.Array) -> int:
-    return int(np.argmax(flags.to_numpy(zero_copy_only=False)))
+def _first(flags: pa.Array | pa.ChunkedArray) -> int:
+    """The first true position of a boolean column (NULLs are not true)."""
+    return int(pc.index(pc.fill_null(flags, False), True).as_py())
 
 
 __all__ = ["TS_LIMIT", "check_floats", "check_texts", "check_timestamps"]
