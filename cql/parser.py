@@ -6,6 +6,7 @@ Every syntax error becomes a CqlError with line, column and the tokens the parse
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
@@ -83,7 +84,14 @@ def _unquote(text: str) -> str:
 
 def _name(tok: Token) -> str:
     s = str(tok)
-    return s[1:-1] if s.startswith("`") else s
+    if not s.startswith("`"):
+        return s
+    if _UNPRINTABLE.search(s):  # such a name could not even appear in an XML result's schema
+        raise CqlError("bad_name", f"quoted name {s!r} holds a control character", _tok_pos(tok))
+    return s[1:-1]
+
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f\ufffe\uffff]")
 
 
 def _count(tok: Token) -> int:
