@@ -480,11 +480,11 @@ def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict[str, s
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
-        row = body.count(b"\n", 0, e.start) - 1  # the header is line 0
+        at = body.count(b"\n", 0, e.start) - 1  # the row (the header is line 0, row -1)
         raise IngestError(
-            f"{'the CSV header' if row < 0 else f'row {row}'} is not UTF-8: byte 0x{body[e.start]:02x} "
+            f"{'the CSV header' if at < 0 else f'row {at}'} is not UTF-8: byte 0x{body[e.start]:02x} "
             f"at offset {e.start}",
-            max(row, 0) if row >= 0 else None,
+            at if at >= 0 else None,
             status=400,
             code="malformed_body",
         ) from None

@@ -84,6 +84,8 @@ class Avg(Sum):
         cnt, tot, null = self._count_and_total(cx)
         out, hi = self._outside_int64(cx, tot)
         with np.errstate(invalid="ignore", divide="ignore"):
-            total = tot.astype(np.float64) if out is None or not out.any() else np.where(out, hi, tot)
+            total = (
+                np.where(out, hi, tot) if out is not None and hi is not None and out.any() else tot.astype(np.float64)
+            )
             val = total / np.where(null, 1, cnt)
         return as_dtype(np.where(null, 0, val), self.dt), null
