@@ -86,12 +86,13 @@ def _name(tok: Token) -> str:
     s = str(tok)
     if not s.startswith("`"):
         return s
-    if _UNPRINTABLE.search(s):  # such a name could not even appear in an XML result's schema
-        raise CqlError("bad_name", f"quoted name {s!r} holds a control character", _tok_pos(tok))
+    if _NOT_XML.search(s):  # such a name (a query's alias names a result column) could not appear in XML
+        raise CqlError("bad_name", f"quoted name {s!r} holds a character XML cannot carry", _tok_pos(tok))
     return s[1:-1]
 
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f\ufffe\uffff]")
+# characters XML 1.0 cannot hold at all: C0 controls other than tab and line breaks, U+FFFE, U+FFFF
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def _count(tok: Token) -> int:

@@ -252,8 +252,9 @@ def test_a_name_no_endpoint_could_use_is_refused_at_registration(c, name):
     assert state(c) == before
 
 
-def test_a_quoted_alias_with_a_control_character_is_refused(c):
-    """Query aliases are not registered, but they name result columns (an XML schema attribute)."""
+def test_a_quoted_alias_xml_cannot_carry_is_refused(c):
+    """Query aliases are not registered, but they name result columns (an XML schema attribute):
+    a line break is fine there (escaped), a control character such as U+0001 cannot be written."""
     before = state(c)
     r = c.post("/queries", json={"cql": "select A as `a\x01b` from S"})
     assert r.status_code == 422 and r.json()["code"] == "bad_name" and r.json()["column"] == 13, r.text
