@@ -380,11 +380,13 @@ class EngineHost:
             if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterView):
                 raise ProblemError(422, "not_a_view", "expected exactly one 'register view V as …' statement")
             name = stmts[0].name
+            existed = self.d.catalog.get(name) is not None
             try:
                 return self._view_out(self.d.register_view(text))
             except BaseException as e:  # a failed registration leaves nothing registered
-                if self.d.catalog.get(name) is not None and name.lower() not in self.d.ddl:
+                if not existed and self.d.catalog.get(name) is not None:
                     self.d.catalog.drop(name)
+                    self.d.ddl.pop(name.lower(), None)
                 if isinstance(e, RecursionError):
                     raise _too_deep() from None
                 raise

@@ -319,6 +319,22 @@ def test_a_registration_failing_after_the_engine_took_it_leaves_nothing(srv, c, 
     assert c.post("/queries", json={"cql": "select A from S where A > 0", "name": "half"}).status_code == 201
 
 
+def test_a_view_registration_failing_late_leaves_nothing_and_keeps_what_was_there(srv, c, monkeypatch):
+    before = state(c)
+
+    def fail(v):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(srv.host, "_view_out", fail)
+    r = c.post("/views", json={"name": "Half", "query": "select A from S"})
+    assert r.status_code == 422 and r.json()["code"] == "too_deep", r.text
+    r = c.post("/views", json={"name": "SysStream", "query": "select A from S"})  # a name taken: 409
+    assert r.status_code == 409, r.text
+    monkeypatch.undo()
+    assert state(c) == before and c.get("/streams/SysStream").status_code == 200
+    assert c.post("/views", json={"name": "Half", "query": "select A from S"}).status_code == 201
+
+
 def test_accepted_counts_only_the_rows_that_entered(c):
     c.post("/streams", content="register stream L (A integer) with (slack = 2)", headers={"content-type": "text/plain"})
     c.post("/streams", content="register stream M (A integer)", headers={"content-type": "text/plain"})
