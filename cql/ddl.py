@@ -4,13 +4,14 @@ catalog, depends on the analyzer."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from cqlstream.cql import ast
 from cqlstream.cql import types as T
 from cqlstream.cql.analyzer import analyze
 from cqlstream.cql.catalog import Catalog, SourceDef, ViewDef
-from cqlstream.cql.errors import CqlError
+from cqlstream.cql.errors import CqlError, Pos
 from cqlstream.cql.functions import FunctionRegistry
 from cqlstream.cql.logical.expr import ColRef
 from cqlstream.cql.logical.nodes import Attribute, Project
@@ -46,11 +47,29 @@ _OPTIONS = {
 }
 
 
+# what a registered name may be: it appears in URL paths, CSV headers and HTTP replies, so a name
+# quoted with backticks may spell a keyword (`select`) but not carry spaces, slashes or line breaks
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_name(name: str, what: str, pos: Pos | None) -> None:
+    """Refuse a stream, relation, view or column name that is not a plain identifier."""
+    if not _PLAIN_NAME.fullmatch(name):
+        raise CqlError(
+            "bad_name",
+            f"{what} name {name!r} is not usable: a registered name is a letter or '_' followed by "
+            "letters, digits or '_'",
+            pos,
+        )
+
+
 def register_source(catalog: Catalog, stmt: ast.RegisterSource) -> SourceDef:
     """Check a `register stream|relation` statement and add the source to the catalog."""
+    check_name(stmt.name, stmt.kind, stmt.pos)
     catalog.claim(stmt.name, stmt.pos)
     attrs, seen = [], set()
     for a in stmt.attrs:
+        check_name(a.name, "column", a.pos)
         if a.name.lower() in seen:
             raise CqlError("duplicate_column", f"column '{a.name}' is declared twice", a.pos)
         seen.add(a.name.lower())
@@ -83,6 +102,9 @@ def register_source(catalog: Catalog, stmt: ast.RegisterSource) -> SourceDef:
 
 def register_view(catalog: Catalog, stmt: ast.RegisterView, text: str | None = None) -> ViewDef:
     """Analyze a `register view` statement's query and add the view to the catalog."""
+    check_name(stmt.name, "view", stmt.pos)
+    for c in stmt.columns or ():
+        check_name(c, "column", stmt.pos)
     catalog.claim(stmt.name, stmt.pos)
     plan = analyze(stmt.query, catalog, text=text).plan
     if stmt.columns is not None:

@@ -6,6 +6,7 @@ Every syntax error becomes a CqlError with line, column and the tokens the parse
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
@@ -16,6 +17,7 @@ from lark.tree import Meta
 
 from cqlstream.cql import ast
 from cqlstream.cql.errors import CqlError, Pos
+from cqlstream.cql.nesting import check_depth
 
 # grammar/ sits beside cql/ both in a source checkout and in the installed package (cqlstream.grammar)
 _GRAMMAR = Path(__file__).resolve().parent.parent / "grammar" / "cql.lark"
@@ -82,7 +84,15 @@ def _unquote(text: str) -> str:
 
 def _name(tok: Token) -> str:
     s = str(tok)
-    return s[1:-1] if s.startswith("`") else s
+    if not s.startswith("`"):
+        return s
+    if _NOT_XML.search(s):  # such a name (a query's alias names a result column) could not appear in XML
+        raise CqlError("bad_name", f"quoted name {s!r} holds a character XML cannot carry", _tok_pos(tok))
+    return s[1:-1]
+
+
+# characters XML 1.0 cannot hold at all: C0 controls other than tab and line breaks, U+FFFE, U+FFFF
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def _count(tok: Token) -> int:
@@ -520,7 +530,7 @@ def _parse(text: str, start: str) -> Any:
     except UnexpectedInput as e:
         raise _syntax_error(e, text) from None
     try:
-        return _ToAst().transform(tree)
+        out = _ToAst().transform(tree)
     except RecursionError:
         raise CqlError("too_complex", "statement is nested too deeply", None, text) from None
     except VisitError as e:
@@ -530,6 +540,9 @@ def _parse(text: str, start: str) -> Any:
             raise CqlError("too_complex", "statement is nested too deeply", None, text) from None
         where = _meta_pos(e.obj.meta if isinstance(e.obj, Tree) else None)
         raise CqlError("syntax", f"malformed construct ({e.orig_exc})", where, text) from None
+    for stmt in out if isinstance(out, list) else [out]:
+        check_depth(stmt, text)
+    return out
 
 
 def parse_statement(text: str) -> ast.Statement:

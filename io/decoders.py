@@ -34,8 +34,28 @@ import pyarrow.compute as pc
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.engine.batch import Batch
 from cqlstream.io.errors import IngestError
+from cqlstream.io.value_checks import check_floats, check_texts, check_timestamps
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+_TEXT_KINDS = ("char", "varchar")
+_BOM = b"\xef\xbb\xbf"
+
+
+def _strip_bom(body: bytes) -> bytes:
+    """A text body without its UTF-8 byte-order mark (spreadsheets write one before CSV)."""
+    return body[len(_BOM) :] if body.startswith(_BOM) else body
+
+
+def checked(parsed: Parsed, target: Target, *, texts: bool = True) -> Parsed:
+    """`parsed` once its values pass the checks every format shares (io/value_checks.py); `texts`
+    False: its text columns were checked already (as Arrow columns, see `_from_table`)."""
+    check_timestamps(parsed.ts, target.ts_field)
+    for i, ((name, kind), col, mask) in enumerate(zip(target.columns, parsed.cols, parsed.nulls)):
+        if kind == "float":
+            check_floats(col, mask, name)
+        elif texts and col.dtype == object:
+            check_texts(col, mask, name, target.length(i))
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,7 @@ class Target:
     system_ts: bool
     ts_field: str = "ts"
     sign_field: str = "sign"
+    lengths: tuple[int | None, ...] = ()  # declared char(N) / varchar(N) lengths, by column (empty: unchecked)
 
     @property
     def relation(self) -> bool:
@@ -70,7 +91,12 @@ class Target:
             source.timestamp == "system",
             ts_field,
             sign_field,
+            tuple(a.type.length if a.type.kind in _TEXT_KINDS else None for a in source.attrs),
         )
+
+    def length(self, i: int) -> int | None:
+        """The declared length of column i (None: unbounded or unknown)."""
+        return self.lengths[i] if i < len(self.lengths) else None
 
 
 @dataclass
@@ -149,11 +175,35 @@ def _from_table(tbl: pa.Table, target: Target, names: dict[str, str]) -> Parsed:
         c = tbl.column(names[target.sign_field])
         sign = _signs(c, target)
     cols, nulls = [], []
-    for name, kind in target.columns:
+    for i, (name, kind) in enumerate(target.columns):
+        if _arrow_type(kind) == pa.string():
+            _check_utf8(tbl.column(names[name]), name)
+            check_texts(tbl.column(names[name]), None, name, target.length(i))
         col, mask = _numpy_column(tbl.column(names[name]), kind)
         cols.append(col)
         nulls.append(mask if mask is not None and mask.any() else None)
-    return Parsed(cols, nulls, ts, sign)
+    return checked(Parsed(cols, nulls, ts, sign), target, texts=False)
+
+
+def _check_utf8(c: pa.Array | pa.ChunkedArray, field: str) -> None:
+    """Refuse a string column holding invalid UTF-8 (the JSON reader and Arrow IPC bodies do not
+    check it); only a failing column is scanned for its first bad row."""
+    try:
+        c.validate(full=True)
+    except pa.ArrowInvalid:
+        values = pc.cast(c, pa.binary()).to_pylist()
+        i = next(i for i, v in enumerate(values) if v is not None and not _is_utf8(v))
+        raise IngestError(
+            f"row {i} field '{field}': the text is not UTF-8", i, field, status=400, code="malformed_body"
+        ) from None
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _first_null(c: pa.Array | pa.ChunkedArray) -> int:
@@ -191,16 +241,19 @@ def _signs(c: pa.Array | pa.ChunkedArray, target: Target) -> np.ndarray:
 def _parse_ndjson(body: bytes, target: Target) -> Parsed:
     import pyarrow.json as pj
 
+    body = _strip_bom(body)
     if not body.strip():
         return _empty(target)
+    tbl = None
     try:
-        opts = pj.ParseOptions(explicit_schema=_arrow_schema(target), unexpected_field_behavior="error")
-        tbl = pj.read_json(
-            io.BytesIO(body),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(body) // 8, 16 << 20))),
-            parse_options=opts,
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowException):
+        if _NULL not in body:
+            opts = pj.ParseOptions(explicit_schema=_arrow_schema(target), unexpected_field_behavior="error")
+            tbl = pj.read_json(
+                io.BytesIO(body),
+                read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(body) // 8, 16 << 20))),
+                parse_options=opts,
+            )
+    except (pa.ArrowException, UnicodeDecodeError):  # the row-by-row pass below names the culprit
         tbl = None
     if tbl is not None and not any(c.null_count for c in tbl.columns):
         return _from_table(tbl, target, {f: f for f in target.fields()})
@@ -209,11 +262,13 @@ def _parse_ndjson(body: bytes, target: Target) -> Parsed:
     for i, line in enumerate(_lines(body)):
         if not line.strip():
             raise IngestError(f"row {i}: empty line", i, status=400, code="malformed_body")
-        try:
-            rows.append(json.loads(line))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise IngestError(f"row {i}: malformed JSON: {e}", i, status=400, code="malformed_body") from None
+        rows.append(_json_value(line, i))
     return _from_rows(rows, target)
+
+
+# pyarrow's JSON reader (26.x) crashes the process on a row that is a bare `null` at the start of a
+# block: a body holding `null` anywhere skips it (explicit NULLs take the row-by-row pass anyway)
+_NULL = b"null"
 
 
 def _lines(body: bytes) -> list[bytes]:
@@ -226,11 +281,29 @@ def _lines(body: bytes) -> list[bytes]:
 # ---------------------------------------------------------------- JSON
 
 
-def _parse_json(body: bytes, target: Target) -> Parsed:
+def _json_value(text: bytes, row: int | None = None) -> Any:
+    """`json.loads`, its failures as IngestErrors: 400 for malformed JSON or bytes that are not
+    UTF-8, 422 `too_deep` for nesting deeper than the parser's stack (rows are flat anyway)."""
+    at = f"row {row}: " if row is not None else ""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise IngestError(f"malformed JSON: {e}", status=400, code="malformed_body") from None
+        return json.loads(text)
+    except UnicodeDecodeError as e:
+        raise IngestError(
+            f"{at}the body is not UTF-8: byte 0x{text[e.start]:02x} at offset {e.start}",
+            row,
+            status=400,
+            code="malformed_body",
+        ) from None
+    except ValueError as e:
+        raise IngestError(f"{at}malformed JSON: {e}", row, status=400, code="malformed_body") from None
+    except RecursionError:
+        raise IngestError(
+            f"{at}JSON nested too deeply (a row is an object or array of plain values)", row, code="too_deep"
+        ) from None
+
+
+def _parse_json(body: bytes, target: Target) -> Parsed:
+    data = _json_value(_strip_bom(body))
     if isinstance(data, dict) and "rows" in data and len(data) == 1:
         data = data["rows"]
     if not isinstance(data, list):
@@ -327,7 +400,7 @@ def _from_rows(rows: list[Any], target: Target) -> Parsed:
         cols_, mask = _column(col, kind)
         cols.append(cols_)
         nulls.append(mask)
-    return Parsed(cols, nulls, ts, sign)
+    return checked(Parsed(cols, nulls, ts, sign), target)
 
 
 def _column(vals: list[Any], kind: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -359,11 +432,15 @@ def _empty(target: Target) -> Parsed:
 def _parse_csv(body: bytes, target: Target) -> Parsed:
     import pyarrow.csv as pcsv
 
+    body = _strip_bom(body)
     if not body.strip():
         return _empty(target)
     header_end = body.find(b"\n")
     header = body[: header_end if header_end >= 0 else len(body)].decode("utf-8", "replace").strip("\r")
-    names = next(csv.reader([header]), [])
+    try:
+        names = next(csv.reader([header]), [])
+    except csv.Error as e:
+        raise IngestError(f"malformed CSV header: {e}", status=400, code="malformed_body") from None
     fields = target.fields()
     lower = {f.lower(): f for f in fields}
     mapped = []
@@ -392,7 +469,7 @@ def _parse_csv(body: bytes, target: Target) -> Parsed:
                 false_values=["false", "False", "FALSE", "0"],
             ),
         )
-    except (pa.ArrowInvalid, pa.ArrowException):
+    except (pa.ArrowException, UnicodeDecodeError):
         tbl = None
     if tbl is not None and tbl.num_columns == len(names):
         return _from_table(tbl, target, dict(zip(mapped, names)))
@@ -403,11 +480,16 @@ def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict[str, s
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise IngestError(f"CSV is not UTF-8: {e}", status=400, code="malformed_body") from None
-    reader = csv.reader(io.StringIO(text))
-    next(reader, None)
+        at = body.count(b"\n", 0, e.start) - 1  # the row (the header is line 0, row -1)
+        raise IngestError(
+            f"{'the CSV header' if at < 0 else f'row {at}'} is not UTF-8: byte 0x{body[e.start]:02x} "
+            f"at offset {e.start}",
+            at if at >= 0 else None,
+            status=400,
+            code="malformed_body",
+        ) from None
     rows = []
-    for i, rec in enumerate(reader):
+    for i, rec in enumerate(_csv_records(text)):
         if not rec:
             continue
         if len(rec) != len(mapped):
@@ -424,6 +506,16 @@ def _csv_slow(body: bytes, target: Target, mapped: list[str], kinds: dict[str, s
                 row[f] = None
         rows.append(row)
     return _from_rows(rows, target)
+
+
+def _csv_records(text: str) -> list[list[str]]:
+    """The records after the header line, or a 400 naming the line the csv module cannot read."""
+    reader = csv.reader(io.StringIO(text))
+    try:
+        next(reader, None)
+        return list(reader)
+    except csv.Error as e:
+        raise IngestError(f"malformed CSV at line {reader.line_num}: {e}", status=400, code="malformed_body") from None
 
 
 def _convert(s: str, kind: str, row: int, field: str) -> int | float | bool | str:
@@ -453,11 +545,17 @@ def _parse_arrow(body: bytes, target: Target) -> Parsed:
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(body))
         tbl = reader.read_all()
-    except (pa.ArrowInvalid, pa.ArrowException, OSError):
+    except (pa.ArrowException, OSError, UnicodeDecodeError):
         try:
             tbl = pa.ipc.open_file(pa.py_buffer(body)).read_all()
-        except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
             raise IngestError(f"malformed Arrow IPC stream: {e}", status=400, code="malformed_body") from None
+    try:
+        tbl.column_names  # noqa: B018  (decoded on access: a name that is not UTF-8 fails here)
+    except UnicodeDecodeError:
+        raise IngestError(
+            "malformed Arrow IPC stream: a field name is not UTF-8", status=400, code="malformed_body"
+        ) from None
     return arrow_table_columns(tbl, target)
 
 

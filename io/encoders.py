@@ -14,6 +14,7 @@ io/formats.py.
 
 from __future__ import annotations
 
+import base64
 import json
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -31,28 +32,46 @@ def _text_array(col: np.ndarray) -> pa.Array:
     return pa.array(col, type=pa.string(), from_pandas=False)
 
 
-_CONTROL = r"[\x00-\x1f]"
+# what JSON text must escape, and the line separators some line readers split at (NEL, U+2028,
+# U+2029): escaped too, so an NDJSON element or SSE event is always one line whoever reads it
+_CONTROL = r"[\x00-\x1f\x{85}\x{2028}\x{2029}]"
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 def _json_strings(col: np.ndarray) -> pa.Array:
     arr = _text_array(col)
     if len(arr) and pc.any(pc.match_substring_regex(arr, _CONTROL)).as_py():
-        return pa.array([json.dumps(v, ensure_ascii=False) for v in col.tolist()], pa.string())
+        return pa.array([json.dumps(v, ensure_ascii=False).translate(_LINE_BREAKS) for v in col.tolist()], pa.string())
     arr = pc.replace_substring(arr, "\\", "\\\\")
     arr = pc.replace_substring(arr, '"', '\\"')
     return pc.binary_join_element_wise('"', arr, '"', "")
 
 
-def _xml_strings(col: np.ndarray) -> pa.Array:
+# characters XML 1.0 cannot hold, not even as character references
+_NOT_XML = "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x{fffe}\\x{ffff}]"
+
+
+def _xml_strings(col: np.ndarray) -> tuple[pa.Array, np.ndarray | None]:
+    """Escaped element text per value, and which values are written in base64 instead (None: none):
+    those holding a character XML 1.0 cannot carry at all (C0 controls but tab and line breaks,
+    U+FFFE, U+FFFF). A carriage return becomes `&#13;`, which parsers keep (a raw one they turn
+    into a line feed)."""
     arr = _text_array(col)
     if not len(arr):
-        return arr
+        return arr, None
+    b64 = None
+    bad = pc.match_substring_regex(arr, _NOT_XML)
+    if pc.any(bad).as_py():
+        b64 = bad.to_numpy(zero_copy_only=False) & ~np.asarray(pc.is_null(arr))
+        rows = np.flatnonzero(b64)  # the rare values that need it: base64 of their UTF-8
+        enc = arr.to_numpy(zero_copy_only=False).astype(object)
+        enc[rows] = [base64.b64encode(v.encode("utf-8")).decode("ascii") for v in enc[rows].tolist()]
+        arr = pa.array(enc, pa.string())
     arr = pc.replace_substring(arr, "&", "&amp;")
     arr = pc.replace_substring(arr, "<", "&lt;")
     arr = pc.replace_substring(arr, ">", "&gt;")
-    if pc.any(pc.match_substring_regex(arr, r"[\x00-\x08\x0b\x0c\x0e-\x1f]")).as_py():
-        arr = pc.replace_substring_regex(arr, r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "\ufffd")
-    return arr
+    arr = pc.replace_substring(arr, "\r", "&#13;")
+    return arr, (b64 if b64 is not None and b64.any() else None)
 
 
 def _value_strings(col: np.ndarray, mask: np.ndarray | None, json_mode: bool) -> pa.Array:
@@ -71,7 +90,12 @@ def _value_strings(col: np.ndarray, mask: np.ndarray | None, json_mode: bool) ->
     elif col.dtype == np.bool_:
         arr = pc.cast(pa.array(col), pa.string())
     else:
-        arr = _json_strings(col) if json_mode else _xml_strings(col)
+        arr = _json_strings(col) if json_mode else _xml_strings(col)[0]
+    return _masked(arr, mask)
+
+
+def _masked(arr: pa.Array, mask: np.ndarray | None) -> pa.Array:
+    """`arr` with the NULL rows of `mask` as Arrow nulls."""
     if mask is not None and mask.any():
         arr = pc.if_else(pa.array(mask), pa.scalar(None, pa.string()), arr)
     return arr
@@ -122,8 +146,15 @@ def xml_elements(b: Batch) -> bytes:
     sign = pa.array(np.where(b.sign > 0, "+", "-").astype(object), pa.string())
     parts: list[str | pa.Array] = ['<tuple ts="', _ints(b.ts), '" sign="', sign, '">']
     for i, col in enumerate(b.cols):
-        v = _value_strings(col, b.nulls[i], False)
-        parts.append(pc.fill_null(pc.binary_join_element_wise("<v>", v, "</v>", ""), '<v null="true"/>'))
+        opening: str | pa.Array = "<v>"
+        if col.dtype == object:
+            v, b64 = _xml_strings(col)
+            v = _masked(v, b.nulls[i])
+            if b64 is not None:
+                opening = pc.if_else(pa.array(b64), '<v enc="base64">', "<v>")
+        else:
+            v = _value_strings(col, b.nulls[i], False)
+        parts.append(pc.fill_null(pc.binary_join_element_wise(opening, v, "</v>", ""), '<v null="true"/>'))
     parts.append("</tuple>\n")
     return _body(pc.binary_join_element_wise(*parts, ""))
 

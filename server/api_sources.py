@@ -105,6 +105,8 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
                 data = json.loads(body)
             except (ValueError, UnicodeDecodeError) as e:
                 raise ProblemError(400, "malformed_body", f"malformed JSON: {e}") from None
+            except RecursionError:
+                raise ProblemError(422, "too_deep", "JSON nested too deeply") from None
             if not isinstance(data, dict):
                 raise ProblemError(422, "invalid_request", "expected a JSON object: {name, kind, attrs} or {ddl}")
             try:

@@ -55,6 +55,11 @@ def make_dsms(settings: Settings) -> Dsms:
     return d
 
 
+def _too_deep() -> ProblemError:
+    """The problem of a RecursionError in a step of a registration (past the parser's depth check)."""
+    return ProblemError(422, "too_deep", "statement is nested too deeply")
+
+
 def _attrs(attrs: Iterable[Attribute]) -> list[dict[str, str]]:
     return [{"name": a.name, "type": str(a.type)} for a in attrs]
 
@@ -312,7 +317,8 @@ class EngineHost:
         inp = self.d.inputs[s.name.lower()]
         late0 = inp.late
         try:
-            accepted = self.d.push_batch(s.name, batch, drop_late=drop_late) if n else 0
+            if n:
+                self.d.push_batch(s.name, batch, drop_late=drop_late)
         except InputError as e:  # counted, and the reply names the source
             self.rejected[s.name] += n
             self.rejected_pushes[e.code] += 1
@@ -321,9 +327,11 @@ class EngineHost:
         if heartbeat is not None:
             self.d.heartbeat(s.name, int(heartbeat))  # the engine ignores a heartbeat below the time
         self.journal.log_push(s.name, batch, drop_late, heartbeat, key)  # before the reply: durable when acked
-        self.accepted[s.name] += int(accepted)
+        late = int(inp.late - late0)  # dropped as late (late=drop, or behind a slack): not accepted
+        accepted = n - late
+        self.accepted[s.name] += accepted
         self.pushes += 1
-        reply = {"source": s.name, "accepted": int(accepted), "late": int(inp.late - late0), "replayed": False}
+        reply = {"source": s.name, "accepted": accepted, "late": late, "replayed": False}
         if key is not None:  # recorded once applied: a retry after a failed run must not apply twice
             self.idempotency.record(s.name, key, reply)
         if n or heartbeat is not None:
@@ -379,11 +387,24 @@ class EngineHost:
                     "not_a_query",
                     "expected exactly one CQL query (register streams at /streams, views at /views)",
                 )
-            h = self.d.register_query(cql, name=name)
-            self.journal.log("register_query", cql=cql, name=name, id=h.id)
-            self.fanout.add(h)
-            self.publish()  # registering ran the plan (a late query's catch-up): deliver that now
-            return self._query_out(h)
+            before = set(self.d.queries)
+            logged = None
+            try:
+                h = self.d.register_query(cql, name=name)
+                self.journal.log("register_query", cql=cql, name=name, id=h.id)
+                logged = h.id
+                self.fanout.add(h)
+                self.publish()  # registering ran the plan (a late query's catch-up): deliver that now
+                return self._query_out(h)
+            except BaseException as e:  # a failed registration leaves nothing registered
+                for qid in set(self.d.queries) - before:
+                    self.fanout.remove(qid, "registration failed")
+                    self.d.deregister(qid)
+                    if qid == logged:  # the log must forget it too
+                        self.journal.log("delete_query", id=qid)
+                if isinstance(e, RecursionError):
+                    raise _too_deep() from None
+                raise
 
     def list_queries(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -428,7 +449,17 @@ class EngineHost:
             stmts = parse_script(text)
             if len(stmts) != 1 or not isinstance(stmts[0], ast.RegisterView):
                 raise ProblemError(422, "not_a_view", "expected exactly one 'register view V as …' statement")
-            out = self._view_out(self.d.register_view(text))
+            name = stmts[0].name
+            existed = self.d.catalog.get(name) is not None
+            try:
+                out = self._view_out(self.d.register_view(text))
+            except BaseException as e:  # a failed registration leaves nothing registered
+                if not existed and self.d.catalog.get(name) is not None:
+                    self.d.catalog.drop(name)
+                    self.d.ddl.pop(name.lower(), None)
+                if isinstance(e, RecursionError):
+                    raise _too_deep() from None
+                raise
             self.journal.log("register_view", ddl=text)
             return out
 

@@ -70,11 +70,13 @@ class SourceOut(BaseModel):
 
 class PushResult(BaseModel):
     source: str
-    accepted: int = Field(description="tuples accepted by this push (the whole push, or an error)")
+    accepted: int = Field(
+        description="tuples accepted by this push (the whole push, or an error), not counting late ones"
+    )
     late: int = Field(
         0,
-        description="of these, tuples dropped as late: later than the stream's slack, or (with `late=drop`) "
-        "older than the source's time",
+        description="tuples of the push dropped as late (not in `accepted`): later than the stream's slack, or "
+        "(with `late=drop`) older than the source's time",
     )
     replayed: bool = Field(
         False,

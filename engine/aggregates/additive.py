@@ -33,15 +33,21 @@ class Count(AggregateStrategy):
 
 
 class Sum(AggregateStrategy):
-    """sum(x) / sum(DISTINCT x): NULL while the group has no non-NULL value; an int64 for
-    integers (exact, wrapping), a compensated float sum for floats."""
+    """sum(x) / sum(DISTINCT x): NULL while the group has no non-NULL value; a compensated float
+    sum for floats; for integers an int64, NULL while the exact sum is outside the int64 range.
+
+    The integer total is carried modulo 2^64 (exact whenever the true sum fits, even after it left
+    the range and came back); the same sum carried as a compensated float (`shadow`) tells the
+    two apart: when the true sum fits, the two differ by rounding only; when it does not, the
+    wrapped int64 is a multiple of 2^64 away from it."""
 
     def __init__(self, call: AggCall, ai: int):
         super().__init__(call, ai)
         assert call.arg is not None
         floating = call.arg.type.kind == "float"
         self.total = Quantity("sum", ai, call.distinct, floating)
-        self.quantities = (self.total.count, self.total)
+        self.shadow = None if floating else Quantity("sum", ai, call.distinct, True)
+        self.quantities = (self.total.count, self.total) + ((self.shadow,) if self.shadow else ())
         self.distinct_arg = call.distinct
 
     def _count_and_total(self, cx: Cells) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -51,9 +57,24 @@ class Sum(AggregateStrategy):
             tot = tot[0]
         return cnt, tot, cnt <= 0
 
+    def _outside_int64(self, cx: Cells, tot: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(cells whose exact integer sum is outside int64, the float sum per cell); (None, None) for floats."""
+        if self.shadow is None:
+            return None, None
+        hi = cast(tuple[np.ndarray, np.ndarray], cx.totals[self.shadow])[0]
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.abs(tot.astype(np.float64) - hi) > _WRAPPED, hi
+
     def values(self, cx: Cells) -> tuple[np.ndarray, np.ndarray]:
         _, tot, null = self._count_and_total(cx)
+        out, _ = self._outside_int64(cx, tot)
+        if out is not None and out.any():
+            null = null | out
         return as_dtype(np.where(null, 0, tot), self.dt), null
+
+
+# far more than the rounding of a float sum, far less than the 2^64 a wrapped int64 sum is off by
+_WRAPPED = float(1 << 62)
 
 
 class Avg(Sum):
@@ -61,6 +82,10 @@ class Avg(Sum):
 
     def values(self, cx: Cells) -> tuple[np.ndarray, np.ndarray]:
         cnt, tot, null = self._count_and_total(cx)
+        out, hi = self._outside_int64(cx, tot)
         with np.errstate(invalid="ignore", divide="ignore"):
-            val = tot.astype(np.float64) / np.where(null, 1, cnt)
+            total = (
+                np.where(out, hi, tot) if out is not None and hi is not None and out.any() else tot.astype(np.float64)
+            )
+            val = total / np.where(null, 1, cnt)
         return as_dtype(np.where(null, 0, val), self.dt), null

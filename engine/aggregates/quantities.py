@@ -60,6 +60,8 @@ def _count(q: Quantity, cx: Cells) -> np.ndarray:
 def _sum(q: Quantity, cx: Cells) -> np.ndarray:
     weight = cx.trans[q.ai] if q.distinct else cx.sign
     av = cx.av[q.ai]
+    if q.floating:  # also an integer argument's float sum: -(-2^63) must not wrap
+        av = av.astype(np.float64, copy=False)
     x = (np.where(cx.an[q.ai], av, 0) if cx.nulls_in[q.ai] else av) * weight
     return x[cx.order]
 

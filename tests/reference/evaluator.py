@@ -329,9 +329,11 @@ def _skip_first(rows: list[tuple], counts: Counter) -> list[tuple]:
 
 
 def _exact_sum(vals):
-    """Sum: exact for ints; for floats the correctly rounded sum (math.fsum), independent of order."""
+    """Sum: exact for ints, NULL when that is outside int64 (an INTEGER cannot hold it); for floats
+    the correctly rounded sum (math.fsum), independent of order."""
     import math
 
     if all(isinstance(v, int) for v in vals):
-        return sum(vals)
+        total = sum(vals)
+        return total if -(1 << 63) <= total < (1 << 63) else None
     return math.fsum(vals)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import xml.etree.ElementTree as ET
 
@@ -67,6 +68,13 @@ def sse(text: str, schema=None):
     return elems, events
 
 
+def _text(v) -> str:
+    """An XML value's text (`enc="base64"`: the base64 of its UTF-8, for text XML cannot hold)."""
+    if v.get("enc") == "base64":
+        return base64.b64decode(v.text or "").decode("utf-8")
+    return v.text or ""
+
+
 def xml(text: str, schema=None):
     root = ET.fromstring(text)
     assert root.tag == "results"
@@ -74,7 +82,7 @@ def xml(text: str, schema=None):
     elems, events = [], []
     for el in root:
         if el.tag == "tuple":
-            row = tuple(None if v.get("null") == "true" else _typed(v.text or "", t) for v, t in zip(el, types))
+            row = tuple(None if v.get("null") == "true" else _typed(_text(v), t) for v, t in zip(el, types))
             elems.append((int(el.get("ts")), 1 if el.get("sign") == "+" else -1, row))
         elif el.tag != "schema":
             events.append({"event": el.tag, **el.attrib})
