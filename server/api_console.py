@@ -1,7 +1,7 @@
 """The web console at `/` and the API docs at `/docs` and `/redoc`, all served from package data.
 
-Nothing loads from a CDN: the console is plain HTML/CSS and ES modules (server/console/static/), Swagger UI
-comes from the `swagger-ui-bundle` package and ReDoc is vendored (server/console/vendor/redoc/).
+Nothing loads from a CDN: the console is plain HTML/CSS and ES modules (server/console/static/), Swagger UI 5
+and ReDoc 2 are vendored with their licenses (server/console/vendor/).
 `POST /explain` compiles a query against the live catalog without registering it, so the console's
 editor can show EXPLAIN and error markers before anything changes.
 """
@@ -18,7 +18,6 @@ from fastapi.responses import FileResponse, HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.errors import CqlError
@@ -108,5 +107,5 @@ def install(app: FastAPI, host: EngineHost) -> None:
     """Add the console, the docs pages and their static files to the app."""
     app.include_router(router(host))
     app.mount(ASSETS, StaticFiles(directory=CONSOLE_DIR), name="console")
-    app.mount(SWAGGER_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="swagger-assets")
+    app.mount(SWAGGER_ASSETS, StaticFiles(directory=PACKAGE_DIR / "vendor" / "swagger-ui"), name="swagger-assets")
     app.mount(REDOC_ASSETS, StaticFiles(directory=PACKAGE_DIR / "vendor" / "redoc"), name="redoc-assets")
