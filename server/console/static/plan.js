@@ -6,7 +6,7 @@ import { api, fmt, h, toast } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
 const SVG = "http://www.w3.org/2000/svg";
-const W = 190, HGT = 46, GX = 70, GY = 22;
+const W = 180, HGT = 46, GX = 56, GY = 22;
 let timer = null;
 let selected = null;
 let shape = ""; // node and edge ids of the drawn graph: redraw only when they change
@@ -46,16 +46,28 @@ function counterLine(n) {
 function draw(plan) {
   const { nodes, edges } = plan;
   const depth = layers(nodes, edges);
+  const last = Math.max(0, ...depth.values());
+  for (const n of nodes) if (n.kind === "query") depth.set(n.id, last); // queries line up as the last column
   const cols = new Map();
   for (const n of nodes) {
     const d = depth.get(n.id);
     if (!cols.has(d)) cols.set(d, []);
     cols.get(d).push(n);
   }
+  // order each column by the mean row of its inputs (one barycenter pass), fewer crossing edges
+  const row = new Map();
+  const inputs = new Map(nodes.map((n) => [n.id, []]));
+  for (const e of edges) inputs.get(e.to)?.push(e.from);
   const pos = new Map();
   let maxRows = 1;
-  for (const [d, list] of cols) {
-    list.forEach((n, i) => pos.set(n.id, { x: 10 + d * (W + GX), y: 10 + i * (HGT + GY) }));
+  for (const d of [...cols.keys()].sort((a, b) => a - b)) {
+    const list = cols.get(d);
+    const key = (n) => {
+      const rs = inputs.get(n.id).map((id) => row.get(id)).filter((r) => r !== undefined);
+      return rs.length ? rs.reduce((a, b) => a + b, 0) / rs.length : Infinity;
+    };
+    list.sort((a, b) => key(a) - key(b));
+    list.forEach((n, i) => { row.set(n.id, i); pos.set(n.id, { x: 10 + d * (W + GX), y: 10 + i * (HGT + GY) }); });
     maxRows = Math.max(maxRows, list.length);
   }
   const width = 20 + (Math.max(...cols.keys(), 0) + 1) * (W + GX) - GX;
@@ -78,7 +90,7 @@ function draw(plan) {
       transform: `translate(${p.x},${p.y})`, tabindex: 0, role: "button", "data-id": n.id, "aria-label": title },
       s("title", {}, title), s("rect", { width: W, height: HGT }),
       s("text", { x: 6, y: 14 }, `${n.id}${n.queries?.length ? `  [q ${n.queries.join(",")}]` : ""}`),
-      s("text", { x: 6, y: 27, class: "sub" }, short(n.name || n.text || n.kind, 32)),
+      s("text", { x: 6, y: 27, class: "sub" }, short(n.name || n.text || n.kind, 30)),
       s("text", { x: 6, y: 40, class: "sub counters" }, counterLine(n)));
     g.addEventListener("click", () => select(n.id));
     g.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); select(n.id); } });
