@@ -93,6 +93,11 @@ def test_live_table_applies_updates_in_place(server: ServerThread, offline: Offl
     expect(first.locator("td").nth(1)).to_have_text("4")
     expect(table.locator("tr")).to_have_count(2)
     expect(table.locator("tr").nth(1).locator("td").nth(0)).to_have_text("2")
+    # the chart of `total` over time: one line per group, a point per instant the group changed
+    chart = page.locator("#results-chart")
+    expect(chart.locator("polyline.series")).to_have_count(2)
+    expect(chart.locator('polyline[data-key="1"]')).to_have_attribute("data-n", "2")  # t=1 (the snapshot), t=5
+    expect(chart.locator('polyline[data-key="2"]')).to_have_attribute("data-n", "1")
     offline.shot("results-relation")
 
 

@@ -1,6 +1,7 @@
 // Live results over SSE: a relation as a table that applies +/- in place (an update's changed cells
 // flash), a stream as a scrolling log with pause. Opens with a snapshot; shows lagged/ended states.
 import { api, h } from "./api.js";
+import { LineChart } from "./chart.js";
 
 const $ = (id) => document.getElementById(id);
 const LOG_LINES = 500;
@@ -22,6 +23,8 @@ class RelationTable {
     this.el = h("table", { class: "grid", id: "results-table", "aria-label": "Current result relation" },
       h("thead", {}, h("tr", {}, schema.map((a) => h("th", { scope: "col" }, a.name)), h("th", { scope: "col" }, "×"))),
       this.tbody);
+    this.chart = LineChart.of(schema);
+    if (this.chart) this.el = h("div", {}, this.chart.el, this.el);
     this.updates = 0;
   }
 
@@ -56,6 +59,7 @@ class RelationTable {
       }
       tr.dataset.key = k;
       this.rows.set(k, { tr, count: 1 });
+      this.chart?.add(e.ts, e.row);
     }
     for (const tr of free) tr.remove();
     this.updates += elements.length;
@@ -94,6 +98,7 @@ function flush() {
     view.apply(batch.slice(i, j));
     i = j;
   }
+  view.chart?.draw();
 }
 
 function close(state = "closed", cls = "") {
