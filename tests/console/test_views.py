@@ -217,3 +217,30 @@ def test_table_under_1000_updates_per_second(server: ServerThread, offline: Offl
         f"\nconsole table: {pushes * per_push} rows ({2 * pushes * per_push} +/- elements) in {elapsed:.2f} s; "
         f"{len(gaps)} frames, longest frame gap {max(gaps):.0f} ms, {updates} rows shown"
     )
+
+
+def test_system_monitor_charts_sysstream(server: ServerThread, offline: OfflinePage) -> None:
+    """The monitor registers an ordinary CQL query over SysStream and charts it live."""
+    setup_stream(server)
+    with server.client() as c:
+        assert c.post("/queries", json={"cql": "select A from S [range 5]"}).status_code == 201
+    page = offline.page
+    page.goto("/#results")
+    page.get_by_label("System monitor", exact=False).select_option("memory")
+    page.get_by_role("button", name="Watch").click()
+    expect(page).to_have_url(f"{server.url}/#results/2")
+    with server.client() as c:
+        q = c.get("/queries/2").json()
+    assert q["name"] == "monitor_memory" and "from SysStream [range 2 seconds]" in q["cql"]
+    # SysStream publishes the counters about once a second: both queries get a line
+    chart = page.locator("#results-chart")
+    expect(chart.locator('polyline[data-key="query:1"]')).to_have_count(1, timeout=10_000)
+    expect(chart.locator('polyline[data-key="query:2"]')).to_have_count(1)
+    offline.shot("monitor")
+    # watching again reuses the registered query
+    page.goto("/#results")
+    page.get_by_label("System monitor", exact=False).select_option("memory")
+    page.get_by_role("button", name="Watch").click()
+    expect(page).to_have_url(f"{server.url}/#results/2")
+    with server.client() as c:
+        assert len(c.get("/queries").json()) == 2

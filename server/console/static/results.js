@@ -148,7 +148,34 @@ async function fillQueries(selected) {
   } catch {}
 }
 
+// SysStream(entity, metric, value) publishes every entity's counters about once a second (ms timestamps)
+const rate = (metric, as) =>
+  `select entity, (max(value) - min(value)) / 10 as ${as}\nfrom SysStream [range 10 seconds]\nwhere metric = '${metric}'\ngroup by entity`;
+const level = (metric, as) =>
+  `select entity, max(value) as ${as}\nfrom SysStream [range 2 seconds]\nwhere metric = '${metric}'\ngroup by entity`;
+const MONITORS = {
+  input: rate("accepted", "rows_per_second"),
+  results: rate("results", "rows_per_second"),
+  queues: level("length", "tuples"),
+  memory: level("memory_bytes", "bytes"),
+  cpu: rate("cpu_seconds", "cpu_share"),
+};
+
+async function monitor(e) {
+  e.preventDefault();
+  const key = $("monitor").value;
+  const name = `monitor_${key}`;
+  try {
+    const existing = (await api("GET", "/queries")).find((q) => q.name === name);
+    const q = existing || (await api("POST", "/queries", { cql: MONITORS[key], name }));
+    location.hash = `results/${q.id}`;
+  } catch (err) {
+    setState(`monitor failed: ${err.message}`, "error");
+  }
+}
+
 export function init() {
+  $("monitor-form").addEventListener("submit", monitor);
   $("results-form").addEventListener("submit", (e) => {
     e.preventDefault();
     if ($("results-query").value) location.hash = `results/${$("results-query").value}`;
