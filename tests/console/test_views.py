@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from playwright.sync_api import expect
@@ -132,6 +133,10 @@ def test_catalog_push_csv_and_drop(server: ServerThread, offline: OfflinePage) -
     page.get_by_role("button", name="Push").click()
     expect(page.locator("#toast")).to_have_text("pushed 2 rows to T")
     expect(page.locator("#sources tr[data-name=T] td").nth(3)).to_have_text("2")
+    # the input rate: 2 rows between two samples of the control table, a second or two apart
+    in_rate = page.locator("#sources tr[data-name=T] td").nth(4)
+    expect(in_rate).to_have_text(re.compile(r"^\d+\.\d$"))
+    assert float(in_rate.inner_text()) > 0
     with server.client() as c:
         assert c.post("/queries", json={"cql": "select A from T [rows 1]", "name": "last"}).status_code == 201
     expect(page.locator("#queries tr[data-id='1']")).to_contain_text("active", timeout=5000)

@@ -31,14 +31,17 @@ async function refresh() {
     return;
   }
   const ent = new Map(entities.map((e) => [e.id, e]));
+  // input rate of a query: the rates of the sources it reads (their control tables list their queries)
+  const srcRate = new Map(sources.map((s) => [s.name, sample(`src:${s.name}`, ent.get(`src:${s.name}`)?.counters?.accepted ?? s.accepted)]));
+  const inRate = (qid) => entities.filter((e) => e.kind === "source" && (e.queries || []).includes(qid))
+    .reduce((sum, e) => (srcRate.get(e.name) ?? null) === null ? sum : (sum ?? 0) + srcRate.get(e.name), null);
 
   $("sources").tBodies[0].replaceChildren(
     ...sources.map((s) => {
-      const c = ent.get(`src:${s.name}`)?.counters || {};
       return h("tr", { "data-name": s.name },
         h("td", {}, s.name), h("td", {}, s.kind), h("td", {}, schemaText(s.attrs)),
         h("td", { class: "num" }, fmt(s.accepted)),
-        h("td", { class: "num" }, rate(sample(`src:${s.name}`, c.accepted ?? s.accepted))),
+        h("td", { class: "num" }, rate(srcRate.get(s.name))),
         h("td", {}, s.timestamp === "system" ? "system" : `${s.time_unit}${s.slack ? `, slack ${s.slack}` : ""}`),
         h("td", {}, h("button", { type: "button", "aria-label": `Drop ${s.name}`,
           onclick: () => act(`dropped ${s.name}`, () => api("DELETE", `/streams/${s.name}`)) }, "Drop")));
@@ -57,6 +60,7 @@ async function refresh() {
       return h("tr", { "data-id": q.id },
         h("td", { class: "num" }, q.id), h("td", { title: q.cql }, q.name || q.cql.slice(0, 40)), h("td", {}, q.kind),
         h("td", {}, q.active ? "active" : "inactive"), h("td", { class: "num" }, fmt(q.weight)),
+        h("td", { class: "num" }, rate(inRate(q.id))),
         h("td", { class: "num" }, rate(sample(`query:${q.id}`, c.results))),
         h("td", { class: "num" }, fmt(c.memory_bytes === undefined ? null : Math.round(c.memory_bytes))),
         h("td", { title: q.bounded_memory_note || "" }, q.bounded_memory ? "yes" : "no"),
