@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck java bench clean
+.PHONY: setup demo test lint typecheck java browser bench clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -12,10 +12,13 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP) java
+setup: $(STAMP) java browser
 
 java:
 	@scripts/check_java.sh || echo "(continuing: Java is needed for Spark: make demo and the Spark tests; without it: cqlstream serve --demo --no-spark)"
+
+browser:
+	@scripts/install_browser.sh || echo "(continuing: Chromium is only needed for the console's browser tests)"
 
 demo: setup
 	$(VENV)/bin/cqlstream serve --demo

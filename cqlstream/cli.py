@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cqlstream.catalog_commands import add_parsers as add_catalog_parsers
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import catalog_from_ddl
@@ -557,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
 
     add_spark_parsers(sub, "http://127.0.0.1:8000")
+    add_catalog_parsers(sub, "http://127.0.0.1:8000")  # streams, queries, push, drop
 
     bn = sub.add_parser(
         "bench",

@@ -3,8 +3,8 @@
 Wires the engine host (server/host.py), the routers, RFC 7807 error handling (no request can take
 the process down: anything unexpected becomes a 500 problem), the request-size limit (413) and
 body-read timeout (408), the optional API and read keys (checked before a body is read), backpressure
-on input (429), CORS, `/metrics`, `/healthz` (liveness), `/readyz` (readiness) and the OpenAPI
-document (`/openapi.json`, `/docs`).
+on input (429), CORS, `/metrics`, `/healthz` (liveness), `/readyz` (readiness), the OpenAPI
+document (`/openapi.json`, `/docs` and `/redoc`, served offline) and the web console (`/`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cqlstream.engine.dsms import Dsms
-from cqlstream.server import api_control, api_queries, api_sources, api_spark, metrics
+from cqlstream.server import api_console, api_control, api_queries, api_sources, api_spark, metrics
 from cqlstream.server.admission import Admission
 from cqlstream.server.auth import KeyCheck, api_key_dependency
 from cqlstream.server.host import EngineHost
@@ -130,6 +130,8 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
         title="cqlstream",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from api_console, with their assets served locally
+        redoc_url=None,
         description="Continuous CQL queries over data streams (after Stanford STREAM): register streams, "
         "relations, views and queries, push input, stream results as NDJSON, JSON, SSE or "
         "XML, read and tune control tables. Errors are RFC 7807 problem documents with a "
@@ -194,6 +196,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
     app.include_router(api_queries.router(host, auth))
     app.include_router(api_control.router(host, auth))
     app.include_router(api_spark.router(host, auth))
+    api_console.install(app, host)  # the console at /, /docs and /redoc (offline), POST /explain
 
     @app.get("/healthz", response_model=Health, tags=["service"], summary="Liveness and a few numbers")
     async def healthz() -> dict[str, Any]:

@@ -25,7 +25,10 @@ from cqlstream.server.problems import ProblemError
 from cqlstream.server.settings import Settings
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+OPEN_PATHS = frozenset(
+    {"/", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+)
+OPEN_PREFIXES = ("/console/", "/docs-assets/")  # the console's and the docs' static files: no data in them
 
 
 def _matches(key: str | None, expected: str | None) -> bool:
@@ -51,7 +54,13 @@ class KeyCheck:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         s = self.settings
-        if scope["type"] != "http" or not (s.api_key or s.read_key) or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")
+        if (
+            scope["type"] != "http"
+            or not (s.api_key or s.read_key)
+            or path in OPEN_PATHS
+            or path.startswith(OPEN_PREFIXES)
+        ):
             return await self.app(scope, receive, send)
         key = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == self.header), None)
         method = scope["method"]

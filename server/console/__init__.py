@@ -1,0 +1,1 @@
+"""Package data of the web console: static/ (HTML, CSS, ES modules) and vendor/ (ReDoc, with its license)."""
