@@ -160,3 +160,18 @@ def test_after_a_crash_a_resumed_subscriber_gets_no_duplicates_and_no_gaps(tmp_p
             assert got == want, f"query {qid} after {after}"
             compared += len(want) if isinstance(want, list) else 0
     assert compared > 100, "the comparison covers real results"
+
+
+def test_cli_query_from_prints_the_results_after_the_instant(server, capsys):
+    from cqlstream.cli import main
+    from cqlstream.io.stream_text import format_line
+
+    c, qid = setup(server)
+    feed(c, 1, 12)
+    want = [format_line(e.ts, e.sign, e.row) for e in c.subscribe(qid, after=5, follow=False)]
+    assert want and len(want) < len(list(c.subscribe(qid, after=-1, follow=False)))
+    assert main(["query", "--id", str(qid), "--from", "5", "--url", server.url]) == 0
+    assert capsys.readouterr().out.splitlines() == want
+    assert main(["query", "--id", str(qid), "--from", "5", "--format", "ndjson", "--url", server.url]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [g["ts"] for g in got] == [e.ts for e in c.subscribe(qid, after=5, follow=False)]
