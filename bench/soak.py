@@ -9,7 +9,7 @@ resume with `Last-Event-ID` (the elements after the last `id:` are discarded: an
 complete at its id), so the resume path runs under load; at the end every subscriber of a query
 must hold exactly the same number of elements (no duplicates, no gaps).
 
-Reports the server's RSS (after setup, at a third, at the end; peak), push->result latency p50/p99
+Reports the server's RSS (after setup, at a third, at the end, every tenth of the run; peak), push->result latency p50/p99
 (a push's send time to a subscriber receiving the first element of that instant, one sample per
 subscriber and instant), and errors (failed pushes, failed or ended subscriptions, count mismatches).
 
@@ -195,10 +195,19 @@ async def _run(url: str, proc: subprocess.Popen, args: argparse.Namespace) -> di
         rss = {"start": _rss(proc.pid)}
         t0 = time.monotonic()
         pushers = [asyncio.create_task(soak.push(c, i)) for i in range(args.pushers)]
+        series: list[float] = []  # RSS every tenth of the run, to tell a plateau from a drift
+
+        async def sample() -> None:
+            while True:
+                series.append(round(_rss(proc.pid) / (1 << 20), 1))
+                await asyncio.sleep(args.seconds / 10)
+
+        sampler = asyncio.create_task(sample())
         await asyncio.sleep(args.seconds / 3)
         rss["third"] = _rss(proc.pid)
         await asyncio.gather(*pushers)
         elapsed = time.monotonic() - t0
+        sampler.cancel()
         # every subscriber reads through the last instant (its `until`), bounded
         _, late = await asyncio.wait(readers, timeout=30)
         for task in late:
@@ -235,6 +244,7 @@ async def _run(url: str, proc: subprocess.Popen, args: argparse.Namespace) -> di
         "latency_ms_p99": round(float(np.percentile(lat, 99)), 2) if lat.size else None,
         "latency_ms_max": round(float(lat.max()), 2) if lat.size else None,
         "rss_mb": {k: round(v / mb, 1) for k, v in rss.items()},
+        "rss_mb_series": series,
         "rss_drift_mb": round((rss["end"] - rss["start"]) / mb, 1),
         "rss_drift_after_third_mb": round((rss["end"] - rss["third"]) / mb, 1),
         "metrics_bytes": len(metrics),
