@@ -147,7 +147,8 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         "published when an instant becomes final, all elements of an instant together, so resuming "
         "after the last instant a subscriber saw is exact. SSE events carry `id: <ts>` on the last "
         "element of each instant, and a `Last-Event-ID` header is taken as `from` (an EventSource "
-        "resumes by itself). A `from` older than the retained history gets 410 `history_gone` "
+        "resumes by itself, even on a `snapshot=true` URL: the header wins, since the client has the "
+        "snapshot and the changes through that instant already). A `from` older than the retained history gets 410 `history_gone` "
         "(its `oldest` is the smallest instant a resume may start after): subscribe with "
         "`snapshot=true` instead.",
         responses={
@@ -188,7 +189,9 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
             le=1 << 62,
             description="resume: the published elements with ts > this instant, then the live ones",
         ),
-        last_event_id: str | None = Header(None, description="SSE resume: taken as `from` when `from` is absent"),
+        last_event_id: str | None = Header(
+            None, description="SSE resume: taken as `from` when `from` is absent (overrides snapshot=true)"
+        ),
     ) -> ResultsResponse:
         fmt = format
         if fmt is None:
@@ -205,9 +208,11 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
                     )
                 chosen = default_result_format()
             fmt = chosen.name
+        if from_ is not None and snapshot:
+            raise ProblemError(422, "invalid_request", "from and snapshot=true exclude each other")
         after = from_ if from_ is not None else _last_event_id(last_event_id)
-        if after is not None and snapshot:
-            raise ProblemError(422, "invalid_request", "from (or Last-Event-ID) and snapshot=true exclude each other")
+        if after is not None:
+            snapshot = False  # an EventSource reconnecting to its snapshot URL: it has the snapshot already
         loop = asyncio.get_running_loop()
         kind, schema = await run_in_threadpool(host.query_info, qid)
         sub, snap = await run_in_threadpool(host.subscribe, qid, fmt, loop, snapshot, follow, buffer, after)

@@ -102,6 +102,20 @@ def test_sse_events_carry_ids_and_last_event_id_resumes(server):
         assert bad.status_code == 422
         both = h.get(f"/queries/{qid}/results", params={"from": 3, "snapshot": "true"})
         assert both.status_code == 422
+        # an EventSource opened on a snapshot URL reconnects to the same URL with its Last-Event-ID:
+        # it resumes after that instant (it holds the snapshot and the changes through it already)
+        first = h.get(f"/queries/{qid}/results", params={"format": "sse", "snapshot": "true", "follow": "false"})
+        snap = sse_events(first.text)
+        assert snap and snap[-1][0] == first.headers["x-snapshot-at"] and all(d["sign"] == 1 for _, d in snap)
+        feed(c, 20, 25)
+        text = h.get(
+            f"/queries/{qid}/results",
+            params={"format": "sse", "snapshot": "true", "until": 24},
+            headers={"Last-Event-ID": snap[-1][0]},
+        ).text
+        later = [(d["ts"], d["sign"], tuple(d["row"])) for _, d in sse_events(text)]
+        assert later == [tuple(e) for e in c.subscribe(qid, after=int(snap[-1][0]), until=24)]
+        assert later and all(e[0] > int(snap[-1][0]) for e in later)
 
 
 def test_a_resume_older_than_the_retained_history_is_410(make_server):
