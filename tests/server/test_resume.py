@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -189,3 +190,45 @@ def test_cli_query_from_prints_the_results_after_the_instant(server, capsys):
     assert main(["query", "--id", str(qid), "--from", "5", "--format", "ndjson", "--url", server.url]) == 0
     got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [g["ts"] for g in got] == [e.ts for e in c.subscribe(qid, after=5, follow=False)]
+
+
+@pytest.mark.time_limit(120)
+def test_a_subscriber_resumes_across_a_sigkilled_server(tmp_path):
+    """A real `serve --data-dir` killed with SIGKILL (a checkpoint, then log records): a subscriber
+    that went away before the checkpoint and resumes after the restart from the last instant it saw
+    gets exactly what a server that never stopped publishes after it."""
+    from cqlstream.server import checkpoint as ckpt
+    from cqlstream.server.recovery import LOG_DIR
+    from tests.server.conftest import ServerProcess
+
+    args = ("--data-dir", str(tmp_path / "data"), "--checkpoint-every", "25", "--fsync", "always")
+    # the second server, without a data dir and fed the same pushes, is the reference
+    procs = [ServerProcess(*args).wait_ready(), ServerProcess().wait_ready()]
+    try:
+        srv, other = procs
+        with Client(srv.url) as c, Client(other.url) as r:
+            for x in (c, r):
+                x.register_stream("register stream Orders (id integer, cust varchar(8), amount integer)")
+                assert x.register_query(AGG)["id"] == 1
+            feed(c, 1, 12)
+            seen = [tuple(e) for e in c.subscribe(1, after=-1, until=10)]  # then this subscriber goes away
+            feed(c, 12, 40)  # a checkpoint is taken in here (every 25 records); the log has the rest
+            feed(r, 1, 40)
+        deadline = time.monotonic() + 20  # the clock thread takes the checkpoint that is due
+        while not ckpt.checkpoints(tmp_path / "data" / LOG_DIR) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ckpt.checkpoints(tmp_path / "data" / LOG_DIR), "no checkpoint was taken"
+        srv.proc.kill()  # no shutdown, no last checkpoint
+        srv.proc.wait(timeout=10)
+        srv = ServerProcess(*args).wait_ready(timeout=40)
+        procs.append(srv)
+        with Client(srv.url) as c, Client(other.url) as r:
+            feed(c, 40, 50)
+            feed(r, 40, 50)
+            last = seen[-1][0]
+            resumed = [tuple(e) for e in c.subscribe(1, after=last, until=49)]
+            want = [tuple(e) for e in r.subscribe(1, after=-1, until=49)]
+        assert len(want) > 200 and seen + resumed == want
+    finally:
+        for p in procs:
+            p.stop()
