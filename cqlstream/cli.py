@@ -236,6 +236,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_key=args.api_key or os.environ.get("CQLSTREAM_API_KEY") or None,
         max_body_bytes=args.max_body_mb << 20,
         subscriber_buffer=args.subscriber_buffer,
+        result_history=args.result_history,
         compat=args.stream_compat,
         ddl=tuple(args.ddl),
         silence_timeout=args.silence_timeout,
@@ -298,13 +299,16 @@ def _print_stream_text(c: Client, qid: int, args: argparse.Namespace) -> None:
     """The results as STREAM text lines, rendered here from the NDJSON stream."""
     from cqlstream.io.stream_text import format_line
 
-    for e in c.subscribe(qid, snapshot="if_available", follow=args.follow):
+    snapshot = "if_available" if args.from_ is None else False
+    for e in c.subscribe(qid, snapshot=snapshot, follow=args.follow, after=args.from_):
         print(format_line(e.ts, e.sign, e.row), flush=True)
 
 
 def _print_raw(c: Client, qid: int, args: argparse.Namespace) -> None:
     """The results in a server result format, as the server sends them."""
-    for chunk in c.stream_raw(qid, args.format, snapshot="if_available", follow=args.follow):
+    resume = {} if args.from_ is None else {"from": args.from_}
+    snapshot = "if_available" if args.from_ is None else False
+    for chunk in c.stream_raw(qid, args.format, snapshot=snapshot, follow=args.follow, **resume):
         sys.stdout.write(chunk.decode("utf-8", "replace"))
         sys.stdout.flush()
 
@@ -487,6 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="result elements buffered per subscriber before it is disconnected as lagging",
     )
+    sv.add_argument(
+        "--result-history",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="published result elements kept per query for subscribers resuming with from=T (default 100000)",
+    )
     sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     sv.add_argument("--access-log", action="store_true", help="log every request")
     sv.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
@@ -533,6 +544,13 @@ def build_parser() -> argparse.ArgumentParser:
     qy.add_argument("--id", type=int, help="follow an already registered query instead")
     qy.add_argument("--name", help="a name for the new query")
     qy.add_argument("--follow", "-f", action="store_true", help="keep streaming new results")
+    qy.add_argument(
+        "--from",
+        dest="from_",
+        type=int,
+        metavar="T",
+        help="resume: the results after instant T (the last one seen) instead of the current relation",
+    )
     qy.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default http://127.0.0.1:8000)")
     qy.add_argument("--api-key", help="API key for a server started with --api-key")
     qy.add_argument(

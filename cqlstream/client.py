@@ -13,7 +13,7 @@
 Errors come back as exceptions carrying the server's problem document: `InvalidInput` (422, with
 `row`/`field`, or `line`/`column`/`excerpt` for CQL), `BadRequest` (400), `NotFound` (404),
 `Conflict` (409; `SnapshotUnavailable` and `QueryInactive` are kinds of it), `Unauthorized` (401),
-`PayloadTooLarge` (413); `Lagged` ends a subscription whose consumer fell too far behind.
+`PayloadTooLarge` (413), `HistoryGone` (410, a resume older than what the server retains); `Lagged` ends a subscription whose consumer fell too far behind.
 `subscribe(qid, snapshot="if_available")` falls back to the changes from now on when the engine
 cannot snapshot the query.
 
@@ -88,6 +88,11 @@ class QueryInactive(Conflict):
     """The query is inactive: activate it (`set_active(qid, True)`) to stream its results."""
 
 
+class HistoryGone(CqlstreamError):
+    """`after=T` older than the results the server retains (410; `problem["oldest"]` is the smallest
+    instant a resume may start after): resubscribe with `snapshot=True`."""
+
+
 class Lagged(CqlstreamError):
     """The subscription fell too far behind and the server disconnected it."""
 
@@ -101,6 +106,7 @@ _BY_STATUS = {
     401: Unauthorized,
     404: NotFound,
     409: Conflict,
+    410: HistoryGone,
     413: PayloadTooLarge,
     415: BadRequest,
     422: InvalidInput,
@@ -274,6 +280,7 @@ class Client:
         limit: int | None = None,
         until: int | None = None,
         buffer: int | None = None,
+        after: int | None = None,
     ) -> Iterator[Element]:
         """Result elements as they become final (NDJSON underneath). Ends when the stream ends
         (`follow=False` after the snapshot, `limit`/`until` reached, query deregistered or
@@ -281,9 +288,12 @@ class Client:
         With `snapshot=True` a relation-valued query's stream starts with its current relation as
         `+` elements stamped with one instant, then its changes after that instant; raises
         `SnapshotUnavailable` when the engine cannot give that snapshot for the query;
-        `snapshot="if_available"` then subscribes without it (the changes from now on)."""
+        `snapshot="if_available"` then subscribes without it (the changes from now on).
+        With `after=T` the stream resumes: every element with ts > T (the last instant seen), then the
+        live ones; raises `HistoryGone` when the server no longer retains them (resubscribe with
+        `snapshot=True`)."""
         params = {"format": "ndjson", "follow": str(bool(follow)).lower()}
-        for k, v in (("limit", limit), ("until", until), ("buffer", buffer)):
+        for k, v in (("limit", limit), ("until", until), ("buffer", buffer), ("from", after)):
             if v is not None:
                 params[k] = str(v)
         for r in self._results(qid, params, snapshot):

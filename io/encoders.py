@@ -5,7 +5,8 @@ elements, control messages (`lagged`, `end`), keep-alives and footer. One elemen
 with its timestamp and sign:
 - `ndjson`: `{"ts":5,"sign":1,"row":[1,"x",null]}` per line;
 - `json`: the same objects as one streamed JSON array (`[` … `,` … `]`);
-- `sse`: `data: {…same object…}` events (after an `open` event carrying the schema);
+- `sse`: `data: {…same object…}` events (after an `open` event carrying the schema), the last one
+  of each instant with `id: <ts>` (so a reconnecting EventSource resumes after it);
 - `xml` (STREAM style): `<tuple ts="5" sign="+"><v>1</v><v>x</v><v null="true"/></tuple>` inside
   `<results query=… kind=…>`, after a `<schema>` element.
 Control messages are `{"event": …}` objects / SSE events / XML elements. The table of formats is
@@ -121,9 +122,13 @@ def _ints(a: np.ndarray) -> pa.Array:
 
 def ndjson_lines(b: Batch) -> bytes:
     """One JSON object per element, each ending in a newline."""
-    n = len(b)
-    if n == 0:
+    if len(b) == 0:
         return b""
+    return _body(_json_objects(b, "\n"))
+
+
+def _json_objects(b: Batch, end: str) -> pa.Array:
+    """Each element's JSON object followed by `end`, as a string array."""
     parts: list[str | pa.Array] = [
         '{"ts":',
         _ints(b.ts),
@@ -135,8 +140,21 @@ def ndjson_lines(b: Batch) -> bytes:
         if i:
             parts.append(",")
         parts.append(pc.fill_null(_value_strings(col, b.nulls[i], True), "null"))
-    parts.append("]}\n")
-    return _body(pc.binary_join_element_wise(*parts, ""))
+    parts.append("]}" + end)
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def sse_events(b: Batch) -> bytes:
+    """A `data:` event per element; the last element of each instant also carries `id: <ts>`, so a
+    client's Last-Event-ID is the last instant it saw whole (elements of an instant arrive together)."""
+    n = len(b)
+    if n == 0:
+        return b""
+    last = np.ones(n, bool)
+    last[:-1] = b.ts[1:] != b.ts[:-1]
+    ids = pc.binary_join_element_wise("id: ", _ints(b.ts), "\n", "")
+    prefix = pc.if_else(pa.array(last), ids, "")
+    return _body(pc.binary_join_element_wise(prefix, "data: ", _json_objects(b, "\n\n"), ""))
 
 
 def xml_elements(b: Batch) -> bytes:
@@ -242,7 +260,8 @@ class JsonArray(ResultFormat):
 
 
 class Sse(ResultFormat):
-    """Server-Sent Events: an `open` event with the schema, a `data:` event per element."""
+    """Server-Sent Events: an `open` event with the schema, a `data:` event per element (with an
+    `id:` line, the element's instant, on the last element of each instant: see `sse_events`)."""
 
     name = "sse"
     label = "SSE"
@@ -253,8 +272,7 @@ class Sse(ResultFormat):
         return b"retry: 3000\nevent: open\ndata: " + json.dumps(info).encode() + b"\n\n"
 
     def elements(self, b: Batch) -> bytes:
-        lines = ndjson_lines(b)
-        return b"data: " + lines[:-1].replace(b"\n", b"\n\ndata: ") + b"\n\n" if lines else b""
+        return sse_events(b)
 
     def control(self, event: str, info: dict[str, Any]) -> bytes:
         return f"event: {event}\ndata: {json.dumps({'event': event, **info})}\n\n".encode()
@@ -296,4 +314,4 @@ class Xml(ResultFormat):
         return b"</results>\n"
 
 
-__all__ = ["JsonArray", "Ndjson", "ResultFormat", "Sse", "Xml", "ndjson_lines", "xml_elements"]
+__all__ = ["JsonArray", "Ndjson", "ResultFormat", "Sse", "Xml", "ndjson_lines", "sse_events", "xml_elements"]

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from cqlstream.io.formats import RESULT_FORMATS, default_result_format
@@ -29,6 +29,21 @@ def _format_choices(endpoint: E) -> E:
     FastAPI validates it and OpenAPI lists them (read when the app is built)."""
     endpoint.__annotations__["format"] = Literal[RESULT_FORMATS.names()] | None
     return endpoint
+
+
+def _last_event_id(value: str | None) -> int | None:
+    """An SSE `Last-Event-ID` header as the instant to resume after (our event ids are instants)."""
+    if value is None or not value.strip():
+        return None
+    try:
+        t = int(value.strip())
+    except ValueError:
+        raise ProblemError(
+            422, "invalid_request", f"Last-Event-ID {value!r} is not an instant (an integer timestamp)"
+        ) from None
+    if abs(t) > 1 << 62:
+        raise ProblemError(422, "invalid_request", f"Last-Event-ID {t} is out of range")
+    return t
 
 
 def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
@@ -126,7 +141,16 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         "`until` end the stream after that many elements / once results are final through that "
         "instant. A subscriber that falls `buffer` elements behind receives a `lagged` message "
         "and is disconnected; a deregistered or deactivated query ends its streams with an `end` "
-        "message, and an inactive query's results cannot be subscribed to (409 `query_inactive`).",
+        "message, and an inactive query's results cannot be subscribed to (409 `query_inactive`). "
+        "`from=T` resumes: every published element with ts > T (from the server's retained history "
+        "of the query's results), then the live ones, with no duplicates and no gaps. Results are "
+        "published when an instant becomes final, all elements of an instant together, so resuming "
+        "after the last instant a subscriber saw is exact. SSE events carry `id: <ts>` on the last "
+        "element of each instant, and a `Last-Event-ID` header is taken as `from` (an EventSource "
+        "resumes by itself, even on a `snapshot=true` URL: the header wins, since the client has the "
+        "snapshot and the changes through that instant already). A `from` older than the retained history gets 410 `history_gone` "
+        "(its `oldest` is the smallest instant a resume may start after): subscribe with "
+        "`snapshot=true` instead.",
         responses={
             200: {
                 "description": "the result stream",
@@ -141,7 +165,7 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
                     }
                 },
             },
-            **responses(404, 406, 409, 422),
+            **responses(404, 406, 409, 410, 422),
         },
     )
     @_format_choices
@@ -158,6 +182,16 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
             None, ge=-(1 << 62), le=1 << 62, description="end once results are final through this instant"
         ),
         buffer: int | None = Query(None, ge=1, le=1 << 30, description="this subscriber's buffer, in result elements"),
+        from_: int | None = Query(
+            None,
+            alias="from",
+            ge=-(1 << 62),
+            le=1 << 62,
+            description="resume: the published elements with ts > this instant, then the live ones",
+        ),
+        last_event_id: str | None = Header(
+            None, description="SSE resume: taken as `from` when `from` is absent (overrides snapshot=true)"
+        ),
     ) -> ResultsResponse:
         fmt = format
         if fmt is None:
@@ -174,9 +208,14 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
                     )
                 chosen = default_result_format()
             fmt = chosen.name
+        if from_ is not None and snapshot:
+            raise ProblemError(422, "invalid_request", "from and snapshot=true exclude each other")
+        after = from_ if from_ is not None else _last_event_id(last_event_id)
+        if after is not None:
+            snapshot = False  # an EventSource reconnecting to its snapshot URL: it has the snapshot already
         loop = asyncio.get_running_loop()
         kind, schema = await run_in_threadpool(host.query_info, qid)
-        sub, snap = await run_in_threadpool(host.subscribe, qid, fmt, loop, snapshot, follow, buffer)
+        sub, snap = await run_in_threadpool(host.subscribe, qid, fmt, loop, snapshot, follow, buffer, after)
         headers = {}
         if snapshot and kind == "relation" and snap.through is not None:
             headers["X-Snapshot-At"] = str(snap.through)

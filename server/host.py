@@ -29,6 +29,7 @@ from cqlstream.server.idempotency import IdempotencyStore
 from cqlstream.server.problems import ProblemError
 from cqlstream.server.publication import Fanout, ResultChunk, SnapshotUnavailable, Subscriber
 from cqlstream.server.recovery import Journal, has_log
+from cqlstream.server.result_history import HistoryGone
 from cqlstream.server.settings import Settings
 from cqlstream.server.spark_host import SparkHost
 
@@ -83,7 +84,7 @@ class EngineHost:
         self.pending_pushes = 0  # pushes in flight (counted by the app's admission middleware)
         self.busy_replies = 0  # pushes answered 429 (engine behind)
         self.started = time.time()
-        self.fanout = Fanout(self.d, self.settings.lag_grace_seconds)
+        self.fanout = Fanout(self.d, self.settings.lag_grace_seconds, self.settings.result_history)
         self.control = Control(self)
         self.spark = SparkHost(self)
         self.idempotency = IdempotencyStore(self.settings.idempotency_keys)  # keys of applied pushes
@@ -492,11 +493,14 @@ class EngineHost:
         snapshot: bool = False,
         follow: bool = True,
         capacity: int | None = None,
+        after: int | None = None,
     ) -> tuple[Subscriber | None, ResultChunk]:
         """(subscriber attached to the query's results, or None when not following; the snapshot
         chunk, empty unless asked for). Both are taken under the lock right after a publish, so the
         snapshot (the engine's, at the instant the results are final through) and the deltas that
-        follow it line up exactly. 409 `query_inactive` / `snapshot_unavailable` otherwise."""
+        follow it line up exactly. With `after`, the chunk is instead the published elements with ts >
+        `after` (the retained history), lined up the same way; 410 `history_gone` when they are no
+        longer all retained. 409 `query_inactive` / `snapshot_unavailable` otherwise."""
         with self.lock:
             h = self._query(qid)
             if not h.active or h.pnode is None:
@@ -509,7 +513,18 @@ class EngineHost:
             pub = self.fanout.pubs.get(qid) or self.fanout.add(h)
             self.fanout.publish()
             b = Batch.empty([a.type for a in h.schema])
-            if snapshot and h.kind == "relation":
+            if after is not None:
+                try:
+                    b = self.fanout.resume(pub, after)
+                except HistoryGone as e:
+                    raise ProblemError(
+                        410,
+                        "history_gone",
+                        f"query {qid}: results after instant {after} are no longer retained (the oldest instant a "
+                        f"resume may start after is {e.oldest}); subscribe with snapshot=true instead",
+                        oldest=e.oldest,
+                    ) from None
+            elif snapshot and h.kind == "relation":
                 try:
                     b = self.fanout.snapshot(pub)
                 except SnapshotUnavailable as e:

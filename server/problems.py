@@ -23,6 +23,7 @@ _TITLES = {
     406: "Not Acceptable",
     408: "Request Timeout",
     409: "Conflict",
+    410: "Gone",
     413: "Payload Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",

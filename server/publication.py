@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cqlstream.engine.batch import Batch
 from cqlstream.io.formats import RESULT_FORMATS
+from cqlstream.server.result_history import ResultHistory
 
 if TYPE_CHECKING:
     import anyio
@@ -139,12 +140,13 @@ class SnapshotUnavailable(Exception):
 class Publication:
     """A query's one engine subscription and its subscribers."""
 
-    def __init__(self, handle: QueryHandle, engine_sub: Subscription) -> None:
+    def __init__(self, handle: QueryHandle, engine_sub: Subscription, history: int = 0) -> None:
         self.handle = handle
         self.sub = engine_sub
         self.subscribers: dict[int, Subscriber] = {}
         self.through: int | None = None  # results are published (final) through this instant
         self.emitted = 0
+        self.history = ResultHistory(history)  # what was published, for subscribers resuming after an instant
 
     def live(self) -> int:
         return sum(1 for s in list(self.subscribers.values()) if not s.detached)
@@ -171,20 +173,24 @@ class Fanout:
       deltas that follow it line up exactly. When the engine has no snapshot for a plan shape, or
       one at another instant, the subscriber is told (`SnapshotUnavailable`); the server keeps no
       copy of any query's relation.
+    - Every published batch is also retained in the query's `ResultHistory` (at most `history`
+      elements, oldest instants dropped whole), so a subscriber can resume after the instant it last
+      saw: the retained elements after it, then the live ones, taken under the same lock as publish.
 
     Everything here except the subscribers' response side runs under the host lock.
     """
 
-    def __init__(self, dsms: Dsms, lag_grace: float) -> None:
+    def __init__(self, dsms: Dsms, lag_grace: float, history: int = 100_000) -> None:
         self.d = dsms
         self.lag_grace = lag_grace
+        self.history = history  # result elements retained per query for resuming subscribers
         self.pubs: dict[int, Publication] = {}
         self.lag_disconnects = 0
         self.cutoffs = 0  # lagged subscribers cut off for not reading even the lagged message
         self.subscriptions_total = 0
 
     def add(self, h: QueryHandle) -> Publication:
-        pub = self.pubs[h.id] = Publication(h, self.d.subscribe(h.id))
+        pub = self.pubs[h.id] = Publication(h, self.d.subscribe(h.id), self.history)
         return pub
 
     def remove(self, qid: int, reason: str) -> None:
@@ -203,6 +209,7 @@ class Fanout:
                 if pub.handle.pnode is None:
                     continue
                 pub.sub = self.d.subscribe(pub.handle.id)
+                pub.history.restart(pub.through)
                 pub.through = None
             b = pub.sub.poll()
             through = pub.sub.final_through
@@ -210,6 +217,7 @@ class Fanout:
                 continue
             pub.through = through
             pub.emitted += len(b)
+            pub.history.add(b, through)
             if not pub.subscribers:
                 continue
             chunk = ResultChunk(b, through)
@@ -234,6 +242,11 @@ class Fanout:
         s = Subscriber(self, pub.handle.id, fmt, loop, capacity, self.lag_grace)
         pub.subscribers[s.id] = s
         return s
+
+    def resume(self, pub: Publication, after: int) -> Batch:
+        """The published elements with ts > `after` (call right after `publish`, then attach: the live
+        deltas follow them exactly). Raises HistoryGone when some are no longer retained."""
+        return pub.history.after(after, [a.type for a in pub.handle.schema])
 
     def snapshot(self, pub: Publication) -> Batch:
         """The query's current relation as `+` rows at `pub.through`, the instant through which its

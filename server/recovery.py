@@ -221,9 +221,11 @@ class Journal:
         d.plan_file = host.d.plan_file
         host.d = host.fanout.d = host.control.d = d
         host.fanout.pubs.clear()
-        for qid, sub, through, emitted in state["pubs"]:
-            pub = host.fanout.pubs[qid] = Publication(d.queries[qid], sub)
+        for qid, sub, through, emitted, *history in state["pubs"]:
+            pub = host.fanout.pubs[qid] = Publication(d.queries[qid], sub, host.fanout.history)
             pub.through, pub.emitted = through, emitted
+            if history:  # the results retained for resuming subscribers (older checkpoints have none)
+                pub.history.adopt(history[0])
         host.idempotency = state["idempotency"]
         host.accepted.update(state["accepted"])
         host.pushes = state["pushes"]
@@ -253,7 +255,7 @@ class Journal:
         lsn = self.wal.next_lsn
         state = {
             "dsms": d,
-            "pubs": [(qid, p.sub, p.through, p.emitted) for qid, p in host.fanout.pubs.items()],
+            "pubs": [(qid, p.sub, p.through, p.emitted, p.history) for qid, p in host.fanout.pubs.items()],
             "idempotency": host.idempotency,
             "accepted": dict(host.accepted),
             "pushes": host.pushes,

@@ -16,6 +16,7 @@ class Settings:
     api_key_header: str = "X-API-Key"
     max_body_bytes: int = 256 << 20  # larger request bodies get 413
     subscriber_buffer: int = 1_000_000  # result elements buffered per subscriber before it is lagged out
+    result_history: int = 100_000  # published result elements kept per query for subscribers resuming (`from=T`)
     lag_grace_seconds: float = 10.0  # a lagged subscriber that does not read its `lagged` message this long is cut off
     tick_interval: float = 0.1  # seconds between clock ticks (system-timestamped streams)
     keepalive_seconds: float = 15.0  # SSE comment / XML-JSON whitespace when a result stream is idle

@@ -89,3 +89,21 @@ def test_spark_bridge_bench_counts_every_row(tmp_path):
         assert check["aggregate_rows_received"] > 0, (mode, check)
         assert runs[mode]["latency_samples"] == 200  # the two measured batches' selected rows
     assert "| local[1] | 1,000 | http |" in out.stdout
+
+
+def test_soak_quick_run_counts(tmp_path):
+    """The soak at a few seconds: every push answered, every subscriber of a query holds the same
+    elements (the SSE ones resumed with Last-Event-ID on the way), no errors; timings not asserted."""
+    from bench import soak
+
+    report = tmp_path / "soak.json"
+    assert soak.main(["--quick", "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["errors"] == []
+    assert data["pushes"] == data["pushers"] * 30
+    assert data["subscribers"] == 8 and all(n == 2 for n in data["formats"].values())
+    assert data["reconnects"] > 0, "the SSE subscribers resumed at least once"
+    assert data["latency_samples"] > 0 and data["rss_mb"]["end"] > 0
+    per_query = data["elements_per_query"]
+    assert len(per_query) == 4 and all(n > 0 for n in per_query.values())
+    assert data["elements_received"] == 2 * sum(per_query.values())
