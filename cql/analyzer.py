@@ -18,6 +18,7 @@ from cqlstream.cql.errors import CqlError, Pos, did_you_mean
 from cqlstream.cql.functions import ScalarFunction
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.naming import deduplicate, derived_name
 
 
 @dataclass(frozen=True)
@@ -690,6 +691,7 @@ class Analyzer:
     ) -> tuple[list[ast.Expr], list[str], list[ast.SelectItem]]:
         exprs: list[ast.Expr] = []
         names: list[str] = []
+        derived: list[bool] = []  # the name was derived from the expression (see cql/naming.py)
         norm: list[ast.SelectItem] = []
         for n, item in enumerate(items, 1):
             e = item.expr
@@ -709,12 +711,18 @@ class Analyzer:
                         col = ast.Column(entry.alias, a.name, pos=e.pos)
                         exprs.append(col)
                         names.append(a.name)
+                        derived.append(False)
                         norm.append(ast.SelectItem(col))
                 continue
             exprs.append(e)
-            names.append(item.alias or _default_name(e, n))
+            if item.alias is not None or isinstance(e, ast.Column):
+                names.append(item.alias or e.name)  # type: ignore[union-attr]  # a Column when no alias
+                derived.append(False)
+            else:
+                names.append(derived_name(e, n))
+                derived.append(True)
             norm.append(item)
-        return exprs, names, norm
+        return exprs, deduplicate(names, derived), norm
 
     def agg_call(self, e: ast.Call, scope: _Scope) -> X.AggCall:
         fn = self.catalog.functions.aggregate(e.name)
@@ -829,6 +837,7 @@ def _cast_to(plan: L.Plan, types: list[T.DataType]) -> L.Plan:
 
 
 def _default_name(e: ast.Expr, n: int) -> str:
+    """The name of a group-by key inside the aggregate node (shown by EXPLAIN, not an output column)."""
     if isinstance(e, ast.Column):
         return e.name
     if isinstance(e, ast.Call):
