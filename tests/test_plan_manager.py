@@ -790,3 +790,17 @@ def test_snapshot_over_a_source_relation_is_taken_where_its_readers_are():
     d.run()
     assert sorted(sub.poll().elements()) == [(2, -1, (1,)), (2, 1, (5,))]
     assert sorted(sub_j.poll().elements()) == [(2, -1, (1, 7))]
+
+
+def test_memory_shares_are_whole_bytes():
+    """Three queries share one window: each is attributed a third of it, rounded to whole bytes."""
+    d = Dsms()
+    d.execute(DDL)
+    hs = [d.register_query(f"select * from S [Range 10] where A = {k}") for k in range(3)]
+    d.push("S", [(1, 0), (2, 0), (1, 1), (0, 7)], ts=[1, 1, 2, 2])
+    d.heartbeat("S", 3)
+    d.run()
+    shares = d.attribution()
+    assert all(type(shares[h.id]["memory_bytes"]) is int and shares[h.id]["memory_bytes"] > 0 for h in hs)
+    for h in hs:
+        assert type(d.control_table(f"query:{h.id}")["counters"]["memory_bytes"]) is int
