@@ -715,8 +715,11 @@ class Analyzer:
                         norm.append(ast.SelectItem(col))
                 continue
             exprs.append(e)
-            if item.alias is not None or isinstance(e, ast.Column):
-                names.append(item.alias or e.name)  # type: ignore[union-attr]  # a Column when no alias
+            if item.alias is not None:
+                names.append(item.alias)
+                derived.append(False)
+            elif isinstance(e, ast.Column):
+                names.append(e.name)
                 derived.append(False)
             else:
                 names.append(derived_name(e, n))
