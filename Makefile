@@ -6,32 +6,43 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup demo test lint typecheck java browser bench clean
 
+# Each step says what it does first: the install fetches about 0.5 GB (pyspark) on a first run.
 $(STAMP): pyproject.toml setup.py
+	@echo "==> [setup 1/3] creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "==> [setup 2/3] upgrading pip"
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	@echo "==> [setup 3/3] installing cqlstream and its dependencies (first run: about 0.5 GB, a few minutes)"
+	$(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
+	@echo "==> installed: run commands as $(VENV)/bin/cqlstream ..., or activate the venv: . $(VENV)/bin/activate"
 
 setup: $(STAMP) java browser
 
 java:
+	@echo "==> checking for Java (Spark)"
 	@scripts/check_java.sh || echo "(continuing: Java is needed for Spark: make demo and the Spark tests; without it: cqlstream serve --demo --no-spark)"
 
 browser:
+	@echo "==> checking for Chromium (the console's browser tests)"
 	@scripts/install_browser.sh || echo "(continuing: Chromium is only needed for the console's browser tests)"
 
 demo: setup
+	@echo "==> serving the demo shop on http://127.0.0.1:8000 (Ctrl-C stops)"
 	$(VENV)/bin/cqlstream serve --demo
 
 lint: setup
+	@echo "==> lint (ruff)"
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 # mypy over the installed shape of the tree (cqlstream.cql, cqlstream.engine, ...)
 typecheck: setup
+	@echo "==> typecheck (mypy)"
 	$(PY) scripts/typecheck.py
 
 test: setup lint typecheck
+	@echo "==> tests (pytest)"
 	$(PY) -m pytest
 
 clean:

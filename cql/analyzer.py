@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, replace
 from cqlstream.cql import ast
 from cqlstream.cql import types as T
 from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
-from cqlstream.cql.errors import CqlError, Pos
+from cqlstream.cql.errors import CqlError, Pos, did_you_mean
 from cqlstream.cql.functions import ScalarFunction
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.naming import deduplicate, derived_name
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,15 @@ class _Scope:
     def width(self) -> int:
         return sum(len(e.attrs) for e in self.entries)
 
+    def aliases(self) -> list[str]:
+        """The names that qualify columns in this scope (for "did you mean" hints)."""
+        return [n for e in self.entries for n in (e.alias, e.also) if n]
+
+    def column_names(self) -> list[str]:
+        """The column names visible here and in the enclosing scopes (for "did you mean" hints)."""
+        outer = self.outer.column_names() if self.outer is not None else []
+        return [a.name for e in self.entries for a in e.attrs] + outer
+
     def entry(self, alias: str) -> _Entry | None:
         for e in self.entries:
             if alias.lower() in (e.alias.lower(), (e.also or "").lower()):
@@ -105,7 +115,8 @@ class _Scope:
             for i, a in enumerate(e.attrs):
                 if a.name.lower() == col.name.lower():
                     return e.offset + i, a
-            raise CqlError("unknown_column", f"'{e.alias}' has no column '{col.name}'", col.pos)
+            hint = did_you_mean(col.name, [a.name for a in e.attrs])
+            raise CqlError("unknown_column", f"'{e.alias}' has no column '{col.name}'{hint}", col.pos)
         hits = [
             (e.offset + i, a, e)
             for e in self.entries
@@ -213,14 +224,16 @@ class _Binder:
                 e.pos,
             )
         if e.qualifier is not None and self.scope.entry(e.qualifier) is None:
-            raise CqlError("unknown_source", f"unknown table or alias '{e.qualifier}' in {self.where}", e.pos)
+            hint = did_you_mean(e.qualifier, self.scope.aliases())
+            raise CqlError("unknown_source", f"unknown table or alias '{e.qualifier}' in {self.where}{hint}", e.pos)
         if e.qualifier is None and self.scope.entry(e.name) is not None:
             raise CqlError(
                 "tuple_reference",
                 f"'{e.name}' names a whole tuple, which is only allowed on the left of IN (subquery)",
                 e.pos,
             )
-        raise CqlError("unknown_column", f"unknown column '{_display(e)}' in {self.where}", e.pos)
+        hint = did_you_mean(e.name, self.scope.column_names())
+        raise CqlError("unknown_column", f"unknown column '{_display(e)}' in {self.where}{hint}", e.pos)
 
     def _Star(self, e: ast.Star) -> X.Expr:
         raise CqlError("bad_star", "'*' is only allowed as a select item or in count(*)", e.pos)
@@ -322,7 +335,8 @@ class _Binder:
         if fn is None:
             if fns.aggregate(e.name):
                 raise CqlError("misplaced_aggregate", f"aggregate {e.name}() is not allowed in {self.where}", e.pos)
-            raise CqlError("unknown_function", f"unknown function '{e.name}'", e.pos)
+            hint = did_you_mean(e.name, [*fns.scalars, *fns.aggregates])
+            raise CqlError("unknown_function", f"unknown function '{e.name}'{hint}", e.pos)
         if e.star or e.distinct:
             raise CqlError("bad_call", f"{e.name}() is not an aggregate: '*' and DISTINCT are not allowed", e.pos)
         n = len(e.args)
@@ -512,8 +526,11 @@ class Analyzer:
     def lookup(self, name: str, pos: Pos | None) -> SourceDef | ViewDef:
         d = self.catalog.get(name)
         if d is None:
+            hint = did_you_mean(name, self.catalog.names())
             known = ", ".join(sorted(self.catalog.names())[:8]) or "none registered"
-            raise CqlError("unknown_source", f"unknown stream, relation or view '{name}' (known: {known})", pos)
+            # a close name is the likely fix; otherwise list what there is
+            tail = hint or f" (known: {known})"
+            raise CqlError("unknown_source", f"unknown stream, relation or view '{name}'{tail}", pos)
         return d
 
     def source_plan(self, d: SourceDef | ViewDef) -> L.Plan:
@@ -585,7 +602,10 @@ class Analyzer:
             for c in w.by:
                 hit = scope.lookup(c) if (c.qualifier is None or scope.entry(c.qualifier)) else None
                 if hit is None:
-                    raise CqlError("unknown_column", f"unknown partition column '{_display(c)}' of '{alias}'", c.pos)
+                    hint = did_you_mean(c.name, scope.column_names())
+                    raise CqlError(
+                        "unknown_column", f"unknown partition column '{_display(c)}' of '{alias}'{hint}", c.pos
+                    )
                 keys.append(hit[0])
             spec = L.PartitionSpec(tuple(keys), w.rows)
         else:
@@ -671,6 +691,7 @@ class Analyzer:
     ) -> tuple[list[ast.Expr], list[str], list[ast.SelectItem]]:
         exprs: list[ast.Expr] = []
         names: list[str] = []
+        derived: list[bool] = []  # the name was derived from the expression (see cql/naming.py)
         norm: list[ast.SelectItem] = []
         for n, item in enumerate(items, 1):
             e = item.expr
@@ -678,7 +699,10 @@ class Analyzer:
                 if e.qualifier is not None:
                     entry = scope.entry(e.qualifier)
                     if entry is None:
-                        raise CqlError("unknown_source", f"unknown table or alias '{e.qualifier}' in SELECT", e.pos)
+                        hint = did_you_mean(e.qualifier, scope.aliases())
+                        raise CqlError(
+                            "unknown_source", f"unknown table or alias '{e.qualifier}' in SELECT{hint}", e.pos
+                        )
                     chosen = [entry]
                 else:
                     chosen = scope.entries
@@ -687,12 +711,21 @@ class Analyzer:
                         col = ast.Column(entry.alias, a.name, pos=e.pos)
                         exprs.append(col)
                         names.append(a.name)
+                        derived.append(False)
                         norm.append(ast.SelectItem(col))
                 continue
             exprs.append(e)
-            names.append(item.alias or _default_name(e, n))
+            if item.alias is not None:
+                names.append(item.alias)
+                derived.append(False)
+            elif isinstance(e, ast.Column):
+                names.append(e.name)
+                derived.append(False)
+            else:
+                names.append(derived_name(e, n))
+                derived.append(True)
             norm.append(item)
-        return exprs, names, norm
+        return exprs, deduplicate(names, derived), norm
 
     def agg_call(self, e: ast.Call, scope: _Scope) -> X.AggCall:
         fn = self.catalog.functions.aggregate(e.name)
@@ -807,6 +840,7 @@ def _cast_to(plan: L.Plan, types: list[T.DataType]) -> L.Plan:
 
 
 def _default_name(e: ast.Expr, n: int) -> str:
+    """The name of a group-by key inside the aggregate node (shown by EXPLAIN, not an output column)."""
     if isinstance(e, ast.Column):
         return e.name
     if isinstance(e, ast.Call):

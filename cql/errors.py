@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+# How alike a misspelling and a name must be (difflib's ratio) to be suggested.
+HINT_CUTOFF = 0.8
 
 
 @dataclass(frozen=True)
@@ -14,6 +19,23 @@ class Pos:
     column: int
     end_line: int | None = None
     end_column: int | None = None
+
+
+def close_matches(word: str, candidates: Iterable[str], n: int = 1) -> list[str]:
+    """The candidates most like `word` (case-insensitive), best first, each as spelled in
+    `candidates`; none when nothing is close enough or `word` itself is one of them."""
+    by_lower: dict[str, str] = {}
+    for c in candidates:
+        by_lower.setdefault(c.lower(), c)
+    if word.lower() in by_lower:
+        return []
+    return [by_lower[m] for m in difflib.get_close_matches(word.lower(), list(by_lower), n=n, cutoff=HINT_CUTOFF)]
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """A `; did you mean X?` suffix for an error reason, or "" when nothing is close."""
+    best = close_matches(word, candidates)
+    return f"; did you mean {best[0]}?" if best else ""
 
 
 class CqlError(Exception):

@@ -16,7 +16,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from lark.tree import Meta
 
 from cqlstream.cql import ast
-from cqlstream.cql.errors import CqlError, Pos
+from cqlstream.cql.errors import CqlError, Pos, close_matches
 from cqlstream.cql.nesting import check_depth
 
 # grammar/ sits beside cql/ both in a source checkout and in the installed package (cqlstream.grammar)
@@ -493,9 +493,62 @@ def _expected(names: Iterable[str]) -> str:
     return ", ".join(friendly)
 
 
-def _syntax_error(e: UnexpectedInput, text: str) -> CqlError:
+@functools.lru_cache(maxsize=1)
+def _keywords() -> tuple[str, ...]:
+    """The grammar's keywords (its case-insensitive literal words) and time unit words: what a
+    misspelled name may have meant."""
+    words = [
+        str(t.pattern.value)
+        for t in _lark().terminals
+        if type(t.pattern).__name__ == "PatternStr" and str(t.pattern.value).isalpha()
+    ]
+    return tuple(words) + ("millisecond", "milliseconds", "second", "seconds", "minute", "minutes", "hour", "hours")
+
+
+def _parses_further(text: str, start: str, offset: int) -> bool:
+    """Whether `text` parses, or fails only beyond `offset`."""
+    try:
+        _lark().parse(text, start=start)
+    except UnexpectedToken as e:
+        return (len(text) if e.token.type == "$END" else (e.token.start_pos or 0)) > offset
+    except UnexpectedInput as e:
+        return (e.pos_in_stream or 0) > offset
+    return True
+
+
+# How many names just before (and at) the error are tried as misspelled keywords.
+_HINT_LOOKBACK = 3
+
+
+def _keyword_hint(text: str, start: str, err_at: int) -> CqlError | None:
+    """A misspelled keyword near a syntax error: the name at or just before offset `err_at` that,
+    spelled as a close keyword, lets the statement parse past the error. Such a name is read as
+    a column or alias, so the parser stumbles only on the word after it; the hint points at it."""
+    names: list[Token] = []
+    try:
+        for tok in _lark().lex(text):
+            if (tok.start_pos or 0) > err_at:
+                break
+            if tok.type == "NAME" and not tok.startswith("`"):
+                names.append(tok)
+    except UnexpectedInput:
+        pass  # the lexer stops at the first bad character; the names before it are enough
+    for tok in reversed(names[-_HINT_LOOKBACK:]):
+        at, end = tok.start_pos or 0, tok.end_pos or 0
+        for kw in close_matches(str(tok), _keywords(), n=3):
+            fixed = text[:at] + kw + text[end:]
+            if _parses_further(fixed, start, err_at + len(kw) - (end - at)):
+                reason = f"unexpected '{tok}'; did you mean {kw.upper()}?"
+                return CqlError("syntax", reason, _tok_pos(tok), text)
+    return None
+
+
+def _syntax_error(e: UnexpectedInput, text: str, start: str = "single") -> CqlError:
     if isinstance(e, UnexpectedToken):
         tok = e.token
+        hint = _keyword_hint(text, start, len(text) if tok.type == "$END" else (tok.start_pos or 0))
+        if hint is not None:
+            return hint
         if tok.type == "$END":
             # Just after the last token; lines counted by '\n' like Lark (not str.splitlines).
             head = text.rstrip(" \t\f\r\n")
@@ -528,7 +581,7 @@ def _parse(text: str, start: str) -> Any:
     try:
         tree = _lark().parse(text, start=start)
     except UnexpectedInput as e:
-        raise _syntax_error(e, text) from None
+        raise _syntax_error(e, text, start) from None
     try:
         out = _ToAst().transform(tree)
     except RecursionError:

@@ -330,6 +330,13 @@ def cmd_query(args: argparse.Namespace) -> int:
                 schema = ", ".join(f"{a['name']} {a['type']}" for a in q["schema"])
                 print(f"query {q['id']}: {q['kind']} ({schema})", file=sys.stderr)
             qid = args.id if args.id is not None else q["id"]
+            kind = q["kind"] if args.id is None else c.query(qid)["kind"]
+            if kind == "stream" and not args.follow:
+                # a stream has no current state to show: without following, nothing would print
+                print(
+                    f"query {qid} is stream-valued (no snapshot): following its results; Ctrl-C stops", file=sys.stderr
+                )
+                args.follow = True
             _LOCAL_FORMATS.get(args.format, _print_raw)(c, qid, args)
     except CqlstreamError as e:
         print(f"cqlstream query: {e}", file=sys.stderr)
@@ -536,8 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
         "query",
         help="register a query on a running server and print its results",
         description="Register a CQL query with a running server (or pick one with --id) and "
-        "print its current results (snapshot); with --follow keep printing new "
-        "results as they become final, in STREAM's text form [t]:+:v1, v2 (or raw "
+        "print its current results (snapshot); with --follow (the default for a "
+        "stream-valued query, which has no snapshot) keep printing new results as they become final, in STREAM's text form [t]:+:v1, v2 (or raw "
         "--format). Ctrl-C stops.",
     )
     qy.add_argument("cql", nargs="?", help="the CQL query text")

@@ -112,7 +112,7 @@ def _source_table(d: Dsms, name: str, inp: StreamInput | RelationInput) -> Table
 
 
 def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> Table:
-    a = attr.get(h.id, {"memory_bytes": 0.0, "cpu_seconds": 0.0})
+    a = attr.get(h.id, {"memory_bytes": 0, "cpu_seconds": 0.0})
     counters = {
         "memory_bytes": a["memory_bytes"],
         "cpu_seconds": a["cpu_seconds"],
@@ -334,8 +334,8 @@ def _op_weights(d: Dsms) -> dict[int, float]:
 
 # ---------------------------------------------------------------- attribution
 def attribution(d: Dsms) -> dict[int, dict[str, float]]:
-    """Each query's share of memory (bytes) and CPU (seconds): an entity's cost is split equally
-    among the queries using it (IEEE DE Bulletin §4.2)."""
+    """Each query's share of memory (whole bytes, rounded) and CPU (seconds): an entity's cost is
+    split equally among the queries using it (IEEE DE Bulletin §4.2)."""
     out = {qid: {"memory_bytes": 0.0, "cpu_seconds": 0.0} for qid in d.queries}
     for _eid, (kind, obj, _pn, users) in _plan_entities(d).items():
         users = [u for u in users if u in out]
@@ -350,6 +350,8 @@ def attribution(d: Dsms) -> dict[int, dict[str, float]]:
         for u in users:
             out[u]["memory_bytes"] += mem / len(users)
             out[u]["cpu_seconds"] += cpu / len(users)
+    for a in out.values():
+        a["memory_bytes"] = round(a["memory_bytes"])  # whole bytes: a share of a byte means nothing
     return out
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from cqlstream.io.formats import RESULT_FORMATS, default_result_format
@@ -22,6 +25,54 @@ ViewName = Path(pattern=NAME_PATTERN, max_length=128, description="view name (ca
 
 
 E = TypeVar("E", bound=Callable[..., Any])
+
+# Content types whose body is the CQL text itself (the query's name then comes from `?name=`).
+CQL_TEXT_TYPES = ("text/plain", "application/sql", "text/x-cql")
+
+_QUERY_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": QueryIn.model_json_schema()},
+        "text/plain": {"schema": {"type": "string", "minLength": 1, "example": "select * from S where A > 10"}},
+    },
+}
+
+
+async def query_of(request: Request) -> QueryIn:
+    """The registration body: CQL text (`text/plain`, name from `?name=`) or JSON `{cql, name}`.
+    JSON is parsed and validated exactly as a typed FastAPI body would be (same problem replies)."""
+    body = await request.body()
+    ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    if ctype in CQL_TEXT_TYPES:
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProblemError(400, "malformed_body", "CQL text must be UTF-8") from None
+        data: Any = {"cql": text, "name": request.query_params.get("name")}
+    elif ctype in ("application/json", "") or ctype.endswith("+json"):
+        if not body:
+            raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required"}])
+        try:
+            data = json.loads(body)
+        except json.JSONDecodeError as e:
+            raise RequestValidationError(
+                [{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error"}]
+            ) from None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ProblemError(400, "malformed_body", f"malformed JSON: {e}") from None
+        except RecursionError:
+            raise ProblemError(422, "too_deep", "JSON nested too deeply") from None
+    else:
+        raise ProblemError(
+            415,
+            "unsupported_media_type",
+            f"unsupported Content-Type '{ctype}'; send CQL as text/plain or JSON {{cql, name}} as application/json",
+        )
+    try:
+        return QueryIn.model_validate(data)
+    except ValidationError as e:
+        errs = e.errors(include_url=False)
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in errs]) from None
 
 
 def _format_choices(endpoint: E) -> E:
@@ -65,10 +116,24 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         "completeness: `complete_from` (the instant its results are exact from; null: from the "
         "start) and `complete` (false when it started late over a window needing history nothing "
         "kept). The query merges into the running global plan (`GET /plan`), sharing what it can. "
-        "CQL errors carry `line`, `column` and a caret `excerpt`.",
-        responses=responses(400, 401, 409, 413, 422),
+        "CQL errors carry `line`, `column` and a caret `excerpt`. The body is JSON `{cql, name}`, or the "
+        "CQL text itself (`text/plain`) with the optional name as the `name` query parameter.",
+        openapi_extra={
+            "requestBody": _QUERY_BODY,
+            "parameters": [
+                {
+                    "name": "name",
+                    "in": "query",
+                    "required": False,
+                    "description": "the query's name, with a `text/plain` body",
+                    "schema": {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128},
+                }
+            ],
+        },
+        responses=responses(400, 401, 409, 413, 415, 422),
     )
-    async def create_query(body: QueryIn, response: Response) -> dict[str, Any]:
+    async def create_query(request: Request, response: Response) -> dict[str, Any]:
+        body = await query_of(request)
         out = await run_in_threadpool(host.register_query, body.cql, body.name)
         response.headers["Location"] = f"/queries/{out['id']}"
         return out

@@ -27,6 +27,8 @@ register stream M (A integer, E integer) with (unit = millisecond);
 register relation R (A integer, F varchar(20));
 register static relation SR (A integer, G integer);
 register view V as select A, B from S where A > 0;
+register stream Orders (OrderId integer, Amount float, Region varchar(8));
+register view BigOrders as select * from Orders where Amount > 100;
 """
 
 
@@ -84,6 +86,45 @@ CASES = [
     Bad("comment_only", "-- nothing here", "syntax", 1, 16, "unexpected end of input"),
     Bad("registration_is_not_a_query", "register stream X (A integer)", "not_a_query", 1, 1, "registration"),
     # ------------------------------------------------------------ names
+    # ------------------------------------------------------------ close matches suggested
+    # A misspelled keyword reads as a name, so the parser stumbles on the word after it: the error
+    # points at the misspelling instead (when spelling it as the keyword parses further).
+    Bad("misspelled_select", "selec A from S", "syntax", 1, 1, "unexpected 'selec'; did you mean SELECT?"),
+    Bad("misspelled_from", "select A fro S", "syntax", 1, 10, "unexpected 'fro'; did you mean FROM?"),
+    Bad("misspelled_where", "select * from S wher A > 1", "syntax", 1, 17, "did you mean WHERE?"),
+    Bad("misspelled_group", lines("select A, count(*)", "from S gruop by A"), "syntax", 2, 8, "did you mean GROUP?"),
+    Bad("misspelled_window_kind", "select * from S [Rnge 5]", "syntax", 1, 18, "'Rnge'; did you mean RANGE?"),
+    Bad("misspelled_time_unit", "select * from S [Range 5 secnds]", "syntax", 1, 26, "did you mean SECONDS?"),
+    Bad("misspelled_istream", "istrem(select * from R)", "syntax", 1, 1, "did you mean ISTREAM?"),
+    Bad("close_stream_name", "select * from Ordrs", "unknown_source", 1, 15, "'Ordrs'; did you mean Orders?"),
+    Bad("close_view_name", "select * from BigOrder", "unknown_source", 1, 15, "did you mean BigOrders?"),
+    Bad("close_column_name", "select Amont from Orders", "unknown_column", 1, 8, "SELECT; did you mean Amount?"),
+    Bad(
+        "close_column_in_where",
+        "select * from Orders where Regin = 'x'",
+        "unknown_column",
+        1,
+        28,
+        "did you mean Region?",
+    ),
+    Bad(
+        "close_qualified_column",
+        "select O.OrderID2 from Orders O",
+        "unknown_column",
+        1,
+        8,
+        "'O' has no column 'OrderID2'; did you mean OrderId?",
+    ),
+    Bad(
+        "close_alias",
+        "select Ordrs.Amount from Orders",
+        "unknown_source",
+        1,
+        8,
+        "'Ordrs' in SELECT; did you mean Orders?",
+    ),
+    Bad("close_function", "select sqr(A) from S", "unknown_function", 1, 8, "'sqr'; did you mean sqrt?"),
+    Bad("close_aggregate", "select cont(A) from S", "unknown_function", 1, 8, "'cont'; did you mean count?"),
     Bad("unknown_stream", "select * from Nope", "unknown_source", 1, 15, "unknown stream, relation or view 'Nope'"),
     Bad("unknown_column", "select Z from S", "unknown_column", 1, 8, "unknown column 'Z' in SELECT"),
     Bad(
@@ -556,6 +597,7 @@ def test_rejected_with_position(case: Bad, catalog: Catalog):
     err = _reject(case, catalog)
     assert (err.code, err.line, err.column) == (case.code, case.line, case.column), str(err)
     assert case.reason in err.reason
+    assert ("did you mean" in err.reason) == ("did you mean" in case.reason)  # hints only where close
     assert "\n" not in err.reason  # one line
     # The message names the place and shows it: `line L, column C: reason` then the line and a caret.
     text = str(err)

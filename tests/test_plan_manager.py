@@ -790,3 +790,41 @@ def test_snapshot_over_a_source_relation_is_taken_where_its_readers_are():
     d.run()
     assert sorted(sub.poll().elements()) == [(2, -1, (1,)), (2, 1, (5,))]
     assert sorted(sub_j.poll().elements()) == [(2, -1, (1, 7))]
+
+
+def test_memory_shares_are_whole_bytes():
+    """Three queries share one window: each is attributed a third of it, rounded to whole bytes."""
+    d = Dsms()
+    d.execute(DDL)
+    hs = [d.register_query(f"select * from S [Range 10] where A = {k}") for k in range(3)]
+    d.push("S", [(1, 0), (2, 0), (1, 1), (0, 7)], ts=[1, 1, 2, 2])
+    d.heartbeat("S", 3)
+    d.run()
+    shares = d.attribution()
+    assert all(type(shares[h.id]["memory_bytes"]) is int and shares[h.id]["memory_bytes"] > 0 for h in hs)
+    for h in hs:
+        assert type(d.control_table(f"query:{h.id}")["counters"]["memory_bytes"]) is int
+
+
+def test_demo_engine_load_is_a_rate_of_the_cumulative_counter():
+    """The demo's `engine_load` query turns SysStream's cumulative `accepted` counter into tuples
+    per second: 10 tuples a second in, 10.0 out, however long the source has been running."""
+    from cqlstream.demo_shop import QUERIES
+
+    (cql,) = [q for name, q in QUERIES if name == "engine_load"]
+    now = [1000.0]
+    d = Dsms(clock=lambda: now[0])
+    d.execute(DDL)
+    d.register_query("select * from S")
+    h = d.register_query(cql)
+    sub = d.subscribe(h.id)
+    for k in range(25):
+        d.push("S", [(k, 0)] * 10, ts=[k] * 10)
+        now[0] += 1.0
+        d.tick()
+        d.run()
+    rate: dict[str, float | None] = {}
+    for _ts, sign, (entity, per_second) in sub.poll().elements():
+        if sign == 1:
+            rate[entity] = per_second
+    assert rate["src:S"] == pytest.approx(10.0)

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from tests.console.conftest import OfflinePage
 from tests.server.conftest import ServerThread
 
-BAD_QUERY = "select A\nfrom S\nwher A > 1"
+BAD_QUERY = "select A\nfrom S\nwhere (> 1"  # the marker goes under ">": line 3, column 8
 
 
 def setup_stream(server: ServerThread) -> None:

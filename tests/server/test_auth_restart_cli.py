@@ -96,7 +96,7 @@ def test_client_round_trip_and_errors(server):
     with Client(server.url) as c:
         c.register_stream("register stream S (A integer, B float)")
         q = c.register_query("select A, sum(B) from S [Range 10] group by A")
-        assert q["kind"] == "relation" and [a["name"] for a in q["schema"]] == ["A", "sum"]
+        assert q["kind"] == "relation" and [a["name"] for a in q["schema"]] == ["A", "sum_B"]
         assert c.push("S", [{"ts": 1, "A": 1, "B": 0.5}, {"ts": 2, "A": 1, "B": 1.5}]) == 2
         assert c.push("S", [[3, 2, 2.0]], format="json") == 1
         assert c.push("S", [{"ts": 4, "A": 2, "B": 1.0}], format="csv") == 1
