@@ -15,10 +15,6 @@ from __future__ import annotations
 import argparse
 import io
 import multiprocessing as mp
-import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import server
 from cqlstream.io.formats import INGEST_FORMATS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,47 +86,6 @@ def _subscriber_proc(url: str, qid: int, n: int, until: int, ready, results) -> 
     for t in ths:
         t.join()
     results.put((counts, done))
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _spawn_server() -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cqlstream",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    import httpx
-
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("the server did not start")
 
 
 def run_phase(url: str, fmt: str, n_total: int, batch: int, subscribers: int, start_ts: int) -> dict:
@@ -206,7 +162,7 @@ def main(argv=None) -> int:
     proc = None
     url = args.url
     if url is None:
-        proc, url = _spawn_server()
+        proc, url = server.start()
     ok, met = True, True
     try:
         fmts = ["ndjson", "arrow"] if args.format == "both" else [args.format]
@@ -228,11 +184,7 @@ def main(argv=None) -> int:
         print(f"  target >= {TARGET:,} tuples/s: {'met' if met else 'NOT met'}")
     finally:
         if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            server.stop(proc)
     return 0 if ok else 1  # 1: some subscriber missed results
 
 

@@ -16,15 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
+
+from bench import server
 
 ROOT = Path(__file__).resolve().parent.parent
 DDL = [
@@ -34,19 +33,6 @@ DDL = [
 ]
 CROSS = "select * from S [Range Unbounded], T [Range Unbounded]"
 OTHER = "select K, count(*), sum(V) from U [Range 100] group by K"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _rss_peak(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) << 10
-    return 0
 
 
 def _body(cols: tuple[str, str], batch: int, ts: int, seed: int) -> bytes:
@@ -60,22 +46,8 @@ def _pct(xs: list[float], p: float) -> float:
 
 
 def run(runaway: bool, seconds: float, limit: str, batch: int, cpu: float = 0.0) -> dict:
-    port = _port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "cqlstream", "serve", "--port", str(port), "--log-level", "warning"]
-    cmd += ["--query-memory-limit", limit, "--query-cpu-limit", str(cpu)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc, url = server.start("--query-memory-limit", limit, "--query-cpu-limit", str(cpu))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("server did not start")
-            time.sleep(0.1)
         c = httpx.Client(base_url=url, timeout=30)
         for ddl in DDL:
             c.post("/streams", content=ddl, headers={"content-type": "text/plain"}).raise_for_status()
@@ -154,7 +126,7 @@ def run(runaway: bool, seconds: float, limit: str, batch: int, cpu: float = 0.0)
             "healthz_probes": len(stats["health"]),
             "readyz_503": len(stats["ready503"]),
             "push_429": len(stats["busy"]),
-            "peak_rss_mib": round(_rss_peak(proc.pid) / (1 << 20)),
+            "peak_rss_mib": round(server.memory(proc.pid, "VmHWM:") / (1 << 20)),
             "other_state": c.get(f"/queries/{other}").json()["state"],
         }
         if runaway:
@@ -162,12 +134,7 @@ def run(runaway: bool, seconds: float, limit: str, batch: int, cpu: float = 0.0)
         c.close()
         return out
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        server.stop(proc)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+
+from bench import server
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMATS = ("ndjson", "json", "sse", "xml")
@@ -42,19 +43,6 @@ TS = {
     "xml": re.compile(rb'<tuple ts="(-?\d+)"'),
 }
 TROUBLE = re.compile(rb'"event": ?"(lagged|end)"|<(lagged|end)\b')
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _rss(pid: int, key: str = "VmRSS:") -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1]) << 10
-    return 0
 
 
 @dataclass
@@ -192,19 +180,19 @@ async def _run(url: str, proc: subprocess.Popen, args: argparse.Namespace) -> di
         stream_of = dict(qids)
         readers = [asyncio.create_task(soak.subscribe(c, s, stream_of[s.qid])) for s in subs]
         await asyncio.sleep(0.5)
-        rss = {"start": _rss(proc.pid)}
+        rss = {"start": server.memory(proc.pid)}
         t0 = time.monotonic()
         pushers = [asyncio.create_task(soak.push(c, i)) for i in range(args.pushers)]
         series: list[float] = []  # RSS every tenth of the run, to tell a plateau from a drift
 
         async def sample() -> None:
             while True:
-                series.append(round(_rss(proc.pid) / (1 << 20), 1))
+                series.append(round(server.memory(proc.pid) / (1 << 20), 1))
                 await asyncio.sleep(args.seconds / 10)
 
         sampler = asyncio.create_task(sample())
         await asyncio.sleep(args.seconds / 3)
-        rss["third"] = _rss(proc.pid)
+        rss["third"] = server.memory(proc.pid)
         await asyncio.gather(*pushers)
         elapsed = time.monotonic() - t0
         sampler.cancel()
@@ -212,8 +200,8 @@ async def _run(url: str, proc: subprocess.Popen, args: argparse.Namespace) -> di
         _, late = await asyncio.wait(readers, timeout=30)
         for task in late:
             task.cancel()
-        rss["end"] = _rss(proc.pid)
-        rss["peak"] = _rss(proc.pid, "VmHWM:")
+        rss["end"] = server.memory(proc.pid)
+        rss["peak"] = server.memory(proc.pid, "VmHWM:")
         metrics = (await c.get("/metrics", headers={"accept": "application/json"})).text
     errors = list(soak.push_errors)
     for s in subs:
@@ -267,30 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.seconds, args.subscribers, args.pushers, args.rate, args.rows = 3.0, 8, 2, 10.0, 20
         args.reconnect_every = 1.0
-    port = _port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "cqlstream", "serve", "--port", str(port), "--log-level", "warning"]
-    cmd += ["--result-history", str(args.result_history)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("server did not start")
-            time.sleep(0.1)
+    with server.serving("--result-history", str(args.result_history)) as (proc, url):
         report = asyncio.run(_run(url, proc, args))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:

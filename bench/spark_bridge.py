@@ -21,14 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.http_ingest import ROOT, _spawn_server
+from bench import server
+from bench.server import ROOT
 from bench.spark_modes import MODES
 
 TARGET = 0.25  # the bridge's overhead against Spark alone (toArrow), per batch
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     proc = None
     url = args.url
     if url is None:
-        proc, url = _spawn_server()
+        proc, url = server.start()
     results: list[dict[str, Any]] = []
     try:
         print(
@@ -79,11 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             results += _run_child(args, master, url, proc.pid if proc is not None else None)
     finally:
         if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            server.stop(proc)
     add_overheads(results)
     print()
     print(table(results))

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from cqlstream.io.formats import INGEST_FORMATS
 from cqlstream.server.idempotency import KEY_HEADER, KEY_MAX_LENGTH, REPLAYED_HEADER
 from cqlstream.server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
-from cqlstream.server.problems import ProblemError, responses
+from cqlstream.server.problems import ProblemError, responses, validation_problem
 
 if TYPE_CHECKING:
     from cqlstream.server.host import EngineHost
@@ -63,14 +63,6 @@ def ddl_of(src: SourceIn) -> str:
     return text + (f" with ({', '.join(opts)})" if opts else "")
 
 
-def _validation_problem(e: ValidationError) -> ProblemError:
-    err = e.errors()[0]
-    loc = ".".join(str(x) for x in err.get("loc", ()))
-    return ProblemError(
-        422, "invalid_request", f"{loc}: {err.get('msg')}" if loc else err.get("msg", "invalid"), field=loc or None
-    )
-
-
 def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
     r = APIRouter(tags=["streams"])
     mutating = [Depends(auth)]
@@ -112,7 +104,7 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
             try:
                 ddl = DdlIn.model_validate(data).ddl if "ddl" in data else ddl_of(SourceIn.model_validate(data))
             except ValidationError as e:
-                raise _validation_problem(e) from None
+                raise validation_problem(e) from None
         else:
             raise ProblemError(
                 415,

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from cqlstream.server.models import NAME_PATTERN, SparkSourceIn, SparkSourceOut
-from cqlstream.server.problems import ProblemError, responses
+from cqlstream.server.problems import ProblemError, responses, validation_problem
 from cqlstream.spark_bridge.spec import SourceSpec
 
 if TYPE_CHECKING:
@@ -45,11 +45,9 @@ async def _spec(request: Request) -> SourceSpec:
     try:
         data = json.loads(text)
         model = SparkSourceIn.model_validate(data)
+    except ValidationError as e:  # a ValueError too: first
+        raise validation_problem(e) from None
     except ValueError as e:
-        if isinstance(e, ValidationError):
-            err = e.errors()[0]
-            loc = ".".join(str(x) for x in err.get("loc", ()))
-            raise ProblemError(422, "invalid_request", f"{loc}: {err.get('msg')}", field=loc or None) from None
         raise ProblemError(400, "malformed_body", f"malformed JSON: {e}") from None
     return SourceSpec.of(model.model_dump(by_alias=True))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.responses import JSONResponse
 
 from cqlstream.cql.errors import CqlError
@@ -139,6 +139,15 @@ def problem_of(exc: Exception) -> ProblemError:
         if cls in PROBLEMS:
             return PROBLEMS[cls](exc)
     raise TypeError(f"no problem document for {type(exc).__name__}")
+
+
+def validation_problem(e: ValidationError) -> ProblemError:
+    """A pydantic validation error of a body the route parsed itself: 422 naming the first field."""
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err.get("loc", ()))
+    return ProblemError(
+        422, "invalid_request", f"{loc}: {err.get('msg')}" if loc else err.get("msg", "invalid"), field=loc or None
+    )
 
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

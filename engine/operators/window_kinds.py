@@ -92,8 +92,9 @@ class TimeWindow(WindowKind):
     """Windows whose elements' lifetimes are known on arrival: `lifetimes(ts)` → (t_in, t_out);
     their runtime is a `TimeWindowLogic` over those lifetimes."""
 
+    @abstractmethod
     def lifetimes(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError(type(self).__name__)
+        """(t_in, t_out) of elements arriving at `ts`."""
 
     def logic(self) -> WindowLogic:
         return TimeWindowLogic(self.lifetimes)

@@ -8,13 +8,9 @@ import json
 import shutil
 import subprocess
 
-import pytest
-
 from cqlstream.client import Client
 from cqlstream.demo_shop import CATALOG, QUERIES
 from tests.test_readme import BLOCKS
-
-pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 
 # every request fails the script on an HTTP error and prints one JSON reply per line
 STRICT_CURL = 'curl() { command curl -sS --fail-with-body --max-time 5 "$@"; echo; }\n'
@@ -31,6 +27,7 @@ def _run(script: str, url: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_curl_examples_run_beside_the_demo(server):
+    assert shutil.which("curl"), "the README's examples use curl: install it (Debian: apt-get install curl)"
     with Client(server.url) as c:
         for ddl in CATALOG:
             c.register_stream(ddl)
