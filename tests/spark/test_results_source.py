@@ -8,10 +8,8 @@ fail `load()` quickly, naming the url and the query. Every wait is bounded."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import socket
-import sys
 import threading
 import time
 from collections import Counter
@@ -19,13 +17,13 @@ from collections import Counter
 import httpx
 import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from cqlstream.spark_bridge.result_schema import results_schema, spark_type
 from cqlstream.spark_bridge.results_source import CqlResultsSource, ResultsOptions, ResultsSourceError, register
 from cqlstream.spark_bridge.results_subscription import ResultsSubscription, decode_elements
 from tests.server.conftest import ServerThread
+from tests.spark.session import local_session
 
 WAIT = 40  # seconds: the longest any wait here may take
 DDL = "register stream Orders (item int, qty int, price float, tag varchar(8), ok boolean)"
@@ -35,25 +33,9 @@ BIG = "select istream(item, price, tag, ok) from Orders [Now] where price > 2.0"
 
 @pytest.fixture(scope="module")
 def spark():
-    # Spark's Python workers run the data source: they need this interpreter (cqlstream installed);
-    # PySpark reads PYSPARK_PYTHON when the SparkContext starts (the default is `python3` on PATH)
-    old = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("cqlstream-results-source-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("WARN")
-    register(session)
-    yield session
-    session.stop()
-    if old is None:
-        del os.environ["PYSPARK_PYTHON"]
-    else:
-        os.environ["PYSPARK_PYTHON"] = old
+    with local_session("cqlstream-results-source-tests") as session:
+        register(session)
+        yield session
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
 
 from cqlstream.engine.dsms import Dsms
 from cqlstream.spark_bridge import SparkSource, SparkSourceConfig, SparkSourceError
 from tests.engine_harness import net_by_instant, run_reference
+from tests.spark.session import local_session
 
 WAIT = 60  # seconds: the longest any streaming query may take here
 
@@ -30,17 +30,8 @@ CLICKS_SCHEMA = "t LONG, item INT, uid INT"
 
 @pytest.fixture(scope="module")
 def spark():
-    # no try/skip: a machine where Spark cannot start fails here (Java is part of the setup)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("cqlstream-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("WARN")
-    yield session
-    session.stop()
+    with local_session("cqlstream-spark-tests") as session:
+        yield session
 
 
 def write_files(folder: Path, header: str, files: list[list[tuple]]) -> None:
