@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import time
 
-from playwright.sync_api import expect
+from playwright.sync_api import Browser, expect
 
+from cqlstream.server.settings import Settings
 from tests.console.conftest import OfflinePage
 from tests.server.conftest import ServerThread
 
@@ -249,3 +250,42 @@ def test_system_monitor_charts_sysstream(server: ServerThread, offline: OfflineP
     expect(page).to_have_url(f"{server.url}/#results/2")
     with server.client() as c:
         assert len(c.get("/queries").json()) == 2
+
+
+def test_live_results_with_read_key(browser: Browser) -> None:
+    """With --api-key and --read-key, the console sends the key it was given on every request,
+    the live results stream included (read with fetch: EventSource cannot send headers)."""
+    keyed = ServerThread(Settings(api_key="w-key", read_key="r-key")).start()
+    p = OfflinePage(browser, keyed.url)
+    write = {"X-API-Key": "w-key"}
+    try:
+        with keyed.client(headers=write) as c:
+            r = c.post(
+                "/streams", content="register stream S (A integer, B float)", headers={"content-type": "text/plain"}
+            )
+            assert r.status_code == 201, r.text
+            q = c.post("/queries", json={"cql": "select A, sum(B) as total from S [range 100] group by A"}).json()
+            r = c.post(
+                "/streams/S/tuples?heartbeat=2", content="ts,A,B\n1,1,2.5\n", headers={"content-type": "text/csv"}
+            )
+            assert r.status_code == 200, r.text
+        page = p.page
+        page.goto(f"/#results/{q['id']}")
+        expect(page.locator("#results-state")).to_contain_text("read key")  # no key yet: a clear state, no crash
+        page.get_by_label("API key").fill("r-key")
+        page.get_by_label("API key").dispatch_event("change")
+        page.goto("/#catalog")
+        page.goto(f"/#results/{q['id']}")
+        table = page.locator("#results-table tbody")
+        expect(table.locator("tr")).to_have_count(1)
+        expect(page.locator("#results-state")).to_have_text("live")
+        with keyed.client(headers=write) as c:
+            r = c.post(
+                "/streams/S/tuples?heartbeat=4", content="ts,A,B\n3,2,1.0\n", headers={"content-type": "text/csv"}
+            )
+            assert r.status_code == 200, r.text
+        expect(table.locator("tr")).to_have_count(2)  # a live update through the keyed stream
+        assert p.external == []
+    finally:
+        p.context.close()
+        keyed.stop()

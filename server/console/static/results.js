@@ -2,10 +2,11 @@
 // flash), a stream as a scrolling log with pause. Opens with a snapshot; shows lagged/ended states.
 import { api, h } from "./api.js";
 import { LineChart } from "./chart.js";
+import { EventFeed } from "./events.js";
 
 const $ = (id) => document.getElementById(id);
 const LOG_LINES = 500;
-let source = null; // the EventSource
+let source = null; // the EventFeed (SSE over fetch, with the API key)
 let view = null; // the open table or log
 let pending = []; // elements waiting for the next animation frame
 let frame = 0;
@@ -112,31 +113,31 @@ function open(qid) {
   pending = [];
   $("results-body").replaceChildren();
   $("results-info").textContent = "";
-  const es = new EventSource(`/queries/${qid}/results?format=sse&snapshot=true`);
-  source = es;
   setState("connecting", "");
-  es.addEventListener("open", (ev) => {
-    if (!ev.data) return;
-    const info = JSON.parse(ev.data);
-    view = info.kind === "relation" ? new RelationTable(info.schema) : new StreamLog();
-    $("results-body").replaceChildren(view.el);
-    $("results-info").textContent = `query ${qid}: ${info.kind} (${info.schema.map((a) => a.name).join(", ")})`;
-    setState("live", "live");
+  const stop = (name, cls) => (data) => {
+    flush();
+    const info = data ? JSON.parse(data) : {};
+    close(`${name === "end" ? "ended" : "lagged"}${info.reason ? `: ${info.reason}` : ""}`, cls);
+  };
+  const feed = new EventFeed(`/queries/${qid}/results?format=sse&snapshot=true`, {
+    open: (data) => {
+      const info = JSON.parse(data);
+      view = info.kind === "relation" ? new RelationTable(info.schema) : new StreamLog();
+      $("results-body").replaceChildren(view.el);
+      $("results-info").textContent = `query ${qid}: ${info.kind} (${info.schema.map((a) => a.name).join(", ")})`;
+      setState("live", "live");
+    },
+    message: (data) => {
+      pending.push(JSON.parse(data));
+      if (!frame) frame = requestAnimationFrame(flush);
+    },
+    lagged: stop("lagged", "lagged"),
+    end: stop("end", "ended"),
+    error: (text) => {
+      if (source === feed) close(text, "error");
+    },
   });
-  es.onmessage = (ev) => {
-    pending.push(JSON.parse(ev.data));
-    if (!frame) frame = requestAnimationFrame(flush);
-  };
-  for (const [name, cls] of [["lagged", "lagged"], ["end", "ended"]]) {
-    es.addEventListener(name, (ev) => {
-      flush();
-      const info = ev.data ? JSON.parse(ev.data) : {};
-      close(`${name === "end" ? "ended" : "lagged"}${info.reason ? `: ${info.reason}` : ""}`, cls);
-    });
-  }
-  es.onerror = () => {
-    if (source === es) close("disconnected", "error");
-  };
+  source = feed;
 }
 
 async function fillQueries(selected) {
