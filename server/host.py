@@ -24,6 +24,7 @@ from cqlstream.io.decoders import Parsed, Target
 from cqlstream.io.errors import IngestError
 from cqlstream.io.formats import decode
 from cqlstream.server.control import Control
+from cqlstream.server.dir_lock import DataDirLock
 from cqlstream.server.engine_lock import EngineLock
 from cqlstream.server.idempotency import IdempotencyStore
 from cqlstream.server.problems import ProblemError
@@ -78,6 +79,16 @@ class EngineHost:
 
     def __init__(self, settings: Settings | None = None, dsms: Dsms | None = None):
         self.settings = settings or Settings()
+        # one server per data dir: refused here, before anything in it is read (server/dir_lock.py)
+        self.dir_lock = DataDirLock(self.settings.data_dir) if self.settings.data_dir else None
+        try:
+            self._open(dsms)
+        except BaseException:
+            if self.dir_lock is not None:
+                self.dir_lock.release()
+            raise
+
+    def _open(self, dsms: Dsms | None) -> None:
         self.d = dsms if dsms is not None else make_dsms(self.settings)
         self.persistent = self.d.plan_file is not None
         self.lock = EngineLock()  # tells lock-free since when it is held (readiness, backpressure)
@@ -139,6 +150,8 @@ class EngineHost:
         with self.lock:
             self.fanout.end_all("server stopping")
         self.journal.close()  # a last checkpoint: the restart replays nothing
+        if self.dir_lock is not None:
+            self.dir_lock.release()
 
     def end_streams(self, reason: str) -> None:
         """End every result stream (lock-free: safe on the event loop at shutdown)."""
