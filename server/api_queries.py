@@ -49,6 +49,8 @@ async def query_of(request: Request) -> QueryIn:
         except UnicodeDecodeError:
             raise ProblemError(400, "malformed_body", "CQL text must be UTF-8") from None
         data: Any = {"cql": text, "name": request.query_params.get("name")}
+        if "seed_from" in request.query_params:
+            data["seed_from"] = request.query_params["seed_from"]
     elif ctype in ("application/json", "") or ctype.endswith("+json"):
         if not body:
             raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required"}])
@@ -117,7 +119,12 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         "start) and `complete` (false when it started late over a window needing history nothing "
         "kept). The query merges into the running global plan (`GET /plan`), sharing what it can. "
         "CQL errors carry `line`, `column` and a caret `excerpt`. The body is JSON `{cql, name}`, or the "
-        "CQL text itself (`text/plain`) with the optional name as the `name` query parameter.",
+        "CQL text itself (`text/plain`) with the optional name as the `name` query parameter. "
+        "`seed_from: T` registers the query as if at instant T, from the log archive (a server with "
+        "`--data-dir` and `--retain-log`): its windows and state are built from the input since T (relations: "
+        "their whole history), its results from T on are retained for `from=` resumes, then it runs live; "
+        "409 `no_archive` / `archive_incomplete` without a whole archive, 422 `before_archive` / "
+        "`seed_in_future` for a T outside it (the reply names the earliest / latest instant).",
         openapi_extra={
             "requestBody": _QUERY_BODY,
             "parameters": [
@@ -127,14 +134,21 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
                     "required": False,
                     "description": "the query's name, with a `text/plain` body",
                     "schema": {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128},
-                }
+                },
+                {
+                    "name": "seed_from",
+                    "in": "query",
+                    "required": False,
+                    "description": "with a `text/plain` body: the body field `seed_from`",
+                    "schema": {"type": "integer"},
+                },
             ],
         },
         responses=responses(400, 401, 409, 413, 415, 422),
     )
     async def create_query(request: Request, response: Response) -> dict[str, Any]:
         body = await query_of(request)
-        out = await run_in_threadpool(host.register_query, body.cql, body.name)
+        out = await run_in_threadpool(host.register_query, body.cql, body.name, body.seed_from)
         response.headers["Location"] = f"/queries/{out['id']}"
         return out
 
