@@ -188,3 +188,12 @@ def test_seed_over_http(tmp_path, make_server):
         assert ts and min(ts) >= 20
         r = c.post("/queries", json={"cql": SEEDED[0], "seed_from": 10**9})
         assert r.status_code == 422 and r.json()["code"] == "seed_in_future", r.text
+
+
+def test_archive_bench_runs(tmp_path):
+    from bench import archive
+
+    report = tmp_path / "a.json"
+    assert archive.main(["--pushes", "60", "--rows", "5", "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["results_published"] > 0 and data["push_latency_while_seeding"]["n"] >= 0
