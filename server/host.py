@@ -14,6 +14,7 @@ import numpy as np
 
 from cqlstream.cql import ast
 from cqlstream.cql.catalog import SourceDef, ViewDef
+from cqlstream.cql.errors import CqlError
 from cqlstream.cql.logical.nodes import Attribute
 from cqlstream.cql.parser import parse_script
 from cqlstream.engine.batch import Batch
@@ -392,6 +393,19 @@ class EngineHost:
             "subscribers": pub.live() if pub else 0,
         }
 
+    def _one_query(self, cql: str, name: str | None) -> ast.Query:
+        """The one query statement of `cql` (422 otherwise; 409 when `name` is taken)."""
+        if name is not None and any((h.name or "").lower() == name.lower() for h in self.d.queries.values()):
+            raise ProblemError(409, "duplicate_name", f"a query named '{name}' already exists")
+        stmts = parse_script(cql)
+        if len(stmts) != 1 or isinstance(stmts[0], (ast.RegisterSource, ast.RegisterView)):
+            raise ProblemError(
+                422,
+                "not_a_query",
+                "expected exactly one CQL query (register streams at /streams, views at /views)",
+            )
+        return stmts[0]
+
     def register_query(
         self, cql: str, name: str | None = None, seed_from: int | None = None, *, upto: int | None = None
     ) -> dict[str, Any]:
@@ -401,18 +415,15 @@ class EngineHost:
         replay = None
         if seed_from is not None:
             wal = archive_of(self.journal.wal, self.settings, replaying=upto is not None)
+            with self.lock:  # a query that cannot register is refused before the log is read
+                try:
+                    self.d.compile(self._one_query(cql, name))
+                except CqlError as e:
+                    raise e.with_text(cql) from None
             replay = ArchiveReplay(wal, self.settings, seed_from)
             replay.advance(upto)  # outside the lock: the live server keeps appending meanwhile
         with self.lock:
-            if name is not None and any((h.name or "").lower() == name.lower() for h in self.d.queries.values()):
-                raise ProblemError(409, "duplicate_name", f"a query named '{name}' already exists")
-            stmts = parse_script(cql)
-            if len(stmts) != 1 or isinstance(stmts[0], (ast.RegisterSource, ast.RegisterView)):
-                raise ProblemError(
-                    422,
-                    "not_a_query",
-                    "expected exactly one CQL query (register streams at /streams, views at /views)",
-                )
+            stmts = [self._one_query(cql, name)]
             before = set(self.d.queries)
             logged = None
             try:

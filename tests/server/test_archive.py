@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cqlstream.cql.errors import CqlError
 from cqlstream.server.host import EngineHost
 from cqlstream.server.problems import ProblemError
 from cqlstream.server.settings import Settings
@@ -166,6 +167,9 @@ def test_seed_errors(tmp_path):
     with pytest.raises(ProblemError, match=f"latest instant in the archive is {latest}") as e:
         host.register_query(SEEDED[0], seed_from=latest + 1)
     assert (e.value.status, e.value.code) == (422, "seed_in_future")
+    with pytest.raises(CqlError, match="Nope") as e:
+        host.register_query("select * from Nope [Range 2]", seed_from=earliest)
+    assert e.value.to_dict().get("excerpt")  # refused before the log is read, with the caret excerpt
     assert not host.d.queries  # nothing registered by a refused seeding
     host.register_query(SEEDED[0], seed_from=earliest)  # the whole archive
     host.stop()
