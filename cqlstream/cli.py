@@ -326,7 +326,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     try:
         with Client(args.url, api_key=args.api_key) as c:
             if args.id is None:
-                q = c.register_query(args.cql, name=args.name)
+                q = c.register_query(args.cql, name=args.name, seed_from=args.seed_from)
+                if args.seed_from is not None and args.from_ is None:
+                    args.from_ = args.seed_from - 1  # its results from the instant it was seeded at
                 schema = ", ".join(f"{a['name']} {a['type']}" for a in q["schema"])
                 print(f"query {q['id']}: {q['kind']} ({schema})", file=sys.stderr)
             qid = args.id if args.id is not None else q["id"]
@@ -557,6 +559,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="T",
         help="resume: the results after instant T (the last one seen) instead of the current relation",
+    )
+    qy.add_argument(
+        "--seed-from",
+        type=int,
+        metavar="T",
+        help="register the query as if at instant T, from the server's log archive (serve --retain-log), and "
+        "print its results from T on",
     )
     qy.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default http://127.0.0.1:8000)")
     qy.add_argument("--api-key", help="API key for a server started with --api-key")

@@ -240,10 +240,13 @@ class Client:
         self._call("POST", f"/streams/{name}/heartbeat", json={"ts": int(ts)})
 
     # ------------------------------------------------------------ queries and views
-    def register_query(self, cql: str, name: str | None = None) -> dict[str, Any]:
-        body = {"cql": cql}
+    def register_query(self, cql: str, name: str | None = None, seed_from: int | None = None) -> dict[str, Any]:
+        """`seed_from` T: as if registered at instant T, from the server's log archive (--retain-log)."""
+        body: dict[str, Any] = {"cql": cql}
         if name is not None:
             body["name"] = name
+        if seed_from is not None:
+            body["seed_from"] = int(seed_from)
         return self._call("POST", "/queries", json=body)
 
     def queries(self) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from cqlstream.engine.boundedness import verdict
 from cqlstream.engine.errors import EngineError, InputError, InUseError, KnobError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.inputs import RelationInput, StreamInput, rows_to_batch
-from cqlstream.engine.limits import LimitGuard
+from cqlstream.engine.limits import LimitGuard, Overdraft
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
 from cqlstream.engine.queues import Queue, Reader
@@ -705,14 +705,23 @@ class Dsms:
             self.plan.advance_result_stores()
             return n
         guard.start_run()
-        n = self.scheduler.run(self.plan.operators, max_passes, check=guard.check)
+        n = self._guarded_run(max_passes, guard.check)
         while guard.over:
             self._suspend_over()
-            n += self.scheduler.run(self.plan.operators, max_passes, check=guard.check if guard.armed() else None)
+            n += self._guarded_run(max_passes, guard.check if guard.armed() else None)
         self.plan.advance_result_stores()
         if guard.armed() and guard.check():  # result stores took their queues' rows in
             self._suspend_over()
         return n
+
+    def _guarded_run(self, max_passes: int | None, check: Callable[[], bool] | None) -> int:
+        """A scheduler run that stops at an operator call abandoned before an allocation over the
+        limits of all its queries (engine/limits.py `reserve`): they are then in `guard.over`."""
+        try:
+            return self.scheduler.run(self.plan.operators, max_passes, check=check)
+        except Overdraft as e:
+            self.guard.over = e.overruns
+            return 0
 
     def _suspend_over(self) -> None:
         over, self.guard.over = self.guard.over, []

@@ -26,6 +26,7 @@ CODES: dict[str, str] = {
     "bad_source": "a Spark source that cannot feed its stream: a bad definition or DataFrame (details: missing, mistyped)",
     "source_exists": "a Spark source already feeds that stream",
     "spark_unavailable": "Spark (pyspark and Java) cannot be started in this process",
+    "nothing_to_seed": "a query registered from an earlier instant (seeding) has no state its sources' past could build",
     "internal": "a broken invariant of the engine (a bug, never the caller's fault)",
 }
 

@@ -8,16 +8,28 @@ A query's memory and time are attributed as in its control table (engine/control
 split equally among the queries sharing them. The check reads only cheap sizes (`state_bytes()`,
 `nbytes()`) and counters of the entities of queries that have a limit, through an index rebuilt
 only when the plan changes.
+
+Within one operator call memory can grow past a limit before any check sees it (a cross product's
+output). An operator about to allocate a large result calls `reserve` first (a join, once it knows
+its output's row count and before it gathers the columns): when every query using it would pass
+its limit with those bytes, the call is abandoned (`Overdraft`) and the run suspends the queries
+before the allocation happens. An operator shared with a query that would stay within its limit
+goes on (the check after the call then suspends the others).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cqlstream.engine.batch import Batch
     from cqlstream.engine.dsms import Dsms, QueryHandle
+
+RESERVE_MIN = 1 << 20  # allocations below this are left to the check after the call
+_running = threading.local()  # the guard of the run under way in this thread (`reserve` reads it)
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,7 @@ class Overrun:
     what: str
     held: float
     limit: float
+    allocating: int = 0  # > 0: found before an operator allocated this many bytes (`reserve`)
 
     @property
     def reason(self) -> str:
@@ -51,10 +64,35 @@ class Overrun:
                 f"cpu: query {q} took {self.held:.2f} s of engine time in one run, over its cpu_limit of "
                 f"{self.limit:g} s; raise the limit (knob cpu_limit of query:{q}) and activate it again"
             )
+        held = (
+            f"would hold {mib(self.held)} of state (an operator call was about to allocate {mib(self.allocating)})"
+            if self.allocating
+            else f"held {mib(self.held)} of state"
+        )
         return (
-            f"memory: query {q} held {mib(self.held)} of state, over its memory_limit of "
+            f"memory: query {q} {held}, over its memory_limit of "
             f"{mib(self.limit)}; raise the limit (knob memory_limit of query:{q}) and activate it again"
         )
+
+
+class Overdraft(Exception):
+    """An operator call abandoned before an allocation that would put every query using the
+    operator over its memory limit (`overruns`); the run suspends them (Dsms.run)."""
+
+    def __init__(self, overruns: list[Overrun]) -> None:
+        super().__init__(overruns[0].reason)
+        self.overruns = overruns
+
+
+def reserve(op: object, rows: int, like: Sequence[Batch]) -> None:
+    """Before `op` materializes `rows` result rows with a row of each of `like`'s batches: raise
+    Overdraft when the bytes would put every query using `op` over its memory limit."""
+    guard = getattr(_running, "guard", None)
+    if guard is None or rows <= 0:
+        return
+    width = 17 + sum(sum(c.itemsize for c in b.cols) + sum(m is not None for m in b.nulls) for b in like)
+    if rows * width >= RESERVE_MIN:  # ts, sign and id: 17 bytes; object columns count their pointers
+        guard.reserve(op, rows * width)
 
 
 def mib(n: float) -> str:
@@ -121,8 +159,26 @@ class LimitGuard:
         return sum(e.seconds() for e in (self._index or {}).get(qid, ()))
 
     def start_run(self) -> None:
-        """A run begins: the per-run time of every limited query counts from here."""
+        """A run begins: the per-run time of every limited query counts from here; operators of this
+        thread reserve large allocations with this guard (`reserve`)."""
         self._run_start = {qid: self.seconds(qid) for qid in self._entries()}
+        _running.guard = self
+
+    def reserve(self, op: object, nbytes: int) -> None:
+        """Raise Overdraft when `nbytes` more for `op` would put every query using it over its
+        memory limit (a query sharing `op` gets its share of the bytes)."""
+        users, over = 0, []
+        for qid, entries in self._entries().items():
+            e = next((e for e in entries if e.obj is op), None)
+            h = self.d.queries.get(qid)
+            if e is None or h is None or not h.active:
+                continue
+            users = e.users
+            limit = self.limit_of(h)
+            if limit is not None and (after := self.held(qid) + nbytes / e.users) > limit:
+                over.append(Overrun(qid, "memory", after, limit, nbytes))
+        if over and len(over) == users:
+            raise Overdraft(over)
 
     def check(self) -> bool:
         """Measure every limited query; True when one is over a limit (listed in `over`)."""
@@ -141,4 +197,4 @@ class LimitGuard:
         return bool(over)
 
 
-__all__ = ["LimitGuard", "Overrun"]
+__all__ = ["LimitGuard", "Overdraft", "Overrun", "reserve"]

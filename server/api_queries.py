@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from cqlstream.io.formats import RESULT_FORMATS, default_result_format
+from cqlstream.server.bodies import content_type, is_json, json_data, json_model, request_body, validated
 from cqlstream.server.models import NAME_PATTERN, QueryIn, QueryOut, QueryPatch, ViewIn, ViewOut
 from cqlstream.server.problems import ProblemError, responses
 from cqlstream.server.results import ResultsResponse
@@ -38,41 +36,27 @@ _QUERY_BODY = {
 }
 
 
-async def query_of(request: Request) -> QueryIn:
-    """The registration body: CQL text (`text/plain`, name from `?name=`) or JSON `{cql, name}`.
-    JSON is parsed and validated exactly as a typed FastAPI body would be (same problem replies)."""
-    body = await request.body()
-    ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+def query_of(body: bytes, ctype: str, params: Mapping[str, str]) -> QueryIn:
+    """The registration body (parsed in a worker thread, server/bodies.py): CQL text (`text/plain`,
+    name and seed_from from the query string) or JSON `{cql, name, seed_from}`, validated as a typed
+    FastAPI body would be (same problem replies)."""
     if ctype in CQL_TEXT_TYPES:
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
             raise ProblemError(400, "malformed_body", "CQL text must be UTF-8") from None
-        data: Any = {"cql": text, "name": request.query_params.get("name")}
-    elif ctype in ("application/json", "") or ctype.endswith("+json"):
-        if not body:
-            raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required"}])
-        try:
-            data = json.loads(body)
-        except json.JSONDecodeError as e:
-            raise RequestValidationError(
-                [{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error"}]
-            ) from None
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ProblemError(400, "malformed_body", f"malformed JSON: {e}") from None
-        except RecursionError:
-            raise ProblemError(422, "too_deep", "JSON nested too deeply") from None
+        data: Any = {"cql": text, "name": params.get("name")}
+        if "seed_from" in params:
+            data["seed_from"] = params["seed_from"]
+    elif is_json(ctype):
+        data = json_data(body)
     else:
         raise ProblemError(
             415,
             "unsupported_media_type",
             f"unsupported Content-Type '{ctype}'; send CQL as text/plain or JSON {{cql, name}} as application/json",
         )
-    try:
-        return QueryIn.model_validate(data)
-    except ValidationError as e:
-        errs = e.errors(include_url=False)
-        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in errs]) from None
+    return validated(QueryIn, data)
 
 
 def _format_choices(endpoint: E) -> E:
@@ -117,7 +101,12 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         "start) and `complete` (false when it started late over a window needing history nothing "
         "kept). The query merges into the running global plan (`GET /plan`), sharing what it can. "
         "CQL errors carry `line`, `column` and a caret `excerpt`. The body is JSON `{cql, name}`, or the "
-        "CQL text itself (`text/plain`) with the optional name as the `name` query parameter.",
+        "CQL text itself (`text/plain`) with the optional name as the `name` query parameter. "
+        "`seed_from: T` registers the query as if at instant T, from the log archive (a server with "
+        "`--data-dir` and `--retain-log`): its windows and state are built from the input since T (relations: "
+        "their whole history), its results from T on are retained for `from=` resumes, then it runs live; "
+        "409 `no_archive` / `archive_incomplete` without a whole archive, 422 `before_archive` / "
+        "`seed_in_future` for a T outside it (the reply names the earliest / latest instant).",
         openapi_extra={
             "requestBody": _QUERY_BODY,
             "parameters": [
@@ -127,14 +116,26 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
                     "required": False,
                     "description": "the query's name, with a `text/plain` body",
                     "schema": {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128},
-                }
+                },
+                {
+                    "name": "seed_from",
+                    "in": "query",
+                    "required": False,
+                    "description": "with a `text/plain` body: the body field `seed_from`",
+                    "schema": {"type": "integer"},
+                },
             ],
         },
         responses=responses(400, 401, 409, 413, 415, 422),
     )
     async def create_query(request: Request, response: Response) -> dict[str, Any]:
-        body = await query_of(request)
-        out = await run_in_threadpool(host.register_query, body.cql, body.name)
+        body, ctype, params = await request.body(), content_type(request), dict(request.query_params)
+
+        def register() -> dict[str, Any]:  # parsed and registered in one worker-thread call
+            q = query_of(body, ctype, params)
+            return host.register_query(q.cql, q.name, q.seed_from)
+
+        out = await run_in_threadpool(register)
         response.headers["Location"] = f"/queries/{out['id']}"
         return out
 
@@ -166,13 +167,20 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         dependencies=mutating,
         tags=["queries"],
         summary="Activate/deactivate a query, set its scheduling weight or its memory limit",
+        openapi_extra={"requestBody": request_body(QueryPatch)},
         description="A query the engine suspended (`state` `suspended`: its state passed its `memory_limit`) "
         "is activated again with `active: true`, best together with a larger `memory_limit` (set first).",
         responses=responses(400, 401, 404, 413, 422),
     )
-    async def patch_query(body: QueryPatch, qid: int = QueryId) -> dict[str, Any]:
-        limit = (body.memory_limit,) if "memory_limit" in body.model_fields_set else None
-        return await run_in_threadpool(host.patch_query, qid, body.active, body.weight, limit)
+    async def patch_query(request: Request, qid: int = QueryId) -> dict[str, Any]:
+        raw, ctype = await request.body(), content_type(request)
+
+        def patch() -> dict[str, Any]:
+            body = json_model(QueryPatch, raw, ctype)
+            limit = (body.memory_limit,) if "memory_limit" in body.model_fields_set else None
+            return host.patch_query(qid, body.active, body.weight, limit)
+
+        return await run_in_threadpool(patch)
 
     @r.delete(
         "/queries/{qid}",
@@ -305,21 +313,28 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         dependencies=mutating,
         tags=["views"],
         summary="Register a view",
+        openapi_extra={"requestBody": request_body(ViewIn)},
         description='`{"cql": "register view V as select ..."}` or `{"name": "V", "query": '
         '"select ..."}`; a view is a named query that other queries and views read like a '
         "stream or relation.",
         responses=responses(400, 401, 409, 413, 422),
     )
-    async def create_view(body: ViewIn, response: Response) -> dict[str, Any]:
-        if body.cql is not None and (body.name is None and body.query is None):
-            text = body.cql
-        elif body.cql is None and body.name is not None and body.query is not None:
-            text = f"register view {body.name} as {body.query}"
-        else:
-            raise ProblemError(
-                422, "invalid_request", "give either 'cql' (a register view statement) or 'name' and 'query'"
-            )
-        out = await run_in_threadpool(host.register_view, text)
+    async def create_view(request: Request, response: Response) -> dict[str, Any]:
+        raw, ctype = await request.body(), content_type(request)
+
+        def register() -> dict[str, Any]:
+            body = json_model(ViewIn, raw, ctype)
+            if body.cql is not None and (body.name is None and body.query is None):
+                text = body.cql
+            elif body.cql is None and body.name is not None and body.query is not None:
+                text = f"register view {body.name} as {body.query}"
+            else:
+                raise ProblemError(
+                    422, "invalid_request", "give either 'cql' (a register view statement) or 'name' and 'query'"
+                )
+            return host.register_view(text)
+
+        out = await run_in_threadpool(register)
         response.headers["Location"] = f"/views/{out['name']}"
         return out
 

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from cqlstream.io.formats import INGEST_FORMATS
+from cqlstream.server.bodies import content_type, is_json, json_model, request_body
 from cqlstream.server.idempotency import KEY_HEADER, KEY_MAX_LENGTH, REPLAYED_HEADER
 from cqlstream.server.models import NAME_PATTERN, DdlIn, HeartbeatIn, HeartbeatOut, PushResult, SourceIn, SourceOut
 from cqlstream.server.problems import ProblemError, responses, validation_problem
@@ -63,6 +64,39 @@ def ddl_of(src: SourceIn) -> str:
     return text + (f" with ({', '.join(opts)})" if opts else "")
 
 
+def ddl_of_body(body: bytes, ctype: str) -> str:
+    """The DDL text of a source registration body (parsed in a worker thread, server/bodies.py): DDL
+    text, JSON `{ddl}` or a JSON description `{name, kind, attrs, options}`."""
+    if ctype in ("text/plain", "application/sql", "text/x-cql") or (
+        not ctype and body.lstrip()[:1] not in (b"{", b"[")
+    ):
+        try:
+            ddl = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProblemError(400, "malformed_body", "DDL text must be UTF-8") from None
+        if not ddl.strip():
+            raise ProblemError(422, "invalid_request", "empty DDL text")
+        return ddl
+    if not is_json(ctype):
+        raise ProblemError(
+            415,
+            "unsupported_media_type",
+            f"unsupported Content-Type '{ctype}'; send DDL as text/plain or a JSON description as application/json",
+        )
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProblemError(400, "malformed_body", f"malformed JSON: {e}") from None
+    except RecursionError:
+        raise ProblemError(422, "too_deep", "JSON nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ProblemError(422, "invalid_request", "expected a JSON object: {name, kind, attrs} or {ddl}")
+    try:
+        return DdlIn.model_validate(data).ddl if "ddl" in data else ddl_of(SourceIn.model_validate(data))
+    except ValidationError as e:
+        raise validation_problem(e) from None
+
+
 def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
     r = APIRouter(tags=["streams"])
     mutating = [Depends(auth)]
@@ -81,37 +115,8 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         responses=responses(400, 401, 409, 413, 415, 422),
     )
     async def create_source(request: Request) -> Response:
-        body = await request.body()
-        ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
-        if ctype in ("text/plain", "application/sql", "text/x-cql") or (
-            not ctype and body.lstrip()[:1] not in (b"{", b"[")
-        ):
-            try:
-                ddl = body.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ProblemError(400, "malformed_body", "DDL text must be UTF-8") from None
-            if not ddl.strip():
-                raise ProblemError(422, "invalid_request", "empty DDL text")
-        elif ctype in ("application/json", "") or ctype.endswith("+json"):
-            try:
-                data = json.loads(body)
-            except (ValueError, UnicodeDecodeError) as e:
-                raise ProblemError(400, "malformed_body", f"malformed JSON: {e}") from None
-            except RecursionError:
-                raise ProblemError(422, "too_deep", "JSON nested too deeply") from None
-            if not isinstance(data, dict):
-                raise ProblemError(422, "invalid_request", "expected a JSON object: {name, kind, attrs} or {ddl}")
-            try:
-                ddl = DdlIn.model_validate(data).ddl if "ddl" in data else ddl_of(SourceIn.model_validate(data))
-            except ValidationError as e:
-                raise validation_problem(e) from None
-        else:
-            raise ProblemError(
-                415,
-                "unsupported_media_type",
-                f"unsupported Content-Type '{ctype}'; send DDL as text/plain or a JSON description as application/json",
-            )
-        out = await run_in_threadpool(host.register_source, ddl)
+        body, ctype = await request.body(), content_type(request)
+        out = await run_in_threadpool(lambda: host.register_source(ddl_of_body(body, ctype)))
         return Response(
             json.dumps(out),
             status_code=201,
@@ -213,9 +218,15 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         summary="Advance a source's time",
         description="Time on the source reached `ts`: no element with a smaller timestamp will come, so "
         "results through ts-1 become final.",
+        openapi_extra={"requestBody": request_body(HeartbeatIn)},
         responses=responses(400, 401, 404, 413, 422),
     )
-    async def heartbeat(body: HeartbeatIn, name: str = SourceName) -> dict[str, Any]:
-        return await run_in_threadpool(host.heartbeat, name, body.ts)
+    async def heartbeat(request: Request, name: str = SourceName) -> dict[str, Any]:
+        raw, ctype = await request.body(), content_type(request)
+
+        def beat() -> dict[str, Any]:  # parsed in the worker-thread call of the heartbeat itself
+            return host.heartbeat(name, json_model(HeartbeatIn, raw, ctype).ts)
+
+        return await run_in_threadpool(beat)
 
     return r

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from cqlstream.server.bodies import content_type
 from cqlstream.server.models import NAME_PATTERN, SparkSourceIn, SparkSourceOut
 from cqlstream.server.problems import ProblemError, responses, validation_problem
 from cqlstream.spark_bridge.spec import SourceSpec
@@ -31,9 +32,8 @@ _BODY = {
 }
 
 
-async def _spec(request: Request) -> SourceSpec:
-    body = await request.body()
-    ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+def _spec(body: bytes, ctype: str) -> SourceSpec:
+    """The source definition of a body (parsed in a worker thread, server/bodies.py)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -72,8 +72,8 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         responses=responses(400, 401, 404, 409, 413, 415, 422, 503),
     )
     async def create(request: Request) -> Response:
-        spec = await _spec(request)
-        out = await run_in_threadpool(host.spark.add, spec)
+        body, ctype = await request.body(), content_type(request)
+        out = await run_in_threadpool(lambda: host.spark.add(_spec(body, ctype)))
         return Response(
             json.dumps(out),
             status_code=201,

@@ -29,7 +29,7 @@ from cqlstream.server import api_console, api_control, api_queries, api_sources,
 from cqlstream.server.admission import Admission
 from cqlstream.server.auth import KeyCheck, api_key_dependency
 from cqlstream.server.host import EngineHost
-from cqlstream.server.models import DdlIn, Health, SourceIn, SparkSourceIn
+from cqlstream.server.models import DdlIn, Health, HeartbeatIn, QueryPatch, SourceIn, SparkSourceIn, ViewIn
 from cqlstream.server.problems import PROBLEMS, Problem, ProblemError, problem_of
 from cqlstream.server.settings import Settings
 
@@ -234,7 +234,7 @@ def create_app(dsms_or_settings: Dsms | Settings | None = None, *, settings: Set
 
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         comps = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (SourceIn, DdlIn, SparkSourceIn, Problem):
+        for model in (SourceIn, DdlIn, SparkSourceIn, HeartbeatIn, QueryPatch, ViewIn, Problem):
             js = model.model_json_schema(ref_template="#/components/schemas/{model}")
             for name, sub in js.pop("$defs", {}).items():
                 comps.setdefault(name, sub)

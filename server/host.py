@@ -14,16 +14,20 @@ import numpy as np
 
 from cqlstream.cql import ast
 from cqlstream.cql.catalog import SourceDef, ViewDef
+from cqlstream.cql.errors import CqlError
 from cqlstream.cql.logical.nodes import Attribute
 from cqlstream.cql.parser import parse_script
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.dsms import Dsms, QueryHandle
+from cqlstream.engine.dsms import SYS_STREAM, Dsms, QueryHandle, names_read
 from cqlstream.engine.errors import InputError
 from cqlstream.engine.scheduler import RoundRobin
+from cqlstream.engine.seeding import register_seeded
 from cqlstream.io.decoders import Parsed, Target
 from cqlstream.io.errors import IngestError
 from cqlstream.io.formats import decode
+from cqlstream.server.archive import ArchiveReplay, archive_of
 from cqlstream.server.control import Control
+from cqlstream.server.dir_lock import DataDirLock
 from cqlstream.server.engine_lock import EngineLock
 from cqlstream.server.idempotency import IdempotencyStore
 from cqlstream.server.problems import ProblemError
@@ -78,6 +82,16 @@ class EngineHost:
 
     def __init__(self, settings: Settings | None = None, dsms: Dsms | None = None):
         self.settings = settings or Settings()
+        # one server per data dir: refused here, before anything in it is read (server/dir_lock.py)
+        self.dir_lock = DataDirLock(self.settings.data_dir) if self.settings.data_dir else None
+        try:
+            self._open(dsms)
+        except BaseException:
+            if self.dir_lock is not None:
+                self.dir_lock.release()
+            raise
+
+    def _open(self, dsms: Dsms | None) -> None:
         self.d = dsms if dsms is not None else make_dsms(self.settings)
         self.persistent = self.d.plan_file is not None
         self.lock = EngineLock()  # tells lock-free since when it is held (readiness, backpressure)
@@ -139,6 +153,8 @@ class EngineHost:
         with self.lock:
             self.fanout.end_all("server stopping")
         self.journal.close()  # a last checkpoint: the restart replays nothing
+        if self.dir_lock is not None:
+            self.dir_lock.release()
 
     def end_streams(self, reason: str) -> None:
         """End every result stream (lock-free: safe on the event loop at shutdown)."""
@@ -377,25 +393,57 @@ class EngineHost:
             "subscribers": pub.live() if pub else 0,
         }
 
-    def register_query(self, cql: str, name: str | None = None) -> dict[str, Any]:
+    def _one_query(self, cql: str, name: str | None) -> ast.Query:
+        """The one query statement of `cql` (422 otherwise; 409 when `name` is taken)."""
+        if name is not None and any((h.name or "").lower() == name.lower() for h in self.d.queries.values()):
+            raise ProblemError(409, "duplicate_name", f"a query named '{name}' already exists")
+        stmts = parse_script(cql)
+        if len(stmts) != 1 or isinstance(stmts[0], (ast.RegisterSource, ast.RegisterView)):
+            raise ProblemError(
+                422,
+                "not_a_query",
+                "expected exactly one CQL query (register streams at /streams, views at /views)",
+            )
+        return stmts[0]
+
+    def register_query(
+        self, cql: str, name: str | None = None, seed_from: int | None = None, *, upto: int | None = None
+    ) -> dict[str, Any]:
+        """Register a query. `seed_from` T: as if it had been registered at instant T, from the log
+        archive (server/archive.py): most of the log is replayed before the lock is taken; `upto`: the
+        log record it was registered at (a recovery replaying its record), default the log's end."""
+        replay = None
+        if seed_from is not None:
+            wal = archive_of(self.journal.wal, self.settings, replaying=upto is not None)
+            with self.lock:  # a query that cannot register is refused before the log is read
+                try:
+                    self.d.compile(self._one_query(cql, name))
+                except CqlError as e:
+                    raise e.with_text(cql) from None
+            replay = ArchiveReplay(wal, self.settings, seed_from)
+            replay.advance(upto)  # outside the lock: the live server keeps appending meanwhile
         with self.lock:
-            if name is not None and any((h.name or "").lower() == name.lower() for h in self.d.queries.values()):
-                raise ProblemError(409, "duplicate_name", f"a query named '{name}' already exists")
-            stmts = parse_script(cql)
-            if len(stmts) != 1 or isinstance(stmts[0], (ast.RegisterSource, ast.RegisterView)):
-                raise ProblemError(
-                    422,
-                    "not_a_query",
-                    "expected exactly one CQL query (register streams at /streams, views at /views)",
-                )
+            stmts = [self._one_query(cql, name)]
             before = set(self.d.queries)
             logged = None
             try:
-                h = self.d.register_query(cql, name=name)
-                self.journal.log("register_query", cql=cql, name=name, id=h.id)
+                if replay is None:
+                    h = self.d.register_query(cql, name=name)
+                    self.journal.log("register_query", cql=cql, name=name, id=h.id)
+                else:
+                    if SYS_STREAM.lower() in names_read(stmts[0]):
+                        raise ProblemError(
+                            422, "nothing_to_seed", f"{SYS_STREAM} is not in the log: it cannot be seeded"
+                        )
+                    replay.advance(upto if upto is not None else replay.wal.next_lsn)  # what was appended meanwhile
+                    h = register_seeded(self.d, cql, name, replay.seeds(self.d))
+                    self.journal.log("register_query", cql=cql, name=name, id=h.id, seed_from=int(replay.t))
                 logged = h.id
                 self.fanout.add(h)
-                self.publish()  # registering ran the plan (a late query's catch-up): deliver that now
+                if replay is None:
+                    self.publish()  # registering ran the plan (a late query's catch-up): deliver that now
+                else:
+                    self._run()  # the seeded query catches up on its input since T (only its operators have any)
                 return self._query_out(h)
             except BaseException as e:  # a failed registration leaves nothing registered
                 for qid in set(self.d.queries) - before:

@@ -99,6 +99,14 @@ class QueryIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cql: str = Field(min_length=1, max_length=1 << 20, examples=["select * from S where A > 10"])
     name: str | None = Field(None, pattern=NAME_PATTERN, max_length=128)
+    seed_from: int | None = Field(
+        None,
+        ge=-(1 << 62),
+        le=1 << 62,
+        description="register the query as if at this earlier instant: its state is built from the log archive "
+        "(the server needs --data-dir and --retain-log) by replaying the input from this instant on, its "
+        "results from then on are retained for `from=` resumes, then it runs live",
+    )
 
 
 class QueryOut(BaseModel):

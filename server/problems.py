@@ -92,6 +92,7 @@ STATUS: dict[tuple[str, str | None], int] = {
     ("engine", "bad_knob_value"): 422,
     ("engine", "invalid_input"): 422,
     ("engine", "invalid_argument"): 422,
+    ("engine", "nothing_to_seed"): 422,
     ("engine", "bad_plan_file"): 500,
     ("engine", "no_implementation"): 500,
     ("engine", "internal"): 500,

@@ -73,6 +73,7 @@ class Journal:
         self.clock = PinnedClock(host.d.clock)
         host.d.clock = self.clock
         self.replaying = False
+        self.replay_lsn: int | None = None  # the record being replayed (a seeded registration's end of the log)
         self.failed: str | None = None  # why the log cannot be written: every later change is refused
         self.retain = s.retain_log
         self.every_records = s.checkpoint_records
@@ -192,6 +193,7 @@ class Journal:
                 if fn is None:
                     raise RecoveryError(f"log record {rec.lsn}: unknown kind {op!r} (written by a newer version?)")
                 self.clock.pinned = rec.header.get("now")
+                self.replay_lsn = rec.lsn
                 try:
                     fn(host, rec.header, rec.payload)
                 except Exception as e:  # the live call failed the same way after its change was logged
@@ -202,6 +204,7 @@ class Journal:
                 n += 1
         finally:
             self.replaying = False
+            self.replay_lsn = None
             host.d.guard.cpu = True
             if pf is not None:
                 pf.restoring = False

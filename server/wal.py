@@ -71,10 +71,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _scan(path: Path) -> tuple[list[tuple[int, int]], int, bool]:
-    """([(offset, body length)] of the whole records of a segment, end offset of the last whole
-    record, whether bytes after it are torn)."""
-    data = path.read_bytes()
+def _scan(path: Path, data: bytes | None = None) -> tuple[list[tuple[int, int]], int, bool]:
+    """([(offset, body length)] of the whole records of a segment (its bytes `data`, read here when
+    not given), end offset of the last whole record, whether bytes after it are torn)."""
+    if data is None:
+        data = path.read_bytes()
     if not data.startswith(MAGIC):
         if len(data) < len(MAGIC) and MAGIC.startswith(data):
             return [], 0, bool(data)  # crashed while creating the segment
@@ -246,8 +247,8 @@ class WriteAheadLog:
             nxt = segs[k + 1][0] if k + 1 < len(segs) else None
             if nxt is not None and nxt <= from_lsn:
                 continue
-            data = path.read_bytes()
-            offsets, _, torn = _scan(path)
+            data = path.read_bytes()  # scanned as read: the last segment may grow meanwhile (archive reads)
+            offsets, _, torn = _scan(path, data)
             if torn and nxt is not None:
                 raise LogError(f"log segment {path.name} is damaged at record {first + len(offsets)}")
             for i, (pos, n) in enumerate(offsets):

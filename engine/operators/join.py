@@ -43,6 +43,7 @@ from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
+from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
 from cqlstream.engine.queues import Queue
 
@@ -683,6 +684,7 @@ class JoinOp(Operator):
     def _assemble(self, parts: list[Probed], tables: Sequence[Table]) -> Batch:
         if not parts:
             return Batch.empty(self.out_types)
+        reserve(self, sum(len(q) for _, _, q in parts), [t.b for t in tables])  # over a memory limit: stop here
         idx = {k: np.concatenate([p[k] for _, p, _ in parts]) for k in range(self.n)}
         # each result is stamped with the ts and sign of the event (of input i) that produced it
         ts = np.concatenate([tables[i].b.ts[p[i]] for i, p, _ in parts])

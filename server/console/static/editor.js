@@ -84,6 +84,7 @@ async function register(e) {
   e.preventDefault();
   const body = { cql: $("cql").value };
   if ($("query-name").value.trim()) body.name = $("query-name").value.trim();
+  if ($("seed-from").value.trim()) body.seed_from = Number($("seed-from").value);
   try {
     const q = await api("POST", "/queries", body);
     clearProblem();
