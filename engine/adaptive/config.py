@@ -1,0 +1,71 @@
+"""Settings of adaptive conjunct ordering: which policy, how often tuples are profiled, how many
+profile tuples are kept, and the thrashing-avoidance tolerance α."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cqlstream.engine.errors import KnobError
+
+OFF = "off"
+POLICY_NAMES = ("a-greedy", "sweep", "independent", "local-swaps", OFF)
+
+# The thesis' defaults (Table 4.1): Independent profiles half as often, Sweep keeps a shorter window.
+DEFAULT_PROBABILITY = {"independent": 0.005}
+DEFAULT_WINDOW = {"sweep": 500}
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """`policy`: one of POLICY_NAMES (`off`: the order only changes by hand); `probability`: the
+    chance that a tuple is profiled (None: the policy's default, 0.01 mostly); `window`: profile
+    tuples kept (None: the policy's default, 1000 mostly); `alpha`: a violation counts only when
+    a rank is below α times a later one (≤ 1, 0.9: avoid thrashing on noise); `profile_batch`:
+    sampled tuples are profiled together once this many are waiting (one vectorized evaluation
+    of every conjunct instead of one per tuple)."""
+
+    policy: str = "a-greedy"
+    probability: float | None = None
+    window: int | None = None
+    alpha: float = 0.9
+    profile_batch: int = 32
+
+    @property
+    def p(self) -> float:
+        return self.probability if self.probability is not None else DEFAULT_PROBABILITY.get(self.policy, 0.01)
+
+    @property
+    def w(self) -> int:
+        return self.window if self.window is not None else DEFAULT_WINDOW.get(self.policy, 1000)
+
+
+def policy_name(v: object) -> str:
+    if v is False:
+        return OFF
+    if v is True:
+        return "a-greedy"
+    if isinstance(v, str) and v.lower() in POLICY_NAMES:
+        return v.lower()
+    raise KnobError(f"adaptive must be one of {', '.join(POLICY_NAMES)} (or true/false), got {v!r}")
+
+
+def probability(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise KnobError(f"profile_probability must be in (0, 1], got {v!r}")
+    return float(v)
+
+
+def window(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise KnobError(f"profile_window must be a positive integer, got {v!r}")
+    return v
+
+
+def alpha(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise KnobError(f"alpha must be in (0, 1], got {v!r}")
+    return float(v)
+
+
+def with_policy(c: AdaptiveConfig, v: object) -> AdaptiveConfig:
+    return replace(c, policy=policy_name(v))
