@@ -90,7 +90,7 @@ class Prioritized(RoundRobin):
             ready = [op for op in operators if op.active and id(op) not in idle and op.ready()]
             if not ready:
                 return total
-            op = max(ready, key=lambda o: rank[id(o)])
+            op = self.pick(ready, rank)
             n = op.step(self.budget)
             if not n:
                 idle.add(id(op))  # cannot run yet (an input not started, held): others may
@@ -101,6 +101,9 @@ class Prioritized(RoundRobin):
             if check is not None and check():
                 return total
         return total
+
+    def pick(self, ready: list[Operator], rank: dict[int, tuple[float, int]]) -> Operator:
+        return max(ready, key=lambda o: rank[id(o)])
 
 
 class Fifo(Prioritized):
@@ -124,6 +127,31 @@ class Chain(Prioritized):
 
     name = "chain"
     rule = staticmethod(C.chain_priorities)
+
+
+class ChainLatency(Chain):
+    """Chain under a latency bound: least queue memory subject to a maximum wait. An operator
+    whose oldest pending input is more than `max_latency` time units behind the newest input
+    any operator has runs first (the most overdue first), so no path starves however low its
+    chain's priority; otherwise Chain's order."""
+
+    name = "chain-latency"
+    max_latency = 1000  # in the sources' time units
+
+    def pick(self, ready: list[Operator], rank: dict[int, tuple[float, int]]) -> Operator:
+        oldest = {id(o): _oldest(o) for o in ready}
+        marks = [q.watermark for o in ready for q in o.inputs if q.watermark is not None]
+        if marks:
+            now = max(marks)
+            late = [o for o in ready if (t := oldest[id(o)]) is not None and now - t > self.max_latency]
+            if late:
+                return min(late, key=lambda o: (oldest[id(o)], -rank[id(o)][1]))
+        return super().pick(ready, rank)
+
+
+def _oldest(op: Operator) -> int | None:
+    ts = [t for r in op.readers if (t := r.oldest_ts()) is not None]
+    return min(ts) if ts else None
 
 
 def paths(operators: Sequence[Operator]) -> list[list[Operator]]:
@@ -178,4 +206,5 @@ SCHEDULERS: dict[str, type[RoundRobin]] = {
     "fifo": Fifo,
     "greedy": Greedy,
     "chain": Chain,
+    "chain-latency": ChainLatency,
 }

@@ -21,14 +21,19 @@ class AdaptiveConfig:
     chance that a tuple is profiled (None: the policy's default, 0.01 mostly); `window`: profile
     tuples kept (None: the policy's default, 1000 mostly); `alpha`: a violation counts only when
     a rank is below α times a later one (≤ 1, 0.9: avoid thrashing on noise); `profile_batch`:
-    sampled tuples are profiled together once this many are waiting (one vectorized evaluation
-    of every conjunct instead of one per tuple)."""
+    the policy checks its invariant once this many new profile tuples are waiting; `cost_model`: a conjunct's cost per tuple is
+    `static` (the vectorized operations it runs per tuple, counted from the expression) or
+    `measured` (timed per call, fixed overhead taken out: engine/adaptive/profile.py). Timings
+    here are dominated by per-call overhead that the order does not change and are noisy on a
+    shared machine, so `static` is the default; `measured` suits conjuncts calling costly
+    functions."""
 
     policy: str = "a-greedy"
     probability: float | None = None
     window: int | None = None
     alpha: float = 0.9
     profile_batch: int = 32
+    cost_model: str = "static"
 
     @property
     def p(self) -> float:
@@ -65,6 +70,15 @@ def alpha(v: object) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
         raise KnobError(f"alpha must be in (0, 1], got {v!r}")
     return float(v)
+
+
+COST_MODELS = ("static", "measured")
+
+
+def cost_model(v: object) -> str:
+    if v in COST_MODELS:
+        return str(v)
+    raise KnobError(f"cost_model must be one of {', '.join(COST_MODELS)}, got {v!r}")
 
 
 def with_policy(c: AdaptiveConfig, v: object) -> AdaptiveConfig:

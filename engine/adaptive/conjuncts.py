@@ -2,10 +2,10 @@
 A-Greedy (thesis Fig 4.10) in one object that the select operator calls once per batch.
 
 The executor evaluates the conjuncts in the current order, each on the survivors of the ones
-before it (vectorized), timing each. The profiler picks tuples with probability p, and every
-`profile_batch` of them evaluates every conjunct on them at once: those some conjunct drops
-become profile tuples (drop bits). The re-optimizer (a policy) checks its invariant over the
-matrix view after each such batch and may change the order. Order never changes a result.
+before it (vectorized), timing each. The profiler picks tuples with probability p and carries
+them through every conjunct along with the survivors: those some conjunct drops become profile
+tuples (drop bits). Every `profile_batch` profile tuples, the re-optimizer (a policy) checks its
+invariant over the matrix view and may change the order. Order never changes a result.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,19 @@ if TYPE_CHECKING:
     from cqlstream.engine.exprs import Evaluator
 
 log = logging.getLogger("cqlstream.adaptive")
+
+
+def static_cost(e: X.Expr) -> int:
+    """Vectorized operations a conjunct runs per tuple: one per operator or function node, plus
+    one for keeping the survivors."""
+    return 1 + sum(1 for _ in _inner(e))
+
+
+def _inner(e: X.Expr) -> Iterator[X.Expr]:
+    if e.children():
+        yield e
+        for c in e.children():
+            yield from _inner(c)
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,7 @@ class AdaptiveOrder:
         self.n = len(self.conjuncts)
         self.order = list(range(self.n))
         self.names = [c.sql() for c in self.conjuncts]
+        self.static = np.array([static_cost(c) for c in self.conjuncts], dtype=float)
         self.log: deque[Reorder] = deque(maxlen=self.LOG)
         self.events: deque[Reorder] = deque(maxlen=self.EVENTS)
         self.reorders = 0
@@ -71,7 +85,7 @@ class AdaptiveOrder:
         self.window = ProfileWindow(n, config.w)
         self.view = MatrixView(n)
         self.meter = CostMeter(n, config.w / config.p)
-        self.pending: list[Batch] = []
+        self.pending: list[np.ndarray] = []  # drop bits of profile tuples not yet in the window
         self.pending_rows = 0
         self.profiled = 0  # tuples sampled (dropped or not)
 
@@ -90,41 +104,72 @@ class AdaptiveOrder:
         n_in = len(b)
         self.seen += n_in
         picked = self.sampler.take(n_in)
-        if len(picked):
-            self.pending.append(b.take(picked))
-            self.pending_rows += len(picked)
         secs, tuples = np.zeros(self.n), np.zeros(self.n)
-        for i in self.order:
-            if not len(b):
-                break
-            t = time.perf_counter()
-            mask = ev.predicate(self.conjuncts[i], b)
-            secs[i] = time.perf_counter() - t
-            tuples[i] = len(b)
-            b = b.take(mask)
+        if not len(picked):
+            for i in self.order:
+                if not len(b):
+                    break
+                t = time.perf_counter()
+                mask = ev.predicate(self.conjuncts[i], b)
+                secs[i] = time.perf_counter() - t
+                tuples[i] = len(b)
+                b = b.take(mask)
+            out = b
+        else:
+            out = self._run_profiling(b, picked, ev, secs, tuples)
         self.meter.add(secs, tuples, n_in)
         if self.pending_rows >= self.config.profile_batch:
-            self._profile(ev)
-        return b
+            if self.config.cost_model == "measured" and n_in:
+                self._time_one_tuple(b.slice(0, 1), ev)
+            self._profile()
+        return out
+
+    def _run_profiling(
+        self, b: Batch, picked: np.ndarray, ev: Evaluator, secs: np.ndarray, tuples: np.ndarray
+    ) -> Batch:
+        """The executor with profiling merged in (thesis §3.1): copies of the sampled tuples ride
+        at the end of the batch through every conjunct, in the same calls as the survivors, so
+        their drop bits cost no call of their own; the survivors, in front, are the output."""
+        k = len(picked)
+        cur = concat([b, b.take(picked)])
+        ns = len(b)  # survivors in front of the k copies
+        bits = np.zeros((k, self.n), dtype=bool)
+        for i in self.order:
+            t = time.perf_counter()
+            mask = ev.predicate(self.conjuncts[i], cur)
+            secs[i] = time.perf_counter() - t
+            tuples[i] = len(cur)
+            bits[:, i] = ~mask[ns:]
+            keep = mask.copy()  # the mask may be a boolean column of the batch itself
+            keep[ns:] = True  # the copies always go on
+            ns = int(np.count_nonzero(mask[:ns]))
+            cur = cur.take(keep)
+        self.profiled += k
+        dropped = bits[bits.any(axis=1)]  # only dropped tuples carry information (thesis §4.3.1)
+        if len(dropped):
+            self.pending.append(dropped)
+            self.pending_rows += len(dropped)
+        return cur.slice(0, ns)
+
+    def _time_one_tuple(self, one: Batch, ev: Evaluator) -> None:
+        """Time a one-tuple call of each conjunct: its fixed overhead (the `measured` cost model)."""
+        secs = np.zeros(self.n)
+        for i, c in enumerate(self.conjuncts):
+            t = time.perf_counter()
+            ev.predicate(c, one)
+            secs[i] = time.perf_counter() - t
+        self.meter.intercept(secs)
 
     # ------------------------------------------------------------ profiler and re-optimizer
-    def _profile(self, ev: Evaluator) -> None:
-        rows = concat(self.pending)
+    def _profile(self) -> None:
+        """Add the waiting profile tuples to the window and the view; let the policy check."""
+        dropped = np.concatenate(self.pending)
         self.pending, self.pending_rows = [], 0
-        self.profiled += len(rows)
-        secs, cols = np.zeros(self.n), []
-        for i, c in enumerate(self.conjuncts):  # timed too: every conjunct on the same tuples
-            t = time.perf_counter()
-            cols.append(~ev.predicate(c, rows))
-            secs[i] = time.perf_counter() - t
-        self.meter.add(secs, np.full(self.n, float(len(rows))), 0)
-        drops = np.column_stack(cols)
-        dropped = drops[drops.any(axis=1)]  # only dropped tuples carry information (thesis §4.3.1)
         expired = self.window.add(dropped)
         self.view.update(dropped, expired, self.order)
         assert self.policy is not None
         s = Situation(
-            self.view, self.window.rows, self.meter.costs(), self.order, self.names, self.config.alpha, len(dropped)
+            self.view, self.window.rows, self.costs(), self.order, self.names, self.config.alpha, len(dropped)
         )
         d = self.policy.check(s)
         if d is not None and list(d.order) != self.order:
@@ -141,6 +186,11 @@ class AdaptiveOrder:
         self.events.append(r)
         log.info("conjunct order %s -> %s after %d tuples: %s", list(old), order, self.seen, reason)
 
+    def costs(self) -> np.ndarray:
+        """Cost per tuple of each conjunct under the configured cost model (seconds, or
+        operations scaled to nanoseconds)."""
+        return self.meter.costs() if self.config.cost_model == "measured" else self.static * 1e-9
+
     # ------------------------------------------------------------ what it shows
     def drain_events(self) -> list[tuple[str, float]]:
         """SysStream rows (metric, value) of the re-orderings since the last call: `reorder`, its
@@ -153,7 +203,8 @@ class AdaptiveOrder:
 
     def statistics(self) -> dict[str, Any]:
         """Per conjunct: position, drop rate among profile tuples, cost per tuple, rank."""
-        costs = self.meter.costs()
+        costs = self.costs()
+        measured = self.meter.costs()
         drop = self.window.drop_rates()
         uncond = self.window.rows.sum(axis=0)
         pos = {c: k for k, c in enumerate(self.order)}
@@ -163,6 +214,7 @@ class AdaptiveOrder:
             "profile_probability": self.config.p,
             "profile_window": self.config.w,
             "alpha": self.config.alpha,
+            "cost_model": self.config.cost_model,
             "profile_tuples": len(self.window),
             "conjuncts": [
                 {
@@ -170,7 +222,8 @@ class AdaptiveOrder:
                     "position": pos[i],
                     "text": self.names[i],
                     "drop_rate": round(float(drop[i]), 6),
-                    "cost_ns": round(float(costs[i]) * 1e9, 3) if self.meter.tuples[i] > 0 else None,
+                    "cost_ops": int(self.static[i]),
+                    "cost_ns": round(float(measured[i]) * 1e9, 3) if self.meter.tuples[i] > 0 else None,
                     "rank": round(float(uncond[i] / costs[i]) * 1e-6, 6),
                 }
                 for i in range(self.n)

@@ -55,17 +55,21 @@ class ProfileWindow:
 
 
 class CostMeter:
-    """Seconds per tuple of each conjunct, from the timings of its real evaluations. A call costs
-    a fixed overhead plus a time per tuple; the overhead is paid once per batch whatever the
-    order, so only the per-tuple part decides the order: it is the slope of a least-squares
-    line through (tuples, seconds) of the calls (decayed sums, with a half-life in input tuples,
-    the span the profile window covers). Without spread in tuple counts: seconds / tuples."""
+    """Seconds per tuple of each conjunct. A call costs a fixed overhead (interpreting the
+    expression, allocating) plus a time per tuple; the overhead is paid once per batch whatever
+    the order, so only the per-tuple part decides it. The overhead is the least time of a few
+    recent one-tuple calls (`intercept`); the per-tuple part is (seconds − calls × overhead) /
+    tuples over the real evaluations, as decayed sums with a half-life in input tuples (the span
+    the profile window covers), so it follows slow changes and shrugs off single slow calls."""
 
     FLOOR = 1e-10  # a conjunct measured as free still has a cost
+    KEEP = 8  # one-tuple timings kept per conjunct
 
     def __init__(self, n: int, half_life: float) -> None:
-        self.s = np.zeros((5, n))  # decayed sums of 1, x, y, x², xy (x: tuples, y: seconds)
+        self.s = np.zeros((3, n))  # decayed sums of calls, tuples, seconds
         self.half_life = max(half_life, 1.0)
+        self.ones = np.full((self.KEEP, n), np.inf)  # recent one-tuple call times
+        self.k = 0
 
     @property
     def tuples(self) -> np.ndarray:
@@ -73,18 +77,25 @@ class CostMeter:
 
     def add(self, seconds: np.ndarray, tuples: np.ndarray, n_in: int) -> None:
         """One call per conjunct with tuples > 0 (a conjunct not reached has tuples 0)."""
-        called = (tuples > 0).astype(float)
-        self.s *= 0.5 ** (n_in / self.half_life)
-        self.s += np.stack([called, tuples, seconds, tuples * tuples, tuples * seconds])
+        s = self.s
+        s *= 0.5 ** (n_in / self.half_life)
+        s[0] += tuples > 0
+        s[1] += tuples
+        s[2] += seconds
+
+    def intercept(self, seconds: np.ndarray) -> None:
+        """The times of one call per conjunct on one tuple."""
+        self.ones[self.k % self.KEEP] = seconds
+        self.k += 1
 
     def costs(self) -> np.ndarray:
         """Seconds per tuple; a conjunct never evaluated gets the mean of the others."""
-        n1, x, y, xx, xy = self.s
+        calls, x, y = self.s
         known = x > 0
-        ratio = np.where(known, y / np.where(known, x, 1.0), 0.0)
-        den = n1 * xx - x * x
-        spread = den > 1e-6 * np.maximum(n1 * xx, 1e-300)
-        slope = np.where(spread, (n1 * xy - x * y) / np.where(spread, den, 1.0), ratio)
-        c = np.where(slope > 0, slope, ratio)
+        safe = np.where(known, x, 1.0)
+        fixed = self.ones.min(axis=0)
+        fixed = np.where(np.isfinite(fixed), fixed, 0.0)
+        c = np.where(known, (y - calls * fixed) / safe, 0.0)
+        c = np.where(c > 0, c, np.where(known, y / safe, 0.0) * 0.01)  # all overhead: nearly free per tuple
         fill = c[known].mean() if known.any() else 1.0
         return np.maximum(np.where(known, c, fill), self.FLOOR)

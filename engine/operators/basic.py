@@ -51,6 +51,7 @@ ADAPTIVE_KNOBS = (
     _adaptive_knob("profile_probability", "probability", AC.probability),
     _adaptive_knob("profile_window", "window", AC.window),
     _adaptive_knob("alpha", "alpha", AC.alpha),
+    _adaptive_knob("cost_model", "cost_model", AC.cost_model),
 )
 
 
