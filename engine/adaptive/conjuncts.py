@@ -131,10 +131,15 @@ class AdaptiveOrder:
         at the end of the batch through every conjunct, in the same calls as the survivors, so
         their drop bits cost no call of their own; the survivors, in front, are the output."""
         k = len(picked)
-        cur = concat([b, b.take(picked)])
-        ns = len(b)  # survivors in front of the k copies
         bits = np.zeros((k, self.n), dtype=bool)
-        for i in self.order:
+        first, *rest = self.order
+        t = time.perf_counter()
+        mask = ev.predicate(self.conjuncts[first], b)
+        secs[first], tuples[first] = time.perf_counter() - t, len(b)
+        bits[:, first] = ~mask[picked]
+        cur = concat([b.take(mask), b.take(picked)])  # the first conjunct's survivors, then the copies
+        ns = len(cur) - k
+        for i in rest:
             t = time.perf_counter()
             mask = ev.predicate(self.conjuncts[i], cur)
             secs[i] = time.perf_counter() - t
