@@ -120,7 +120,10 @@ def test_adaptive_bench_runs_and_every_order_and_scheduler_agrees(tmp_path):
     from bench import adaptive
 
     report = tmp_path / "adaptive.json"
-    assert adaptive.main(["--rows", "20000", "--batch", "2000", "--ticks", "30", "--repeat", "1", "--json", str(report)]) == 0
+    assert (
+        adaptive.main(["--rows", "20000", "--batch", "2000", "--ticks", "30", "--repeat", "1", "--json", str(report)])
+        == 0
+    )
     data = json.loads(report.read_text())
     assert set(data["filters"]) == {"a-greedy", "sweep", "independent", "local-swaps", *adaptive.FIXED}
     assert set(data["chain"]["runs"]) == {"round-robin", "fifo", "greedy", "chain"}
