@@ -12,9 +12,12 @@ only the plan knows (the queries using each one).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from cqlstream.engine import adaptive
 from cqlstream.engine import knobs as K
+from cqlstream.engine.adaptive import config as AC
 from cqlstream.engine.errors import EngineError, KnobError
 
 if TYPE_CHECKING:
@@ -161,7 +164,12 @@ def _engine_table(d: Dsms) -> Table:
             "sys_rows": d.sys.published if d.sys else 0,
             "state_bytes": _state_bytes(d),
         },
-        "knobs": {"scheduler": s.name, "budget": s.budget, "share": d.share},
+        "knobs": {
+            "scheduler": s.name,
+            "budget": s.budget,
+            "share": d.share,
+            "adaptive": d.plan.options.adaptive.policy,
+        },
         "queries": sorted(d.queries),
     }
 
@@ -284,8 +292,12 @@ def set_knob(d: Dsms, eid: str, knob: str, value: Any) -> Table:
         elif knob == "cpu_limit":  # null: the engine's default (query_cpu_limit)
             h.cpu_limit = K.cpu_limit(value)
             d.guard.invalidate()
+        elif knob == "adaptive":  # every selection of the query (shared ones too)
+            adaptive.set_policy(_query_selections(h), value)
         else:
-            raise KnobError(f"query knobs are active, weight, share, memory_limit and cpu_limit; not '{knob}'")
+            raise KnobError(
+                f"query knobs are active, weight, share, memory_limit, cpu_limit and adaptive; not '{knob}'"
+            )
     elif eid.startswith("src:"):
         inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
         if inp is None:
@@ -318,8 +330,25 @@ def _engine_knob(d: Dsms, knob: str, value: Any) -> None:
         d.scheduler.budget = value
     elif knob == "share":
         d.share = _bool(value)
+    elif knob == "adaptive":  # the default of new selections, and every selection now
+        d.plan.options = replace(d.plan.options, adaptive=AC.with_policy(d.plan.options.adaptive, value))
+        adaptive.set_policy(d.plan.operators, value)
     else:
-        raise KnobError(f"engine knobs are scheduler, budget and share; not '{knob}'")
+        raise KnobError(f"engine knobs are scheduler, budget, share and adaptive; not '{knob}'")
+
+
+def _query_selections(h: QueryHandle) -> list[Any]:
+    """The operators computing query `h` (its plan node and everything below it)."""
+    out, todo, seen = [], [h.pnode], set()
+    while todo:
+        pn = todo.pop()
+        if pn is None or id(pn) in seen:
+            continue
+        seen.add(id(pn))
+        if pn.op is not None:
+            out.append(pn.op)
+        todo.extend(pn.inputs)
+    return out
 
 
 def _op_weights(d: Dsms) -> dict[int, float]:

@@ -28,6 +28,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.explain import explain_plan
 from cqlstream.cql.parser import parse_query, parse_script
 from cqlstream.cql.printer import to_cql
+from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.batch import Batch, from_rows, splitmix64
 from cqlstream.engine.boundedness import verdict
 from cqlstream.engine.errors import EngineError, InputError, InUseError, KnobError
@@ -189,6 +190,7 @@ class Dsms:
         sys_stream: bool = True,
         query_memory_limit: int | None = None,
         query_cpu_limit: float | None = None,
+        adaptive: AdaptiveConfig | None = None,
     ) -> None:
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
@@ -200,7 +202,8 @@ class Dsms:
         `query_memory_limit`: bytes of state a query may hold unless its own `memory_limit` knob
         says otherwise, `query_cpu_limit`: seconds of engine time it may take in one run unless
         its `cpu_limit` knob says otherwise; a query over a limit is suspended (engine/limits.py).
-        None: no limit."""
+        None: no limit. `adaptive`: how selections order their conjuncts (default A-Greedy;
+        engine/adaptive/config.py)."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew
@@ -210,7 +213,7 @@ class Dsms:
         self.compat = compat
         self.share = share
         self.ids = IdSource()
-        options = EngineOptions(compat=compat, binary_joins=binary_joins)
+        options = EngineOptions(compat=compat, binary_joins=binary_joins, adaptive=adaptive or AdaptiveConfig())
         self.plan = PhysicalPlan(self.ids, Evaluator(self.catalog.functions), options)
         self.plan.share_policy = self._join_share_policy
         self.unshare_ratio = 10.0

@@ -54,6 +54,7 @@ def explain_plan(d: Dsms, fmt: str = "text") -> str | dict[str, Any]:
             f"tuples {op.counters.tuples_in}→{op.counters.tuples_out}  state {op.state_bytes()} B"
             + (f"  [{pn.note}]" if pn is not None and pn.note else "")
         )
+        lines.extend(f"          {line}" for line in op.explain_detail())
     for eid, (kind, st, _pn, users) in ents.items():
         if kind == "store":
             lines.append(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine import snapshots
+from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.exprs import Evaluator
@@ -39,10 +40,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class EngineOptions:
     """`compat`: STREAM 0.6 behaviour (docs/semantics.md). `binary_joins`: run joins of 3+
-    inputs as left-deep trees of binary joins (XJoin style, thesis Table 2.1) instead of one MJoin."""
+    inputs as left-deep trees of binary joins (XJoin style, thesis Table 2.1) instead of one MJoin.
+    `adaptive`: how new selections order their conjuncts (engine/adaptive/config.py)."""
 
     compat: bool = False
     binary_joins: bool = False
+    adaptive: AdaptiveConfig = AdaptiveConfig()
 
 
 def _types(node: L.Plan) -> list[DataType]:

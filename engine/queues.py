@@ -118,6 +118,13 @@ class Reader:
             n += len(self.q.batches[i]) - (self.row if i == self.batch - self.q.base else 0)
         return n
 
+    def oldest_ts(self) -> int | None:
+        """The timestamp of the first element not yet taken (None: nothing pending)."""
+        for b in self._pending():
+            if len(b):
+                return int(b.ts[0])
+        return None
+
     def _pending(self) -> list[Batch]:
         out = [] if self.prefix is None else [self.prefix]
         for i in range(self.batch - self.q.base, len(self.q.batches)):

@@ -50,14 +50,16 @@ class SysPublisher:
         return int(self.dsms.clock() * 1000) // UNIT_MS[self.input.d.time_unit]
 
     def publish(self, force: bool = False) -> int:
-        """Push one row per (entity, numeric counter); returns the number of rows."""
+        """Push one row per (entity, numeric counter), and one per event (a conjunct re-ordering:
+        metric `reorder`, Operator.events); returns the number of rows."""
         now = self.dsms.clock()
         if not self.wanted or (not force and self.last is not None and now - self.last < self.interval):
             return 0
         self.last = now
         from cqlstream.engine import control
 
-        rows = []
+        # events since the last publish (a selection's re-orderings), then every counter
+        rows = [(op.eid[:40], m, v) for op in self.dsms.plan.operators if op.eid for m, v in op.events()]
         for table in control.tables(self.dsms):
             for metric, v in table["counters"].items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):

@@ -48,9 +48,9 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         description='`{"knobs": {"weight": 2}}`, set in order. Unknown knob names are rejected (422 '
         "`unknown_knob`) before any knob is set; a bad value is rejected (422 `bad_knob_value`) "
         "and leaves that knob unchanged (knobs listed before it stay set). Knobs: engine "
-        "`scheduler`, `budget`, `share`; stream `sampling_rate`; query `active`, `weight`, "
-        "`share`; operator and store `memory_limit`; join `probe_orders`, `index`; selection "
-        "`conjunct_order`.",
+        "`scheduler`, `budget`, `share`, `adaptive`; stream `sampling_rate`; query `active`, `weight`, "
+        "`share`, `adaptive`; operator and store `memory_limit`; join `probe_orders`, `index`; selection "
+        "`conjunct_order`, `adaptive`, `profile_probability`, `profile_window`, `alpha`.",
         responses=responses(400, 401, 404, 413, 422),
     )
     async def patch_entity(body: EntityPatch, entity_id: str = EntityId) -> dict[str, Any]:

@@ -113,3 +113,20 @@ def test_soak_quick_run_counts(tmp_path):
     per_query = data["elements_per_query"]
     assert len(per_query) == 4 and all(n > 0 for n in per_query.values())
     assert data["elements_received"] == 2 * sum(per_query.values())
+
+
+def test_adaptive_bench_runs_and_every_order_and_scheduler_agrees(tmp_path):
+    """The bench itself asserts that every order and every scheduler gave the same output."""
+    from bench import adaptive
+
+    report = tmp_path / "adaptive.json"
+    assert (
+        adaptive.main(["--rows", "20000", "--batch", "2000", "--ticks", "30", "--repeat", "1", "--json", str(report)])
+        == 0
+    )
+    data = json.loads(report.read_text())
+    assert set(data["filters"]) == {"a-greedy", "sweep", "independent", "local-swaps", *adaptive.FIXED}
+    assert set(data["chain"]["runs"]) == {"round-robin", "fifo", "greedy", "chain"}
+    assert (
+        data["filters"]["fixed worst for phase 2"]["ops_per_tuple"][1] > data["filters"]["a-greedy"]["ops_per_tuple"][1]
+    )

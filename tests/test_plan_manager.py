@@ -331,7 +331,12 @@ def test_weights_and_scheduler_knobs_do_not_change_results():
     d.end()
     res.poll()
     assert res.of(h.id) == want
-    assert d.control_table("engine")["knobs"] == {"scheduler": "weighted", "budget": 7, "share": True}
+    assert d.control_table("engine")["knobs"] == {
+        "scheduler": "weighted",
+        "budget": 7,
+        "share": True,
+        "adaptive": "a-greedy",
+    }
     with pytest.raises(KnobError):
         d.set_knob("engine", "scheduler", "fastest")
     with pytest.raises(KnobError):

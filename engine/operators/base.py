@@ -295,6 +295,14 @@ class Operator(ABC):
     def state_bytes(self) -> int:
         return 0
 
+    def events(self) -> list[tuple[str, float]]:
+        """(metric, value) events since the last call, for SysStream (e.g. a selection's re-orderings)."""
+        return []
+
+    def explain_detail(self) -> list[str]:
+        """Extra EXPLAIN lines about how the operator currently runs (e.g. a selection's conjunct order)."""
+        return []
+
     def peek(self, n: int) -> tuple[str, Batch | None]:
         """(what is shown, tuples) for a UI looking at this operator."""
         return "recent tuples leaving the operator", self.output.recent_rows(n)

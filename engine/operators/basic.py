@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Self
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -11,6 +12,9 @@ from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
+from cqlstream.engine.adaptive import config as AC
+from cqlstream.engine.adaptive.config import AdaptiveConfig
+from cqlstream.engine.adaptive.conjuncts import AdaptiveOrder
 from cqlstream.engine.batch import Batch, splitmix64
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.exprs import Evaluator
@@ -22,20 +26,40 @@ if TYPE_CHECKING:
 
 
 def _set_conjunct_order(op: FilterOp, value: object) -> None:
-    n = len(op.conjuncts)
+    n = op.adaptive.n
     if not (isinstance(value, list) and sorted(value) == list(range(n))):
         raise KnobError(f"conjunct_order must be a permutation of 0..{n - 1}")
-    op.conjuncts = [op.conjuncts[i] for i in value]
+    op.adaptive.set_order(value, "set by hand (conjunct_order knob)")
 
 
-CONJUNCT_ORDER = K.Knob("conjunct_order", lambda op: list(range(len(op.conjuncts))), _set_conjunct_order)
+# The order as indexes into the predicate's conjuncts as written (first evaluated first).
+CONJUNCT_ORDER = K.Knob("conjunct_order", lambda op: list(op.adaptive.order), _set_conjunct_order)
+
+
+def _adaptive_knob(name: str, field: str, check: Callable[[object], Any]) -> K.Knob:
+    """A knob setting one field of the selection's adaptive configuration (restarts profiling)."""
+
+    def set_(op: FilterOp, v: object) -> None:
+        changes: dict[str, Any] = {field: check(v)}
+        op.adaptive.configure(replace(op.adaptive.config, **changes))
+
+    return K.Knob(name, lambda op: getattr(op.adaptive.config, field), set_)
+
+
+ADAPTIVE_KNOBS = (
+    _adaptive_knob("adaptive", "policy", AC.policy_name),
+    _adaptive_knob("profile_probability", "probability", AC.probability),
+    _adaptive_knob("profile_window", "window", AC.window),
+    _adaptive_knob("alpha", "alpha", AC.alpha),
+    _adaptive_knob("cost_model", "cost_model", AC.cost_model),
+)
 
 
 class FilterOp(Stateless):
     """Selection. Conjuncts are kept as a list whose order is data (adaptive reordering)."""
 
     kind = "select"
-    KNOBS = (*Stateless.KNOBS, CONJUNCT_ORDER)
+    KNOBS = (*Stateless.KNOBS, CONJUNCT_ORDER, *ADAPTIVE_KNOBS)
 
     def __init__(
         self,
@@ -47,25 +71,38 @@ class FilterOp(Stateless):
         options: EngineOptions | None = None,
     ) -> None:
         super().__init__(inputs, output, ids, options)
-        self.conjuncts = X.conjuncts(predicate)
+        # the conjuncts, their current order and its adaptation (engine/adaptive/conjuncts.py)
+        self.adaptive = AdaptiveOrder(X.conjuncts(predicate), options.adaptive if options else AdaptiveConfig())
         self.ev = evaluator
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Filter)
-        return cls(ctx.inputs, ctx.output, ctx.ids, node.predicate, ctx.ev)
+        return cls(ctx.inputs, ctx.output, ctx.ids, node.predicate, ctx.ev, ctx.options)
 
     def groupable(self) -> bool:
         """A plain running selection that started from no snapshot can become a hub member."""
         return self.readers[0].prefix is None and self.hold_until is None
 
+    @property
+    def conjuncts(self) -> list[X.Expr]:
+        """The conjuncts in their current order."""
+        return self.adaptive.ordered
+
     def process(self, inputs: list[Batch], bound: int) -> Batch:
-        b = inputs[0]
-        for c in self.conjuncts:
-            if not len(b):
-                break
-            b = b.take(self.ev.predicate(c, b))
-        return b
+        return self.adaptive.run(inputs[0], self.ev)
+
+    def control_table(self) -> dict[str, Any]:
+        t = super().control_table()
+        t["counters"].update(reorders=self.adaptive.reorders, profiled=self.adaptive.profiled)
+        t["adaptive"] = self.adaptive.statistics()
+        return t
+
+    def explain_detail(self) -> list[str]:
+        return [self.adaptive.explain()] if self.adaptive.n > 1 else []
+
+    def events(self) -> list[tuple[str, float]]:
+        return self.adaptive.drain_events()
 
 
 class ProjectOp(Stateless):

@@ -17,6 +17,8 @@ import numpy as np
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
+from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
+from cqlstream.engine.adaptive.conjuncts import AdaptiveOrder
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.operators.base import Counters, IdSource, Operator
@@ -135,7 +137,7 @@ class HubMember(FilterOp):
     ) -> None:
         """`counters`: those of the running selection this member replaces, if any."""
         Operator.__init__(self, [], output, ids)
-        self.conjuncts = X.conjuncts(predicate)
+        self.adaptive = AdaptiveOrder(X.conjuncts(predicate), AdaptiveConfig(policy=OFF))  # one conjunct: no order
         self.ev = evaluator
         self.value = value
         self.hub = hub

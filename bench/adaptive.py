@@ -1,0 +1,284 @@
+"""Adaptive query processing, in process through the `Dsms` facade.
+
+1. `filters`: a selection with five conjuncts of costs 1, 3, 9, 27, 81 (an identity of growing
+   length: `(A*2 + A*3 - A*4) < 500` is `A < 500`), whose pass rates change half way: in
+   phase 1 the cheapest conjunct drops 98%, in phase 2 it drops nothing and one of cost 27 does. Throughput and conjunct evaluations
+   per tuple with A-Greedy and its variants against fixed orders: the optimal one for phase 1,
+   the optimal one for phase 2 and the worst one for phase 2 (exhaustive search,
+   operations per tuple); the work is counted in operations (tuples × operations per tuple).
+2. `overhead`: stable data, the best order already set: the profiler's cost at several
+   profiling probabilities p against adaptation off, at two batch sizes.
+3. `chain`: a cheap selection keeping 20% before a costly projection, under bursts (20,000
+   tuples every 40 ticks; each tick grants the engine a twentieth of the CPU time a burst needs
+   under round robin):
+   peak and mean queue memory (tuples waiting in operator inputs, at each tick's end) with
+   round robin, FIFO, Greedy and Chain.
+
+Rates are input tuples per CPU second of the process (`time.process_time`), steadier than wall
+time on a shared machine, the best of `--repeat` runs.
+
+    python -m bench.adaptive [--rows 2000000] [--only filters,overhead,chain] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from cqlstream.engine import control
+from cqlstream.engine.adaptive.config import AdaptiveConfig
+from cqlstream.engine.adaptive.conjuncts import static_cost
+from cqlstream.engine.batch import Batch
+from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.exprs import Evaluator
+from cqlstream.engine.scheduler import SCHEDULERS
+
+COLS = "ABCDE"
+COSTS = [1, 3, 9, 27, 81]  # identity terms per conjunct
+# pass rate per conjunct: in phase 1 the cheapest conjunct drops 98%; in phase 2 it drops
+# nothing, and one of cost 27 drops 98%
+PHASES = [[0.02, 0.5, 1.0, 1.0, 1.0], [1.0, 1.0, 0.5, 0.02, 0.5]]
+
+
+def identity(col: str, k: int) -> str:
+    """`col` written with 2k−1 arithmetic operations (cost k), for conjuncts of different costs."""
+    if k == 1:
+        return col
+    terms = [f"{col} * {j + 2}" for j in range(k - 1)]
+    return f"({' + '.join(terms)} - {col} * {sum(j + 2 for j in range(k - 1)) - 1})"
+
+
+WHERE = " and ".join(f"{identity(c, k)} < 500" for c, k in zip(COLS, COSTS))
+QUERY = f"select A, B from S where {WHERE}"
+OPS = [1 + (2 * k - 1 if k > 1 else 0) + 1 for k in COSTS]  # static_cost of each conjunct
+
+
+def expected_ops(order: list[int], rates: list[float]) -> float:
+    """Operations per input tuple of an order when the conjuncts pass independently."""
+    total, alive = 0.0, 1.0
+    for i in order:
+        total += OPS[i] * alive
+        alive *= rates[i]
+    return total
+
+
+def _extreme(rates: list[float], worst: bool = False) -> list[int]:
+    orders = [list(o) for o in itertools.permutations(range(len(COSTS)))]
+    return (max if worst else min)(orders, key=lambda o: expected_ops(o, rates))
+
+
+FIXED = {  # orders (conjunct indexes, first evaluated first), by exhaustive search
+    "fixed optimal for phase 1": _extreme(PHASES[0]),
+    "fixed optimal for phase 2": _extreme(PHASES[1]),
+    "fixed worst for phase 2": _extreme(PHASES[1], worst=True),
+}
+
+
+class Counting(Evaluator):
+    """Counts the operations the selection's conjuncts run (tuples × operations per tuple)."""
+
+    def __init__(self, functions) -> None:
+        super().__init__(functions)
+        self.work = 0
+
+    def predicate(self, e, b):
+        self.work += len(b) * static_cost(e)
+        return super().predicate(e, b)
+
+
+def phase_columns(n: int, rates: list[float], rng: np.random.Generator) -> list[np.ndarray]:
+    """One column per conjunct: below 500 (passes) with the conjunct's pass rate."""
+    out = []
+    for r in rates:
+        passing = rng.random(n) < r
+        out.append(np.where(passing, rng.integers(0, 500, n), rng.integers(500, 1000, n)).astype(np.int64))
+    return out
+
+
+def run_filter(rows: int, batch: int, phases: list[list[float]], *, config: AdaptiveConfig, order=None) -> dict:
+    """The best of REPEAT runs (per phase: the least CPU time), the first one's counts."""
+    runs = [_run_filter(rows, batch, phases, config=config, order=order) for _ in range(REPEAT)]
+    best = runs[0]
+    seconds = [min(r["seconds"][k] for r in runs) for k in range(len(phases))]
+    per = rows // len(phases)
+    best["tuples_per_s"] = int(rows / sum(seconds))
+    best["phase_tuples_per_s"] = [int(per / sec) for sec in seconds]
+    del best["seconds"]
+    return best
+
+
+REPEAT = 3
+
+
+def _run_filter(rows: int, batch: int, phases: list[list[float]], *, config: AdaptiveConfig, order=None) -> dict:
+    d = Dsms(adaptive=config, sys_stream=False)
+    d.execute("register stream S (A int, B int, C int, D int, E int)")
+    h = d.register_query(QUERY)
+    sub = d.subscribe(h.id)
+    op = next(op for op in d.plan.operators if op.kind == "select")
+    op.ev = ev = Counting(d.catalog.functions)
+    if order is not None:
+        control.set_knob(d, op.eid, "conjunct_order", order)
+    rng = np.random.default_rng(1)
+    per = rows // len(phases)
+    data = [phase_columns(per, rates, rng) for rates in phases]
+    out, t0, seconds, work = 0, 0, [], []
+    for cols in data:
+        began, w0 = time.process_time(), ev.work
+        for lo in range(0, per, batch):
+            part = [c[lo : lo + batch] for c in cols]
+            m = len(part[0])
+            ts = t0 + np.arange(m, dtype=np.int64) // 10
+            t0 = int(ts[-1]) + 1
+            d.push_batch("S", Batch(part, [None] * 5, ts, np.ones(m, np.int8), np.zeros(m, np.uint64)))
+            d.run()
+            out += len(sub.poll())
+        seconds.append(time.process_time() - began)
+        work.append((ev.work - w0) / per)
+    d.end()
+    out += len(sub.poll())
+    return {
+        "seconds": seconds,
+        "ops_per_tuple": [round(w, 2) for w in work],
+        "reorders": op.adaptive.reorders,
+        # input tuples from the shift to the first re-ordering after it (None: none after it)
+        "adapted_after": next((r.at - per for r in op.adaptive.log if r.at > per), None) if len(phases) > 1 else None,
+        "final_order": list(op.adaptive.order),
+        "output_tuples": out,
+    }
+
+
+def bench_filters(rows: int, batch: int) -> dict[str, Any]:
+    runs: dict[str, Any] = {}
+    for policy in ("a-greedy", "sweep", "independent", "local-swaps"):
+        runs[policy] = run_filter(rows, batch, PHASES, config=AdaptiveConfig(policy=policy))
+    for name, order in FIXED.items():
+        runs[name] = run_filter(rows, batch, PHASES, config=AdaptiveConfig(policy="off"), order=order)
+    outs = {r["output_tuples"] for r in runs.values()}
+    assert len(outs) == 1, f"results differ between orders: {outs}"
+    return runs
+
+
+def bench_overhead(rows: int, batches: list[int], probabilities: list[float]) -> dict[str, Any]:
+    """Steady phase-1 data (its optimal order is the cheapest, so profiling weighs most), the
+    optimal order set from the start: what profiling and re-optimizing cost."""
+    runs: dict[str, Any] = {}
+    best = FIXED["fixed optimal for phase 1"]
+    for batch in batches:
+        off = run_filter(rows, batch, PHASES[:1], config=AdaptiveConfig(policy="off"), order=best)
+        row: dict[str, Any] = {"off": {"tuples_per_s": off["tuples_per_s"], "ops_per_tuple": off["ops_per_tuple"][0]}}
+        for p in probabilities:
+            on = run_filter(rows, batch, PHASES[:1], config=AdaptiveConfig(probability=p), order=best)
+            row[f"p={p:g}"] = {
+                "tuples_per_s": on["tuples_per_s"],
+                "overhead_pct": round(100 * (off["tuples_per_s"] / on["tuples_per_s"] - 1), 1),
+                "ops_per_tuple": on["ops_per_tuple"][0],
+                "reorders": on["reorders"],
+            }
+        runs[f"batch {batch}"] = row
+    return runs
+
+
+CHAIN_QUERY = "select " + " + ".join(f"A * {k}" for k in range(1, 40)) + " as X, B from S where A < 200"
+
+
+def _queued(d: Dsms) -> int:
+    """Tuples waiting in operator inputs (source queues included; results leave the system)."""
+    fed = {id(q): q for op in d.plan.operators for q in op.inputs}
+    return sum(q.length() for q in fed.values())
+
+
+def run_chain(name: str, ticks: int, period: int, burst: int, slice_s: float, budget: int) -> dict:
+    d = Dsms(sys_stream=False, scheduler=SCHEDULERS[name](budget))
+    d.execute("register stream S (A int, B int)")
+    h = d.register_query(CHAIN_QUERY)
+    sub = d.subscribe(h.id)
+    rng = np.random.default_rng(2)
+    mem, out, t = [], 0, 0
+    for tick in range(ticks):
+        if tick % period == 0:
+            a, b = rng.integers(0, 1000, burst), rng.integers(0, 100, burst)
+            ts = t + np.arange(burst, dtype=np.int64) // 10  # 10 per instant: the budget cuts between them
+            d.push_batch("S", Batch([a, b], [None, None], ts, np.ones(burst, np.int8), np.zeros(burst, np.uint64)))
+            t = int(ts[-1]) + 1
+        d.heartbeat("S", t)
+        t += 1
+        end = time.process_time() + slice_s
+        while time.process_time() < end:
+            if not d.scheduler.run(d.plan.operators, max_passes=1):
+                break
+        mem.append(_queued(d))  # at each tick's end, as in the thesis' tables
+        out += len(sub.poll())
+    d.end()
+    out += len(sub.poll())
+    return {"peak_queued": max(mem), "mean_queued": int(np.mean(mem)), "output_tuples": out}
+
+
+def bench_chain(ticks: int, period: int, burst: int, budget: int) -> dict[str, Any]:
+    # the slice: a twentieth of the CPU one burst needs under round robin (a burst takes ~20 ticks)
+    began = time.process_time()
+    run_chain("round-robin", 1, 100, burst, 100.0, budget)
+    slice_s = (time.process_time() - began) / 20
+    runs = {
+        name: run_chain(name, ticks, period, burst, slice_s, budget)
+        for name in ("round-robin", "fifo", "greedy", "chain")
+    }
+    outs = {r["output_tuples"] for r in runs.values()}
+    assert len(outs) == 1, f"results differ between schedulers: {outs}"
+    return {"slice_ms": round(slice_s * 1e3, 3), "runs": runs}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.adaptive", description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=2_000_000, help="tuples in the filter runs (default 2,000,000)")
+    p.add_argument("--batch", type=int, default=100_000, help="rows per push in the filter runs (default 100,000)")
+    p.add_argument("--only", help="comma-separated parts: filters, overhead, chain")
+    p.add_argument("--ticks", type=int, default=400, help="ticks of the chain run (default 400)")
+    p.add_argument("--repeat", type=int, default=3, help="filter runs per figure, the best kept (default 3)")
+    p.add_argument("--json", help="write the figures to this file")
+    args = p.parse_args(argv)
+    global REPEAT
+    REPEAT = args.repeat
+    only = set(args.only.split(",")) if args.only else {"filters", "overhead", "chain"}
+    report: dict[str, Any] = {"rows": args.rows, "batch": args.batch}
+    if "filters" in only:
+        run_filter(args.rows // 4, args.batch, PHASES, config=AdaptiveConfig())  # warm up
+        report["filters"] = r = bench_filters(args.rows, args.batch)
+        print(
+            f"{'order':26} {'tuples/s':>11} {'phase 1':>11} {'phase 2':>11} {'ops/tuple':>14} {'reorders':>8} {'adapted after':>13}"
+        )
+        for name, x in r.items():
+            ph = x["phase_tuples_per_s"]
+            w = "/".join(f"{v:.2f}" for v in x["ops_per_tuple"])
+            print(
+                f"{name:26} {x['tuples_per_s']:11,} {ph[0]:11,} {ph[1]:11,} {w:>14} {x['reorders']:8} "
+                f"{x['adapted_after'] if x['adapted_after'] is not None else '-':>13}",
+                flush=True,
+            )
+    if "overhead" in only:
+        report["overhead"] = r = bench_overhead(args.rows, [10_000, args.batch], [0.001, 0.005, 0.01, 0.05])
+        for name, x in r.items():
+            for k, v in x.items():
+                print(f"{name:14} {k:8} {v}", flush=True)
+    if "chain" in only:
+        report["chain"] = r = bench_chain(args.ticks, 40, 20_000, 500)
+        print(f"slice {r['slice_ms']} ms per tick")
+        for name, x in r["runs"].items():
+            print(
+                f"{name:12} peak {x['peak_queued']:8,}  mean {x['mean_queued']:8,}  out {x['output_tuples']:,}",
+                flush=True,
+            )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

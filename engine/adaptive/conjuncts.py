@@ -1,0 +1,243 @@
+"""The adaptive order of a selection's conjuncts: executor, profiler and re-optimizer of
+A-Greedy (thesis Fig 4.10) in one object that the select operator calls once per batch.
+
+The executor evaluates the conjuncts in the current order, each on the survivors of the ones
+before it (vectorized), timing each. The profiler picks tuples with probability p and carries
+them through every conjunct along with the survivors: those some conjunct drops become profile
+tuples (drop bits). Every `profile_batch` profile tuples, the re-optimizer (a policy) checks its
+invariant over the matrix view and may change the order. Order never changes a result.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
+from cqlstream.engine.adaptive.matrix import MatrixView
+from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
+from cqlstream.engine.adaptive.profile import CostMeter, ProfileWindow, Sampler
+from cqlstream.engine.batch import Batch, concat
+
+if TYPE_CHECKING:
+    from cqlstream.cql.logical import expr as X
+    from cqlstream.engine.exprs import Evaluator
+
+log = logging.getLogger("cqlstream.adaptive")
+
+
+def static_cost(e: X.Expr) -> int:
+    """Vectorized operations a conjunct runs per tuple: one per operator or function node, plus
+    one for keeping the survivors."""
+    return 1 + sum(1 for _ in _inner(e))
+
+
+def _inner(e: X.Expr) -> Iterator[X.Expr]:
+    if e.children():
+        yield e
+        for c in e.children():
+            yield from _inner(c)
+
+
+@dataclass(frozen=True)
+class Reorder:
+    """One change of order: its number, after how many input tuples, from what to what, why."""
+
+    seq: int
+    at: int
+    old: tuple[int, ...]
+    new: tuple[int, ...]
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "at": self.at, "old": list(self.old), "new": list(self.new), "reason": self.reason}
+
+
+class AdaptiveOrder:
+    LOG = 50  # re-orderings kept for the control table
+    EVENTS = 100  # re-orderings kept until SysStream publishes them
+
+    def __init__(self, conjuncts: Sequence[X.Expr], config: AdaptiveConfig) -> None:
+        self.conjuncts = list(conjuncts)  # original numbering; the order is a permutation of it
+        self.n = len(self.conjuncts)
+        self.order = list(range(self.n))
+        self.names = [c.sql() for c in self.conjuncts]
+        self.static = np.array([static_cost(c) for c in self.conjuncts], dtype=float)
+        self.log: deque[Reorder] = deque(maxlen=self.LOG)
+        self.events: deque[Reorder] = deque(maxlen=self.EVENTS)
+        self.reorders = 0
+        self.seen = 0
+        self.configure(config)
+
+    def configure(self, config: AdaptiveConfig) -> None:
+        """(Re)start profiling with `config`; the current order stays."""
+        n = self.n
+        self.config = config
+        self.policy: Policy | None = None if config.policy == OFF or n < 2 else POLICIES[config.policy](n, config)
+        self.sampler = Sampler(config.p)
+        self.sampler.seen = self.seen
+        self.window = ProfileWindow(n, config.w)
+        self.view = MatrixView(n)
+        self.meter = CostMeter(n, config.w / config.p)
+        self.pending: list[np.ndarray] = []  # drop bits of profile tuples not yet in the window
+        self.pending_rows = 0
+        self.profiled = 0  # tuples sampled (dropped or not)
+
+    @property
+    def ordered(self) -> list[X.Expr]:
+        return [self.conjuncts[i] for i in self.order]
+
+    # ------------------------------------------------------------ executor
+    def run(self, b: Batch, ev: Evaluator) -> Batch:
+        if self.policy is None:
+            for c in self.ordered:
+                if not len(b):
+                    break
+                b = b.take(ev.predicate(c, b))
+            return b
+        n_in = len(b)
+        self.seen += n_in
+        picked = self.sampler.take(n_in)
+        secs, tuples = np.zeros(self.n), np.zeros(self.n)
+        if not len(picked):
+            for i in self.order:
+                if not len(b):
+                    break
+                t = time.perf_counter()
+                mask = ev.predicate(self.conjuncts[i], b)
+                secs[i] = time.perf_counter() - t
+                tuples[i] = len(b)
+                b = b.take(mask)
+            out = b
+        else:
+            out = self._run_profiling(b, picked, ev, secs, tuples)
+        self.meter.add(secs, tuples, n_in)
+        if self.pending_rows >= self.config.profile_batch:
+            if self.config.cost_model == "measured" and n_in:
+                self._time_one_tuple(b.slice(0, 1), ev)
+            self._profile()
+        return out
+
+    def _run_profiling(
+        self, b: Batch, picked: np.ndarray, ev: Evaluator, secs: np.ndarray, tuples: np.ndarray
+    ) -> Batch:
+        """The executor with profiling merged in (thesis §3.1): copies of the sampled tuples ride
+        at the end of the batch through every conjunct, in the same calls as the survivors, so
+        their drop bits cost no call of their own; the survivors, in front, are the output."""
+        k = len(picked)
+        bits = np.zeros((k, self.n), dtype=bool)
+        first, *rest = self.order
+        t = time.perf_counter()
+        mask = ev.predicate(self.conjuncts[first], b)
+        secs[first], tuples[first] = time.perf_counter() - t, len(b)
+        bits[:, first] = ~mask[picked]
+        cur = concat([b.take(mask), b.take(picked)])  # the first conjunct's survivors, then the copies
+        ns = len(cur) - k
+        for i in rest:
+            t = time.perf_counter()
+            mask = ev.predicate(self.conjuncts[i], cur)
+            secs[i] = time.perf_counter() - t
+            tuples[i] = len(cur)
+            bits[:, i] = ~mask[ns:]
+            keep = mask.copy()  # the mask may be a boolean column of the batch itself
+            keep[ns:] = True  # the copies always go on
+            ns = int(np.count_nonzero(mask[:ns]))
+            cur = cur.take(keep)
+        self.profiled += k
+        dropped = bits[bits.any(axis=1)]  # only dropped tuples carry information (thesis §4.3.1)
+        if len(dropped):
+            self.pending.append(dropped)
+            self.pending_rows += len(dropped)
+        return cur.slice(0, ns)
+
+    def _time_one_tuple(self, one: Batch, ev: Evaluator) -> None:
+        """Time a one-tuple call of each conjunct: its fixed overhead (the `measured` cost model)."""
+        secs = np.zeros(self.n)
+        for i, c in enumerate(self.conjuncts):
+            t = time.perf_counter()
+            ev.predicate(c, one)
+            secs[i] = time.perf_counter() - t
+        self.meter.intercept(secs)
+
+    # ------------------------------------------------------------ profiler and re-optimizer
+    def _profile(self) -> None:
+        """Add the waiting profile tuples to the window and the view; let the policy check."""
+        dropped = np.concatenate(self.pending)
+        self.pending, self.pending_rows = [], 0
+        expired = self.window.add(dropped)
+        self.view.update(dropped, expired, self.order)
+        assert self.policy is not None
+        s = Situation(
+            self.view, self.window.rows, self.costs(), self.order, self.names, self.config.alpha, len(dropped)
+        )
+        d = self.policy.check(s)
+        if d is not None and list(d.order) != self.order:
+            self.set_order(list(d.order), d.reason)
+
+    def set_order(self, order: list[int], reason: str) -> None:
+        """Switch to `order` (switching carries no state, thesis §3.2), logged with its reason."""
+        old = tuple(self.order)
+        self.order = list(order)
+        self.view.rebuild(self.window.rows, self.order)
+        self.reorders += 1
+        r = Reorder(self.reorders, self.seen, old, tuple(order), reason)
+        self.log.append(r)
+        self.events.append(r)
+        log.info("conjunct order %s -> %s after %d tuples: %s", list(old), order, self.seen, reason)
+
+    def costs(self) -> np.ndarray:
+        """Cost per tuple of each conjunct under the configured cost model (seconds, or
+        operations scaled to nanoseconds)."""
+        return self.meter.costs() if self.config.cost_model == "measured" else self.static * 1e-9
+
+    # ------------------------------------------------------------ what it shows
+    def drain_events(self) -> list[tuple[str, float]]:
+        """SysStream rows (metric, value) of the re-orderings since the last call: `reorder`, its
+        number, and `reorder_first`, the conjunct now evaluated first."""
+        out = []
+        while self.events:
+            r = self.events.popleft()
+            out += [("reorder", float(r.seq)), ("reorder_first", float(r.new[0]))]
+        return out
+
+    def statistics(self) -> dict[str, Any]:
+        """Per conjunct: position, drop rate among profile tuples, cost per tuple, rank."""
+        costs = self.costs()
+        measured = self.meter.costs()
+        drop = self.window.drop_rates()
+        uncond = self.window.rows.sum(axis=0)
+        pos = {c: k for k, c in enumerate(self.order)}
+        return {
+            "policy": self.config.policy if self.n > 1 else OFF,
+            "order": list(self.order),
+            "profile_probability": self.config.p,
+            "profile_window": self.config.w,
+            "alpha": self.config.alpha,
+            "cost_model": self.config.cost_model,
+            "profile_tuples": len(self.window),
+            "conjuncts": [
+                {
+                    "index": i,
+                    "position": pos[i],
+                    "text": self.names[i],
+                    "drop_rate": round(float(drop[i]), 6),
+                    "cost_ops": int(self.static[i]),
+                    "cost_ns": round(float(measured[i]) * 1e9, 3) if self.meter.tuples[i] > 0 else None,
+                    "rank": round(float(uncond[i] / costs[i]) * 1e-6, 6),
+                }
+                for i in range(self.n)
+            ],
+            "matrix_view": self.view.v.tolist(),
+            "log": [r.as_dict() for r in list(self.log)[-10:]],
+        }
+
+    def explain(self) -> str:
+        order = ", ".join(f"[{i}] {self.names[i]}" for i in self.order)
+        pol = self.config.policy if self.policy is not None else OFF
+        return f"conjunct order ({pol}, {self.reorders} re-orderings): {order}"
