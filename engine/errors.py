@@ -26,6 +26,7 @@ CODES: dict[str, str] = {
     "bad_source": "a Spark source that cannot feed its stream: a bad definition or DataFrame (details: missing, mistyped)",
     "source_exists": "a Spark source already feeds that stream",
     "spark_unavailable": "Spark (pyspark and Java) cannot be started in this process",
+    "not_partitionable": "a query whose state does not partition, refused for a distributed run (details: partitioning)",
     "internal": "a broken invariant of the engine (a bug, never the caller's fault)",
 }
 
