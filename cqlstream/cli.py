@@ -19,6 +19,7 @@ from cqlstream.cql.logical.explain import explain_partitioning
 from cqlstream.cql.logical.partitioning import partitioning
 from cqlstream.engine.errors import EngineError
 from cqlstream.limit_options import add_limit_options, limit_settings
+from cqlstream.scale_out_commands import add_parsers as add_scale_out_parsers
 from cqlstream.spark_commands import add_parsers as add_spark_parsers
 from cqlstream.spark_commands import add_source_options
 
@@ -587,6 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
 
     add_spark_parsers(sub, "http://127.0.0.1:8000")
+    add_scale_out_parsers(sub, "http://127.0.0.1:8000")
     add_catalog_parsers(sub, "http://127.0.0.1:8000")  # streams, queries, push, drop
 
     bn = sub.add_parser(

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from cqlstream.cql.catalog import Catalog, SourceDef
+from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef
 from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.logical import nodes as L
@@ -48,6 +48,7 @@ class ScaleOutPlan:
     spec: QuerySpec
     partitioning: Partitioning
     targets: tuple[Target, ...]  # one per stream of spec.streams
+    tick_micros: tuple[int, ...]  # each stream's tick in µs (TIMESTAMP event times are floored to it)
     keys: tuple[tuple[str, ...], ...]  # key field names, one tuple per stream
     output: tuple[tuple[str, str], ...]  # (column name, engine type name)
 
@@ -82,16 +83,17 @@ def plan_query(ddl: str, query: str, *, compat: bool = False) -> ScaleOutPlan:
         if leaf.name.lower() not in (s.lower() for s in streams):
             streams.append(leaf.name)
     by_source = {k.source.lower(): k.names for k in verdict.sources}
-    targets, keys = [], []
+    targets, keys, ticks = [], [], []
     for s in streams:
         source = catalog.get(s)
         assert isinstance(source, SourceDef)
         if source.timestamp == "system":
             raise SparkSourceError(f"'{s}' is system-timestamped: a distributed run needs event time")
         targets.append(Target.of(source))
+        ticks.append(UNIT_MS[source.time_unit] * 1000)
         keys.append(tuple(by_source.get(s.lower(), ())) or tuple(c for c, _ in Target.of(source).columns))
     spec = QuerySpec(ddl, query, tuple(streams), compat)
-    return ScaleOutPlan(spec, verdict, tuple(targets), tuple(keys), _output_columns(compiled.schema))
+    return ScaleOutPlan(spec, verdict, tuple(targets), tuple(ticks), tuple(keys), _output_columns(compiled.schema))
 
 
 def _output_columns(schema: tuple[L.Attribute, ...]) -> tuple[tuple[str, str], ...]:
@@ -129,8 +131,9 @@ def keyed_input(
     (ticks), `__bucket` (hash of the key mod `buckets`), `__event_time` with Spark's watermark, and
     `_<i>_<field>` per field of each stream (null in the other streams' rows).
 
-    `frames` maps each stream to its DataFrame: an integer event-time column (`time_columns`, default
-    `ts`) in the stream's ticks and a column per field, by name (case-insensitive)."""
+    `frames` maps each stream to its DataFrame: an event-time column (`time_columns`, default `ts`),
+    integers in the stream's ticks or a Spark TIMESTAMP, and a column per field, by name
+    (case-insensitive)."""
     parts = []
     for i, (stream, target) in enumerate(zip(plan.spec.streams, plan.targets)):
         df = _frame_for(frames, stream)
@@ -144,9 +147,12 @@ def keyed_input(
             )
         kinds = dict(target.columns)
         key = [_key_column(cols[k.lower()], kinds[k]) for k in plan.keys[i]]
+        time = F.col(cols[tcol.lower()])
+        if isinstance(df.schema[cols[tcol.lower()]].dataType, (T.TimestampType, T.TimestampNTZType)):
+            time = F.floor(F.unix_micros(time.cast("timestamp")) / F.lit(plan.tick_micros[i]))
         keyed = df.select(
             F.lit(i).alias(STREAM),
-            F.col(cols[tcol.lower()]).cast("long").alias("ts"),
+            time.cast("long").alias("ts"),
             F.pmod(F.xxhash64(*key), F.lit(buckets)).cast("int").alias(BUCKET),
             *(F.col(cols[f.lower()]).alias(plan.field_column(i, f)) for f, _ in target.columns),
         )

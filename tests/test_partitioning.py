@@ -96,3 +96,11 @@ def test_reported_in_explain_api_and_cli(capsys):
     assert capsys.readouterr().out.splitlines()[-1].startswith("Partitioning: none: a Rows 3 window")
     assert main(["explain", "--json", "--ddl", DDL, "select k, count(*) from S [Range 2] group by k"]) == 0
     assert json.loads(capsys.readouterr().out)["partitioning"]["sources"] == {"S": ["k"]}
+
+
+def test_spark_run_refuses_what_does_not_partition(capsys):
+    assert main(["spark-run", "--explain", "--ddl", DDL, "select k, max(v) from S [Range 5] group by k"]) == 0
+    assert capsys.readouterr().out == "partitioning: by S.k\n"
+    assert main(["spark-run", "--ddl", DDL, "select * from S [Rows 4]", "--source", "S=csv:/nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cqlstream spark-run: this query cannot run partitioned: a Rows 4 window over the whole")

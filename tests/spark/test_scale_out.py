@@ -140,6 +140,21 @@ def test_a_restart_from_the_checkpoint_mid_stream_continues_exactly(spark, tmp_p
     assert results(spark, tmp_path / "out", 3) == through(expected, max(r[0] for rows in files for r in rows))
 
 
+def test_cqlstream_spark_run_writes_the_results_to_a_spark_sink(spark, tmp_path, monkeypatch, capsys):
+    from cqlstream.cli import main
+    from cqlstream.spark_bridge.runtime import SparkRuntime
+
+    monkeypatch.setattr(SparkRuntime, "stop", lambda self: None)  # the command would stop the module's session
+    files = stream_files(5, n_files=2, per_file=15)
+    write_files(tmp_path / "s", "when,k,v", files)
+    argv = ["spark-run", "--ddl", DDL, AGGREGATE, "--source", f"S=csv:{tmp_path / 's'}?time=when&maxFilesPerTrigger=1"]
+    argv += ["--sink", f"parquet:{tmp_path / 'out'}", "--checkpoint", str(tmp_path / "ck"), "--buckets", "3"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("partitioning: by S.k\n")
+    expected = run_reference(DDL, AGGREGATE, {"S": events(files), "T": []})
+    assert results(spark, tmp_path / "out", 3) == through(expected, max(r[0] for rows in files for r in rows))
+
+
 @pytest.mark.parametrize(
     "query,reason",
     [
