@@ -35,6 +35,7 @@ def _stream_ddl(s: dict[str, Any]) -> str:
 
 
 def cmd_spark_run(args: argparse.Namespace) -> int:
+    from cqlstream.cql.errors import CqlError
     from cqlstream.engine.errors import EngineError
 
     if args.url:
@@ -45,7 +46,7 @@ def cmd_spark_run(args: argparse.Namespace) -> int:
         from cqlstream.spark_bridge.scale_out import plan_query
 
         plan = plan_query(ddl, cql, compat=args.stream_compat)
-    except EngineError as e:
+    except (EngineError, CqlError) as e:
         print(f"cqlstream spark-run: {e}", file=sys.stderr)
         return 2
     print(f"partitioning: {plan.partitioning.describe()}", flush=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from cqlstream.cql.functions import FunctionRegistry
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, Subscription
 from cqlstream.io.decoders import ArrowStream, Target
@@ -78,7 +79,7 @@ class GroupEngine:
 
     @staticmethod
     def loads(data: bytes) -> GroupEngine:
-        engine = _Unpickler(io.BytesIO(data), Dsms(sys_stream=False).catalog.functions).load()
+        engine = _Unpickler(io.BytesIO(data), FunctionRegistry()).load()  # the built-in functions
         assert isinstance(engine, GroupEngine)
         return engine
 

@@ -140,6 +140,44 @@ def test_a_restart_from_the_checkpoint_mid_stream_continues_exactly(spark, tmp_p
     assert results(spark, tmp_path / "out", 3) == through(expected, max(r[0] for rows in files for r in rows))
 
 
+def test_a_batch_that_failed_is_replayed_from_the_checkpoint_with_the_state_before_it(spark, tmp_path):
+    files = stream_files(6, n_files=3, per_file=20)
+    write_files(tmp_path / "s", "ts,k,v", files)
+    plan = plan_query(DDL, AGGREGATE)
+    delivered: dict[int, list] = {}
+    failures: list[int] = []
+
+    def sink(df, batch_id: int) -> None:
+        rows = df.collect()
+        if batch_id == 1 and not failures:
+            failures.append(batch_id)
+            raise RuntimeError("forced failure in micro-batch 1")
+        delivered[batch_id] = rows  # keyed by batch id: a replayed batch replaces its first delivery
+
+    def start():
+        df = spark.readStream.schema("ts LONG, k INT, v INT").option("header", True)
+        df = df.option("maxFilesPerTrigger", 1).csv(str(tmp_path / "s"))
+        out = scale_out(spark, plan, {"S": df}).writeStream.foreachBatch(sink)
+        return out.option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
+
+    q = start()
+    with pytest.raises(Exception, match="forced failure"):
+        q.awaitTermination(WAIT)
+    assert failures == [1] and 1 not in delivered
+    q = start()  # Spark re-runs batch 1 on the buckets' state as of batch 0
+    try:
+        assert q.awaitTermination(WAIT), f"the restarted run did not finish in {WAIT} s"
+    finally:
+        q.stop()
+    got: dict[int, Counter] = {}
+    for rows in delivered.values():
+        for r in rows:
+            got.setdefault(r[0], Counter())[tuple(r[2:5])] += r[1]
+    got = {t: c for t, c in ((t, Counter({k: v for k, v in c.items() if v})) for t, c in got.items()) if c}
+    expected = run_reference(DDL, AGGREGATE, {"S": events(files), "T": []})
+    assert 1 in delivered and got == through(expected, max(r[0] for rows in files for r in rows))
+
+
 def test_cqlstream_spark_run_writes_the_results_to_a_spark_sink(spark, tmp_path, monkeypatch, capsys):
     from cqlstream.cli import main
     from cqlstream.spark_bridge.runtime import SparkRuntime
