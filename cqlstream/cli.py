@@ -15,8 +15,11 @@ from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
+from cqlstream.cql.logical.explain import explain_partitioning
+from cqlstream.cql.logical.partitioning import partitioning
 from cqlstream.engine.errors import EngineError
 from cqlstream.limit_options import add_limit_options, limit_settings
+from cqlstream.scale_out_commands import add_parsers as add_scale_out_parsers
 from cqlstream.spark_commands import add_parsers as add_spark_parsers
 from cqlstream.spark_commands import add_source_options
 
@@ -58,12 +61,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
                     "kind": compiled.kind,
                     "schema": [{"name": a.name, "type": str(a.type)} for a in compiled.schema],
                     "explain": compiled.explain(),
+                    "partitioning": partitioning(compiled.plan).to_dict(),
                 },
                 indent=2,
             )
         )
     else:
         print(compiled.explain())
+        print(explain_partitioning(compiled.plan))
     return 0
 
 
@@ -592,6 +597,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
 
     add_spark_parsers(sub, "http://127.0.0.1:8000")
+    add_scale_out_parsers(sub, "http://127.0.0.1:8000")
     add_catalog_parsers(sub, "http://127.0.0.1:8000")  # streams, queries, push, drop
 
     bn = sub.add_parser(

@@ -25,7 +25,8 @@ from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import CompiledQuery, compile_query
 from cqlstream.cql.functions import FunctionRegistry
 from cqlstream.cql.logical import nodes as L
-from cqlstream.cql.logical.explain import explain_plan
+from cqlstream.cql.logical.explain import explain_partitioning, explain_plan
+from cqlstream.cql.logical.partitioning import Partitioning, partitioning
 from cqlstream.cql.parser import parse_query, parse_script
 from cqlstream.cql.printer import to_cql
 from cqlstream.engine.adaptive.config import AdaptiveConfig
@@ -101,6 +102,11 @@ class QueryHandle:
         return verdict(self.physical_plan)[1]
 
     @property
+    def partitioning(self) -> Partitioning:
+        """The key its state partitions on, or why none (cql/logical/partitioning.py)."""
+        return partitioning(self.compiled.plan)
+
+    @property
     def physical_plan(self) -> L.Plan:
         """The logical plan the engine runs (with sharing, selections stay above windows)."""
         return lift_filters(self.compiled.plan) if self.share else self.compiled.plan
@@ -118,6 +124,7 @@ class QueryHandle:
             text += "\nRuns as (shared: selections stay above windows so queries share them):\n" + "\n".join(
                 "  " + line for line in explain_plan(shared).splitlines()
             )
+        text += "\n" + explain_partitioning(self.compiled.plan)
         cf = self.completeness()
         if self.pnode is not None and cf["complete_from"] is not None:
             text += f"\nResults exact from instant {cf['complete_from']} (registered while data flowed)."

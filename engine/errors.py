@@ -27,6 +27,7 @@ CODES: dict[str, str] = {
     "source_exists": "a Spark source already feeds that stream",
     "spark_unavailable": "Spark (pyspark and Java) cannot be started in this process",
     "nothing_to_seed": "a query registered from an earlier instant (seeding) has no state its sources' past could build",
+    "not_partitionable": "a query whose state does not partition, refused for a distributed run (details: partitioning)",
     "internal": "a broken invariant of the engine (a bug, never the caller's fault)",
 }
 

@@ -390,6 +390,7 @@ class EngineHost:
             "weight": h.weight,
             "bounded_memory": h.bounded_memory,
             "bounded_memory_note": h.bounded_memory_note,
+            "partitioning": h.partitioning.to_dict(),
             "subscribers": pub.live() if pub else 0,
         }
 

@@ -144,6 +144,12 @@ class QueryOut(BaseModel):
         "(time-based windows), false = state grows with the input",
     )
     bounded_memory_note: str = Field("", description="why, naming the operators that hold the most state")
+    partitioning: dict[str, Any] | None = Field(
+        None,
+        description="the key on which all the query's state partitions (`key`, each source's key columns in "
+        "`sources`; `any`: no keyed state) or why none (`reason`, and the partitionable `prefix` and global "
+        "`tail` where that applies): what `cqlstream spark-run` can distribute",
+    )
     subscribers: int = 0
 
     model_config = ConfigDict(populate_by_name=True)

@@ -99,6 +99,7 @@ STATUS: dict[tuple[str, str | None], int] = {
     ("engine", "bad_source"): 422,
     ("engine", "source_exists"): 409,
     ("engine", "spark_unavailable"): 503,
+    ("engine", "not_partitionable"): 422,
 }
 
 

@@ -72,3 +72,10 @@ def explain_plan(plan: L.Plan) -> str:
 
     visit(plan, "", "")
     return "\n".join(lines)
+
+
+def explain_partitioning(plan: L.Plan) -> str:
+    """The plan's partitioning verdict as one EXPLAIN line (cql/logical/partitioning.py)."""
+    from cqlstream.cql.logical.partitioning import partitioning  # it labels nodes with this module
+
+    return "Partitioning: " + partitioning(plan).describe()
