@@ -217,10 +217,14 @@ def _resolve(folder: Path, name: str) -> Path:
     return p if p.is_absolute() else folder / p
 
 
-def parse_script(path: str | os.PathLike[str], *, compat: bool = False) -> Script:
+def parse_script(
+    path: str | os.PathLike[str], *, compat: bool = False, source_dir: str | os.PathLike[str] | None = None
+) -> Script:
     """Read and check a STREAM script: pairing of table/source, vquery/vtable and query/dest,
     existence of source files and their type lines, and every CQL statement (analyzed in order
-    against a scratch catalog). Raises ScriptError with the script line of the first problem."""
+    against a scratch catalog). With `source_dir`, every source is read from that folder under its
+    file name (a script written for other paths runs unchanged, as `out_dir` does for dests).
+    Raises ScriptError with the script line of the first problem."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -246,7 +250,7 @@ def parse_script(path: str | os.PathLike[str], *, compat: bool = False) -> Scrip
                     path, pending.line, f"'{what}' must be followed by '{expected} :' (found '{kw} :' on line {line})"
                 )
             if kw == "source":
-                pending.file = _resolve(folder, body)
+                pending.file = _resolve(folder, body) if source_dir is None else Path(source_dir) / Path(body).name
                 pending.file_line = line
                 if not pending.file.is_file():
                     why = "is a folder" if pending.file.is_dir() else "not found"
