@@ -23,7 +23,9 @@ two np.searchsorted calls on (rank(k)·M + seq) composites. Instances left over 
 chain rounds (lifetimes in no useful order, e.g. arbitrary relation deletes) go to a dyadic
 (segment-tree) index: each alive range is cut into ≤ 2 aligned blocks per level, and a probe
 looks up its block on every level. Either way candidate pairs are exactly the matches, and the
-cost does not grow with the number of instants in the batch. Other conjuncts are evaluated on the partial concatenated rows as
+cost does not grow with the number of instants in the batch. A few probes against many instances
+(a [Now] window against a relation updated every instant) skip the index: `scan_pairs` pairs them
+with the instances of their keys and keeps the alive ones. Other conjuncts are evaluated on the partial concatenated rows as
 soon as their inputs are bound; conjuncts reading one input filter that input's events up front
 (a tuple failing them never joins); NULL keys never match.
 """
