@@ -113,3 +113,22 @@ def test_soak_quick_run_counts(tmp_path):
     per_query = data["elements_per_query"]
     assert len(per_query) == 4 and all(n > 0 for n in per_query.values())
     assert data["elements_received"] == 2 * sum(per_query.values())
+
+
+def test_linear_road_bench_runs_both_modes(tmp_path):
+    """STREAM's Linear Road script (compat) and its paper version, through `cqlstream run`, on the
+    generator's smallest preset: every dest has output, the two modes the same checksums."""
+    from bench.linear_road import bench as linear_road
+
+    report = tmp_path / "lr.json"
+    assert linear_road.main(["--sizes", "reference", "--mode", "both", "--json", str(report)]) == 0
+    results = json.loads(report.read_text())["results"]
+    assert [(r["size"], r["mode"]) for r in results] == [("reference", "compat"), ("reference", "paper")]
+    compat, paper = results
+    for r in results:
+        assert r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_rss_mb"] > 0 and r["input_tuples"] > 1000
+        assert all(d["lines"] > 0 for d in r["dests"].values()), r
+    assert compat["warnings"] == 4 and paper["warnings"] == 0
+    assert compat["dests"] == paper["dests"]
+    assert linear_road.checksum_lines(["a", "b", "b"]) == linear_road.checksum_lines(["b", "a", "b"])
+    assert linear_road.checksum_lines(["a", "b"]) != linear_road.checksum_lines(["a", "b", "b"])

@@ -2,7 +2,9 @@
 
 Four files, named as the script's `source :` lines name them (so `cqlstream run --source-dir`
 finds them): `xway` (CommonInputStr), `minstr` (MinStr), `minendstr` (MinEndStr) and `minsegstr`
-(MinSegStr). Timestamps are seconds, the time unit of a script's streams.
+(MinSegStr). Timestamps are seconds, the time unit of a script's streams. MinStr has `Mnt` = m
+at second 60m, MinEndStr `Mnt` = m at 60m + 59 (the end of minute m), MinSegStr a tuple per
+minute, expressway, direction and segment at the minute's start.
 
 The traffic is our own simulation, in the shape of the Linear Road benchmark (Arasu et al., VLDB
 2004), not its generator: each vehicle enters an expressway on lane 0, reports every 30 s on
@@ -10,12 +12,12 @@ lanes 1-3 and exits on lane 4; Seg is 0..99 and Pos the feet from the west end (
 eastbound (Dir 0) positions grow, westbound ones shrink. The simulation advances in 30-second
 ticks, every vehicle reporting at its own second of the tick. A vehicle's speed falls with the
 number of vehicles in its segment (free flow 55-75 mph, down to 5 mph), and entries are denser
-near a few ramps, so some segment-minutes hold more than 50 vehicles at an average under 40 mph
-(the script's toll condition). Accidents: two vehicles stop at the same position for several
+near a few ramps in waves every 12 minutes, so some segment-minutes hold more than 50 vehicles at
+an average under 40 mph (the script's toll condition). Accidents: two vehicles stop at the same position for several
 consecutive reports. Vehicles also send balance requests (Type 2, a Qid) and daily-expenditure
 requests (Type 3) between their reports, with -1 in the fields a request does not use.
 
-    python -m bench.linear_road.gen --out DIR [--tuples 720k | --xways X --minutes M --vehicles V] [--seed 1]
+    python -m bench.linear_road.gen --out DIR [--tuples 720k] [--xways X --minutes M --vehicles V] [--seed 1]
 
 Everything is numpy over whole columns; the same arguments always give the same bytes.
 """
@@ -23,6 +25,7 @@ Everything is numpy over whole columns; the same arguments always give the same 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
@@ -34,7 +37,6 @@ import pyarrow.csv as pacsv
 
 SEGMENTS = 100
 SEG_FEET = 5280
-ROAD_FEET = SEGMENTS * SEG_FEET
 TICK = 30  # seconds between two reports of a vehicle
 FEET_PER_MPH = 44  # feet covered in one tick at 1 mph (5280 / 120)
 JAM = 135  # vehicles in one segment (one xway, one direction) at which speed bottoms out
@@ -65,17 +67,30 @@ FILES = ("xway", "minstr", "minendstr", "minsegstr")
 
 @dataclass(frozen=True)
 class Params:
-    """One input: `xways` expressways for `minutes` minutes, `vehicles` trips per expressway."""
+    """One input: `xways` expressways for `minutes` minutes, `vehicles` trips per expressway;
+    `segments` per expressway (Linear Road's 100) and `directions` (2; 1: eastbound only): a short
+    one-way road packs congestion into a few tuples, for inputs small enough for the reference
+    evaluator."""
 
     xways: int
     minutes: int
     vehicles: int
     seed: int = 1
+    segments: int = SEGMENTS
+    directions: int = 2
+    requests: float = REQUEST_RATE  # balance requests per position report
+
+    @property
+    def road_feet(self) -> int:
+        return self.segments * SEG_FEET
 
 
-# Named sizes: about as many CommonInputStr tuples as the name says (all four files together a
-# little more: MinSegStr adds 200 tuples per expressway and minute).
+# Named sizes: 720k and 3M are about as many tuples as they say (all four files together; the
+# traffic is chaotic enough that nearby vehicle counts can give 10% more or less).
 PRESETS: dict[str, Params] = {
+    # for the reference evaluator (tests/test_linear_road_differential.py): a 4-minute, 8-segment
+    # one-way road, yet every dest has output
+    "reference": Params(xways=1, minutes=4, vehicles=200, seed=3, segments=8, directions=1, requests=0.1),
     "tiny": Params(xways=1, minutes=6, vehicles=2_000),
     "small": Params(xways=1, minutes=15, vehicles=4_000),
     "720k": Params(xways=2, minutes=60, vehicles=12_000),
@@ -101,19 +116,19 @@ def _entries(rng: np.random.Generator, p: Params, ticks: int) -> dict[str, np.nd
     direction of travel (feet), free-flow speed."""
     n = p.vehicles * p.xways
     xway = np.repeat(np.arange(p.xways, dtype=np.int64), p.vehicles)
-    direction = rng.integers(0, 2, n)
+    direction = rng.integers(0, p.directions, n)
     tick0 = rng.integers(0, max(ticks - 4, 1), n)
     phase = rng.integers(0, TICK, n)
     # rush waves: every RUSH_TICKS the share of trips entering near one of three busy ramps (per
     # xway and direction) swells from 0 to BUSY and falls back; the other trips enter anywhere
-    ramps = rng.integers(5, 60, (p.xways, 2, 3))
+    ramps = rng.integers(p.segments // 20, p.segments * 3 // 5, (p.xways, 2, 3))
     wave = 0.5 + 0.5 * np.cos(2 * np.pi * tick0 / RUSH_TICKS)  # a run starts at the peak
     busy = rng.random(n) < BUSY * wave
     ramp = ramps[xway, direction, rng.integers(0, 3, n)]
-    seg0 = np.where(busy, ramp + rng.integers(0, 3, n), rng.integers(0, SEGMENTS - 5, n))
+    seg0 = np.where(busy, ramp + rng.integers(0, 3, n), rng.integers(0, p.segments - 5, n))
     start = seg0 * SEG_FEET + rng.integers(0, SEG_FEET, n)
     length = rng.integers(2, 25, n) * SEG_FEET + rng.integers(0, SEG_FEET, n)
-    end = np.minimum(start + length, ROAD_FEET - 1)
+    end = np.minimum(start + length, p.road_feet - 1)
     vfree = rng.integers(55, 76, n)
     return {"xway": xway, "dir": direction, "tick0": tick0, "phase": phase, "start": start, "end": end, "vfree": vfree}
 
@@ -124,7 +139,7 @@ def _simulate(rng: np.random.Generator, e: dict[str, np.ndarray], p: Params, tic
     along = e["start"].copy()  # feet travelled from the west end in the direction of travel
     done = np.zeros(n, bool)
     parts = []
-    cell_of = (e["xway"] * 2 + e["dir"]) * SEGMENTS
+    cell_of = (e["xway"] * 2 + e["dir"]) * p.segments
     for k in range(ticks):
         live = np.flatnonzero((e["tick0"] <= k) & ~done)
         if not len(live):
@@ -132,8 +147,8 @@ def _simulate(rng: np.random.Generator, e: dict[str, np.ndarray], p: Params, tic
         entering = e["tick0"][live] == k
         moving = live[~entering]
         # segment occupancy (travel lanes) before this tick's moves sets this tick's speeds
-        seg_along = np.minimum(along // SEG_FEET, SEGMENTS - 1)
-        occupancy = np.bincount(cell_of[moving] + seg_along[moving], minlength=p.xways * 2 * SEGMENTS)
+        seg_along = np.minimum(along // SEG_FEET, p.segments - 1)
+        occupancy = np.bincount(cell_of[moving] + seg_along[moving], minlength=p.xways * 2 * p.segments)
         crowd = occupancy[cell_of[live] + seg_along[live]]
         speed = np.maximum(e["vfree"][live] * (1.0 - crowd / JAM), MIN_SPEED).astype(np.int64)
         speed += rng.integers(-2, 3, len(live))
@@ -144,7 +159,7 @@ def _simulate(rng: np.random.Generator, e: dict[str, np.ndarray], p: Params, tic
         along[live] = np.minimum(along[live], e["end"][live])
         lane = np.where(entering, 0, np.where(exits, 4, 1 + (e["vfree"][live] + k) % 3))
         done[live[exits]] = True
-        pos = np.where(e["dir"][live] == 0, along[live], ROAD_FEET - 1 - along[live])
+        pos = np.where(e["dir"][live] == 0, along[live], p.road_feet - 1 - along[live])
         parts.append(
             {
                 "Scd": k * TICK + e["phase"][live],
@@ -168,11 +183,14 @@ def _accidents(rng: np.random.Generator, p: Params, ticks: int, first_vid: int) 
     per_xway = max(1, p.minutes // 10)
     for x in range(p.xways):
         for a in range(per_xway):
-            direction = int(rng.integers(0, 2))
-            stop_along = int(rng.integers(10, 80)) * SEG_FEET + int(rng.integers(0, SEG_FEET))
-            # the first stopped report, spread over the run and leaving 6 minutes after it
-            lo = 6 + a * (ticks - 20) // per_xway
-            k_stop = min(int(rng.integers(lo, lo + 6)), max(ticks - 14, 6))
+            direction = int(rng.integers(0, p.directions))
+            stop_along = int(rng.integers(p.segments // 10, p.segments * 4 // 5)) * SEG_FEET + int(
+                rng.integers(0, SEG_FEET)
+            )
+            # the first stopped report: spread over the run, 7 minutes before its end when it can
+            # be (a short run has its accident at once, so notifications fall inside it)
+            lo = 1 + a * max(ticks - 20, 0) // per_xway
+            k_stop = min(int(rng.integers(lo, lo + 6)), max(ticks - 14, 1))
             phase_a = int(rng.integers(0, TICK - 20))
             for phase, stops in ((phase_a, int(rng.integers(8, 10))), (phase_a + int(rng.integers(1, 21)), 6)):
                 before = 3
@@ -195,22 +213,22 @@ def _accidents(rng: np.random.Generator, p: Params, ticks: int, first_vid: int) 
                         "XWay": np.full(m, x),
                         "Lane": lane,
                         "Dir": np.full(m, direction),
-                        "Pos": np.where(direction == 0, along, ROAD_FEET - 1 - along),
+                        "Pos": np.where(direction == 0, along, p.road_feet - 1 - along),
                     }
                 )
                 vid += 1
     return parts
 
 
-def _requests(rng: np.random.Generator, reports: dict[str, np.ndarray], end: int) -> dict[str, np.ndarray]:
+def _requests(rng: np.random.Generator, reports: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
     """Type-2 (balance) and Type-3 (daily expenditure) requests, each 1-29 s after a report of the
     vehicle sending it (so before its next report), with Qids in time order."""
     n = len(reports["Scd"])
     u = rng.random(n)
-    kind = np.where(u < REQUEST_RATE, 2, np.where(u < REQUEST_RATE + DAILY_RATE, 3, 0))
+    kind = np.where(u < p.requests, 2, np.where(u < p.requests + DAILY_RATE, 3, 0))
     pick = np.flatnonzero(kind > 0)
     scd = reports["Scd"][pick] + rng.integers(1, TICK, len(pick))
-    keep = scd < end
+    keep = scd < p.minutes * 60
     pick, scd = pick[keep], scd[keep]
     m = len(pick)
     minus = np.full(m, -1, np.int64)
@@ -236,8 +254,8 @@ def _requests(rng: np.random.Generator, reports: dict[str, np.ndarray], end: int
 
 def traffic(p: Params) -> Traffic:
     """All CommonInputStr tuples of the input `p`, in timestamp order."""
-    if p.xways < 1 or p.minutes < 2 or p.vehicles < 0:
-        raise ValueError("need at least 1 expressway, 2 minutes and no negative number of vehicles")
+    if p.xways < 1 or p.minutes < 2 or p.vehicles < 0 or p.segments < 8 or p.directions not in (1, 2):
+        raise ValueError("need 1+ expressways, 2+ minutes, 8+ segments, 1 or 2 directions, 0+ vehicles")
     rng = np.random.default_rng([p.seed, 7])
     ticks = p.minutes * 60 // TICK
     e = _entries(rng, p, ticks)
@@ -248,7 +266,7 @@ def traffic(p: Params) -> Traffic:
     reports["Seg"] = reports["Pos"] // SEG_FEET
     for c in ("Qid", "Sinit", "Send", "Dow", "Tod", "Dy"):
         reports[c] = np.full(m, -1, np.int64)
-    req = _requests(rng, reports, p.minutes * 60)
+    req = _requests(rng, reports, p)
     cols = {c: np.concatenate([reports[c], req[c]]) for c in COLUMNS}
     order = np.lexsort((cols["Vid"], cols["Type"], cols["Scd"]))
     cols = {c: v[order] for c, v in cols.items()}
@@ -281,7 +299,7 @@ def write(p: Params, out: str | Path) -> dict[str, int]:
     end = np.arange(p.minutes, dtype=np.int64)
     counts["minendstr"] = _write(out / "minendstr", "i,i", [end * 60 + 59, end])
     # every (minute, xway, dir, segment), minute-major
-    grid = np.indices((p.minutes, p.xways, 2, SEGMENTS)).reshape(4, -1).astype(np.int64)
+    grid = np.indices((p.minutes, p.xways, p.directions, p.segments)).reshape(4, -1).astype(np.int64)
     counts["minsegstr"] = _write(out / "minsegstr", "i,i,i,i,i", [grid[0] * 60, *grid])
     return counts
 
@@ -300,15 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--xways", type=int, help="expressways")
     p.add_argument("--minutes", type=int, help="length of the run in minutes")
     p.add_argument("--vehicles", type=int, help="trips per expressway")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, help="random seed (default: the preset's)")
     args = p.parse_args(argv)
     base = PRESETS[args.tuples or "720k"]
-    params = Params(
-        xways=args.xways or base.xways,
-        minutes=args.minutes or base.minutes,
-        vehicles=args.vehicles if args.vehicles is not None else base.vehicles,
-        seed=args.seed,
-    )
+    overrides = {"xways": args.xways, "minutes": args.minutes, "vehicles": args.vehicles, "seed": args.seed}
+    params = dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
     began = time.perf_counter()
     counts = write(params, args.out)
     print(
