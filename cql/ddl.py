@@ -9,7 +9,7 @@ from typing import Any
 
 from cqlstream.cql import ast
 from cqlstream.cql import types as T
-from cqlstream.cql.analyzer import analyze
+from cqlstream.cql.analyzer import AnalyzeOptions, analyze
 from cqlstream.cql.catalog import Catalog, SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError, Pos
 from cqlstream.cql.functions import FunctionRegistry
@@ -100,13 +100,15 @@ def register_source(catalog: Catalog, stmt: ast.RegisterSource) -> SourceDef:
     return d
 
 
-def register_view(catalog: Catalog, stmt: ast.RegisterView, text: str | None = None) -> ViewDef:
-    """Analyze a `register view` statement's query and add the view to the catalog."""
+def register_view(
+    catalog: Catalog, stmt: ast.RegisterView, text: str | None = None, options: AnalyzeOptions | None = None
+) -> ViewDef:
+    """Analyze a `register view` statement's query (with `options`) and add the view to the catalog."""
     check_name(stmt.name, "view", stmt.pos)
     for c in stmt.columns or ():
         check_name(c, "column", stmt.pos)
     catalog.claim(stmt.name, stmt.pos)
-    plan = analyze(stmt.query, catalog, text=text).plan
+    plan = analyze(stmt.query, catalog, text=text, options=options).plan
     if stmt.columns is not None:
         if len(stmt.columns) != len(plan.schema):
             raise CqlError(

@@ -80,14 +80,14 @@ _COMPAT_HELP = (
 
 
 def _run(
-    script: str | Path, out_dir: str | Path | None, compat: bool, batch_rows: int
+    script: str | Path, out_dir: str | Path | None, compat: bool, batch_rows: int, source_dir: str | None = None
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
     from cqlstream.io.errors import ScriptError
     from cqlstream.io.script_runner import run_script
 
     try:
-        return run_script(script, out_dir=out_dir, compat=compat, batch_rows=batch_rows), None
+        return run_script(script, out_dir=out_dir, compat=compat, batch_rows=batch_rows, source_dir=source_dir), None
     except ScriptError as e:
         return None, str(e)
     except OSError as e:  # writing results: disk full, permissions
@@ -103,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.batch_rows < 1:
         print("cqlstream run: --batch-rows must be at least 1", file=sys.stderr)
         return 2
-    counts, err = _run(args.script, args.out_dir, args.stream_compat, args.batch_rows)
+    counts, err = _run(args.script, args.out_dir, args.stream_compat, args.batch_rows, args.source_dir)
     if counts is None:
         print(err, file=sys.stderr)
         return 2
@@ -452,6 +452,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--out-dir",
         metavar="DIR",
         help="write every dest into DIR (keeping its file name) instead of where the script says",
+    )
+    r.add_argument(
+        "--source-dir",
+        metavar="DIR",
+        help="read every source from DIR (keeping its file name) instead of where the script says",
     )
     r.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
     r.add_argument(

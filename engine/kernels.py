@@ -107,9 +107,48 @@ def expand_pairs(p: np.ndarray, rows: np.ndarray, start: np.ndarray, cnt: np.nda
 # ---------------------------------------------------------------- key factorising
 
 
+def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """`np.unique(x, return_inverse=True)` for int64 keys without its argsort: a presence table
+    when the values span a small range, else one plain (SIMD) sort of packed (x − lo) << b |
+    position words; None when neither fits (the caller falls back to np.unique)."""
+    n = len(x)
+    if not n:
+        return x[:0], np.zeros(0, np.int64)
+    lo, hi = int(x.min()), int(x.max())
+    span = hi - lo
+    if span <= 4 * n + 1024:  # small range: no sort at all
+        k = x - lo if lo else x
+        present = np.zeros(span + 1, bool)
+        present[k] = True
+        rank = np.cumsum(present, dtype=np.int64)
+        rank -= 1
+        return np.flatnonzero(present) + lo, rank[k]
+    nb = (n - 1).bit_length()
+    if span.bit_length() + nb > 62:
+        return None
+    packed = x - np.int64(lo)
+    packed <<= nb
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    pos = packed & ((1 << nb) - 1)
+    packed >>= nb
+    new = np.empty(n, bool)
+    new[0] = True
+    np.not_equal(packed[1:], packed[:-1], out=new[1:])
+    inv = np.empty(n, np.int64)
+    inv[pos] = np.cumsum(new) - 1
+    uniq = packed[new]
+    uniq += lo
+    return uniq, inv
+
+
 def factorize(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct values, code per row) of one column: equal values ↔ equal codes, codes in
     value order. Strings (object columns) are sorted in C as a fixed-width unicode copy."""
+    if col.dtype == np.int64:
+        got = unique_inverse(col)
+        if got is not None:
+            return got
     if col.dtype == object:
         try:
             col = col.astype(str)
@@ -127,14 +166,16 @@ def dense_codes(key: np.ndarray, width: int) -> tuple[np.ndarray, int]:
         present[key] = True
         rank = np.cumsum(present) - 1
         return rank[key], int(rank[-1]) + 1 if width else 0
-    uniq, inv = np.unique(key, return_inverse=True)
+    got = unique_inverse(key.astype(np.int64, copy=False))
+    uniq, inv = got if got is not None else np.unique(key, return_inverse=True)
     return inv.reshape(-1).astype(np.int64, copy=False), len(uniq)
 
 
 def joint_dense(*arrays: np.ndarray) -> tuple[list[np.ndarray], int]:
     """Dense joint codes (0..n−1, in value order) for int64 arrays, and n."""
     allv = np.concatenate(arrays)
-    u, inv = np.unique(allv, return_inverse=True)
+    got = unique_inverse(allv) if allv.dtype == np.int64 else None
+    u, inv = got if got is not None else np.unique(allv, return_inverse=True)
     cuts = np.cumsum([len(a) for a in arrays])[:-1]
     return np.split(inv.astype(np.int64), cuts), len(u)
 

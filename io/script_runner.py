@@ -59,15 +59,17 @@ def run_script(
     out_dir: str | os.PathLike[str] | None = None,
     compat: bool = False,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    source_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
     pushes), and write each query's result to its dest (in `out_dir` when given, same file name).
-    Returns {dest path: lines written}. Raises ScriptError for any user error."""
+    Sources are read from `source_dir` when given (same file name). Returns {dest path: lines
+    written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
     _tune_malloc()
-    script = parse_script(path, compat=compat)
+    script = parse_script(path, compat=compat, source_dir=source_dir)
     d = Dsms(compat=compat)
     reg = Registrar(script, d, compat)
     reg.register_all()

@@ -15,6 +15,7 @@ Every user error is a `ScriptError` whose text is `path:line: reason`.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -26,13 +27,17 @@ from cqlstream.cql.analyzer import AnalyzeOptions, analyze
 from cqlstream.cql.catalog import Catalog, SourceDef
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import CompiledQuery, compile_query
+from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.parser import parse_query, parse_statement
 from cqlstream.cql.types import resolve as resolve_type
 from cqlstream.io.dat_source import check_type_line
 from cqlstream.io.errors import ScriptError
+from cqlstream.io.view_kinds import view_kind
 
 if TYPE_CHECKING:
     from cqlstream.engine.dsms import Dsms, QueryHandle
+
+_log = logging.getLogger(__name__)
 
 KEYWORDS = ("table", "source", "vquery", "vtable", "query", "dest")
 _STATEMENT_KEYWORDS = ("table", "vquery", "vtable", "query")
@@ -93,6 +98,7 @@ class Step:
 class Script:
     path: Path
     steps: list[Step] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # `path:line: warning: text`, from checking its views
 
     @property
     def folder(self) -> Path:
@@ -217,10 +223,14 @@ def _resolve(folder: Path, name: str) -> Path:
     return p if p.is_absolute() else folder / p
 
 
-def parse_script(path: str | os.PathLike[str], *, compat: bool = False) -> Script:
+def parse_script(
+    path: str | os.PathLike[str], *, compat: bool = False, source_dir: str | os.PathLike[str] | None = None
+) -> Script:
     """Read and check a STREAM script: pairing of table/source, vquery/vtable and query/dest,
     existence of source files and their type lines, and every CQL statement (analyzed in order
-    against a scratch catalog). Raises ScriptError with the script line of the first problem."""
+    against a scratch catalog). With `source_dir`, every source is read from that folder under its
+    file name (a script written for other paths runs unchanged, as `out_dir` does for dests).
+    Raises ScriptError with the script line of the first problem."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -246,7 +256,7 @@ def parse_script(path: str | os.PathLike[str], *, compat: bool = False) -> Scrip
                     path, pending.line, f"'{what}' must be followed by '{expected} :' (found '{kw} :' on line {line})"
                 )
             if kw == "source":
-                pending.file = _resolve(folder, body)
+                pending.file = _resolve(folder, body) if source_dir is None else Path(source_dir) / Path(body).name
                 pending.file_line = line
                 if not pending.file.is_file():
                     why = "is a folder" if pending.file.is_dir() else "not found"
@@ -273,7 +283,11 @@ def parse_script(path: str | os.PathLike[str], *, compat: bool = False) -> Scrip
         expected = need[pending.kind]
         what = {"table": "table", "view": "vquery", "query": "query"}[pending.kind]
         raise ScriptError(path, pending.line, f"'{what}' must be followed by '{expected} :' (found end of script)")
-    Registrar(script, None, compat).register_all()
+    check = Registrar(script, None, compat)
+    check.register_all()
+    script.warnings = check.warnings
+    for w in script.warnings:
+        _log.warning("%s", w)  # on stderr under `cqlstream run` (logging's last-resort handler)
     return script
 
 
@@ -286,6 +300,14 @@ def _line_of_offset(path: Path, offset: int) -> int:
 
 
 # ------------------------------------------------------------------ registration
+
+
+# the reading of a vquery without CQL's implicit top-level Istream (view_kinds)
+_NO_IMPLICIT = AnalyzeOptions(stream_compat=True)
+
+
+def _kind(plan: Plan) -> str:
+    return "stream" if plan.is_stream else "relation"
 
 
 def _type_kind_group(kind: str) -> str:
@@ -303,6 +325,7 @@ class Registrar:
         self.catalog: Catalog = dsms.catalog if dsms is not None else Catalog()
         self.sources: list[tuple[Step, SourceDef]] = []
         self.queries: list[tuple[Step, QueryHandle | CompiledQuery]] = []  # a handle when registered in a Dsms
+        self.warnings: list[str] = []  # `path:line: warning: text` of views accepted with a warning (view_kinds)
 
     def _err(self, e: CqlError, line: int, col: int) -> ScriptError:
         if e.line is None:
@@ -342,20 +365,16 @@ class Registrar:
         vt = self._ddl(step.ddl, ddl_line, step.ddl_col, "vtable")
         try:
             plan = analyze(q, self.catalog, text=step.text).plan
+            plain = analyze(q, self.catalog, text=step.text, options=_NO_IMPLICIT).plan
         except CqlError as e:
             raise self._err(e, step.line, step.col) from None
-        kind = "stream" if plan.is_stream else "relation"
-        if vt.kind != kind:
-            hint = (
-                "wrap the vquery in Istream(...), Dstream(...) or Rstream(...)"
-                if vt.kind == "stream"
-                else "declare it 'register stream'"
-            )
-            raise ScriptError(
-                path,
-                ddl_line,
-                f"vtable '{vt.name}' is declared a {vt.kind} but its vquery (line {step.line}) yields a {kind}; {hint}",
-            )
+        verdict = view_kind(vt.name, step.line, vt.kind, _kind(plan), _kind(plain), self.compat)
+        if verdict.message is not None:
+            if verdict.error:
+                raise ScriptError(path, ddl_line, verdict.message)
+            self.warnings.append(f"{path}:{ddl_line}: warning: {verdict.message}")
+        if not verdict.implicit:
+            plan = plain
         if len(vt.attrs) != len(plan.schema):
             raise ScriptError(
                 path,
@@ -377,7 +396,7 @@ class Registrar:
                 )
         rv = ast.RegisterView(vt.name, tuple(a.name for a in vt.attrs), q, pos=vt.pos)
         try:
-            ddl.register_view(self.catalog, rv, step.text)
+            ddl.register_view(self.catalog, rv, step.text, options=None if verdict.implicit else _NO_IMPLICIT)
         except CqlError as e:
             raise self._err(e, ddl_line, step.ddl_col) from None
 

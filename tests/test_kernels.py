@@ -177,6 +177,7 @@ def test_row_codes_without_columns():
     assert codes.tolist() == [0, 0, 0, 0] and k == 1
 
 
+@settings(deadline=None)  # the first example imports pyarrow
 @given(st.lists(st.sampled_from(["a", "b", "c", ""]) | st.integers(0, 3), max_size=30))
 def test_factorize_objects_in_order_of_appearance(vals):
     v = np.empty(len(vals), object)
@@ -184,3 +185,18 @@ def test_factorize_objects_in_order_of_appearance(vals):
     first: dict = {}
     model = [first.setdefault((type(x), x), len(first)) for x in vals]
     assert K.factorize_objects(v).tolist() == model
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(-(2**62), 2**62 - 1), max_size=40),
+    st.sampled_from([1, 3, 1 << 20, 1 << 40, 1 << 62]),
+)
+def test_unique_inverse_equals_np_unique(vals, spread):
+    x = np.asarray([v % spread - spread // 2 for v in vals], np.int64)
+    got = K.unique_inverse(x)
+    u, inv = np.unique(x, return_inverse=True)
+    if got is None:  # only when the values span too much to pack
+        assert (int(x.max()) - int(x.min())).bit_length() + max(len(x) - 1, 0).bit_length() > 62
+        return
+    assert got[0].tolist() == u.tolist() and got[1].tolist() == inv.reshape(-1).tolist()

@@ -95,12 +95,13 @@ GOOD_HEAD = f"table : {S_DDL};\nsource : data/s.dat\n"
         (
             GOOD_HEAD + "vquery : select A from S [Range 2];\nvtable : register stream V (A integer);\n",
             4,
-            "declared a stream but its vquery (line 3) yields a relation",
+            "declared a stream but its vquery (line 3) yields a relation; wrap the vquery in Istream(...), "
+            "Dstream(...) or Rstream(...), or register it as a relation",
         ),
         (
-            GOOD_HEAD + "vquery : select A from S;\nvtable : register relation V (A integer);\n",
+            GOOD_HEAD + "vquery : Istream(select A from S [Range 2]);\nvtable : register relation V (A integer);\n",
             4,
-            "declared a relation but its vquery (line 3) yields a stream",
+            "declared a relation but its vquery (line 3) yields a stream; declare it 'register stream'",
         ),
         (
             GOOD_HEAD + "vquery : select A, B from S;\nvtable : register stream V (A integer);\n",

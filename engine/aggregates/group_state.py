@@ -16,6 +16,7 @@ from numpy.typing import DTypeLike
 
 from cqlstream.engine.aggregates.quantities import Quantity, Totals
 from cqlstream.engine.batch import Batch
+from cqlstream.engine.kernels import stable_order
 
 Fill = Callable[[np.ndarray, object], np.ndarray]
 
@@ -119,8 +120,13 @@ class GroupState:
         new = np.flatnonzero(~self.key_set[gid])
         if not len(new):
             return
-        g, first = np.unique(gid[new], return_index=True)
-        rows = new[first]
+        gn = gid[new]
+        o = stable_order(gn, 0, self.cap - 1)  # stable: the first row of each group leads its run
+        so = gn[o]
+        head = np.empty(len(so), bool)
+        head[0] = True
+        np.not_equal(so[1:], so[:-1], out=head[1:])
+        g, rows = so[head], new[o[head]]
         for i in range(len(self.key_vals)):
             m = kn[i]
             self.key_vals[i][g] = kv[i][rows]

@@ -35,7 +35,9 @@ class IntInterner:
     def nbytes(self) -> int:
         return self.keys.nbytes + self.ids.nbytes + (0 if self.table is None else self.table.nbytes)
 
-    def map(self, x: np.ndarray) -> np.ndarray:
+    def map(self, x: np.ndarray, compact: np.ndarray | None = None) -> np.ndarray:
+        """Ids of keys `x`. `compact`: the same keys renumbered into a narrower range in the same
+        order (equal ↔ equal, x order ↔ compact order), so the batch factorizes by a cheap sort."""
         if not len(x):
             return _EMPTY_I
         mn, mx = int(x.min()), int(x.max())
@@ -48,7 +50,13 @@ class IntInterner:
             self._add(np.unique(x[miss]))  # all within the table's range: it stays
             assert self.table is not None
             return self.table[x - self.lo]
-        u, inv = factorize(x)
+        if compact is None:
+            u, inv = factorize(x)
+        else:
+            _, inv = factorize(compact)
+            at = np.empty(int(inv.max()) + 1, np.int64)
+            at[inv] = np.arange(len(x), dtype=np.int64)  # one row of each distinct key
+            u = x[at]
         ids = self._add(u)
         self._retable()
         return ids[inv]
@@ -99,7 +107,9 @@ class ObjInterner:
     def nbytes(self) -> int:
         return 100 * len(self.d)
 
-    def map(self, x: np.ndarray) -> np.ndarray:
+    def map(self, x: np.ndarray, compact: np.ndarray | None = None) -> np.ndarray:
+        """Ids of keys `x`. `compact`: the same keys renumbered into a narrower range in the same
+        order (equal ↔ equal, x order ↔ compact order), so the batch factorizes by a cheap sort."""
         if not len(x):
             return _EMPTY_I
         u, inv = factorize(x)
@@ -157,6 +167,14 @@ class GroupKeys:
             else:  # NULL: code 0 (only real values are interned)
                 code = np.zeros(n, np.int64)
                 code[~m] = interner.map(enc(v[~m])) + 1
-            gid = code if gid is None else self.pairs[i - 1].map((gid << 32) | code)
+            gid = code if gid is None else self._pair(i - 1, gid, code)
         assert gid is not None
         return gid
+
+    def _pair(self, i: int, gid: np.ndarray, code: np.ndarray) -> np.ndarray:
+        """Intern (prefix id, code) pairs as (gid << 32) | code; the batch is factorized on
+        gid · w + code (w > every code: same order, far narrower), which a plain sort handles."""
+        w = int(code.max()) + 1
+        g_hi = int(gid.max())
+        compact = gid * w + code if g_hi < (1 << 62) // w else None
+        return self.pairs[i].map((gid << 32) | code, compact)

@@ -23,7 +23,9 @@ two np.searchsorted calls on (rank(k)·M + seq) composites. Instances left over 
 chain rounds (lifetimes in no useful order, e.g. arbitrary relation deletes) go to a dyadic
 (segment-tree) index: each alive range is cut into ≤ 2 aligned blocks per level, and a probe
 looks up its block on every level. Either way candidate pairs are exactly the matches, and the
-cost does not grow with the number of instants in the batch. Other conjuncts are evaluated on the partial concatenated rows as
+cost does not grow with the number of instants in the batch. A few probes against many instances
+(a [Now] window against a relation updated every instant) skip the index: `scan_pairs` pairs them
+with the instances of their keys and keeps the alive ones. Other conjuncts are evaluated on the partial concatenated rows as
 soon as their inputs are bound; conjuncts reading one input filter that input's events up front
 (a tuple failing them never joins); NULL keys never match.
 """
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 
 INF = np.iinfo(np.int64).max
 MAX_CHAIN_ROUNDS = 2  # chain passes before the remaining instances go to the dyadic index
+SCAN_RATIO = 16  # probes × this < instances: pair them by a scan (scan_pairs), not an index (tests lower it)
 
 Keyed = tuple[np.ndarray, np.ndarray]  # (int64 key codes, valid mask) per row
 # one input's probe results: (the probing input, row indexes per input, seq of the probing event)
@@ -314,6 +317,8 @@ class StabIndex:
             # binary searches run much faster on sorted needles (cache locality, numpy reuses
             # bounds): the valid probes in (key, seq, position) order, by one packed sort
             p = np.flatnonzero(valid)
+            if 256 * len(u) < len(p):  # very few indexed keys: drop the probes missing them before sorting
+                p = p[_member(key[p], u)]
             if len(p):
                 kv = key[p]
                 kmin, kmax = int(kv.min()), int(kv.max())
@@ -367,6 +372,50 @@ class StabIndex:
         if len(ps) <= 1:
             return (ps[0], rs[0]) if ps else (p[:0], p[:0])
         return np.concatenate(ps), np.concatenate(rs)
+
+
+def _member(x: np.ndarray, sorted_u: np.ndarray) -> np.ndarray:
+    """Mask of the values of `x` found in the sorted distinct values `sorted_u`."""
+    if not len(sorted_u):
+        return np.zeros(len(x), bool)
+    r = np.searchsorted(sorted_u, x)
+    np.minimum(r, len(sorted_u) - 1, out=r)
+    return sorted_u[r] == x
+
+
+def scan_pairs(
+    pkey: np.ndarray,
+    pvalid: np.ndarray,
+    seq: np.ndarray,
+    ikey: np.ndarray,
+    ivalid: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Pairs (probe position, instance position) with equal valid keys and the instance alive at
+    the probe's seq (lo < seq < hi), found without an index: the instances whose key some probe
+    has are grouped by key and every probe meets its key's group. Linear in the instances plus
+    the pairs examined; None when that would examine more than a few times the instances (then
+    an index is cheaper). Pairs come in (key, seq) order of the probes, then instance order."""
+    p = np.flatnonzero(pvalid)
+    if not len(p) or not len(ikey):
+        z = np.zeros(0, np.int64)
+        return z, z
+    pk = pkey[p]
+    p = p[np.lexsort((seq[p], pk))]
+    pk = pkey[p]
+    cand = np.flatnonzero(ivalid & _member(ikey, np.unique(pk)))
+    ck = ikey[cand]
+    o = stable_order(ck)
+    cand, ck = cand[o], ck[o]
+    start = np.searchsorted(ck, pk, side="left")
+    cnt = np.searchsorted(ck, pk, side="right") - start
+    if int(cnt.sum()) > 4 * len(ikey) + 1024:
+        return None
+    pp, at = expand_pairs(p, cand, start, cnt)
+    s = seq[pp]
+    alive = (lo[at] < s) & (s < hi[at])
+    return pp[alive], at[alive]
 
 
 def _dyadic(
@@ -656,13 +705,23 @@ class JoinOp(Operator):
                 pkey = np.zeros(len(seq), np.int64)
                 pvalid = np.ones(len(seq), bool)
             index = self._indexes.get(cache_key) if cache_key is not None else None
-            if index is None:
-                index = StabIndex(tj.inst[ivalid], ikey[ivalid], tj.lo[ivalid], tj.hi[ivalid], m, self.index_mode)
-                if cache_key is not None:
-                    self._indexes[cache_key] = index
-            before = index.examined
-            p, rows = index.probe(pkey, pvalid, seq)
-            self.counters.extra["candidate_pairs"] += index.examined - before
+            scanned = None
+            if index is None and SCAN_RATIO * len(seq) < len(ikey):
+                # few probes against many instances (a [Now] window against a relation): no index
+                # over all of them, only the instances whose key some probe has, paired directly
+                scanned = scan_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi)
+            if scanned is not None:
+                p, at = scanned
+                rows = tj.inst[at]
+                self.counters.extra["candidate_pairs"] += len(p)
+            else:
+                if index is None:
+                    index = StabIndex(tj.inst[ivalid], ikey[ivalid], tj.lo[ivalid], tj.hi[ivalid], m, self.index_mode)
+                    if cache_key is not None:
+                        self._indexes[cache_key] = index
+                before = index.examined
+                p, rows = index.probe(pkey, pvalid, seq)
+                self.counters.extra["candidate_pairs"] += index.examined - before
             idx = {k: v[p] for k, v in idx.items()}
             idx[j] = rows
             seq = seq[p]

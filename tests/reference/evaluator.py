@@ -57,6 +57,21 @@ def evaluate(
     return _Reference(plan, inputs, compat, end, functions).run()
 
 
+def evaluate_all(
+    plans: list[L.Plan], inputs: dict, *, compat: bool = False, end: int | None = None, functions=None
+) -> list[dict[int, Counter]]:
+    """`evaluate` of several plans over the same inputs, computing each common subplan once (the
+    queries of a script inline the same view plans). Each result is what `evaluate` gives."""
+    if not plans:
+        return []
+    ref = _Reference(plans[0], inputs, compat, end, functions)
+    out = []
+    for plan in plans:
+        ref.plan, ref.t0 = plan, ref.t0_of(plan)
+        out.append(ref.run())
+    return out
+
+
 class _Reference:
     def __init__(self, plan, inputs, compat, end, functions):
         self.plan = plan
