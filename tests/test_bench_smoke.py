@@ -113,3 +113,30 @@ def test_soak_quick_run_counts(tmp_path):
     per_query = data["elements_per_query"]
     assert len(per_query) == 4 and all(n > 0 for n in per_query.values())
     assert data["elements_received"] == 2 * sum(per_query.values())
+
+
+def test_latency_quick_run_counts(tmp_path):
+    """The latency bench at its smoke size: a real `cqlstream serve`, a pusher and subscribers in
+    their own processes; every measured push reaches every subscriber, in both modes (event time
+    with heartbeats, system timestamps with a 1 ms tick); timings not asserted."""
+    report = tmp_path / "latency.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.latency", "--quick", "--json", str(report)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = json.loads(report.read_text())["results"]
+    assert {(r["mode"], r["subscribers"]) for r in results} == {
+        ("event", 1),
+        ("event", 3),
+        ("system", 1),
+        ("system", 3),
+    }
+    for r in results:
+        assert r["errors"] == [] and r["push_errors"] == 0, r
+        assert r["pushes"] > 0 and r["samples"] == r["pushes"] * r["subscribers"] and r["missing"] == 0, r
+        assert r["achieved_rate"] > 0 and r["p50_ms"] > 0, r
+    assert "| event | 1,000 |" in run.stdout
