@@ -44,17 +44,18 @@ def _first_result_after(url: str, qid: int, send) -> tuple[float, object]:
 
 
 def test_event_time_results_do_not_wait_for_the_tick(make_server):
-    """With a 5 s clock tick, a heartbeat that makes an instant final delivers its results at once."""
-    srv = make_server(tick_interval=5.0)
+    """With a 30 s clock tick (its first tick comes 30 s after the start), a heartbeat that makes an
+    instant final delivers its results at once (bounded loosely: the machine may be loaded)."""
+    srv = make_server(tick_interval=30.0)
     with Client(srv.url, timeout=10) as c:
         c.register_stream("register stream S (a int)")
         qid = c.register_query("select a from S where a > 1")["id"]
         c.push("S", [{"ts": 1, "a": 5}])  # instant 1 is not final yet: nothing to see
         took, e = _first_result_after(srv.url, qid, lambda: c.heartbeat("S", 2))
         assert (e.ts, e.row) == (1, (5,))
-        assert took < 0.5, f"the heartbeat's result took {took:.3f} s"
+        assert took < 3, f"the heartbeat's result took {took:.3f} s"
         took, e = _first_result_after(srv.url, qid, lambda: c.push("S", [{"ts": 3, "a": 7}], heartbeat=4))
-        assert (e.ts, e.row) == (3, (7,)) and took < 0.5, took
+        assert (e.ts, e.row) == (3, (7,)) and took < 3, took
 
 
 def test_a_small_tick_closes_system_timestamped_instants_promptly(spawn_server):
