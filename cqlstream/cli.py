@@ -20,6 +20,7 @@ from cqlstream.cql.logical.partitioning import partitioning
 from cqlstream.engine.errors import EngineError
 from cqlstream.limit_options import add_limit_options, limit_settings
 from cqlstream.scale_out_commands import add_parsers as add_scale_out_parsers
+from cqlstream.server.settings import TICK_MAX, TICK_MIN, Settings, check_tick
 from cqlstream.spark_commands import add_parsers as add_spark_parsers
 from cqlstream.spark_commands import add_source_options
 
@@ -213,6 +214,15 @@ def durability_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def tick_seconds(text: str) -> float:
+    """`serve --tick`: seconds within the settings' bounds."""
+    try:
+        return check_tick(float(text))
+    except ValueError as e:
+        msg = str(e) if "between" in str(e) else f"not a number of seconds: {text!r}"
+        raise argparse.ArgumentTypeError(msg.replace("tick_interval", "the tick")) from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
     import os
@@ -220,7 +230,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from cqlstream.server.app import create_app
     from cqlstream.server.problems import ProblemError
-    from cqlstream.server.settings import Settings
     from cqlstream.spark_commands import specs_of
 
     if args.data_dir:
@@ -245,6 +254,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         compat=args.stream_compat,
         ddl=tuple(args.ddl),
         silence_timeout=args.silence_timeout,
+        tick_interval=args.tick,
         sources=sources,
         spark_master=args.spark_master,
         checkpoint_dir=args.checkpoint_dir,
@@ -531,6 +541,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-spark",
         action="store_true",
         help="with --demo: push the demo's orders and clicks over HTTP instead, without starting Spark",
+    )
+    sv.add_argument(
+        "--tick",
+        type=tick_seconds,
+        default=Settings.tick_interval,
+        metavar="S",
+        help=f"seconds between clock ticks, {TICK_MIN:g} to {TICK_MAX:g} (default {Settings.tick_interval:g}): a tick "
+        "closes the instants of system-timestamped streams, so their results wait for it (half a tick on "
+        "average) and --tick 0.001 makes them flow within a millisecond; a tick that would move no stream's "
+        "time is skipped. Event-time results never wait for a tick: the push or heartbeat that makes "
+        "an instant final publishes its results at once",
     )
     sv.add_argument(
         "--silence-timeout",

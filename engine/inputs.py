@@ -109,6 +109,13 @@ class StreamInput:
         else:
             self.queue.push(None, watermark=through)
 
+    def moved_by(self, t: int) -> bool:
+        """Whether `heartbeat(t)` would change anything: t is past the largest ts (or, with a slack,
+        past what is released). The server's clock skips ticks that would not."""
+        if self.max_ts is None or t > self.max_ts:
+            return True
+        return bool(self.d.slack) and (self.floor is None or t > self.floor)
+
     def heartbeat(self, t: int) -> None:
         """Time reached t: no tuple with ts < t will come (the input is complete through t−1)."""
         self._note_first(t)
@@ -249,6 +256,10 @@ class RelationInput:
         b, at = snap
         tail = [t for t in self.tail if len(t) and int(t.ts[0]) > at]
         return concat([b] + tail, self.types), at
+
+    def moved_by(self, t: int) -> bool:
+        """Whether `heartbeat(t)` would change anything (t past the latest instant)."""
+        return self.max_ts is None or t > self.max_ts
 
     def heartbeat(self, t: int) -> None:
         if self.first is None:

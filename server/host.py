@@ -77,7 +77,10 @@ class EngineHost:
     - After every engine call that may run the plan (a push, a heartbeat, a clock tick, registering
       or activating a query, setting a knob) the host publishes (`Fanout.publish`) under the same
       lock, so the engine's state and what subscribers were sent always line up (snapshots rely on it).
-    - A clock thread ticks the engine (system-timestamped streams, SysStream) every `tick_interval` s.
+    - A clock thread ticks the engine (system-timestamped streams, SysStream, silence timeout) every
+      `tick_interval` s (down to 1 ms), skipping ticks that would move no source's time.
+    - Event-time results never wait for the clock: the push or heartbeat that makes an instant final
+      runs the engine and publishes that instant's results before it replies.
     """
 
     def __init__(self, settings: Settings | None = None, dsms: Dsms | None = None):
@@ -163,13 +166,18 @@ class EngineHost:
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.settings.tick_interval):
             try:
-                self.journal.maybe_checkpoint()
-                if not self._needs_clock():
-                    continue
-                with self.lock:
-                    self._tick()
+                self._clock_step()
             except Exception:
                 log.exception("clock tick failed")
+
+    def _clock_step(self) -> None:
+        """One turn of the clock thread: a checkpoint when one is due, then a tick when it can move
+        time. At a 1 ms tick most turns move nothing (a stream in seconds, no system-timestamped
+        stream): those take neither the lock nor an engine run."""
+        self.journal.maybe_checkpoint()
+        if self._clock_moves():
+            with self.lock:
+                self._tick()
 
     def _tick(self) -> None:
         """One clock tick; logged when it moved a source's time (system timestamps, silence timeout)."""
@@ -180,10 +188,15 @@ class EngineHost:
                 self.journal.log("tick")
             self._run()
 
-    def _needs_clock(self) -> bool:
-        if self.d.silence_timeout is not None or (self.d.sys is not None and self.d.sys.wanted):
+    def _clock_moves(self) -> bool:
+        """Whether a tick now can change anything: always with a silence timeout or a read system
+        stream; else only when a system-timestamped source's time would move (the clock reached a
+        new instant of its unit). A skipped tick is one that would have heartbeat every source to
+        where it already is, so what is published, and at which instant, does not change."""
+        d = self.d
+        if d.silence_timeout is not None or (d.sys is not None and d.sys.wanted):
             return True
-        return any(i.d.timestamp == "system" for i in list(self.d.inputs.values()))
+        return any(i.d.timestamp == "system" and i.moved_by(d._now_units(i.d)) for i in list(d.inputs.values()))
 
     def _run(self) -> None:
         t = time.perf_counter()

@@ -81,7 +81,19 @@ class ResultsResponse(Response):
 
                 tg.start_soon(watch_disconnect)
                 try:
-                    await self._pump(send)
+                    # one scope for the whole stream (not one per send: each costs tens of µs, per
+                    # subscriber and chunk): a lag gives it a deadline, cutting off a client that
+                    # does not read even the `lagged` message within the grace period
+                    with anyio.CancelScope() as cs:
+                        if self.sub is not None:
+                            self.sub.send_scope = cs
+                            if self.sub.lag_deadline is not None:  # lagged before the stream began
+                                cs.deadline = self.sub.lag_deadline
+                        await self._pump(send)
+                    if self.sub is not None:
+                        self.sub.send_scope = None
+                    if cs.cancelled_caught:
+                        raise _Abandon()
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except _Abandon:
                     if self.sub is not None:
@@ -96,19 +108,8 @@ class ResultsResponse(Response):
 
     # ------------------------------------------------------------------
     async def _send(self, send: Send, data: bytes) -> None:
-        if not data:
-            return
-        sub = self.sub
-        with anyio.CancelScope() as cs:
-            if sub is not None:
-                sub.send_scope = cs
-                if sub.lag_deadline is not None:
-                    cs.deadline = sub.lag_deadline
+        if data:
             await send({"type": "http.response.body", "body": data, "more_body": True})
-        if sub is not None:
-            sub.send_scope = None
-        if cs.cancelled_caught:
-            raise _Abandon()
 
     async def _emit(self, send: Send, chunk: ResultChunk) -> bool:
         """Send a chunk's elements (within until/limit); True when the stream is complete."""

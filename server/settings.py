@@ -6,6 +6,16 @@ from dataclasses import dataclass
 
 from cqlstream.spark_bridge.spec import SourceSpec
 
+TICK_MIN = 0.001  # s: the smallest clock tick (`serve --tick`)
+TICK_MAX = 60.0  # s: the largest one (a system-timestamped instant would wait that long to close)
+
+
+def check_tick(seconds: float) -> float:
+    """The clock tick in seconds, or a ValueError naming its bounds."""
+    if not TICK_MIN <= seconds <= TICK_MAX:  # also refuses NaN
+        raise ValueError(f"tick_interval must be between {TICK_MIN:g} and {TICK_MAX:g} seconds, not {seconds:g}")
+    return seconds
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -18,7 +28,9 @@ class Settings:
     subscriber_buffer: int = 1_000_000  # result elements buffered per subscriber before it is lagged out
     result_history: int = 100_000  # published result elements kept per query for subscribers resuming (`from=T`)
     lag_grace_seconds: float = 10.0  # a lagged subscriber that does not read its `lagged` message this long is cut off
-    tick_interval: float = 0.1  # seconds between clock ticks (system-timestamped streams)
+    # seconds between clock ticks: they close the instants of system-timestamped streams and drive the
+    # silence timeout; event-time results never wait for one (a push or heartbeat publishes them)
+    tick_interval: float = 0.1
     keepalive_seconds: float = 15.0  # SSE comment / XML-JSON whitespace when a result stream is idle
     ts_field: str = "ts"  # name of the timestamp field in pushed rows
     sign_field: str = "sign"  # name of the sign field in pushed relation updates
@@ -48,3 +60,6 @@ class Settings:
     header_timeout: float = 10.0  # s for a connection to send a request's complete headers
     body_timeout: float = 60.0  # s for a request body to arrive completely (slow uploads get 408)
     max_header_bytes: int = 64 << 10  # a request head still incomplete after this many bytes is refused (400)
+
+    def __post_init__(self) -> None:
+        check_tick(self.tick_interval)

@@ -149,3 +149,30 @@ def test_linear_road_bench_runs_both_modes(tmp_path):
     assert compat["dests"] == paper["dests"]
     assert linear_road.checksum_lines(["a", "b", "b"]) == linear_road.checksum_lines(["b", "a", "b"])
     assert linear_road.checksum_lines(["a", "b"]) != linear_road.checksum_lines(["a", "b", "b"])
+
+
+def test_latency_quick_run_counts(tmp_path):
+    """The latency bench at its smoke size: a real `cqlstream serve`, a pusher and subscribers in
+    their own processes; every measured push reaches every subscriber, in both modes (event time
+    with heartbeats, system timestamps with a 1 ms tick); timings not asserted."""
+    report = tmp_path / "latency.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.latency", "--quick", "--json", str(report)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = json.loads(report.read_text())["results"]
+    assert {(r["mode"], r["subscribers"]) for r in results} == {
+        ("event", 1),
+        ("event", 3),
+        ("system", 1),
+        ("system", 3),
+    }
+    for r in results:
+        assert r["errors"] == [] and r["push_errors"] == 0, r
+        assert r["pushes"] > 0 and r["samples"] == r["pushes"] * r["subscribers"] and r["missing"] == 0, r
+        assert r["achieved_rate"] > 0 and r["p50_ms"] > 0, r
+    assert "| event | 1,000 |" in run.stdout
