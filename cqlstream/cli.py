@@ -15,6 +15,8 @@ from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
+from cqlstream.engine.boundedness import decide
+from cqlstream.engine.boundedness import explain as explain_with_verdict
 from cqlstream.engine.errors import EngineError
 from cqlstream.limit_options import add_limit_options, limit_settings
 from cqlstream.spark_commands import add_parsers as add_spark_parsers
@@ -57,13 +59,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 {
                     "kind": compiled.kind,
                     "schema": [{"name": a.name, "type": str(a.type)} for a in compiled.schema],
-                    "explain": compiled.explain(),
+                    "explain": explain_with_verdict(compiled),
+                    "bounded_memory": decide(compiled.plan).to_dict(),
                 },
                 indent=2,
             )
         )
     else:
-        print(compiled.explain())
+        print(explain_with_verdict(compiled))
     return 0
 
 

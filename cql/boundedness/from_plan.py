@@ -167,7 +167,7 @@ def _normal_form(plan: L.Plan) -> NormalForm:
     if out not in (None, "istream"):
         raise _Out(f"{out.upper()} over a select-project-join: it re-emits (or never emits) the growing result")
     distinct = isinstance(node, L.Distinct)
-    if distinct:
+    if isinstance(node, L.Distinct):
         node = node.input
     if out is None and not plan.is_stream and not distinct:
         raise _Out("a relation result holding every result tuple so far (the characterization streams results)")

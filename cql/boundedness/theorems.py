@@ -85,12 +85,13 @@ Check = Callable[[Spj, Closure], str | None]
 
 def _conditions(q: Spj, c: Closure, theorem: str, c3: Check) -> Decision | None:
     """C1, C2 on Q, then C1–C3 on every derived LTO query; the first failure, or None."""
-    for name, check in (("C1", _c1), ("C2", _c2)):
+    first: tuple[tuple[str, Check], ...] = (("C1", _c1), ("C2", _c2))
+    for name, check in first:
         why = check(q, c)
         if why:
             return Decision(False, f"{theorem}, {name}", why)
     for lq in lto.derived(q, c):
-        for name, check in (("C1", _c1), ("C2", _c2), ("C3", c3)):
+        for name, check in (*first, ("C3", c3)):
             why = check(q, lq)
             if why:
                 return Decision(False, f"{theorem}, {name}", why + _when(q, lq))
@@ -167,14 +168,14 @@ def theorem_8_6(a: Aggregation, c: Closure) -> Decision:
         sub = "π" if q.distinct else "π̃"
         why = f"the join projected on the grouping attributes ({sub}) is unbounded by {reduced.rule}: {reduced.reason}"
         return Decision(False, "Theorem 8.6, C1", why.replace("one result per value", "one group per value"))
-    why = _holistic(a, c)
-    if why:
-        return Decision(False, "Theorem 8.6, C2", why)
+    holistic = _holistic(a, c)
+    if holistic:
+        return Decision(False, "Theorem 8.6, C2", holistic)
     if any(t.func in ("max", "min") for t in a.aggs):
         for lq in lto.derived(q, c):
-            why = _extreme(a, lq)
-            if why:
-                return Decision(False, "Theorem 8.6, C3", why + _when(q, lq))
+            extreme = _extreme(a, lq)
+            if extreme:
+                return Decision(False, "Theorem 8.6, C3", extreme + _when(q, lq))
     lines, units = synopsis.aggregation(a, c)
     why = "the join projected on the grouping attributes is bounded (" + reduced.rule + "), and so are the aggregates"
     return Decision(True, "Theorem 8.6", why, lines, units)
