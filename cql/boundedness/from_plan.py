@@ -169,8 +169,8 @@ def _normal_form(plan: L.Plan) -> NormalForm:
     distinct = isinstance(node, L.Distinct)
     if isinstance(node, L.Distinct):
         node = node.input
-    if out is None and not plan.is_stream and not distinct:
-        raise _Out("a relation result holding every result tuple so far (the characterization streams results)")
     b = _Builder()
     cols = _walk(node, b)
+    if out is None and not plan.is_stream and not distinct:
+        raise _Out("a relation result holding every result tuple so far (the characterization streams results)")
     return _spj(b, _projected(cols, "SELECT list"), distinct)
