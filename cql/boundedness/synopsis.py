@@ -1,10 +1,10 @@
 """The constant-size synopsis of a bounded query, described: what is kept per stream and a bound
 in memory units (one unit holds one value or one count).
 
-Per stream only the attributes a join predicate or the result reads are kept (filters are
-applied on arrival and cost nothing). When each of them is bounded the synopsis is a count (or,
-under duplicate elimination, presence) per distinct combination of values; otherwise the
-stream's tuples are grouped in buckets (each kept attribute placed below, at each integer
+Filters are applied on arrival and cost nothing. When every attribute of a stream that a join
+predicate or the result reads is bounded, the stream's synopsis is a count (or, under duplicate
+elimination, presence) per distinct combination of those attributes' values; otherwise its
+tuples are grouped in buckets (each attribute the query reads placed below, at each integer
 between, or above the query's smallest and largest constants), each bucket keeping its first
 tuple and a count, or under duplicate elimination at most two representative tuples.
 """
@@ -34,6 +34,11 @@ def _stream(q: Spj, c: Closure, o: Occurrence, counted: bool) -> tuple[str, int,
         n = prod(v for v in values if v is not None)
         what = "a count per distinct" if counted else "the set of distinct"
         return f"{o.label}: {what} {cols} ({_ranges(q, c, kept)}): ≤ {n} entries, {n * width} units", n * width, n
+    # buckets over every attribute the query reads of this stream (filters included): tuples of
+    # one bucket are then interchangeable in every join
+    kept = [i for i in o.attrs if i in q.referenced()]
+    cols = "(" + ", ".join(q.names[i] for i in kept) + ")"
+    width = len(kept) + (1 if counted else 0)
     ks = q.constants()
     buckets = ((ks[-1] - ks[0] + 3) if ks else 1) ** len(kept)
     cut = f"the constants {ks[0]}..{ks[-1]}" if ks else "no constants"
