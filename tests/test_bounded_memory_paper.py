@@ -4,7 +4,11 @@ its reason must name; plus the predicate algebra (closure, redundancy) and the L
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cqlstream.cql.boundedness import Decision, Outside, decide, lto
 from cqlstream.cql.boundedness.closure import Atom, Closure, Elem
@@ -242,3 +246,61 @@ def test_a_relation_result_of_every_tuple_is_outside():
     """Without ISTREAM a select-project-join over [Range Unbounded] keeps its whole result."""
     found = _decide("select S.A from S [Range Unbounded], T [Range Unbounded] where S.A = T.D")
     assert isinstance(found, Outside) and "relation result" in found.reason
+
+
+# ---------------------------------------------------------------- properties on generated queries
+
+_ATTRS = ["S.A", "S.B", "S.C", "T.D", "T.E"]
+_atom = st.tuples(
+    st.sampled_from(_ATTRS), st.sampled_from(["<", "=", ">"]), st.sampled_from(_ATTRS + ["5", "10", "15"])
+)
+_query = st.tuples(
+    st.lists(_atom, min_size=1, max_size=5), st.lists(st.sampled_from(_ATTRS), min_size=1, max_size=2), st.booleans()
+)
+
+
+def _text(atoms, projected, distinct, from_="S, T") -> str:
+    where = " and ".join(f"{a} {op} {b}" for a, op, b in atoms if a != b)
+    sel = ", ".join(dict.fromkeys(projected))
+    return f"select {'distinct ' if distinct else ''}{sel} from {from_}" + (f" where {where}" if where else "")
+
+
+def _bounded(query: str) -> bool | str:
+    d = _decide(query)
+    return d.bounded if isinstance(d, Decision) else "outside"
+
+
+@settings(max_examples=150, deadline=None)
+@given(_query)
+def test_verdict_ignores_order_and_implied_predicates(q):
+    """Equivalent queries get the same verdict: predicates and streams in another order, and P
+    plus a predicate P already implies (Q(P) ≡ Q(P') when P⁺ = P'⁺)."""
+    atoms, projected, distinct = q
+    base = _bounded(_text(atoms, projected, distinct))
+    assert _bounded(_text(list(reversed(atoms)), projected, distinct, "T, S")) == base
+    nf = normal_form(_plan(_text(atoms, projected, distinct)))
+    assert isinstance(nf, Spj)
+    c = Closure.of(nf.n_attrs, list(nf.atoms))
+    if c is None:
+        return
+    for a in nf.referenced():
+        for b in nf.elements():
+            if b != Elem(a) and (c.lt(Elem(a), b) or c.eq(Elem(a), b)):
+                op = "<" if c.lt(Elem(a), b) else "="
+                extra = (nf.names[a], op, nf.show(b))
+                assert _bounded(_text([*atoms, extra], projected, distinct)) == base, extra
+
+
+@settings(max_examples=150, deadline=None)
+@given(_query)
+def test_attributes_compared_with_constants_only_need_no_enumeration(q):
+    """The LTO enumeration leaves out attributes compared with constants only; enumerating them too
+    gives the same verdicts."""
+    text = _text(*q)
+    fast = _bounded(text)
+    with patch.object(lto, "linked", lambda nf: set(nf.referenced())):
+        assert _bounded(text) == fast
+
+
+def _plan(query: str):
+    return compile_query(query, catalog_from_ddl(DDL)).plan

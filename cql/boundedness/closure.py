@@ -54,6 +54,7 @@ class Closure:
             d = np.full((n + 1, n + 1), INF)
             np.fill_diagonal(d, 0.0)
         self.d = d
+        self._relations: dict[tuple[Elem, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def of(cls, n: int, atoms: list[Atom]) -> Closure | None:
@@ -111,13 +112,29 @@ class Closure:
         hi, lo = self.upper(i), self.lower(i)
         return None if hi is None or lo is None else hi - lo + 1
 
+    def relations(self, elements: list[Elem]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lt, eq, redundant) as boolean matrices over `elements`: lt[i, j] ⇔ (e_i < e_j) ∈ P⁺,
+        eq likewise, redundant[i, j] ⇔ that inequality is redundant (`redundant`, all at once)."""
+        key = tuple(elements)
+        if key not in self._relations:
+            self._relations[key] = self._compute_relations(elements)
+        return self._relations[key]
+
+    def _compute_relations(self, elements: list[Elem]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        nodes = np.array([e.attr for e in elements])
+        off = np.array([e.value for e in elements], dtype=float)
+        d = self.d[np.ix_(nodes, nodes)]
+        lt = d <= -1 - off[:, None] + off[None, :]
+        le = d <= off[None, :] - off[:, None]
+        eq = le & le.T
+        k = nodes == 0
+        lti, eqi = lt.astype(np.int64), eq.astype(np.int64)
+        through = (lti @ lti) + (eqi[:, k] @ lti[k, :]) + (lti[:, k] @ eqi[k, :])
+        return lt, eq, lt & (through > 0)
+
     def redundant(self, a: Elem, b: Elem, elements: list[Elem]) -> bool:
         """(a < b) ∈ P⁺ is redundant: implied through another element e (a < e < b), or through
         a constant equal to one side and below / above the other. Filters cost no memory, so an
         inequality implied only through an equal attribute is *not* redundant."""
-        for e in elements:
-            if e != a and e != b and self.lt(a, e) and self.lt(e, b):
-                return True
-            if e.is_const and ((self.eq(a, e) and self.lt(e, b)) or (self.lt(a, e) and self.eq(b, e))):
-                return True
-        return False
+        els = list(dict.fromkeys([a, b, *elements]))
+        return bool(self.relations(els)[2][0, 1])

@@ -4,7 +4,7 @@ A query is LTO when, for every stream, its attributes and the query's constants 
 ordered by P⁺. The LTO queries derived from Q add filters (predicates within one stream) until
 that holds; Q is bounded iff each of them is. They are enumerated by branching `<`, `=`, `>` on
 the first pair of one stream's elements P⁺ leaves unordered, pruning unsatisfiable branches, so
-every leaf is a distinct P⁺. Only attributes Q references take part (the others never matter).
+every leaf is a distinct P⁺. Only attributes compared with another attribute take part (`linked`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
+import numpy as np
+
 from cqlstream.cql.boundedness.closure import Atom, Closure, Elem
 from cqlstream.cql.boundedness.normal_form import Spj
 
-LIMIT = 20_000  # derived LTO queries examined before giving up (the count is exponential)
+LIMIT = 2_000  # derived LTO queries examined before giving up (the count is exponential)
 
 
 class TooMany(Exception):
@@ -25,7 +27,7 @@ class TooMany(Exception):
 
 def derived(q: Spj, c: Closure, limit: int = LIMIT) -> Iterator[Closure]:
     """The P⁺ of every LTO query derived from q (c = q's P⁺)."""
-    refs = set(q.referenced())
+    refs = linked(q)
     consts = [Elem(0, k) for k in q.constants()]
     pairs: list[tuple[Elem, Elem]] = []
     for o in q.occurrences:
@@ -52,6 +54,14 @@ def derived(q: Spj, c: Closure, limit: int = LIMIT) -> Iterator[Closure]:
     yield from branch(c, 0)
 
 
+def linked(q: Spj) -> set[int]:
+    """Attributes compared with another attribute somewhere in P. The others are compared with
+    constants only: ordering them cannot bound another attribute, make an inequality join
+    redundant (a constant would sit between its sides already) or join streams, so the LTO
+    queries that differ only in where they sit decide alike, and one of them stands for all."""
+    return {e.attr for a in q.atoms if not (a.left.is_const or a.right.is_const) for e in (a.left, a.right)}
+
+
 @dataclass(frozen=True)
 class Refs:
     """MaxRef / MinRef of one stream in one LTO query: its unbounded attributes on the greater /
@@ -65,17 +75,21 @@ def refs(q: Spj, c: Closure) -> list[Refs]:
     """Refs per occurrence of q, under P⁺ = c."""
     out = [Refs({}, {}) for _ in q.occurrences]
     elements = q.elements()
-    referenced = q.referenced()  # an inequality join may be implied, e.g. through S.A = S.B < T.D
-    for x in referenced:
-        for y in referenced:
-            i, j = q.owner(x), q.owner(y)
-            if i == j or not c.lt(Elem(y), Elem(x)) or c.redundant(Elem(y), Elem(x), elements):
-                continue
-            text = f"{q.names[y]} < {q.names[x]}"
-            if not c.bounded(x):
-                out[i].max_ref.setdefault(x, text)
-            if not c.bounded(y):
-                out[j].min_ref.setdefault(y, text)
+    lt, _, redundant = c.relations(elements)
+    attrs = [e.attr for e in elements if not e.is_const]  # the first len(attrs) elements
+    owner = np.array([q.owner(i) for i in attrs])
+    n = len(attrs)
+    # an inequality join in P⁺ (y < x, different streams) that is nonredundant; an implied one
+    # counts too, e.g. through S.A = S.B < T.D
+    joins = lt[:n, :n] & ~redundant[:n, :n] & (owner[:, None] != owner[None, :])
+    bounded = [c.bounded(i) for i in attrs]
+    for yi, xi in zip(*np.nonzero(joins)):
+        x, y = attrs[xi], attrs[yi]
+        text = f"{q.names[y]} < {q.names[x]}"
+        if not bounded[xi]:
+            out[owner[xi]].max_ref.setdefault(x, text)
+        if not bounded[yi]:
+            out[owner[yi]].min_ref.setdefault(y, text)
     return out
 
 

@@ -5,6 +5,7 @@ under grouping and aggregation; predicates a conjunction of `<` / `=` comparison
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from cqlstream.cql.boundedness.closure import Atom, Elem
 
@@ -38,20 +39,37 @@ class Spj:
     def n_attrs(self) -> int:
         return len(self.names) - 1
 
+    @cached_property
+    def _owners(self) -> dict[int, int]:
+        return {i: k for k, o in enumerate(self.occurrences) for i in o.attrs}
+
     def owner(self, i: int) -> int:
         """Index of the occurrence attribute i belongs to."""
-        return next(k for k, o in enumerate(self.occurrences) if i in o.attrs)
+        return self._owners[i]
 
-    def referenced(self) -> list[int]:
-        """Attributes that appear in P or L (the others never affect the verdict)."""
+    @cached_property
+    def _referenced(self) -> list[int]:
         seen = {e.attr for a in self.atoms for e in (a.left, a.right) if not e.is_const} | set(self.projected)
         return sorted(seen)
 
-    def constants(self) -> list[int]:
+    def referenced(self) -> list[int]:
+        """Attributes that appear in P or L (the others never affect the verdict)."""
+        return self._referenced
+
+    @cached_property
+    def _constants(self) -> list[int]:
         return sorted({e.value for a in self.atoms for e in (a.left, a.right) if e.is_const})
 
-    def elements(self) -> list[Elem]:
+    def constants(self) -> list[int]:
+        return self._constants
+
+    @cached_property
+    def _elements(self) -> list[Elem]:
         return [Elem(i) for i in self.referenced()] + [Elem(0, k) for k in self.constants()]
+
+    def elements(self) -> list[Elem]:
+        """ℰ(Q) restricted to what P and L mention: referenced attributes first, then constants."""
+        return self._elements
 
     def joined(self) -> set[int]:
         """Attributes in a predicate between two different occurrences."""

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from cqlstream.cql.boundedness import lto, synopsis
 from cqlstream.cql.boundedness.closure import Closure, Elem
 from cqlstream.cql.boundedness.normal_form import HOLISTIC, Aggregation, NormalForm, Outside, Spj
@@ -47,13 +49,14 @@ def _c1(q: Spj, c: Closure, what: str = "projected") -> str | None:
 
 
 def _c2(q: Spj, c: Closure) -> str | None:
-    refs = q.referenced()
-    for x in refs:
-        for y in refs:
-            if x < y and q.owner(x) != q.owner(y) and c.eq(Elem(x), Elem(y)):
-                for i in (x, y):
-                    if not c.bounded(i):
-                        return f"the equality join {q.names[x]} = {q.names[y]}: {_unbounded(q, c, i)}"
+    refs = q.referenced()  # the first len(refs) of q.elements()
+    _, eq, _ = c.relations(q.elements())
+    for xi, yi in zip(*np.nonzero(np.triu(eq[: len(refs), : len(refs)], 1))):
+        x, y = refs[xi], refs[yi]
+        if q.owner(x) != q.owner(y):
+            for i in (x, y):
+                if not c.bounded(i):
+                    return f"the equality join {q.names[x]} = {q.names[y]}: {_unbounded(q, c, i)}"
     return None
 
 
