@@ -108,7 +108,8 @@ class Verdict:
     def lines(self) -> list[str]:
         """The verdict as EXPLAIN prints it."""
         word = {True: "yes", None: "for a bounded arrival rate", False: "no"}[self.bounded]
-        out = [f"Bounded memory: {word} ({self.procedure}: {self.rule})", f"  why: {self.reason}"]
+        by = self.rule if self.procedure == CHARACTERIZATION else "this engine's plan operators"
+        out = [f"Bounded memory: {word} (by {by})", f"  why: {self.reason}"]
         if self.synopsis:
             units = "" if self.memory_units is None else f" (≤ {self.memory_units} units)"
             out.append(f"  synopsis{units}:")
@@ -128,7 +129,7 @@ def decide(plan: L.Plan) -> Verdict:
             found.bounded, CHARACTERIZATION, found.rule, found.reason, found.synopsis, found.memory_units, note
         )
     why = note.split(": ", 1)[1] if ": " in note else note
-    reason = (why + "; " if why else "") + f"the characterization does not apply: {found.reason}"
+    reason = (why + " " if why else "") + f"(the characterization does not apply: {found.reason})"
     return Verdict(bounded, PLAN, "plan operators", reason, engine_plan=note)
 
 

@@ -192,11 +192,11 @@ def test_the_verdict_is_reported():
     table = d.control_table(f"query:{h.id}")
     assert table["bounded_memory"] == v.to_dict()
     for text in (h.explain(), d.explain(q)):
-        assert "Bounded memory: yes (characterization: Theorem 5.10)" in text
+        assert "Bounded memory: yes (by Theorem 5.10)" in text
         assert "this engine's plan: grows with the input" in text
     no = d.register_query("select S.A from S, T where S.B < T.D and S.A = 10")
     assert no.bounded_memory is False and "S.B < T.D" in no.bounded_memory_note
-    assert "Bounded memory: no (characterization: Theorem 5.6, C3)" in no.explain()
+    assert "Bounded memory: no (by Theorem 5.6, C3)" in no.explain()
 
 
 # ---------------------------------------------------------------- predicate algebra and LTO queries

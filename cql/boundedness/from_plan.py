@@ -95,7 +95,7 @@ def _walk(n: L.Plan, b: _Builder) -> list[Term]:
             return b.source(n)
         case L.Window():
             if not n.unbounded:
-                raise _Out(f"the window [{n.spec.sql()}]: the characterization covers streams read whole")
+                raise _Out(f"the window [{n.spec.sql()}]: only streams read whole are covered")
             return _walk(n.input, b)
         case L.Filter():
             cols = _walk(n.input, b)
@@ -110,15 +110,15 @@ def _walk(n: L.Plan, b: _Builder) -> list[Term]:
             cols = _walk(n.input, b)
             return [b.term(e, cols) for e in n.exprs]
         case L.RelationSource():
-            raise _Out(f"the relation {n.name}: the characterization covers streams only")
-    raise _Out(f"the {type(n).__name__.lower()} operator: outside select-project-join with aggregation")
+            raise _Out(f"the relation {n.name}: only streams are covered")
+    raise _Out(f"the {type(n).__name__.lower()} operator: only select-project-join-aggregate is covered")
 
 
 def _projected(terms: list[Term], what: str) -> tuple[int, ...]:
     out = []
     for t in terms:
         if t is None:
-            raise _Out(f"an expression in the {what}: the characterization projects attributes")
+            raise _Out(f"an expression in the {what}: only attributes are covered")
         if not t.is_const:
             out.append(t.attr)
     return tuple(dict.fromkeys(out))
@@ -139,10 +139,10 @@ def _aggregation(n: L.Aggregate) -> Aggregation:
     for a in n.aggs:
         func = a.func.lower() + (" distinct" if a.distinct else "")
         if func not in STANDARD:
-            raise _Out(f"the aggregate {a.sql()}: the characterization covers the standard aggregates")
+            raise _Out(f"the aggregate {a.sql()}: only the standard aggregates are covered")
         arg = None if a.arg is None else b.term(a.arg, cols)
         if a.arg is not None and (arg is None or arg.is_const):
-            raise _Out(f"the aggregate {a.sql()}: the characterization aggregates attributes")
+            raise _Out(f"the aggregate {a.sql()}: only aggregates of attributes are covered")
         aggs.append(AggTerm(func, None if arg is None else arg.attr))
     insensitive = all(t.func in DUP_INSENSITIVE for t in aggs) and bool(aggs)
     return Aggregation(_spj(b, keys, insensitive), keys, tuple(aggs))
@@ -172,5 +172,5 @@ def _normal_form(plan: L.Plan) -> NormalForm:
     b = _Builder()
     cols = _walk(node, b)
     if out is None and not plan.is_stream and not distinct:
-        raise _Out("a relation result holding every result tuple so far (the characterization streams results)")
+        raise _Out("a relation result holding every result tuple so far (only streamed results are covered)")
     return _spj(b, _projected(cols, "SELECT list"), distinct)
