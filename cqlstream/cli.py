@@ -17,6 +17,8 @@ from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.logical.explain import explain_partitioning
 from cqlstream.cql.logical.partitioning import partitioning
+from cqlstream.engine.boundedness import decide
+from cqlstream.engine.boundedness import explain as explain_with_verdict
 from cqlstream.engine.errors import EngineError
 from cqlstream.limit_options import add_limit_options, limit_settings
 from cqlstream.scale_out_commands import add_parsers as add_scale_out_parsers
@@ -61,14 +63,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 {
                     "kind": compiled.kind,
                     "schema": [{"name": a.name, "type": str(a.type)} for a in compiled.schema],
-                    "explain": compiled.explain(),
+                    "explain": explain_with_verdict(compiled),
+                    "bounded_memory": decide(compiled.plan).to_dict(),
                     "partitioning": partitioning(compiled.plan).to_dict(),
                 },
                 indent=2,
             )
         )
     else:
-        print(compiled.explain())
+        print(explain_with_verdict(compiled))
         print(explain_partitioning(compiled.plan))
     return 0
 

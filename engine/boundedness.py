@@ -1,4 +1,9 @@
-"""Bounded-memory verdict of a query's plan in this engine (the server's `bounded_memory`).
+"""Bounded-memory verdict of a query (the server's `bounded_memory`): `decide` asks the
+characterization of Arasu et al. (cql/boundedness) first, and where it does not apply (windows
+other than Unbounded, relations, constructs outside select-project-join-aggregate) falls back on
+the size classes of this engine's plan (`verdict`), saying which procedure decided.
+
+Plan-based verdict of a query's plan in this engine:
 
 Each relation in the plan gets a size class, and each stateful operator holds state of its
 input's class (seed 003 §1.3: row-based windows are trivially bounded; time-based windows are
@@ -18,6 +23,12 @@ user's. This is about this engine's plan, not the best possible one (seed 003 sh
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from cqlstream.cql.boundedness import Decision
+from cqlstream.cql.boundedness import decide as characterize
+from cqlstream.cql.frontend import CompiledQuery
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.operators.base import BOUNDED as B
 from cqlstream.engine.operators.base import GROWS as U
@@ -56,3 +67,73 @@ def verdict(plan: L.Plan) -> tuple[bool | None, str]:
     c, why = analyze(plan)
     v = {B: True, RATE: None, U: False}[c]
     return v, (NAMES[c] + (": " + ", ".join(why) if why and c != B else ""))
+
+
+CHARACTERIZATION = "characterization"  # Arasu, Babcock, Babu, McAlister, Widom (cql/boundedness)
+PLAN = "plan"  # the size classes of this engine's operators (`verdict`)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A query's bounded-memory verdict: `bounded` True / None (bounded for a bounded arrival rate)
+    / False, the `procedure` and `rule` that decided, the `reason`, the constant-size `synopsis`
+    that answers a bounded query (what is kept, `memory_units` its bound: one unit holds a value
+    or a count), and what this engine's own plan holds (`engine_plan`), which may be more."""
+
+    bounded: bool | None
+    procedure: str
+    rule: str
+    reason: str
+    synopsis: tuple[str, ...] = ()
+    memory_units: int | None = None
+    engine_plan: str = ""
+
+    @property
+    def note(self) -> str:
+        """One line: the verdict's word, the reason and the rule."""
+        word = {True: NAMES[B], None: NAMES[RATE], False: NAMES[U]}[self.bounded]
+        return f"{word}: {self.reason} [{self.rule}]" if self.reason else f"{word} [{self.rule}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bounded": self.bounded,
+            "procedure": self.procedure,
+            "rule": self.rule,
+            "reason": self.reason,
+            "synopsis": list(self.synopsis),
+            "memory_units": self.memory_units,
+            "engine_plan": self.engine_plan,
+        }
+
+    def lines(self) -> list[str]:
+        """The verdict as EXPLAIN prints it."""
+        word = {True: "yes", None: "for a bounded arrival rate", False: "no"}[self.bounded]
+        by = self.rule if self.procedure == CHARACTERIZATION else "this engine's plan operators"
+        out = [f"Bounded memory: {word} (by {by})", f"  why: {self.reason}"]
+        if self.synopsis:
+            units = "" if self.memory_units is None else f" (≤ {self.memory_units} units)"
+            out.append(f"  synopsis{units}:")
+            out.extend(f"    - {s}" for s in self.synopsis)
+        if self.procedure == CHARACTERIZATION:
+            out.append(f"  this engine's plan: {self.engine_plan}")
+        return out
+
+
+def decide(plan: L.Plan) -> Verdict:
+    """The characterization's verdict where it applies, else the plan-based one (its reason
+    then says why the characterization did not apply)."""
+    bounded, note = verdict(plan)
+    found = characterize(plan)
+    if isinstance(found, Decision):
+        return Verdict(
+            found.bounded, CHARACTERIZATION, found.rule, found.reason, found.synopsis, found.memory_units, note
+        )
+    why = note.split(": ", 1)[1] if ": " in note else note
+    reason = (why + " " if why else "") + f"(the characterization does not apply: {found.reason})"
+    return Verdict(bounded, PLAN, "plan operators", reason, engine_plan=note)
+
+
+def explain(compiled: CompiledQuery) -> str:
+    """A compiled query's EXPLAIN followed by its bounded-memory verdict (what `cqlstream explain`
+    and the server's explain print for a query not registered)."""
+    return compiled.explain() + "\n" + "\n".join(decide(compiled.plan).lines())

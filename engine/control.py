@@ -136,6 +136,7 @@ def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> 
         "text": h.text,
         "result": h.kind,
         "output": None if pn is None else pn.queue.eid,
+        "bounded_memory": h.memory_verdict.to_dict(),
         "counters": counters,
         "knobs": {
             "active": h.active,

@@ -31,7 +31,8 @@ from cqlstream.cql.parser import parse_query, parse_script
 from cqlstream.cql.printer import to_cql
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.batch import Batch, from_rows, splitmix64
-from cqlstream.engine.boundedness import verdict
+from cqlstream.engine.boundedness import Verdict, decide
+from cqlstream.engine.boundedness import explain as explain_with_verdict
 from cqlstream.engine.errors import EngineError, InputError, InUseError, KnobError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.inputs import RelationInput, StreamInput, rows_to_batch
@@ -67,6 +68,7 @@ class QueryHandle:
     memory_limit: int | None = None  # knob: bytes of state it may hold (None: the engine's query_memory_limit)
     cpu_limit: float | None = None  # knob: engine seconds it may take in one run (None: the engine's query_cpu_limit)
     suspended: str | None = None  # why the engine suspended it (over a limit); None: not suspended
+    _verdict: tuple[bool, Verdict] | None = field(default=None, repr=False, compare=False)  # (share, verdict)
 
     @property
     def state(self) -> str:
@@ -92,14 +94,21 @@ class QueryHandle:
         return self.complete_from != INF
 
     @property
+    def memory_verdict(self) -> Verdict:
+        """The bounded-memory verdict with its procedure, rule, reason and synopsis
+        (engine/boundedness.py), decided once per query."""
+        if self._verdict is None or self._verdict[0] != self.share:
+            self._verdict = (self.share, decide(self.physical_plan))
+        return self._verdict[1]
+
+    @property
     def bounded_memory(self) -> bool | None:
-        """True: bounded; None: bounded for a bounded arrival rate; False: grows with the input
-        (engine/boundedness.py)."""
-        return verdict(self.physical_plan)[0]
+        """True: bounded; None: bounded for a bounded arrival rate; False: grows with the input."""
+        return self.memory_verdict.bounded
 
     @property
     def bounded_memory_note(self) -> str:
-        return verdict(self.physical_plan)[1]
+        return self.memory_verdict.note
 
     @property
     def partitioning(self) -> Partitioning:
@@ -119,6 +128,7 @@ class QueryHandle:
         """The query's EXPLAIN, plus the plan it runs as when sharing lifts its selections above
         windows (docs/plan-manager.md) and, once merged, from when its results are exact."""
         text = self.compiled.explain()
+        text += "\n" + "\n".join(self.memory_verdict.lines())
         shared = self.physical_plan
         if shared != self.compiled.plan:
             text += "\nRuns as (shared: selections stay above windows so queries share them):\n" + "\n".join(
@@ -521,7 +531,7 @@ class Dsms:
     def explain(self, query: int | str) -> str:
         if isinstance(query, int):
             return self.queries[query].explain()
-        return self.compile(query).explain()
+        return explain_with_verdict(self.compile(query))
 
     def explain_plan(self, fmt: str = "text") -> str | dict[str, Any]:
         """The global plan: text, or a JSON-able graph (nodes = entities with their control

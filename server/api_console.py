@@ -22,7 +22,9 @@ from starlette.staticfiles import StaticFiles
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import compile_query
-from cqlstream.server.models import AttrOut
+from cqlstream.engine.boundedness import decide
+from cqlstream.engine.boundedness import explain as explain_with_verdict
+from cqlstream.server.models import AttrOut, MemoryVerdict
 from cqlstream.server.problems import responses
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ class ExplainOut(BaseModel):
     kind: str
     schema_: list[AttrOut] = Field(alias="schema", serialization_alias="schema")
     explain: str
+    bounded_memory: MemoryVerdict
 
 
 def _explain(host: EngineHost, cql: str) -> dict[str, Any]:
@@ -55,7 +58,8 @@ def _explain(host: EngineHost, cql: str) -> dict[str, Any]:
     return {
         "kind": compiled.kind,
         "schema": [{"name": a.name, "type": str(a.type)} for a in compiled.schema],
-        "explain": compiled.explain(),
+        "explain": explain_with_verdict(compiled),
+        "bounded_memory": decide(compiled.plan).to_dict(),
     }
 
 

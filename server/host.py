@@ -403,6 +403,7 @@ class EngineHost:
             "weight": h.weight,
             "bounded_memory": h.bounded_memory,
             "bounded_memory_note": h.bounded_memory_note,
+            "bounded_memory_verdict": h.memory_verdict.to_dict(),
             "partitioning": h.partitioning.to_dict(),
             "subscribers": pub.live() if pub else 0,
         }

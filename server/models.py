@@ -109,6 +109,21 @@ class QueryIn(BaseModel):
     )
 
 
+class MemoryVerdict(BaseModel):
+    """A query's bounded-memory verdict in full (engine/boundedness.py `Verdict`)."""
+
+    bounded: bool | None
+    procedure: Literal["characterization", "plan"] = Field(
+        description="`characterization`: decided by the bounded-memory characterization of streaming "
+        "select-project-join-aggregate queries; `plan`: by the state this engine's plan operators hold"
+    )
+    rule: str = Field(description="the theorem / condition that decided, e.g. `Theorem 5.10, C3`")
+    reason: str = Field(description="why, naming the attribute or predicate that decided")
+    synopsis: list[str] = Field(default_factory=list, description="what a bounded query's synopsis keeps")
+    memory_units: int | None = Field(None, description="its bound, one unit per value or count kept")
+    engine_plan: str = Field("", description="what this engine's own plan holds (it may hold more)")
+
+
 class QueryOut(BaseModel):
     id: int
     name: str | None
@@ -139,11 +154,14 @@ class QueryOut(BaseModel):
     weight: float = 1.0
     bounded_memory: bool | None = Field(
         None,
-        description="bounded-memory verdict of the plan this engine runs: "
-        "true = bounded whatever the input, null = bounded if the arrival rate is "
-        "(time-based windows), false = state grows with the input",
+        description="bounded-memory verdict (docs/bounded-memory.md): true = answerable in memory bounded "
+        "whatever the input, null = bounded if the arrival rate is (time-based windows), false = memory grows "
+        "with the input",
     )
-    bounded_memory_note: str = Field("", description="why, naming the operators that hold the most state")
+    bounded_memory_note: str = Field("", description="why, and the rule that decided, in one line")
+    bounded_memory_verdict: MemoryVerdict | None = Field(
+        None, description="the verdict in full: procedure, rule, reason, synopsis of a bounded query"
+    )
     partitioning: dict[str, Any] | None = Field(
         None,
         description="the key on which all the query's state partitions (`key`, each source's key columns in "

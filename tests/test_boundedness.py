@@ -13,7 +13,7 @@ CASES = [
     ("Istream(select * from S [Rows 10])", True),
     ("select A, Count(*) from S [Rows 100] group by A", True),
     ("select Count(*), Sum(A) from S", True),  # scalar count/sum: O(1) state
-    ("select Max(A) from S", False),  # this engine keeps the distinct values
+    ("select Max(A) from S", True),  # Theorem 8.5: one running maximum (this engine's plan keeps more)
     ("select A, Count(*) from S group by A", False),  # one group per distinct A
     ("select distinct A from S", False),
     ("select * from S [Range 10 Seconds]", None),  # what arrives in 10 s
