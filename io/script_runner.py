@@ -15,8 +15,9 @@ from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
 from cqlstream.io.dat_source import SourceReader
 from cqlstream.io.errors import ScriptError
+from cqlstream.io.prefetch import Prefetch
+from cqlstream.io.result_writer import ResultWriter, Round
 from cqlstream.io.stream_script import Registrar, Step, parse_script
-from cqlstream.io.stream_text import format_chunks
 
 
 def _dest_path(step: Step, out_dir: str | os.PathLike[str] | None) -> Path:
@@ -27,6 +28,19 @@ def _dest_path(step: Step, out_dir: str | os.PathLike[str] | None) -> Path:
 # the same CPU time as 1M for filters and aggregates, while joins (work per round grows faster than
 # linearly with the round's size) took 20 s at 100k against minutes and 9 GB at 1M.
 DEFAULT_BATCH_ROWS = 100_000
+
+# Parsed batches read ahead per source when reading runs in its own thread (memory: a few blocks).
+_READ_AHEAD = 2
+
+
+def default_threads() -> int:
+    """Threads for a run: 2 where the process may use two or more CPUs (reading and writing then
+    overlap the engine), else 1. More writer threads pay only with many dests and more cores."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return 2 if cpus >= 2 else 1
 
 
 _malloc_tuned = False
@@ -59,13 +73,23 @@ def run_script(
     out_dir: str | os.PathLike[str] | None = None,
     compat: bool = False,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    threads: int | None = None,
+    block_size: int | None = None,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
     pushes), and write each query's result to its dest (in `out_dir` when given, same file name).
+
+    `threads` (default: `default_threads()`): 1 does everything on the calling thread; N ≥ 2 reads
+    and parses each source ahead on a thread of its own and formats and writes results on N − 1
+    threads while the engine runs on the calling one. The output is the same bytes either way.
+    `block_size`: bytes of source text parsed at a time (default: from `batch_rows`).
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
+    threads = default_threads() if threads is None else threads
+    if threads < 1:
+        raise ValueError("threads must be at least 1")
     _tune_malloc()
     script = parse_script(path, compat=compat)
     d = Dsms(compat=compat)
@@ -79,6 +103,8 @@ def run_script(
     outs: list[tuple[str, IO[bytes], Subscription]] = []  # (dest path, file, subscription)
     counts: dict[str, int] = {}
     seen: dict[Path, int] = {}
+    feeds: list[_Feed] = []
+    writer: ResultWriter | None = None
     try:
         for step, h in reg.queries:
             assert isinstance(h, QueryHandle)  # registered into a Dsms, not only compiled
@@ -99,31 +125,40 @@ def run_script(
                 ) from None
             outs.append((str(dest), f, d.subscribe(h.id)))
             counts[str(dest)] = 0
+        writer = ResultWriter([f for _, f, _ in outs], workers=threads - 1)
 
         def drain() -> None:
-            for name, f, sub in outs:
+            rnd: Round = []
+            for k, (name, _, sub) in enumerate(outs):
                 b = sub.poll()
                 if len(b):
-                    _format_into(f, b)
+                    rnd.append((k, b))
                     counts[name] += len(b)
+            writer.write(rnd)
 
-        block = int(min(64 << 20, max(1 << 20, batch_rows * 16)))
-        feeds = []
+        block = block_size or int(min(64 << 20, max(1 << 20, batch_rows * 16)))
         for step, src in reg.sources:
             r = SourceReader(step.paired_file, src, block_size=block)
-            feeds.append(_Feed(src.name, r, iter(r)))
+            it: Iterator[Batch] = iter(r) if threads == 1 else Prefetch(r, _READ_AHEAD, f"cqlstream-read-{src.name}")
+            feeds.append(_Feed(src.name, r, it))
         _feed_all(d, feeds, batch_rows, drain)
         d.end()
         drain()
+        writer.close()
     finally:
-        for _, out, _ in outs:
-            out.close()
+        for feed in feeds:
+            if isinstance(feed.it, Prefetch):
+                feed.it.close()
+        if writer is not None:
+            try:
+                writer.close()  # what was handed over is written, as the inline path wrote it
+            finally:
+                for _, out, _ in outs:
+                    out.close()
+        else:
+            for _, out, _ in outs:
+                out.close()
     return counts
-
-
-def _format_into(f: IO[bytes], batch: Batch) -> None:
-    """Write a batch's text chunk by chunk (no joined copy of a large output)."""
-    f.writelines(format_chunks(batch))
 
 
 class _Feed:
@@ -211,4 +246,4 @@ def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain: Callable[[], 
         drain()
 
 
-__all__ = ["DEFAULT_BATCH_ROWS", "run_script"]
+__all__ = ["DEFAULT_BATCH_ROWS", "default_threads", "run_script"]
