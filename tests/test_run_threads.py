@@ -33,8 +33,11 @@ THREADS = [1, 2, 3]
 CHUNKS = [(7, 64), (97, 300), (None, None)]
 
 
+_MINE = ("cqlstream-read-", "cqlstream-writer-", "cqlstream-prefetch")  # the runner's worker threads
+
+
 def _workers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("cqlstream-")]
+    return [t for t in threading.enumerate() if t.name.startswith(_MINE)]
 
 
 @pytest.fixture(autouse=True)
