@@ -83,11 +83,12 @@ def write_script(qname: str, rows: int) -> tuple[Path, list[Path]]:
     return script, dests
 
 
-def run_query(qname: str, rows: int, cqlstream: str) -> dict:
+def run_query(qname: str, rows: int, cqlstream: str, threads: int | None = None) -> dict:
     streams, query = QUERIES[qname]
     script, dests = write_script(qname, rows)
+    cmd = [cqlstream, "run", str(script)] + ([] if threads is None else ["--threads", str(threads)])
     began = time.perf_counter()
-    proc = subprocess.Popen([cqlstream, "run", str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - began
     if os.waitstatus_to_exitcode(status) != 0:
@@ -99,6 +100,7 @@ def run_query(qname: str, rows: int, cqlstream: str) -> dict:
         "query": shown,
         "queries": 1 if isinstance(query, str) else len(query),
         "inputs": streams,
+        "threads": threads,
         "wall_s": round(wall, 2),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "input_tuples": n_in,
@@ -122,28 +124,57 @@ def main(argv=None) -> int:
     p.add_argument(
         "--cqlstream", default=default_cqlstream(), help="the cqlstream executable (default: next to this Python)"
     )
+    p.add_argument("--threads", help="comma-separated `cqlstream run --threads` counts to compare, e.g. 1,2")
+    p.add_argument("--repeat", type=int, default=1, help="runs per query and thread count (default 1)")
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else list(QUERIES)
     unknown = [q for q in names if q not in QUERIES]
     if unknown:
         p.error(f"unknown query {', '.join(unknown)} (known: {', '.join(QUERIES)})")
-    report = {}
+    counts: list[int | None] = [int(t) for t in args.threads.split(",")] if args.threads else [None]
+    if any(t is not None and t < 1 for t in counts) or args.repeat < 1:
+        p.error("--threads counts and --repeat must be at least 1")
+    report: dict[str, dict] = {}
     print(
-        f"{'query':5} {'wall s':>7} {'cpu s':>7} {'in tuples/s':>12} {'out lines':>11} {'out/s':>11} "
+        f"{'query':5} {'thr':>3} {'wall s':>7} {'cpu s':>7} {'in tuples/s':>12} {'out lines':>11} {'out/s':>11} "
         f"{'peak RSS MB':>11}"
     )
     for q in names:
-        r = report[q] = run_query(q, args.rows, args.cqlstream)
-        print(
-            f"{q:5} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['input_tuples_per_s']:12,} {r['output_lines']:11,} "
-            f"{r['output_tuples_per_s']:11,} {r['peak_rss_mb']:11,}",
-            flush=True,
-        )
+        runs = []
+        for _ in range(args.repeat):
+            for t in counts:  # alternating, so a busy spell on the machine hits every count alike
+                r = run_query(q, args.rows, args.cqlstream, t)
+                runs.append(r)
+                print(
+                    f"{q:5} {'-' if t is None else t:>3} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} "
+                    f"{r['input_tuples_per_s']:12,} {r['output_lines']:11,} {r['output_tuples_per_s']:11,} "
+                    f"{r['peak_rss_mb']:11,}",
+                    flush=True,
+                )
+        report[q] = {**runs[0], "runs": runs} if len(runs) > 1 else runs[0]
+    if len(counts) > 1 or args.repeat > 1:
+        _summary(report, counts)
     if args.json:
         Path(args.json).write_text(
             json.dumps({"rows": args.rows, "nproc": os.cpu_count(), "results": report}, indent=2)
         )
     return 0
+
+
+def _summary(report: dict[str, dict], counts: list[int | None]) -> None:
+    """Per query and thread count: the range of wall and CPU seconds over the runs, and the ratio
+    of the best walls against the first count."""
+    print(f"\n{'query':5} {'thr':>3} {'wall s (range)':>15} {'cpu s (range)':>15} {'best-wall speed-up':>19}")
+    for q, r in report.items():
+        runs = r.get("runs", [r])
+        base = min(x["wall_s"] for x in runs if x["threads"] == counts[0])
+        for t in counts:
+            mine = [x for x in runs if x["threads"] == t]
+            walls, cpus = [x["wall_s"] for x in mine], [x["cpu_s"] for x in mine]
+            print(
+                f"{q:5} {'-' if t is None else t:>3} {min(walls):6.2f}–{max(walls):<8.2f} "
+                f"{min(cpus):6.2f}–{max(cpus):<8.2f} {base / min(walls):18.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -84,14 +84,24 @@ _COMPAT_HELP = (
 
 
 def _run(
-    script: str | Path, out_dir: str | Path | None, compat: bool, batch_rows: int, source_dir: str | None = None
+    script: str | Path,
+    out_dir: str | Path | None,
+    compat: bool,
+    batch_rows: int,
+    source_dir: str | None = None,
+    threads: int | None = None,
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
     from cqlstream.io.errors import ScriptError
     from cqlstream.io.script_runner import run_script
 
     try:
-        return run_script(script, out_dir=out_dir, compat=compat, batch_rows=batch_rows, source_dir=source_dir), None
+        return (
+            run_script(
+                script, out_dir=out_dir, compat=compat, batch_rows=batch_rows, source_dir=source_dir, threads=threads
+            ),
+            None,
+        )
     except ScriptError as e:
         return None, str(e)
     except OSError as e:  # writing results: disk full, permissions
@@ -107,7 +117,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.batch_rows < 1:
         print("cqlstream run: --batch-rows must be at least 1", file=sys.stderr)
         return 2
-    counts, err = _run(args.script, args.out_dir, args.stream_compat, args.batch_rows, args.source_dir)
+    if args.threads is not None and args.threads < 1:
+        print("cqlstream run: --threads must be at least 1", file=sys.stderr)
+        return 2
+    counts, err = _run(args.script, args.out_dir, args.stream_compat, args.batch_rows, args.source_dir, args.threads)
     if counts is None:
         print(err, file=sys.stderr)
         return 2
@@ -478,6 +491,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="input rows pushed per step: memory and latency vs. per-step overhead (default 100000)",
+    )
+    r.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="1: read, run and write in turn on one thread; N >= 2: read and parse sources and format and "
+        "write results on other threads (N-1 writers) while the engine runs; the output is the same bytes "
+        "(default 2 when two CPUs are available, else 1)",
     )
     r.set_defaults(func=cmd_run)
 

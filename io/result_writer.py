@@ -1,0 +1,95 @@
+"""Formatting result batches as STREAM text and writing them to their dest files, on the calling
+thread or on worker threads beside the engine.
+
+A round's batches are handed over together; a dest is always served by the same worker, so every
+file receives its batches in the order they were produced and the bytes do not depend on the
+number of workers. At most `depth` rounds wait per worker (memory: a few rounds of results). A
+write error (disk full, dest removed) is raised to the producer at its next hand-over or at
+`close()`, as the same OSError the inline path raises.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import IO
+
+from cqlstream.engine.batch import Batch
+from cqlstream.io.stream_text import format_chunks
+
+Round = list[tuple[int, Batch]]  # (dest index, results) in production order
+
+
+def write_text(f: IO[bytes], batch: Batch) -> None:
+    """Write a batch's text chunk by chunk (no joined copy of a large output)."""
+    f.writelines(format_chunks(batch))
+
+
+class _Worker:
+    """One thread writing the rounds handed to it, in order; after an error it only drains."""
+
+    def __init__(self, files: list[IO[bytes]], depth: int, name: str) -> None:
+        self.files = files
+        self.q: queue.Queue[Round | None] = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        while True:
+            rnd = self.q.get()
+            if rnd is None:
+                return
+            if self.error is not None:
+                continue  # keep taking rounds so the producer never blocks on a dead writer
+            try:
+                for k, b in rnd:
+                    write_text(self.files[k], b)
+            except BaseException as e:  # raised to the producer
+                self.error = e
+
+
+class ResultWriter:
+    """Write rounds of result batches to `files`: inline when `workers` is 0, else on that many
+    threads (dest k on worker k mod `workers`)."""
+
+    def __init__(self, files: list[IO[bytes]], workers: int = 0, depth: int = 2) -> None:
+        self.files = files
+        self._workers = [_Worker(files, depth, f"cqlstream-writer-{i}") for i in range(workers)]
+        self._closed = False
+
+    def _raise_failed(self) -> None:
+        for w in self._workers:
+            if w.error is not None:
+                raise w.error
+
+    def write(self, rnd: Round) -> None:
+        """Format and write (or hand over) one round; raises a worker's earlier write error."""
+        if not rnd:
+            return
+        if not self._workers:
+            for k, b in rnd:
+                write_text(self.files[k], b)
+            return
+        self._raise_failed()
+        n = len(self._workers)
+        parts: list[Round] = [[] for _ in range(n)]
+        for k, b in rnd:
+            parts[k % n].append((k, b))
+        for w, part in zip(self._workers, parts):
+            if part:
+                w.q.put(part)
+
+    def close(self) -> None:
+        """Wait until everything handed over is written; raises a worker's write error."""
+        if self._closed:
+            return
+        self._closed = True
+        for w in self._workers:
+            w.q.put(None)
+        for w in self._workers:
+            w.thread.join()
+        self._raise_failed()
+
+
+__all__ = ["ResultWriter", "Round", "write_text"]
