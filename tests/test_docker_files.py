@@ -47,9 +47,12 @@ def compose_env(**overrides: str) -> dict[str, str]:
     return env | overrides
 
 
-def compose_config(**env: str) -> dict[str, Any]:
-    """docker-compose.yml as Compose resolves it (interpolated, anchors merged), as JSON."""
-    out = run([tool("docker-compose"), "-f", COMPOSE_FILE, "config", "--format", "json"], env=compose_env(**env))
+def compose_config(*profiles: str, **env: str) -> dict[str, Any]:
+    """docker-compose.yml as Compose resolves it (interpolated, anchors merged, with these profiles), as JSON."""
+    flags = [f for p in profiles for f in ("--profile", p)]
+    out = run(
+        [tool("docker-compose"), "-f", COMPOSE_FILE, *flags, "config", "--format", "json"], env=compose_env(**env)
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -141,6 +144,43 @@ def test_compose_services() -> None:
     assert producer["command"][producer["command"].index("--url") + 1] == "http://127.0.0.1:18080"
     assert producer["depends_on"]["server"]["condition"] == "service_healthy"
     assert server["image"] == producer["image"] == "cqlstream:t"
+
+
+def test_compose_spark_cluster_profile() -> None:
+    """`--profile spark-cluster`: a standalone master, two workers and a `cqlstream spark-run` job on
+    them, all from the project's image, host networking, Spark bound to 127.0.0.1 (the same set-up
+    tests/spark/test_standalone_cluster.py runs without Docker)."""
+    assert set(compose_config()["services"]) == {"server", "producer"}  # off by default
+    config = compose_config("spark-cluster", SPARK_MASTER_PORT="17077", CQLSTREAM_IMAGE="cqlstream:t")
+    services = config["services"]
+    cluster = {"spark-master", "spark-worker-1", "spark-worker-2", "scale-out"}
+    assert set(services) == {"server", "producer"} | cluster
+    for name in cluster:
+        service = services[name]
+        assert service["network_mode"] == "host" and "ports" not in service and "networks" not in service
+        assert service["image"] == "cqlstream:t" and service["profiles"] == ["spark-cluster"]
+        assert service["environment"]["SPARK_LOCAL_IP"] == "127.0.0.1"
+    master = services["spark-master"]["command"]
+    assert master[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"]
+    assert master[master.index("--port") + 1] == "17077" and master[master.index("--host") + 1] == "127.0.0.1"
+    assert "17077" in " ".join(services["spark-master"]["healthcheck"]["test"])
+    ports = set()
+    for name in ("spark-worker-1", "spark-worker-2"):
+        worker = services[name]["command"]
+        assert worker[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"]
+        assert worker[-1] == "spark://127.0.0.1:17077"
+        ports |= {worker[worker.index("--port") + 1], worker[worker.index("--webui-port") + 1]}
+        assert services[name]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    assert len(ports) == 4 and "17077" not in ports  # host networking: no two daemons on one port
+    job = services["scale-out"]["command"]
+    assert job[:2] == ["cqlstream", "spark-run"]
+    assert job[job.index("--spark-master") + 1] == "spark://127.0.0.1:17077"
+    assert set(services["scale-out"]["depends_on"]) == {"spark-worker-1", "spark-worker-2"}
+    assert {v["target"] for v in services["scale-out"]["volumes"]} == {"/checkpoints"}
+    # the job's query partitions (what spark-run checks before it starts Spark)
+    explain = job[:2] + ["--explain", "--ddl", job[job.index("--ddl") + 1], job[-1]]
+    out = run([BIN / explain[0], *explain[1:]])
+    assert out.returncode == 0 and "partitioning: by Ticks.value" in out.stdout, out.stdout + out.stderr
 
 
 # ---------------------------------------------------------------- the Dockerfile
