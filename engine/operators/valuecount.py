@@ -1,14 +1,18 @@
 """Multiplicities by whole-tuple value (NULL equals NULL), shared by Distinct, the set operations
 and Istream/Dstream (docs/semantics.md: they compare whole tuples).
 
-`ValueTable` maps every value with a live count to a *slot* (a small int) through a persistent dict
-row-tuple → slot. A delta batch is factorized to batch-local codes (per-column codes: value − min
-for integers, np.unique for floats and strings; combined into one dense key), so Python only
-touches each distinct value of the batch once (one dict lookup), never each tuple. Per slot the
-table carries, as numpy arrays, the count of every input side, a `vkey` (a fresh engine id taken
-when the slot is assigned: the seed of derived output ids) and FIFO serials of output copies
-inserted/deleted so far. A slot is freed when all its counts and live output copies are zero, so
-memory follows the live values, not the history.
+`ValueTable` maps every value with a live count to a *slot* (a small int). A delta batch is
+factorized to batch-local codes (per-column codes: value − min for integers, np.unique for floats
+and strings; combined into one dense key), so the map is only asked about each distinct value of
+the batch once, never each tuple. While the columns are integer-like (ints, booleans, timestamps)
+and their ranges fit 62 bits, a value is packed into one int64 key (valuekeys.py) and looked up in
+a numpy hash map (intmap.py), vectorized; otherwise — floats, strings, or once the ranges outgrow
+62 bits, when the live values move over for good — through a dict row-tuple → slot, one lookup per
+distinct value. A value's slot never changes while it is live. Per slot the table carries, as
+numpy arrays, the count of every input side, a `vkey` (a fresh engine id taken when the slot is
+assigned: the seed of derived output ids) and FIFO serials of output copies inserted/deleted so
+far. A slot is freed when all its counts and live output copies are zero, so memory follows the
+live values, not the history.
 
 `ValueTable.changes` then gives, per (value, instant) the batch touches, the multiplicity before
 and after the instant (net over the instant): the rows are grouped by value with ts order kept
@@ -27,6 +31,8 @@ import numpy as np
 
 from cqlstream.engine.batch import Batch, combine_ids
 from cqlstream.engine.kernels import combine_codes, dense_codes, row_codes, stable_order
+from cqlstream.engine.operators.intmap import IntMap
+from cqlstream.engine.operators.valuekeys import KeyLayout, packable, ranges
 
 if TYPE_CHECKING:
     from cqlstream.cql.types import DataType
@@ -72,6 +78,13 @@ def instant_value_groups(
     return order, brk
 
 
+def _span(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The smallest range holding both (None: empty)."""
+    if a is None or b is None:
+        return a or b
+    return min(a[0], b[0]), max(a[1], b[1])
+
+
 def py_rows(cols: list[np.ndarray], nulls: list[np.ndarray | None], idx: np.ndarray) -> list[tuple]:
     """Python tuples (None for NULL) of the rows at `idx`; one tuple per distinct value only."""
     lists = []
@@ -100,8 +113,9 @@ class Encoded:
     slot: np.ndarray  # per row
     order: np.ndarray
     value_slot: np.ndarray  # per distinct value of the batch
-    rows: list[tuple]  # per distinct value: its Python tuple (the dict key)
+    rows: list[tuple] | np.ndarray  # per distinct value: its packed key, or Python tuple (the dict key)
     new: np.ndarray  # indexes (into value_slot) of the values first seen in this batch
+    packed: bool  # rows are packed keys of the numeric map
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -140,14 +154,16 @@ class ValueTable:
     """Live values → slots, with per-slot counts for `sides` inputs (see module docstring).
 
     Use per batch: `enc = encode(b)`, `ch = changes(enc, ...)`, then `finish(enc)`, which frees
-    the slots that became dead. A value first seen in a batch enters the dict only if it is
-    still live at the end of the batch, so short-lived values cost no dict insert/delete."""
+    the slots that became dead. A value first seen in a batch enters the map only if it is
+    still live at the end of the batch, so short-lived values cost no map insert/delete."""
 
     def __init__(self, types: Sequence[DataType], ids: IdSource, sides: int = 1) -> None:
         self.types = list(types)
         self.ids = ids
         self.sides = sides
-        self.index: dict[tuple, int] = {}
+        self.index: dict[tuple, int] = {}  # the map of values that do not pack (see encode)
+        self.imap: IntMap | None = IntMap()  # packed key → slot while the values pack
+        self.layout: KeyLayout | None = None
         self.free = _EMPTY_I
         self.cap = 0
         self._high = 0  # slots [0, _high) have been used
@@ -157,10 +173,13 @@ class ValueTable:
         self.n_del = np.zeros(0, np.int64)  # output copies deleted so far (FIFO: the oldest)
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.index) if self.imap is None else len(self.imap)
 
     def nbytes(self) -> int:
-        return self.cap * 8 * (self.sides + 3) + len(self.index) * (120 + 40 * len(self.types))
+        slots = self.cap * 8 * (self.sides + 3)
+        if self.imap is not None:
+            return slots + self.imap.nbytes()
+        return slots + len(self.index) * (120 + 40 * len(self.types))
 
     # ------------------------------------------------------------ slots
     def _grow(self, need: int) -> None:
@@ -189,7 +208,7 @@ class ValueTable:
         and the rows grouped by value (the sort `changes` needs)."""
         n = len(b)
         if n == 0:
-            return Encoded(_EMPTY_I, _EMPTY_I, _EMPTY_I, [], _EMPTY_I)
+            return Encoded(_EMPTY_I, _EMPTY_I, _EMPTY_I, [], _EMPTY_I, self.imap is not None)
         code, k = row_codes(b.cols, b.nulls)
         order = stable_order(code, 0, k - 1)
         heads = np.empty(n, bool)
@@ -197,9 +216,15 @@ class ValueTable:
         sc = code[order]
         np.not_equal(sc[1:], sc[:-1], out=heads[1:])
         first = order[heads]  # first row of each distinct value (code order)
-        rows = py_rows(b.cols, b.nulls, first)
-        get = self.index.get
-        slot_of = np.fromiter(map(get, rows, repeat(-1)), np.int64, len(rows))  # per distinct value (C loop)
+        rows: list[tuple] | np.ndarray
+        if self.imap is not None and self._fit(b, first):
+            assert self.layout is not None
+            rows = self.layout.pack(b.cols, b.nulls, first)
+            slot_of = self.imap.get(rows)
+        else:
+            rows = py_rows(b.cols, b.nulls, first)
+            get = self.index.get
+            slot_of = np.fromiter(map(get, rows, repeat(-1)), np.int64, len(rows))  # per distinct value (C loop)
         new = np.flatnonzero(slot_of < 0)
         if len(new):
             new = new[np.argsort(first[new])]  # first-arrival order → increasing vkey
@@ -209,23 +234,59 @@ class ValueTable:
             self.n_ins[slots] = 0
             self.n_del[slots] = 0
             self.count[:, slots] = 0
-        return Encoded(slot_of[code], order, slot_of, rows, new)
+        return Encoded(slot_of[code], order, slot_of, rows, new, self.imap is not None)
+
+    def _fit(self, b: Batch, first: np.ndarray) -> bool:
+        """Make the key layout cover the batch's distinct values (rows `first`), re-packing the
+        live keys (their slots stay) when it must widen; False, after moving every live value
+        into the dict for good, when the values are not integer-like or cannot fit 62 bits."""
+        imap, layout = self.imap, self.layout
+        assert imap is not None
+        if packable(b.cols):
+            sub = [c[first] for c in b.cols]
+            subn = [None if m is None else m[first] for m in b.nulls]
+            rng = ranges(sub, subn)
+            if layout is not None and layout.covers(rng):
+                return True
+        else:
+            rng = None
+        keys, slots = imap.items()
+        old_cols, old_nulls = layout.unpack(keys) if layout is not None else ([], [])
+        if rng is not None:
+            if layout is not None and len(keys):
+                rng = [_span(a, c) for a, c in zip(rng, ranges(old_cols, old_nulls))]
+            wider = KeyLayout.fit(rng)
+            if wider is not None:
+                self.layout = wider
+                self.imap = IntMap(4 * len(keys))
+                self.imap.insert(wider.pack(old_cols, old_nulls, np.arange(len(keys))), slots)
+                return True
+        if len(keys):  # to the dict, as the Python tuples a batch of these columns gives
+            cast = [c.astype(bc.dtype) for c, bc in zip(old_cols, b.cols)]
+            self.index = dict(zip(py_rows(cast, list(old_nulls), np.arange(len(keys))), slots.tolist()))
+        self.imap = self.layout = None
+        return False
 
     def finish(self, enc: Encoded) -> None:
         """After a batch: values whose counts and live output copies are all zero give up their
-        slot (and leave the dict); new values still live enter the dict."""
+        slot (and leave the map), new values still live enter the map."""
         touched = enc.value_slot
         if not len(touched):
             return
         dead = ~self.count[:, touched].any(axis=0) & (self.n_ins[touched] == self.n_del[touched])
         is_new = np.zeros(len(touched), bool)
         is_new[enc.new] = True
-        rows, idx = enc.rows, self.index
-        for i in np.flatnonzero(dead & ~is_new).tolist():  # per distinct value that died
-            del idx[rows[i]]
         born = np.flatnonzero(~dead & is_new)
-        if len(born):
-            idx.update(zip([rows[i] for i in born.tolist()], touched[born].tolist()))
+        if enc.packed:
+            assert self.imap is not None and isinstance(enc.rows, np.ndarray)
+            self.imap.delete(enc.rows[dead & ~is_new])
+            self.imap.insert(enc.rows[born], touched[born])
+        else:
+            rows, idx = enc.rows, self.index
+            for i in np.flatnonzero(dead & ~is_new).tolist():  # per distinct value that died
+                del idx[rows[i]]
+            if len(born):
+                idx.update(zip([rows[i] for i in born.tolist()], touched[born].tolist()))
         if dead.any():
             self.free = np.concatenate([self.free, touched[dead]])
 

@@ -1,0 +1,108 @@
+"""A numpy open-addressing hash map from non-negative int64 keys to int64 values, vectorized per
+batch of keys (no Python per key): linear probing, a multiplicative hash, deletes as tombstones
+that a re-insert of the same key revives and a rebuild drops once they pile up.
+
+It replaces a Python dict where the keys are packed integers (see valuekeys.py): one lookup or
+insert round is a handful of numpy operations over the keys still probing, and at a load of at
+most one half nearly every key settles in the first or second round."""
+
+from __future__ import annotations
+
+import numpy as np
+
+_EMPTY = -1  # key of a never-used cell (real keys are ≥ 0)
+_DEAD = -1  # value of a deleted cell (a tombstone keeps its key, so probe chains stay intact)
+_MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the high bits of key · φ·2^64
+
+
+class IntMap:
+    """Keys ≥ 0 → values ≥ 0; `get` returns −1 for an absent (or deleted) key."""
+
+    def __init__(self, cap: int = 64) -> None:
+        self._alloc(cap)
+        self.live = 0
+
+    def _alloc(self, cap: int) -> None:
+        self.bits = max(int(cap - 1).bit_length(), 4)
+        self.cap = 1 << self.bits
+        self.keys = np.full(self.cap, _EMPTY, np.int64)
+        self.vals = np.full(self.cap, _DEAD, np.int64)
+        self.used = 0  # cells with a key (live or tombstone)
+
+    def __len__(self) -> int:
+        return self.live
+
+    def nbytes(self) -> int:
+        return 16 * self.cap
+
+    def _home(self, q: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            h = q.astype(np.uint64) * _MUL
+        return (h >> np.uint64(64 - self.bits)).astype(np.int64)
+
+    def find(self, q: np.ndarray) -> np.ndarray:
+        """Cell of each key in `q` (live or tombstone), −1 where the key has no cell."""
+        out = np.full(len(q), -1, np.int64)
+        pos = self._home(q)
+        todo = np.arange(len(q))
+        mask = self.cap - 1
+        while len(todo):
+            k = self.keys[pos]
+            hit = k == q
+            out[todo[hit]] = pos[hit]
+            more = ~hit & (k != _EMPTY)
+            todo, pos, q = todo[more], (pos[more] + 1) & mask, q[more]  # q: the keys still probing
+        return out
+
+    def get(self, q: np.ndarray) -> np.ndarray:
+        """Value of each key, −1 where absent or deleted."""
+        cell = self.find(q)
+        out = np.full(len(q), -1, np.int64)
+        have = cell >= 0
+        out[have] = self.vals[cell[have]]
+        return out
+
+    def delete(self, q: np.ndarray) -> None:
+        """Delete the (live, distinct) keys `q`."""
+        if not len(q):
+            return
+        cell = self.find(q)
+        self.vals[cell] = _DEAD
+        self.live -= len(q)
+
+    def insert(self, q: np.ndarray, v: np.ndarray) -> None:
+        """Insert the distinct keys `q` (none of them live) with values `v` ≥ 0."""
+        if not len(q):
+            return
+        if 2 * (self.used + len(q)) > self.cap:
+            self._rebuild(len(q))
+        cell = self.find(q)
+        back = cell >= 0  # tombstones of these very keys: revive in place
+        self.vals[cell[back]] = v[back]
+        q, v = q[~back], v[~back]
+        self.live += int(back.sum()) + len(q)
+        self.used += len(q)
+        pos = self._home(q)
+        mask = self.cap - 1
+        while len(q):
+            cand = np.flatnonzero(self.keys[pos] == _EMPTY)
+            # several keys may probe the same empty cell: one write lands, the read-back says which
+            self.keys[pos[cand]] = q[cand]
+            win = cand[self.keys[pos[cand]] == q[cand]]
+            self.vals[pos[win]] = v[win]
+            stay = np.ones(len(q), bool)
+            stay[win] = False
+            q, v, pos = q[stay], v[stay], (pos[stay] + 1) & mask  # their cell is taken now
+
+    def _rebuild(self, incoming: int) -> None:
+        """Re-hash the live entries into a table of at least 4 × (live + incoming) cells."""
+        alive = (self.keys != _EMPTY) & (self.vals != _DEAD)
+        k, v = self.keys[alive], self.vals[alive]
+        self._alloc(max(4 * (len(k) + incoming), 64))
+        self.live = 0
+        self.insert(k, v)
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, values) of the live entries."""
+        alive = (self.keys != _EMPTY) & (self.vals != _DEAD)
+        return self.keys[alive], self.vals[alive]
