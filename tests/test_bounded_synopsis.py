@@ -137,5 +137,6 @@ def test_engine_state_follows_the_verdict(query, bounded):
         mem.append(dsms.control_table(f"query:{h.id}")["counters"]["memory_bytes"])
     if bounded:
         assert mem[29] == mem[-1], mem
-    else:  # (an aggregate's table may be compacted now and then: growth, not monotony)
-        assert mem[10] < mem[-1] and mem[-11] < mem[-1], mem
+    else:  # growth, not monotony: an aggregate's table may be compacted now and then, and a hash
+        # table of values grows by doubling (flat between doublings; steps 20 to 59 triple the values)
+        assert mem[5] < mem[20] < mem[-1], mem
