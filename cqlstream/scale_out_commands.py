@@ -73,6 +73,15 @@ def _run(args: argparse.Namespace, plan: Any, specs: list[Any]) -> int:
     from cqlstream.spark_bridge.scale_out import scale_out
     from cqlstream.spark_bridge.sinks import StreamInfo
 
+    results = None
+    if args.sink.startswith("server:"):  # before Spark starts: the server answers and has the stream
+        from cqlstream.spark_bridge.server_sink import ServerResultSink, ServerTarget
+
+        try:
+            results = ServerResultSink(plan, ServerTarget.parse(args.sink), api_key=args.api_key)
+        except EngineError as e:
+            print(f"cqlstream spark-run: {e}", file=sys.stderr)
+            return 2
     runtime = SparkRuntime(args.spark_master, app_name="cqlstream-spark-run", say=lambda s: print(s, flush=True))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -85,16 +94,21 @@ def _run(args: argparse.Namespace, plan: Any, specs: list[Any]) -> int:
                 df = df.withColumnRenamed(column, field)
             frames[spec.stream], times[spec.stream] = df, spec.time_column
         out = scale_out(spark, plan, frames, buckets=args.buckets, time_columns=times, delay=args.delay)
-        fmt, _, path = args.sink.partition(":")
-        writer = out.writeStream.format(fmt).outputMode("append")
-        if path:
-            writer = writer.option("path", path)
+        if results is not None:
+            writer = out.writeStream.foreachBatch(results).outputMode("append")
+        else:
+            fmt, _, path = args.sink.partition(":")
+            writer = out.writeStream.format(fmt).outputMode("append")
+            if path:
+                writer = writer.option("path", path)
         writer = writer.option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix="cqlstream-run-"))
         if args.trigger == "available-now":
             writer = writer.trigger(availableNow=True)
         elif args.trigger:
             writer = writer.trigger(processingTime=args.trigger)
         q = writer.start()
+        if results is not None:
+            results.started(q)
         print(f"running {plan.spec.query!r} partitioned in Spark, results to {args.sink}", flush=True)
         while q.isActive and not stop.wait(1.0):
             pass
@@ -110,6 +124,8 @@ def _run(args: argparse.Namespace, plan: Any, specs: list[Any]) -> int:
         return 2
     finally:
         runtime.stop()
+        if results is not None:
+            results.close()
 
 
 def add_parsers(sub: Any, url_default: str) -> None:
@@ -128,7 +144,12 @@ def add_parsers(sub: Any, url_default: str) -> None:
     sr.add_argument("--api-key", help="API key for a server started with --api-key")
     sr.add_argument("--source", action="append", default=[], metavar="SPEC", help=SOURCE_HELP)
     sr.add_argument("--sources", metavar="FILE", help=SOURCES_HELP)
-    sr.add_argument("--sink", default="console", metavar="FORMAT[:PATH]", help="a Spark sink (default console)")
+    sr.add_argument(
+        "--sink",
+        default="console",
+        metavar="FORMAT[:PATH]",
+        help="a Spark sink (default console), or server:URL/STREAM: into a stream registered on a cqlstream server",
+    )
     sr.add_argument("--checkpoint", metavar="DIR", help="Spark's checkpoint (state, offsets): reuse it to resume")
     sr.add_argument("--buckets", type=int, metavar="N", help="key buckets (default: Spark's shuffle partitions)")
     sr.add_argument("--delay", type=int, default=0, metavar="TICKS", help="watermark delay in ticks (default 0)")

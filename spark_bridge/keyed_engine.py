@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from cqlstream.cql.functions import FunctionRegistry
-from cqlstream.engine.batch import Batch
+from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.dsms import Dsms, Subscription
 from cqlstream.io.decoders import ArrowStream, Target
 
@@ -43,6 +43,7 @@ class GroupEngine:
         self.dsms.execute(spec.ddl)
         self.sub: Subscription = self.dsms.subscribe(self.dsms.register_query(spec.query).id)
         self.streams = spec.streams
+        self.held: Batch | None = None  # final elements at or after the watermark, given later
         self.late = 0  # rows older than their stream's time (Spark's watermark filter lets none through)
 
     def target(self, stream: str) -> Target:
@@ -70,6 +71,18 @@ class GroupEngine:
         """Run the engine; the result elements that became final since the last drain."""
         self.dsms.run()
         return self.sub.poll()
+
+    def final_before(self, t: int) -> Batch:
+        """Run the engine; the result elements with ts < t not given before. Elements the bucket's
+        own rows made final at t or later wait here (pickled with the engine), so every bucket gives
+        an instant in the same micro-batch and a run's results come in ts order batch by batch."""
+        out = self.drain()
+        held: Batch | None = getattr(self, "held", None)  # absent in the state of an older run
+        if held is not None and len(held):
+            out = concat([held, out])
+        keep = out.ts < t
+        self.held = out.take(np.flatnonzero(~keep))
+        return out.take(np.flatnonzero(keep))
 
     # ------------------------------------------------------------ Spark's state store keeps these bytes
     def dumps(self) -> bytes:

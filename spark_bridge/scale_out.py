@@ -51,6 +51,7 @@ class ScaleOutPlan:
     tick_micros: tuple[int, ...]  # each stream's tick in µs (TIMESTAMP event times are floored to it)
     keys: tuple[tuple[str, ...], ...]  # key field names, one tuple per stream
     output: tuple[tuple[str, str], ...]  # (column name, engine type name)
+    relation: bool = False  # relation-valued: its results carry sign −1 elements too
 
     def field_column(self, stream_index: int, field: str) -> str:
         """The column of the shuffled union that carries `field` of stream `stream_index`."""
@@ -93,7 +94,15 @@ def plan_query(ddl: str, query: str, *, compat: bool = False) -> ScaleOutPlan:
         ticks.append(UNIT_MS[source.time_unit] * 1000)
         keys.append(tuple(by_source.get(s.lower(), ())) or tuple(c for c, _ in Target.of(source).columns))
     spec = QuerySpec(ddl, query, tuple(streams), compat)
-    return ScaleOutPlan(spec, verdict, tuple(targets), tuple(ticks), tuple(keys), _output_columns(compiled.schema))
+    return ScaleOutPlan(
+        spec,
+        verdict,
+        tuple(targets),
+        tuple(ticks),
+        tuple(keys),
+        _output_columns(compiled.schema),
+        relation=not compiled.plan.is_stream,
+    )
 
 
 def _output_columns(schema: tuple[L.Attribute, ...]) -> tuple[tuple[str, str], ...]:
@@ -218,7 +227,7 @@ def _bucket_function(plan: ScaleOutPlan) -> Any:
         mark = int(state.getCurrentWatermarkMs())  # = max tick + 1 − delay; rows at ticks < mark are late
         if mark > 0:  # 0: no watermark yet
             engine.advance(mark)
-        out = engine.drain()
+        out = engine.final_before(mark)  # instants < mark only: every bucket gives them in this batch
         state.update((engine.dumps(),))
         state.setTimeoutTimestamp(max(mark, 1))  # called again once the watermark passes it
         if len(out):

@@ -193,6 +193,65 @@ def test_cqlstream_spark_run_writes_the_results_to_a_spark_sink(spark, tmp_path,
     assert results(spark, tmp_path / "out", 3) == through(expected, max(r[0] for rows in files for r in rows))
 
 
+@pytest.mark.parametrize("query,n_cols,streams", [(AGGREGATE, 3, ("S",)), (JOIN, 3, ("S", "T"))])
+def test_stream_compat_runs_give_the_compat_reference_answers_not_the_paper_ones(
+    spark, tmp_path, query, n_cols, streams
+):
+    data = {"S": stream_files(7, 3, 20, keys=4), "T": stream_files(8, 3, 20, keys=4)}
+    schemas = {"S": ("ts,k,v", "ts LONG, k INT, v INT"), "T": ("ts,k,u", "ts LONG, k INT, u INT")}
+    for s in streams:
+        write_files(tmp_path / s, schemas[s][0], data[s])
+    plan = plan_query(DDL, query, compat=True)
+    assert plan.spec.compat
+    run(spark, plan, {s: (tmp_path / s, schemas[s][1]) for s in streams}, tmp_path / "out", tmp_path / "ck")
+    inputs = {s: events(data[s]) if s in streams else [] for s in ("S", "T")}
+    last = min(max(r[0] for rows in data[s] for r in rows) for s in streams)
+    compat = through(run_reference(DDL, query, inputs, compat=True), last)
+    paper = through(run_reference(DDL, query, inputs), last)
+    assert len(compat) > 10 and compat != paper  # (t-N, t] windows: the data tells the two apart
+    assert results(spark, tmp_path / "out", n_cols) == compat
+
+
+def test_spark_run_pushes_the_results_into_a_stream_of_a_server_exactly_once(spark, tmp_path, monkeypatch, capsys):
+    from cqlstream.cli import main
+    from cqlstream.client import Client
+    from cqlstream.spark_bridge.runtime import SparkRuntime
+    from tests.server.conftest import ServerThread
+
+    monkeypatch.setattr(SparkRuntime, "stop", lambda self: None)  # the command would stop the module's session
+    files = stream_files(9, n_files=3, per_file=15)
+    write_files(tmp_path / "s", "ts,k,v", files)
+    server = ServerThread().start()
+    try:
+        with Client(server.url) as c:
+            argv = ["spark-run", "--ddl", DDL, AGGREGATE, "--source", f"S=csv:{tmp_path / 's'}?maxFilesPerTrigger=1"]
+            argv += ["--sink", f"server:{server.url}/Totals", "--checkpoint", str(tmp_path / "ck")]
+            assert main(argv) == 2  # no such stream yet: refused before Spark starts
+            assert "no stream or relation named 'Totals'" in capsys.readouterr().err
+            c.register_stream("register stream Totals (k int, sum_v int, count int)")
+            assert main(argv) == 2  # the aggregate is relation-valued: its -1 elements need a sign column
+            assert "declare an int column 'sign'" in capsys.readouterr().err
+            c.drop_stream("Totals")
+            c.register_stream("register stream Totals (sign int, k int, sum_v int, count int)")
+            qid = c.register_query("select * from Totals")["id"]
+            assert main(argv) == 0
+            last = max(r[0] for rows in files for r in rows)
+            first = list(c.subscribe(qid, after=-1, until=last))
+            assert main(argv) == 0  # a second run from the same checkpoint pushes nothing twice
+            again = list(c.subscribe(qid, after=-1, until=last))
+            assert c.stream("Totals")["name"] == "Totals"
+    finally:
+        server.stop()
+    got: dict[int, Counter] = {}
+    for e in first:
+        sign, *row = e.row
+        got.setdefault(e.ts, Counter())[tuple(row)] += sign
+    got = {t: c for t, c in ((t, Counter({k: v for k, v in c.items() if v})) for t, c in got.items()) if c}
+    expected = through(run_reference(DDL, AGGREGATE, {"S": events(files), "T": []}), last)
+    assert len(expected) > 10 and got == expected
+    assert again == first
+
+
 @pytest.mark.parametrize(
     "query,reason",
     [
