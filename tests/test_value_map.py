@@ -18,6 +18,7 @@ from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.operators.intmap import IntMap
 from cqlstream.engine.operators.valuecount import ValueTable
 from tests.engine_harness import assert_same
+from tests.strategies import relation_events as shared_relation_events
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 HUGE = [2**62, -(2**62), 2**63 - 1, -(2**63), -(2**63) + 1, 2**40]
@@ -161,22 +162,9 @@ def stream_events(draw):
     return events
 
 
-@st.composite
-def relation_events(draw):
-    events, live, t = [], [], draw(st.integers(0, 2))
-    for _ in range(draw(st.integers(0, 12))):
-        t += draw(st.sampled_from([0, 0, 1, 2]))
-        if live and draw(st.booleans()):
-            row = live.pop(draw(st.integers(0, len(live) - 1)))
-            events.append((t, -1, row))
-            if draw(st.integers(0, 2)) == 0:
-                live.append(row)
-                events.append((t, +1, row))  # deleted and re-inserted at one instant
-        else:
-            row = (draw(wide), draw(wide))
-            live.append(row)
-            events.append((t, +1, row))
-    return events
+def relation_events():
+    """Bag updates over wide values (tests/strategies.py's generator)."""
+    return shared_relation_events(n=12, first=wide, second=wide)
 
 
 QUERIES = [
