@@ -554,7 +554,10 @@ class Analyzer:
             if sample is not None:
                 if not 0 < sample <= 100:
                     raise CqlError("bad_sample", f"SAMPLE({sample:g}) must be a percentage in (0, 100]", item.pos)
-                plan = L.Sample(plan, sample)
+                tol = item.sample_tolerate
+                if tol is not None and not 0 < tol <= sample:
+                    raise CqlError("bad_sample", f"SAMPLE TOLERATE {tol:g} must be in (0, {sample:g}]", item.pos)
+                plan = L.Sample(plan, sample, tolerate=tol)
             if window is None:
                 window = ast.RangeWindow(None)
                 self.notes.append(f"{alias} is read through the default [RANGE UNBOUNDED] window")
@@ -570,7 +573,7 @@ class Analyzer:
             if sample is not None:
                 raise CqlError("sample_on_relation", f"SAMPLE on {what}: sampling applies to streams only", item.pos)
         attrs = tuple(L.Attribute(a.name, a.type, alias) for a in plan.schema)
-        norm = ast.FromItem(norm_source, window, sample, alias if alias != item.source else None)
+        norm = ast.FromItem(norm_source, window, sample, alias if alias != item.source else None, item.sample_tolerate)
         return _Entry(alias, source_name, attrs, offset), plan, norm
 
     def window(self, plan: L.Plan, w: ast.Window, alias: str, source_name: str | None) -> L.Plan:
@@ -610,7 +613,22 @@ class Analyzer:
             spec = L.PartitionSpec(tuple(keys), w.rows)
         else:
             raise CqlError("unsupported", "unsupported window", w.pos)
-        return L.Window(plan, spec)
+        return L.Window(plan, spec, tolerate=self.window_tolerance(w, unit, alias))
+
+    def window_tolerance(self, w: ast.Window, unit: str | None, alias: str) -> int | None:
+        """A window's `TOLERATE k` in the window's own measure (time units or rows), checked to lie
+        between the least meaningful size and the stated size (docs/approximation.md)."""
+        tol = getattr(w, "tolerate", None)
+        if tol is None:
+            return None
+        low = self.duration(tol, unit, alias) if isinstance(tol, ast.Duration) else tol
+        size = w.size if isinstance(w, (ast.RangeWindow, ast.RowsWindow)) else getattr(w, "rows", None)
+        high = self.duration(size, unit, alias) if isinstance(size, ast.Duration) else size
+        least = 0 if isinstance(w, ast.RangeWindow) else 1
+        if low < least or (high is not None and low > high):
+            top = "its size" if high is None else str(high)
+            raise CqlError("bad_window", f"TOLERATE {low} must be between {least} and {top}", w.pos)
+        return low
 
     def duration(self, d: ast.Duration, unit: str | None, alias: str) -> int:
         if d.unit is None:

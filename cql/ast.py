@@ -211,21 +211,24 @@ class Window(Node):
 
 @dataclass(frozen=True)
 class RangeWindow(Window):
-    """`[Range N unit [Slide M unit]]`; size None is `[Range Unbounded]`."""
+    """`[Range N unit [Slide M unit] [Tolerate K unit]]`; size None is `[Range Unbounded]`;
+    `tolerate` is the smallest size the user accepts under static approximation."""
 
     size: Duration | None
     slide: Duration | None = None
     where: Expr | None = None
+    tolerate: Duration | None = None
     pos: Pos | None = _pos()
 
 
 @dataclass(frozen=True)
 class RowsWindow(Window):
-    """`[Rows N [Slide M]]`; size None is `[Rows Unbounded]`."""
+    """`[Rows N [Slide M] [Tolerate K]]`; size None is `[Rows Unbounded]`."""
 
     size: int | None
     slide: int | None = None
     where: Expr | None = None
+    tolerate: int | None = None
     pos: Pos | None = _pos()
 
 
@@ -237,11 +240,12 @@ class NowWindow(Window):
 
 @dataclass(frozen=True)
 class PartitionWindow(Window):
-    """`[Partition By a, b Rows N]`."""
+    """`[Partition By a, b Rows N [Tolerate K]]`."""
 
     by: tuple[Column, ...]
     rows: int
     where: Expr | None = None
+    tolerate: int | None = None
     pos: Pos | None = _pos()
 
 
@@ -261,12 +265,14 @@ class SelectItem(Node):
 
 @dataclass(frozen=True)
 class FromItem(Node):
-    """A FROM entry: a named source or a subquery, with optional window, sample and alias."""
+    """A FROM entry: a named source or a subquery, with optional window, sample and alias;
+    `sample_tolerate` is the lowest sampling percentage accepted under static approximation."""
 
     source: str | Query
     window: Window | None = None
     sample: float | None = None
     alias: str | None = None
+    sample_tolerate: float | None = None
     pos: Pos | None = _pos()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -93,6 +94,17 @@ def _name(tok: Token) -> str:
 
 # characters XML 1.0 cannot hold at all: C0 controls other than tab and line breaks, U+FFFE, U+FFFF
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+@dataclass(frozen=True)
+class _Tolerance:
+    """A window's `TOLERATE k` while its window is being built (kept apart from the size and slide)."""
+
+    value: Any
+
+
+def _tolerance(items: list[Any]) -> Any:
+    return next((i.value for i in items if isinstance(i, _Tolerance)), None)
 
 
 def _count(tok: Token) -> int:
@@ -265,19 +277,20 @@ class _ToAst(Transformer_NonRecursive):
 
     def from_item(self, meta: Meta, items: list[Any]) -> ast.FromItem:
         source, window = items[0]
-        sample, alias = None, None
+        sample, tolerate, alias = None, None, None
         for it in items[1:]:
             if isinstance(it, tuple) and it[0] == "window_part":
                 if window is not None and it[1] is not None:
                     raise CqlError("syntax", "a FROM item may have only one window", _meta_pos(meta))
-                window, sample = it[1] or window, it[2]
+                window = it[1] or window
+                sample, tolerate = it[2] if it[2] is not None else (None, None)
             elif alias is not None:
                 raise CqlError(
                     "syntax", f"a FROM item may have only one alias (found '{alias}' and '{it}')", _meta_pos(meta)
                 )
             else:
                 alias = it
-        return ast.FromItem(source, window, sample, alias, pos=_meta_pos(meta))
+        return ast.FromItem(source, window, sample, alias, tolerate, pos=_meta_pos(meta))
 
     def table_source(self, meta: Meta, items: list[Any]) -> Source:
         return (_name(items[0]), None)
@@ -288,16 +301,17 @@ class _ToAst(Transformer_NonRecursive):
     def paren_table_source(self, meta: Meta, items: list[Any]) -> Source:
         return (_name(items[0]), items[1])
 
-    def window_part(self, meta: Meta, items: list[Any]) -> tuple[str, ast.Window | None, float | None]:
+    def window_part(self, meta: Meta, items: list[Any]) -> tuple[str, ast.Window | None, Any]:
         window = next((i for i in items if isinstance(i, ast.Window)), None)
-        sample = next((i for i in items if isinstance(i, float)), None)
+        sample = next((i for i in items if isinstance(i, tuple)), None)
         return ("window_part", window, sample)
 
     def alias(self, meta: Meta, items: list[Any]) -> str:
         return _name(items[0])
 
-    def sample(self, meta: Meta, items: list[Any]) -> float:
-        return float(items[1].value)
+    def sample(self, meta: Meta, items: list[Any]) -> tuple[float, float | None]:
+        """(percent, lowest tolerated percent or None)."""
+        return float(items[1].value), (float(items[3].value) if len(items) > 3 else None)
 
     def where_clause(self, meta: Meta, items: list[Any]) -> tuple[str, ast.Expr]:
         return ("where", items[0])
@@ -322,17 +336,25 @@ class _ToAst(Transformer_NonRecursive):
 
     def range_window(self, meta: Meta, items: list[Any]) -> ast.RangeWindow:
         durs = [i for i in items if isinstance(i, ast.Duration)]
-        return ast.RangeWindow(durs[0], durs[1] if len(durs) > 1 else None, pos=_meta_pos(meta))
+        tol = _tolerance(items)
+        return ast.RangeWindow(durs[0], durs[1] if len(durs) > 1 else None, tolerate=tol, pos=_meta_pos(meta))
 
     def range_unbounded(self, meta: Meta, items: list[Any]) -> ast.RangeWindow:
-        return ast.RangeWindow(None, pos=_meta_pos(meta))
+        return ast.RangeWindow(None, tolerate=_tolerance(items), pos=_meta_pos(meta))
 
     def rows_window(self, meta: Meta, items: list[Any]) -> ast.RowsWindow:
-        counts = [i for i in items if isinstance(i, int)]
-        return ast.RowsWindow(counts[0], counts[1] if len(counts) > 1 else None, pos=_meta_pos(meta))
+        counts = [i for i in items if isinstance(i, int) and not isinstance(i, bool)]
+        tol = _tolerance(items)
+        return ast.RowsWindow(counts[0], counts[1] if len(counts) > 1 else None, tolerate=tol, pos=_meta_pos(meta))
 
     def rows_unbounded(self, meta: Meta, items: list[Any]) -> ast.RowsWindow:
-        return ast.RowsWindow(None, pos=_meta_pos(meta))
+        return ast.RowsWindow(None, tolerate=_tolerance(items), pos=_meta_pos(meta))
+
+    def range_tolerance(self, meta: Meta, items: list[Any]) -> _Tolerance:
+        return _Tolerance(items[1])
+
+    def rows_tolerance(self, meta: Meta, items: list[Any]) -> _Tolerance:
+        return _Tolerance(items[1])
 
     def now_window(self, meta: Meta, items: list[Any]) -> ast.NowWindow:
         return ast.NowWindow(pos=_meta_pos(meta))
@@ -340,7 +362,7 @@ class _ToAst(Transformer_NonRecursive):
     def partition_window(self, meta: Meta, items: list[Any]) -> ast.PartitionWindow:
         cols = tuple(i for i in items if isinstance(i, ast.Column))
         rows = next(i for i in items if isinstance(i, int) and not isinstance(i, bool))
-        return ast.PartitionWindow(cols, rows, pos=_meta_pos(meta))
+        return ast.PartitionWindow(cols, rows, tolerate=_tolerance(items), pos=_meta_pos(meta))
 
     def duration(self, meta: Meta, items: list[Any]) -> ast.Duration:
         unit = items[1] if len(items) > 1 else None

@@ -282,7 +282,8 @@ def _from_item(f: ast.FromItem) -> Doc:
     src = [quote_name(f.source)] if isinstance(f.source, str) else _paren_query(f.source)
     parts: list[str | Doc] = [src]
     if f.sample is not None:
-        parts.append(f" SAMPLE({_float(f.sample)})")
+        tol = "" if f.sample_tolerate is None else f" TOLERATE {_float(f.sample_tolerate)}"
+        parts.append(f" SAMPLE({_float(f.sample)}{tol})")
     if f.window is not None:
         parts += [" ", _window(f.window)]
     if f.alias is not None:
@@ -305,15 +306,21 @@ def _window(w: ast.Window) -> Doc:
             spec = "RANGE " + _duration(w.size)
         if w.slide is not None:
             spec += " SLIDE " + _duration(w.slide)
+        if w.tolerate is not None:
+            spec += " TOLERATE " + _duration(w.tolerate)
     elif isinstance(w, ast.RowsWindow):
         spec = "ROWS UNBOUNDED" if w.size is None else f"ROWS {w.size}"
         if w.slide is not None:
             spec += f" SLIDE {w.slide}"
+        if w.tolerate is not None:
+            spec += f" TOLERATE {w.tolerate}"
     elif isinstance(w, ast.NowWindow):
         spec = "NOW"
     elif isinstance(w, ast.PartitionWindow):
         cols = ", ".join(_column(c) for c in w.by)
         spec = f"PARTITION BY {cols} ROWS {w.rows}"
+        if w.tolerate is not None:
+            spec += f" TOLERATE {w.tolerate}"
     else:
         raise TypeError(f"to_cql: not a window: {w!r}")
     if w.where is not None:

@@ -164,11 +164,14 @@ WindowSpec = RangeSpec | RowsSpec | PartitionSpec
 
 @dataclass(frozen=True)
 class Window(Plan):
-    """Stream → relation. `default` marks the implicit Unbounded window (display and CQL defaults)."""
+    """Stream → relation. `default` marks the implicit Unbounded window (display and CQL defaults);
+    `tolerate` is the smallest size (stream units, or rows) the query's TOLERATE clause accepts
+    under static approximation (cql/approx/); it does not change what the node computes."""
 
     input: Plan
     spec: WindowSpec
     default: bool = field(default=False, compare=False)
+    tolerate: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _check(self.input.is_stream, "Window needs a stream input")
@@ -197,10 +200,12 @@ class Window(Plan):
 
 @dataclass(frozen=True)
 class Sample(Plan):
-    """Keep each stream element with probability percent/100 (before any window)."""
+    """Keep each stream element with probability percent/100 (before any window); `tolerate` is
+    the lowest percentage the query's TOLERATE clause accepts (cql/approx/)."""
 
     input: Plan
     percent: float
+    tolerate: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _check(self.input.is_stream, "Sample needs a stream input")

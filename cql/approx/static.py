@@ -1,0 +1,49 @@
+"""The static-approximation driver: one top-down walk of the plan, trying every rule at every
+node in its monotonicity context (context.py) and collecting what each did or declined.
+
+Top-down, so a rule at a node sees the rewrites above it: a Sample inserted or reduced there makes
+the positions below it unsafe (context: SAMPLE keeps by arrival position), and a window turned
+count-based does the same, before the walk reaches them.
+"""
+
+from __future__ import annotations
+
+from cqlstream.cql.approx.context import Ctx, child_ctx
+from cqlstream.cql.approx.report import Applied, Refused, Report
+from cqlstream.cql.approx.rule import Env, Keys, Rule, no_keys
+from cqlstream.cql.approx.sample_join import sample_join
+from cqlstream.cql.approx.sample_rate import sample_rate
+from cqlstream.cql.approx.spec import ApproxSpec
+from cqlstream.cql.approx.window_reduction import window_reduction
+from cqlstream.cql.logical.nodes import Plan, with_inputs
+
+# In order at each node: push a Sample down first, so the rate rules then see where it landed.
+RULES: tuple[Rule, ...] = (sample_join, window_reduction, sample_rate)
+
+
+def approximate(
+    plan: Plan, spec: ApproxSpec, keys: Keys = no_keys, rules: tuple[Rule, ...] = RULES
+) -> tuple[Plan, Report]:
+    """The plan static approximation gives under `spec` (the same plan in exact mode), and the report."""
+    if not spec.static:
+        return plan, Report(spec.mode)
+    env = Env(spec, keys)
+    applied: list[Applied] = []
+    refused: list[Refused] = []
+
+    def visit(node: Plan, ctx: Ctx) -> Plan:
+        for rule in rules:
+            out = rule(node, ctx, env)
+            if out is None:
+                continue
+            if out.applied:
+                applied.append(out.applied)
+            if out.refused:
+                refused.append(out.refused)
+            if out.node is not None:
+                node = out.node
+        kids = tuple(visit(k, child_ctx(node, i, ctx)) for i, k in enumerate(node.inputs))
+        return with_inputs(node, kids) if kids != node.inputs else node
+
+    new = visit(plan, Ctx())
+    return new, Report(spec.mode, tuple(applied), tuple(refused))
