@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cqlstream.cql import ast
 from cqlstream.cql.analyzer import AnalyzedQuery, AnalyzeOptions, analyze
@@ -14,11 +15,15 @@ from cqlstream.cql.logical.rewrites import optimize
 from cqlstream.cql.parser import parse_query
 from cqlstream.cql.printer import to_cql
 
+if TYPE_CHECKING:
+    from cqlstream.cql.approx.report import Report
+
 
 @dataclass
 class CompiledQuery:
     analyzed: AnalyzedQuery
-    plan: Plan  # after rewrites
+    plan: Plan  # after rewrites (and static approximation, when approved)
+    approximation: Report | None = None  # what static approximation did (cql/approx/), if asked
 
     @property
     def kind(self) -> str:
@@ -37,6 +42,9 @@ class CompiledQuery:
             out.extend(f"  - {n}" for n in dict.fromkeys(a.notes))
         out.append("Logical plan:")
         out.append(_indent(explain_plan(self.plan)))
+        if self.approximation is not None:
+            out.append("Approximation:")
+            out.extend(f"  - {line}" for line in self.approximation.lines())
         return "\n".join(out)
 
 

@@ -240,13 +240,18 @@ class Client:
         self._call("POST", f"/streams/{name}/heartbeat", json={"ts": int(ts)})
 
     # ------------------------------------------------------------ queries and views
-    def register_query(self, cql: str, name: str | None = None, seed_from: int | None = None) -> dict[str, Any]:
-        """`seed_from` T: as if registered at instant T, from the server's log archive (--retain-log)."""
+    def register_query(
+        self, cql: str, name: str | None = None, seed_from: int | None = None, approximate: Any = None
+    ) -> dict[str, Any]:
+        """`seed_from` T: as if registered at instant T, from the server's log archive (--retain-log);
+        `approximate`: "static" (or {mode, window_fraction, sample_percent}) approves static approximation."""
         body: dict[str, Any] = {"cql": cql}
         if name is not None:
             body["name"] = name
         if seed_from is not None:
             body["seed_from"] = int(seed_from)
+        if approximate is not None:
+            body["approximate"] = approximate
         return self._call("POST", "/queries", json=body)
 
     def queries(self) -> list[dict[str, Any]]:

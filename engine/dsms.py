@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from cqlstream.cql import ast, ddl
 from cqlstream.cql.analyzer import AnalyzeOptions
+from cqlstream.cql.approx import ApproxSpec, approximate_query
 from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import CompiledQuery, compile_query
@@ -366,14 +367,19 @@ class Dsms:
         weight: float = 1.0,
         share: bool | None = None,
         query_id: int | None = None,
+        approximate: object = None,
     ) -> QueryHandle:
         """Compile `query` and merge it into the running plan. The handle's `complete_from` says
         from which instant its results are exact (None: from the start; a late query over a
-        shared window starts from the window's current contents)."""
+        shared window starts from the window's current contents). `approximate` ("static" or an
+        ApproxSpec object, docs/approximation.md) approves static approximation; default exact."""
         text = query if isinstance(query, str) else (text or to_cql(query))
         tree = parse_query(query) if isinstance(query, str) else query
         try:
             compiled = compile_query(tree, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
+            spec = ApproxSpec.parse(approximate)
+            if spec.static:
+                compiled = approximate_query(compiled, spec, self.catalog)
         except CqlError as e:
             raise (e.with_text(query) if isinstance(query, str) else e) from None
         if query_id is None:

@@ -27,10 +27,16 @@ from cqlstream.cql.logical.explain import explain_plan
 from cqlstream.engine.errors import EngineError, PlanFileError
 
 if TYPE_CHECKING:
-    from cqlstream.engine.dsms import Dsms
+    from cqlstream.engine.dsms import Dsms, QueryHandle
     from cqlstream.engine.operators.base import Operator
 
 FORMAT, VERSION = "cqlstream-plan", 1
+
+
+def _approximate(h: QueryHandle) -> dict[str, Any]:
+    """A query's approved static approximation, for the plan file (nothing for an exact query)."""
+    a = h.compiled.approximation
+    return {} if a is None else {"approximate": a.spec.to_json()}
 
 
 def _op_key(op: Operator) -> str:
@@ -70,6 +76,7 @@ class PlanFile:
             "catalog": list(d.ddl.values()),
             "queries": [
                 {"id": h.id, "name": h.name, "cql": h.text, "active": h.active, "weight": h.weight, "share": h.share}
+                | _approximate(h)
                 for h in sorted(d.queries.values(), key=lambda h: h.id)
             ],
             "knobs": knobs,
@@ -128,6 +135,7 @@ class PlanFile:
                     weight=float(q.get("weight", 1.0)),
                     share=q.get("share"),
                     query_id=int(q["id"]),
+                    approximate=q.get("approximate"),
                 )
             except CqlError as e:
                 raise PlanFileError(f"{where}: queries[{i}] (id {q.get('id')}): {e}") from None

@@ -48,6 +48,8 @@ def query_of(body: bytes, ctype: str, params: Mapping[str, str]) -> QueryIn:
         data: Any = {"cql": text, "name": params.get("name")}
         if "seed_from" in params:
             data["seed_from"] = params["seed_from"]
+        if "approximate" in params:
+            data["approximate"] = params["approximate"]
     elif is_json(ctype):
         data = json_data(body)
     else:
@@ -133,7 +135,7 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
 
         def register() -> dict[str, Any]:  # parsed and registered in one worker-thread call
             q = query_of(body, ctype, params)
-            return host.register_query(q.cql, q.name, q.seed_from)
+            return host.register_query(q.cql, q.name, q.seed_from, approximate=q.approximate)
 
         out = await run_in_threadpool(register)
         response.headers["Location"] = f"/queries/{out['id']}"

@@ -406,6 +406,7 @@ class EngineHost:
             "bounded_memory_verdict": h.memory_verdict.to_dict(),
             "partitioning": h.partitioning.to_dict(),
             "subscribers": pub.live() if pub else 0,
+            **({} if h.compiled.approximation is None else {"approximation": h.compiled.approximation.to_json()}),
         }
 
     def _one_query(self, cql: str, name: str | None) -> ast.Query:
@@ -422,12 +423,20 @@ class EngineHost:
         return stmts[0]
 
     def register_query(
-        self, cql: str, name: str | None = None, seed_from: int | None = None, *, upto: int | None = None
+        self,
+        cql: str,
+        name: str | None = None,
+        seed_from: int | None = None,
+        *,
+        upto: int | None = None,
+        approximate: Any = None,
     ) -> dict[str, Any]:
         """Register a query. `seed_from` T: as if it had been registered at instant T, from the log
         archive (server/archive.py): most of the log is replayed before the lock is taken; `upto`: the
         log record it was registered at (a recovery replaying its record), default the log's end."""
         replay = None
+        if seed_from is not None and approximate is not None:
+            raise ProblemError(422, "approximate_with_seed", "a seeded query is registered exact: drop approximate")
         if seed_from is not None:
             wal = archive_of(self.journal.wal, self.settings, replaying=upto is not None)
             with self.lock:  # a query that cannot register is refused before the log is read
@@ -443,8 +452,9 @@ class EngineHost:
             logged = None
             try:
                 if replay is None:
-                    h = self.d.register_query(cql, name=name)
-                    self.journal.log("register_query", cql=cql, name=name, id=h.id)
+                    h = self.d.register_query(cql, name=name, approximate=approximate)
+                    approx = {} if approximate is None else {"approximate": approximate}
+                    self.journal.log("register_query", cql=cql, name=name, id=h.id, **approx)
                 else:
                     if SYS_STREAM.lower() in names_read(stmts[0]):
                         raise ProblemError(

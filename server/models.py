@@ -107,6 +107,12 @@ class QueryIn(BaseModel):
         "(the server needs --data-dir and --retain-log) by replaying the input from this instant on, its "
         "results from then on are retained for `from=` resumes, then it runs live",
     )
+    approximate: str | dict[str, str | float] | None = Field(
+        None,
+        description="`static` approves static approximation within the query's TOLERATE clauses; an object "
+        "`{mode, window_fraction, sample_percent}` adds query-wide tolerances (docs/approximation.md); "
+        "default `exact`",
+    )
 
 
 class MemoryVerdict(BaseModel):

@@ -88,7 +88,9 @@ def _tick(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
 def _register_query(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
     host.d.reserve_query_ids(h["id"])  # ids consumed by registrations that failed are skipped alike
     seed = h.get("seed_from")  # seeded from the archive: the log before this record, as live
-    out = host.register_query(h["cql"], h.get("name"), seed, upto=host.journal.replay_lsn)
+    out = host.register_query(
+        h["cql"], h.get("name"), seed, upto=host.journal.replay_lsn, approximate=h.get("approximate")
+    )
     if out["id"] != h["id"]:
         raise RuntimeError(f"replayed query got id {out['id']}, the log says {h['id']}")
 

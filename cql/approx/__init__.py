@@ -9,6 +9,6 @@ decides where a rule may act; `report` what the registration reply and EXPLAIN s
 
 from cqlstream.cql.approx.report import Applied, Refused, Report
 from cqlstream.cql.approx.spec import ApproxSpec
-from cqlstream.cql.approx.static import approximate
+from cqlstream.cql.approx.static import approximate, approximate_query
 
-__all__ = ["Applied", "ApproxSpec", "Refused", "Report", "approximate"]
+__all__ = ["Applied", "ApproxSpec", "Refused", "Report", "approximate", "approximate_query"]

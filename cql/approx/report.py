@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from cqlstream.cql.approx.spec import ApproxSpec
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,9 @@ class Refused:
 
 @dataclass(frozen=True)
 class Report:
-    mode: str = "exact"
+    """The approved spec, the rewrites in force and the tolerated changes refused."""
+
+    spec: ApproxSpec = field(default_factory=ApproxSpec)
     applied: tuple[Applied, ...] = ()
     refused: tuple[Refused, ...] = ()
 
@@ -48,13 +52,13 @@ class Report:
 
     def lines(self) -> list[str]:
         """EXPLAIN's `Approximation:` section."""
-        head = f"mode {self.mode}" + ("" if self.applied else ", plan exact")
+        head = f"mode {self.spec.mode}" + ("" if self.applied else ", plan exact")
         return [head] + [a.line() for a in self.applied] + [r.line() for r in self.refused]
 
     def to_json(self) -> dict[str, Any]:
         """The registration reply's `approximation` object."""
         return {
-            "mode": self.mode,
+            "approximate": self.spec.to_json(),
             "exact": not self.applied,
             "applied": [
                 {"rule": a.rule, "before": a.before, "after": a.after, "why": a.why, "changes_values": a.changes_values}

@@ -51,7 +51,10 @@ class ApproxSpec:
             raise CqlError(
                 "bad_approximate", "approximate: 'exact', 'static' or {mode, window_fraction, sample_percent}"
             )
-        num = {k: float(value[k]) for k in ("window_fraction", "sample_percent") if value.get(k) is not None}
+        try:
+            num = {k: float(value[k]) for k in ("window_fraction", "sample_percent") if value.get(k) is not None}
+        except (TypeError, ValueError):
+            raise CqlError("bad_approximate", "window_fraction and sample_percent are numbers") from None
         return cls(str(value.get("mode", "static")), **num)
 
     def to_json(self) -> str | dict[str, Any]:

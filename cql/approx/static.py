@@ -8,6 +8,8 @@ count-based does the same, before the walk reaches them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cqlstream.cql.approx.context import Ctx, child_ctx
 from cqlstream.cql.approx.report import Applied, Refused, Report
 from cqlstream.cql.approx.rule import Env, Keys, Rule, no_keys
@@ -15,6 +17,8 @@ from cqlstream.cql.approx.sample_join import sample_join
 from cqlstream.cql.approx.sample_rate import sample_rate
 from cqlstream.cql.approx.spec import ApproxSpec
 from cqlstream.cql.approx.window_reduction import window_reduction
+from cqlstream.cql.catalog import Catalog, SourceDef
+from cqlstream.cql.frontend import CompiledQuery
 from cqlstream.cql.logical.nodes import Plan, with_inputs
 
 # In order at each node: push a Sample down first, so the rate rules then see where it landed.
@@ -26,7 +30,7 @@ def approximate(
 ) -> tuple[Plan, Report]:
     """The plan static approximation gives under `spec` (the same plan in exact mode), and the report."""
     if not spec.static:
-        return plan, Report(spec.mode)
+        return plan, Report(spec)
     env = Env(spec, keys)
     applied: list[Applied] = []
     refused: list[Refused] = []
@@ -46,4 +50,15 @@ def approximate(
         return with_inputs(node, kids) if kids != node.inputs else node
 
     new = visit(plan, Ctx())
-    return new, Report(spec.mode, tuple(applied), tuple(refused))
+    return new, Report(spec, tuple(applied), tuple(refused))
+
+
+def approximate_query(compiled: CompiledQuery, spec: ApproxSpec, catalog: Catalog) -> CompiledQuery:
+    """A compiled query with static approximation applied under `spec` (keys from `catalog`)."""
+
+    def keys(name: str) -> tuple[tuple[str, ...], ...]:
+        d = catalog.get(name)
+        return d.keys if isinstance(d, SourceDef) else ()
+
+    plan, report = approximate(compiled.plan, spec, keys)
+    return replace(compiled, plan=plan, approximation=report)
