@@ -175,6 +175,12 @@ class QueryOut(BaseModel):
         "`tail` where that applies): what `cqlstream spark-run` can distribute",
     )
     subscribers: int = 0
+    approximation: dict[str, Any] | None = Field(
+        None,
+        description="with `approximate` at registration: the approved spec, the static rewrites in force "
+        "(`applied`: rule, operator before and after, why) and the tolerated ones refused (`refused`: rule, "
+        "operator, the reason naming the operator that forbids it); null for an exact query",
+    )
 
     model_config = ConfigDict(populate_by_name=True)
 
