@@ -108,7 +108,9 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         "`--data-dir` and `--retain-log`): its windows and state are built from the input since T (relations: "
         "their whole history), its results from T on are retained for `from=` resumes, then it runs live; "
         "409 `no_archive` / `archive_incomplete` without a whole archive, 422 `before_archive` / "
-        "`seed_in_future` for a T outside it (the reply names the earliest / latest instant).",
+        "`seed_in_future` for a T outside it (the reply names the earliest / latest instant). "
+        "`approximate: static` approves static approximation within the query's TOLERATE clauses "
+        "(docs/approximation.md); the reply's `approximation` lists the rewrites in force.",
         openapi_extra={
             "requestBody": _QUERY_BODY,
             "parameters": [
@@ -125,6 +127,13 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
                     "required": False,
                     "description": "with a `text/plain` body: the body field `seed_from`",
                     "schema": {"type": "integer"},
+                },
+                {
+                    "name": "approximate",
+                    "in": "query",
+                    "required": False,
+                    "description": "with a `text/plain` body: the body field `approximate` (`exact` or `static`)",
+                    "schema": {"type": "string", "enum": ["exact", "static"]},
                 },
             ],
         },

@@ -55,5 +55,5 @@ def test_openapi_documents_both_bodies_and_the_name_parameter(http):
     op = http.get("/openapi.json").json()["paths"]["/queries"]["post"]
     content = op["requestBody"]["content"]
     assert set(content) == {"application/json", "text/plain"}
-    assert set(content["application/json"]["schema"]["properties"]) == {"cql", "name", "seed_from"}
-    assert [p["name"] for p in op["parameters"]] == ["name", "seed_from"] and "415" in op["responses"]
+    assert set(content["application/json"]["schema"]["properties"]) == {"cql", "name", "seed_from", "approximate"}
+    assert [p["name"] for p in op["parameters"]] == ["name", "seed_from", "approximate"] and "415" in op["responses"]
