@@ -38,10 +38,10 @@ def stream(seed: int, n: int, keys: int = 5) -> list[tuple[int, tuple[int, int]]
     return out
 
 
-def single_node(query: str, inputs: dict[str, list], *, compat: bool = False) -> dict[int, Counter]:
+def single_node(query: str, inputs: dict[str, list], *, compat: bool = False, ddl: str = DDL) -> dict[int, Counter]:
     """The answer of one engine fed every row, marked complete after the last instant."""
     d = Dsms(compat=compat, sys_stream=False)
-    d.execute(DDL)
+    d.execute(ddl)
     sub = d.subscribe(d.register_query(query).id)
     for name, evs in inputs.items():
         d.push(name, [e[1] for e in evs], ts=[e[0] for e in evs])

@@ -98,7 +98,7 @@ class _Splitter:
         if isinstance(x, tuple):
             return any(self.aggregates(y) for y in x)
         if isinstance(x, ast.Expr) and not isinstance(x, (ast.InQuery, ast.Exists)):
-            return any(self.aggregates(getattr(x, f.name)) for f in dataclasses.fields(x))  # type: ignore[arg-type]
+            return any(self.aggregates(getattr(x, f.name)) for f in dataclasses.fields(x))
         return False
 
     def rewrite(self, e: ast.Expr) -> ast.Expr:
@@ -118,14 +118,14 @@ class _Splitter:
             raise NotSplittable(f"column {to_cql(e)} is neither a group-by key nor inside an aggregate")
         if isinstance(e, (ast.InQuery, ast.Exists)):
             raise NotSplittable("a subquery in the select list or HAVING does not merge from partials")
-        changes = {}
-        for f in dataclasses.fields(e):  # type: ignore[arg-type]
+        changes: dict[str, object] = {}
+        for f in dataclasses.fields(e):
             v = getattr(e, f.name)
             if isinstance(v, ast.Expr):
                 changes[f.name] = self.rewrite(v)
             elif isinstance(v, tuple):
                 changes[f.name] = tuple(self._rewrite_any(x) for x in v)
-        return dataclasses.replace(e, **changes)  # type: ignore[type-var]
+        return dataclasses.replace(e, **changes)
 
     def _rewrite_any(self, x: object) -> object:
         if isinstance(x, ast.Expr):
