@@ -27,6 +27,7 @@ GLOBAL = "select count(*), sum(v), avg(v), min(v), max(v) from S [Range 6]"
 GROUPED_OVER_JOIN = "select S.v, count(*), sum(T.u) from S [Range 5], T [Range 4] where S.k = T.k group by S.v"
 ISTREAM_HAVING = "Istream(select v, count(*) from S [Range 8] group by v having count(*) > 1)"
 EXPRESSIONS = "select max(v) - min(v), count(v) * 2 from S [Range 4 Slide 2] where k > 1"
+COMPUTED_KEY = "select v % 3, count(*), avg(k) from S [Range 5] group by v % 3"
 
 
 def stream(seed: int, n: int, keys: int = 5) -> list[tuple[int, tuple[int, int]]]:
@@ -97,7 +98,7 @@ def distributed(query: str, inputs: dict[str, list], buckets: int, *, compat: bo
 
 
 @pytest.mark.parametrize("compat", [False, True])
-@pytest.mark.parametrize("query", [GLOBAL, GROUPED_OVER_JOIN, ISTREAM_HAVING, EXPRESSIONS])
+@pytest.mark.parametrize("query", [GLOBAL, GROUPED_OVER_JOIN, ISTREAM_HAVING, EXPRESSIONS, COMPUTED_KEY])
 @pytest.mark.parametrize("buckets", [1, 3])
 def test_partials_and_merge_give_the_single_node_answer(query, compat, buckets):
     inputs = {"S": stream(1 + buckets, 120), "T": stream(2, 90)}

@@ -215,10 +215,10 @@ def _rel_to_stream(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
 def _aggregate(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
     assert isinstance(n, L.Aggregate)
     k = kids[0]
+    funcs = sorted({a.func.lower() for a in n.aggs})
+    unmergeable = sorted({a.sql() for a in n.aggs if a.func.lower() not in MERGEABLE or a.distinct})
     if not n.keys:
         below = f"by {an.describe(k.allowed)}" if k.allowed is not None else "on any key"
-        funcs = sorted({a.func.lower() for a in n.aggs})
-        unmergeable = sorted({a.sql() for a in n.aggs if a.func.lower() not in MERGEABLE or a.distinct})
         if not unmergeable:
             tail = f"a final merge of per-partition partial {', '.join(funcs)}"
         else:
@@ -226,7 +226,16 @@ def _aggregate(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
         raise _NoKey(n, "a global aggregate (no group-by) needs every row", prefix=f"the input, {below}", tail=tail)
     key_cols = [e.index for e in n.keys if isinstance(e, ColRef)]
     own = _atoms(k.cols, key_cols)
-    allowed = an.constrain(n, kids, own, "the group-by keys")
+    merge = f"a final merge of per-partition partial {', '.join(funcs) or 'groups'} by the group-by keys"
+    if not own and not unmergeable:  # keys computed from columns: partials per partition of the input
+        below = f"by {an.describe(k.allowed)}" if k.allowed is not None else "on any key"
+        raise _NoKey(n, "the group-by keys are not source columns", prefix=f"the input, {below}", tail=merge)
+    try:
+        allowed = an.constrain(n, kids, own, "the group-by keys")
+    except _NoKey as e:
+        if e.prefix and not unmergeable:
+            e.tail = merge
+        raise
     cols: list[Atom | None] = [k.cols[e.index] if isinstance(e, ColRef) else None for e in n.keys]
     return _Info(cols + [None] * len(n.aggs), allowed, True)
 
