@@ -53,6 +53,14 @@ def cmd_spark_run(args: argparse.Namespace) -> int:
     print(f"partitioning: {plan.partitioning.describe()}", flush=True)
     if args.explain:
         return 0
+    if plan.spec.relation_names:
+        names = ", ".join(plan.spec.relation_names)
+        print(
+            f"cqlstream spark-run: the query reads the static relation(s) {names}, broadcast from a batch "
+            "DataFrame: run it from Python (spark_bridge.scale_out.scale_out)",
+            file=sys.stderr,
+        )
+        return 2
     from cqlstream.spark_commands import specs_of
 
     try:

@@ -13,6 +13,7 @@ A query whose state does not partition is refused with the analysis's reason.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +77,8 @@ def plan_query(ddl: str, query: str, *, compat: bool = False) -> ScaleOutPlan:
     options = AnalyzeOptions(stream_compat=compat)
     compiled = compile_query(query, catalog, options=options)
     relation = not compiled.plan.is_stream
-    verdict = partitioning(compiled.plan)
+    relations = _broadcast_relations(compiled.plan)
+    verdict = partitioning(compiled.plan, broadcast=frozenset(relations))
     output = _output_columns(compiled.schema)
     keyed, bucket_query, tail = verdict, query, None
     partials: tuple[tuple[str, str], ...] = ()
@@ -86,7 +88,7 @@ def plan_query(ddl: str, query: str, *, compat: bool = False) -> ScaleOutPlan:
         prefix = compile_query(split.prefix, catalog, options=options)
         partials = _output_columns(prefix.schema)
         below = next(n for n in L.walk(prefix.plan) if isinstance(n, L.Aggregate)).input
-        keyed = partitioning(below)
+        keyed = partitioning(below, broadcast=frozenset(relations))
         if not keyed.partitioned:
             raise SparkSourceError(
                 f"this query cannot run partitioned: {keyed.describe()[len('none: ') :]}",
@@ -98,11 +100,7 @@ def plan_query(ddl: str, query: str, *, compat: bool = False) -> ScaleOutPlan:
     streams: list[str] = []
     for leaf in leaves:
         if isinstance(leaf, L.RelationSource):
-            raise SparkSourceError(
-                f"relation '{leaf.name}' is an input: a distributed run reads streams only",
-                code="not_partitionable",
-                partitioning=verdict.to_dict(),
-            )
+            continue  # static, broadcast (checked above)
         if leaf.name.lower() not in (s.lower() for s in streams):
             streams.append(leaf.name)
     by_source = {k.source.lower(): k.names for k in keyed.sources}
@@ -115,7 +113,7 @@ def plan_query(ddl: str, query: str, *, compat: bool = False) -> ScaleOutPlan:
         targets.append(Target.of(source))
         ticks.append(UNIT_MS[source.time_unit] * 1000)
         keys.append(tuple(by_source.get(s.lower(), ())) or tuple(c for c, _ in Target.of(source).columns))
-    spec = QuerySpec(ddl, bucket_query, tuple(streams), compat)
+    spec = QuerySpec(ddl, bucket_query, tuple(streams), compat, relation_names=tuple(relations))
     return ScaleOutPlan(
         spec,
         verdict,
@@ -127,6 +125,23 @@ def plan_query(ddl: str, query: str, *, compat: bool = False) -> ScaleOutPlan:
         tail=tail,
         partials=partials,
     )
+
+
+def _broadcast_relations(plan: L.Plan) -> list[str]:
+    """The relations the query reads, each to be copied whole to every bucket: static ones only,
+    since updates to a relation could not be ordered with the streams' rows in every bucket."""
+    names: list[str] = []
+    for leaf in L.walk(plan):
+        if isinstance(leaf, L.RelationSource) and leaf.name.lower() not in (n.lower() for n in names):
+            if not leaf.static:
+                raise SparkSourceError(
+                    f"relation '{leaf.name}' takes updates: a distributed run copies a relation to every bucket "
+                    "once, before time starts, and could not order later updates with the streams' rows in every "
+                    f"bucket; register it static (register static relation {leaf.name} ...) to broadcast it",
+                    code="not_partitionable",
+                )
+            names.append(leaf.name)
+    return names
 
 
 def _split(query: str, catalog: Catalog, verdict: Partitioning, names: tuple[str, ...], compat: bool) -> AggregateSplit:
@@ -249,6 +264,7 @@ def scale_out(
     if state_store:
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", state_store)
     n = buckets or int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+    plan = dataclasses.replace(plan, spec=_with_relations(plan.spec, frames))
     rows = keyed_input(plan, frames, n, time_columns=time_columns, delay=delay)
     return rows.groupBy(BUCKET).applyInPandasWithState(
         _bucket_function(plan),
@@ -257,6 +273,18 @@ def scale_out(
         "append",
         GroupStateTimeout.EventTimeTimeout,
     )
+
+
+def _with_relations(spec: QuerySpec, frames: Mapping[str, DataFrame]) -> QuerySpec:
+    """The spec with each broadcast relation's rows, read once on the driver from its (batch, not
+    streaming) DataFrame of its columns by name: every bucket's engine starts with them."""
+    rows = []
+    for name in spec.relation_names:
+        df = _frame_for(frames, name)
+        if df.isStreaming:
+            raise SparkSourceError(f"relation '{name}' is broadcast: give it as a batch DataFrame, not a stream")
+        rows.append(df.toArrow())
+    return dataclasses.replace(spec, relations=tuple(rows))
 
 
 def merge_tail(

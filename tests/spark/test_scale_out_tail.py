@@ -118,3 +118,20 @@ def test_a_timestamp_event_time_column_is_the_engine_time_and_the_watermark(spar
 
 def _iso(seconds: int, frac: float) -> str:
     return datetime.fromtimestamp(seconds + frac, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def test_a_static_relation_is_broadcast_to_every_bucket_and_joined_with_the_stream(spark, tmp_path):
+    ddl = DDL + " register static relation R (k int, w int);"
+    query = "select count(*), sum(R.w), max(S.v) from S [Range 6], R where S.k = R.k"
+    files = stream_files(15, n_files=3, per_file=20, keys=6)
+    write_files(tmp_path / "S", "ts,k,v", files)
+    relation = [(k, w) for k in range(1, 6) for w in (10, 20) if k + w != 21]
+    plan = plan_query(ddl, query)
+    assert plan.spec.relation_names == ("R",) and plan.tail is not None
+    frames = {**csv_frames(spark, {"S": tmp_path / "S"}), "R": spark.createDataFrame(relation, "k INT, w INT")}
+    delivered: dict[int, list] = {}
+    run(spark, plan, frames, tmp_path / "ck", delivered)
+    inputs = {"R": [(0, r) for r in relation], "S": events(files)}
+    expected = through(single_node(query, inputs, ddl=ddl), max(r[0] for rows in files for r in rows))
+    assert len(expected) > 10
+    assert netted(delivered, 3) == expected
