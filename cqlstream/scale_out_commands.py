@@ -51,6 +51,9 @@ def cmd_spark_run(args: argparse.Namespace) -> int:
         print(f"cqlstream spark-run: {e}", file=sys.stderr)
         return 2
     print(f"partitioning: {plan.partitioning.describe()}", flush=True)
+    if plan.tail is not None:
+        key = ", ".join(f"{s}.{'+'.join(k)}" for s, k in zip(plan.spec.streams, plan.keys))
+        print(f"global tail: partial aggregates per bucket (keyed by {key}), merged on the driver", flush=True)
     if args.explain:
         return 0
     if plan.spec.relation_names:

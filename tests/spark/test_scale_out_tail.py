@@ -135,3 +135,23 @@ def test_a_static_relation_is_broadcast_to_every_bucket_and_joined_with_the_stre
     expected = through(single_node(query, inputs, ddl=ddl), max(r[0] for rows in files for r in rows))
     assert len(expected) > 10
     assert netted(delivered, 3) == expected
+
+
+def test_cqlstream_spark_run_merges_the_tail_and_writes_each_batch_once(spark, tmp_path, monkeypatch, capsys):
+    from cqlstream.cli import main
+    from cqlstream.spark_bridge.runtime import SparkRuntime
+    from tests.spark.test_scale_out import results
+
+    monkeypatch.setattr(SparkRuntime, "stop", lambda self: None)  # the command would stop the module's session
+    files = stream_files(16, n_files=2, per_file=15)
+    write_files(tmp_path / "s", "ts,k,v", files)
+    query = "select count(*), sum(v) from S [Range 4]"
+    argv = ["spark-run", "--ddl", DDL, query, "--source", f"S=csv:{tmp_path / 's'}?maxFilesPerTrigger=1"]
+    argv += ["--sink", f"parquet:{tmp_path / 'out'}", "--checkpoint", str(tmp_path / "ck")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "partitioning: none: a global aggregate" in out
+    assert "global tail: partial aggregates per bucket (keyed by S.k+v), merged on the driver" in out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("batch="))  # one folder a batch
+    expected = through(single_node(query, {"S": events(files)}), max(r[0] for rows in files for r in rows))
+    assert results(spark, tmp_path / "out", 2) == expected
