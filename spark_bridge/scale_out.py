@@ -8,7 +8,10 @@ engine's own operators run the query (`GroupEngine`, one per bucket, inside
 checkpoints and recovery are Spark's. Time is Spark's: the watermark (max event time − delay, as
 the bridge's sources advance a stream) is each bucket's heartbeat, and an event-time timeout
 wakes every bucket when it advances, so a bucket emits an instant only once it is final.
-A query whose state does not partition is refused with the analysis's reason.
+
+A query whose state does not partition but whose top aggregate merges from partials (the global
+tail) runs its partial aggregates in the buckets and the merge on the driver (`merge_tail`); a
+static relation it reads is copied to every bucket. Other queries are refused with the reason.
 """
 
 from __future__ import annotations
