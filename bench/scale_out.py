@@ -1,6 +1,7 @@
 """`python -m bench.scale_out [--rows N] [--quick] [--json F]`: a partitioned query on Spark
 (spark_bridge/scale_out.py) at local[1] and local[2], beside the single-process engine on the same
-data, for the grouped windowed aggregate and the equi-join of two windowed streams.
+data, for the grouped windowed aggregate, the equi-join of two windowed streams and a global
+aggregate (partial aggregates per bucket, merged on the driver: the global tail).
 
 The data are Parquet files (one micro-batch each: `maxFilesPerTrigger=1`) of (ts, k, value) rows
 with `--keys` distinct keys, event time advancing by one tick every `rows / instants` rows. Every
@@ -35,8 +36,10 @@ DDL = "register stream S (k int, v int); register stream T (k int, u int);"
 QUERIES = {
     "aggregate": "select k, sum(v), count(*) from S [Range 100] group by k",
     "join": "select S.k, S.v, T.u from S [Range 20], T [Range 20] where S.k = T.k",
+    # no key: per-bucket partial aggregates, merged per micro-batch on the driver (the global tail)
+    "global": "select count(*), sum(v), avg(v), max(v) from S [Range 100]",
 }
-STREAMS = {"aggregate": ("S",), "join": ("S", "T")}
+STREAMS = {"aggregate": ("S",), "join": ("S", "T"), "global": ("S",)}
 FIELD = {"S": "v", "T": "u"}
 
 
@@ -111,11 +114,15 @@ def _count_rows(key: Any, frames: Any, state: Any) -> Any:
     yield pd.DataFrame({"n": [n]})
 
 
+def _write_noop(df: Any, batch_id: int) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
 def spark_child(master: str, root: Path, buckets: int) -> list[dict[str, Any]]:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from cqlstream.spark_bridge.scale_out import BUCKET, ROCKSDB, keyed_input, plan_query, scale_out
+    from cqlstream.spark_bridge.scale_out import BUCKET, ROCKSDB, keyed_input, merge_tail, plan_query, scale_out
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     t = time.perf_counter()
@@ -152,7 +159,12 @@ def spark_child(master: str, root: Path, buckets: int) -> list[dict[str, Any]]:
                 )
             ck = tempfile.mkdtemp(prefix="cqlstream-bench-ck-")
             w0 = time.perf_counter()
-            q = out.writeStream.format("noop").option("checkpointLocation", ck).trigger(availableNow=True).start()
+            if mode == "engine" and plan.tail is not None:
+                merge = merge_tail(plan, os.path.join(ck, "tail"), _write_noop)
+                writer = out.writeStream.foreachBatch(merge)
+            else:
+                writer = out.writeStream.format("noop")
+            q = writer.option("checkpointLocation", ck).trigger(availableNow=True).start()
             if not q.awaitTermination(900):
                 q.stop()
                 raise SystemExit(f"{name}/{mode} on {master} did not finish in 900 s")

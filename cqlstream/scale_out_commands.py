@@ -6,6 +6,7 @@ or id). A query that does not partition is refused with the reason (exit 2)."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import tempfile
@@ -50,8 +51,19 @@ def cmd_spark_run(args: argparse.Namespace) -> int:
         print(f"cqlstream spark-run: {e}", file=sys.stderr)
         return 2
     print(f"partitioning: {plan.partitioning.describe()}", flush=True)
+    if plan.tail is not None:
+        key = ", ".join(f"{s}.{'+'.join(k)}" for s, k in zip(plan.spec.streams, plan.keys))
+        print(f"global tail: partial aggregates per bucket (keyed by {key}), merged on the driver", flush=True)
     if args.explain:
         return 0
+    if plan.spec.relation_names:
+        names = ", ".join(plan.spec.relation_names)
+        print(
+            f"cqlstream spark-run: the query reads the static relation(s) {names}, broadcast from a batch "
+            "DataFrame: run it from Python (spark_bridge.scale_out.scale_out)",
+            file=sys.stderr,
+        )
+        return 2
     from cqlstream.spark_commands import specs_of
 
     try:
@@ -94,14 +106,21 @@ def _run(args: argparse.Namespace, plan: Any, specs: list[Any]) -> int:
                 df = df.withColumnRenamed(column, field)
             frames[spec.stream], times[spec.stream] = df, spec.time_column
         out = scale_out(spark, plan, frames, buckets=args.buckets, time_columns=times, delay=args.delay)
-        if results is not None:
+        checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="cqlstream-run-")
+        if plan.tail is not None:  # the buckets give partials: merged on the driver, per micro-batch
+            from cqlstream.spark_bridge.scale_out import merge_tail
+
+            write = results if results is not None else _batch_sink(args.sink)
+            merge = merge_tail(plan, os.path.join(checkpoint, "cqlstream-tail"), write)
+            writer = out.writeStream.foreachBatch(merge).outputMode("append")
+        elif results is not None:
             writer = out.writeStream.foreachBatch(results).outputMode("append")
         else:
             fmt, _, path = args.sink.partition(":")
             writer = out.writeStream.format(fmt).outputMode("append")
             if path:
                 writer = writer.option("path", path)
-        writer = writer.option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix="cqlstream-run-"))
+        writer = writer.option("checkpointLocation", checkpoint)
         if args.trigger == "available-now":
             writer = writer.trigger(availableNow=True)
         elif args.trigger:
@@ -126,6 +145,23 @@ def _run(args: argparse.Namespace, plan: Any, specs: list[Any]) -> int:
         runtime.stop()
         if results is not None:
             results.close()
+
+
+def _batch_sink(sink: str) -> Any:
+    """A Spark sink written batch by batch (a run with a global tail writes from `foreachBatch`):
+    `console` shows each batch, a format with a path writes batch b to PATH/batch=b (overwritten
+    when Spark replays b, so each result is there once), one without a path is written as is."""
+    fmt, _, path = sink.partition(":")
+
+    def write(df: Any, batch_id: int) -> None:
+        if fmt == "console":
+            df.show(truncate=False)
+        elif path:
+            df.write.format(fmt).mode("overwrite").save(os.path.join(path, f"batch={batch_id}"))
+        else:
+            df.write.format(fmt).mode("overwrite").save()
+
+    return write
 
 
 def add_parsers(sub: Any, url_default: str) -> None:

@@ -33,6 +33,15 @@ class QuerySpec:
     query: str
     streams: tuple[str, ...]
     compat: bool = False
+    relation_names: tuple[str, ...] = ()  # static relations every group reads whole
+    relations: tuple[pa.Table, ...] = ()  # their rows (columns by name), one table per name
+
+
+def _at_start(table: pa.Table) -> pa.Table:
+    """A relation's rows as insertions at instant 0, before any stream row (the static relation's
+    content once time starts)."""
+    n = table.num_rows
+    return table.append_column("ts", pa.array([0] * n, pa.int64())).append_column("sign", pa.array([1] * n, pa.int8()))
 
 
 class GroupEngine:
@@ -45,6 +54,9 @@ class GroupEngine:
         self.streams = spec.streams
         self.held: Batch | None = None  # final elements at or after the watermark, given later
         self.late = 0  # rows older than their stream's time (Spark's watermark filter lets none through)
+        self.fixed = spec.relation_names  # broadcast relations: complete through any instant
+        for name, table in zip(spec.relation_names, spec.relations):
+            self.push(name, _at_start(table))
 
     def target(self, stream: str) -> Target:
         source = self.dsms.catalog.get(stream)
@@ -62,7 +74,7 @@ class GroupEngine:
 
     def advance(self, t: int) -> None:
         """Every stream is complete through t − 1 (Spark's watermark: no row with ts < t comes)."""
-        for s in self.streams:
+        for s in (*self.streams, *getattr(self, "fixed", ())):  # (no `fixed` in an older run's state)
             mark = self.dsms.input_time(s).max_ts
             if mark is None or mark < t:
                 self.dsms.heartbeat(s, t)

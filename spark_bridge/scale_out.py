@@ -8,12 +8,16 @@ engine's own operators run the query (`GroupEngine`, one per bucket, inside
 checkpoints and recovery are Spark's. Time is Spark's: the watermark (max event time − delay, as
 the bridge's sources advance a stream) is each bucket's heartbeat, and an event-time timeout
 wakes every bucket when it advances, so a bucket emits an instant only once it is final.
-A query whose state does not partition is refused with the analysis's reason.
+
+A query whose state does not partition but whose top aggregate merges from partials (the global
+tail) runs its partial aggregates in the buckets and the merge on the driver (`merge_tail`); a
+static relation it reads is copied to every bucket. Other queries are refused with the reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +32,13 @@ from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef
 from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.partial_aggregates import AggregateSplit, NotSplittable, split_aggregate
 from cqlstream.cql.logical.partitioning import Partitioning, partitioning
 from cqlstream.io.decoders import Target
 from cqlstream.spark_bridge.errors import SparkSourceError
 from cqlstream.spark_bridge.keyed_engine import GroupEngine, QuerySpec
 from cqlstream.spark_bridge.result_schema import spark_type
+from cqlstream.spark_bridge.tail_merge import TailState, tail_spec
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 STREAM, BUCKET, EVENT_TIME = "__stream", "__bucket", "__event_time"
@@ -52,6 +58,13 @@ class ScaleOutPlan:
     keys: tuple[tuple[str, ...], ...]  # key field names, one tuple per stream
     output: tuple[tuple[str, str], ...]  # (column name, engine type name)
     relation: bool = False  # relation-valued: its results carry sign −1 elements too
+    tail: QuerySpec | None = None  # the global tail's merge (then `spec` computes partial aggregates)
+    partials: tuple[tuple[str, str], ...] = ()  # with a tail: the columns of the buckets' partials
+
+    @property
+    def bucket_output(self) -> tuple[tuple[str, str], ...]:
+        """The columns each bucket emits: the query's, or with a global tail the partials'."""
+        return self.partials if self.tail is not None else self.output
 
     def field_column(self, stream_index: int, field: str) -> str:
         """The column of the shuffled union that carries `field` of stream `stream_index`."""
@@ -64,26 +77,36 @@ def plan_query(ddl: str, query: str, *, compat: bool = False) -> ScaleOutPlan:
     from cqlstream.cql.analyzer import AnalyzeOptions
 
     catalog: Catalog = catalog_from_ddl(ddl) if ddl.strip() else Catalog()
-    compiled = compile_query(query, catalog, options=AnalyzeOptions(stream_compat=compat))
-    verdict = partitioning(compiled.plan)
+    options = AnalyzeOptions(stream_compat=compat)
+    compiled = compile_query(query, catalog, options=options)
+    relation = not compiled.plan.is_stream
+    relations = _broadcast_relations(compiled.plan)
+    verdict = partitioning(compiled.plan, broadcast=frozenset(relations))
+    output = _output_columns(compiled.schema)
+    keyed, bucket_query, tail = verdict, query, None
+    partials: tuple[tuple[str, str], ...] = ()
     if not verdict.partitioned:
-        raise SparkSourceError(
-            f"this query cannot run partitioned: {verdict.describe()[len('none: ') :]}",
-            code="not_partitionable",
-            partitioning=verdict.to_dict(),
-        )
+        split = _split(query, catalog, verdict, tuple(n for n, _ in output), compat)
+        bucket_query, tail = split.prefix, tail_spec(split.partials_ddl, split.tail, compat)
+        prefix = compile_query(split.prefix, catalog, options=options)
+        partials = _output_columns(prefix.schema)
+        below = next(n for n in L.walk(prefix.plan) if isinstance(n, L.Aggregate)).input
+        keyed = partitioning(below, broadcast=frozenset(relations))
+        if not keyed.partitioned:
+            raise SparkSourceError(
+                f"this query cannot run partitioned: {keyed.describe()[len('none: ') :]}",
+                code="not_partitionable",
+                partitioning=verdict.to_dict(),
+            )
+        compiled = prefix
     leaves = [n for n in L.walk(compiled.plan) if isinstance(n, (L.StreamSource, L.RelationSource))]
     streams: list[str] = []
     for leaf in leaves:
         if isinstance(leaf, L.RelationSource):
-            raise SparkSourceError(
-                f"relation '{leaf.name}' is an input: a distributed run reads streams only",
-                code="not_partitionable",
-                partitioning=verdict.to_dict(),
-            )
+            continue  # static, broadcast (checked above)
         if leaf.name.lower() not in (s.lower() for s in streams):
             streams.append(leaf.name)
-    by_source = {k.source.lower(): k.names for k in verdict.sources}
+    by_source = {k.source.lower(): k.names for k in keyed.sources}
     targets, keys, ticks = [], [], []
     for s in streams:
         source = catalog.get(s)
@@ -93,16 +116,52 @@ def plan_query(ddl: str, query: str, *, compat: bool = False) -> ScaleOutPlan:
         targets.append(Target.of(source))
         ticks.append(UNIT_MS[source.time_unit] * 1000)
         keys.append(tuple(by_source.get(s.lower(), ())) or tuple(c for c, _ in Target.of(source).columns))
-    spec = QuerySpec(ddl, query, tuple(streams), compat)
+    spec = QuerySpec(ddl, bucket_query, tuple(streams), compat, relation_names=tuple(relations))
     return ScaleOutPlan(
         spec,
         verdict,
         tuple(targets),
         tuple(ticks),
         tuple(keys),
-        _output_columns(compiled.schema),
-        relation=not compiled.plan.is_stream,
+        output,
+        relation=relation,
+        tail=tail,
+        partials=partials,
     )
+
+
+def _broadcast_relations(plan: L.Plan) -> list[str]:
+    """The relations the query reads, each to be copied whole to every bucket: static ones only,
+    since updates to a relation could not be ordered with the streams' rows in every bucket."""
+    names: list[str] = []
+    for leaf in L.walk(plan):
+        if isinstance(leaf, L.RelationSource) and leaf.name.lower() not in (n.lower() for n in names):
+            if not leaf.static:
+                raise SparkSourceError(
+                    f"relation '{leaf.name}' takes updates: a distributed run copies a relation to every bucket "
+                    "once, before time starts, and could not order later updates with the streams' rows in every "
+                    f"bucket; register it static (register static relation {leaf.name} ...) to broadcast it",
+                    code="not_partitionable",
+                )
+            names.append(leaf.name)
+    return names
+
+
+def _split(query: str, catalog: Catalog, verdict: Partitioning, names: tuple[str, ...], compat: bool) -> AggregateSplit:
+    """The query as per-bucket partial aggregates and a merge, or the refusal with both reasons."""
+    why = verdict.describe()[len("none: ") :]
+    if not verdict.prefix:
+        raise SparkSourceError(
+            f"this query cannot run partitioned: {why}", code="not_partitionable", partitioning=verdict.to_dict()
+        )
+    try:
+        return split_aggregate(query, catalog, names, compat=compat)
+    except NotSplittable as e:
+        raise SparkSourceError(
+            f"this query cannot run partitioned: {verdict.reason}; its global tail does not merge from partials: {e}",
+            code="not_partitionable",
+            partitioning=verdict.to_dict(),
+        ) from None
 
 
 def _output_columns(schema: tuple[L.Attribute, ...]) -> tuple[tuple[str, str], ...]:
@@ -118,8 +177,12 @@ def _output_columns(schema: tuple[L.Attribute, ...]) -> tuple[tuple[str, str], .
 
 def output_schema(plan: ScaleOutPlan) -> T.StructType:
     """`ts` (long), `sign` (int), then the query's columns: the schema of the run's results."""
+    return _schema(plan.output)
+
+
+def _schema(columns: tuple[tuple[str, str], ...]) -> T.StructType:
     fields = [T.StructField("ts", T.LongType(), False), T.StructField("sign", T.IntegerType(), False)]
-    return T.StructType(fields + [T.StructField(n, spark_type(t), True) for n, t in plan.output])
+    return T.StructType(fields + [T.StructField(n, spark_type(t), True) for n, t in columns])
 
 
 # ---------------------------------------------------------------- the keyed union of the inputs
@@ -197,18 +260,59 @@ def scale_out(
 ) -> DataFrame:
     """The query's results (`output_schema`) as a streaming DataFrame in append mode: each element
     once, when its instant is final. `buckets` key groups (default: Spark's shuffle partitions);
-    `state_store`: the state store provider (RocksDB; None keeps the session's)."""
+    `state_store`: the state store provider (RocksDB; None keeps the session's).
+
+    With a global tail (`plan.tail`) these are the buckets' partial aggregates: write them with
+    `foreachBatch(merge_tail(plan, folder, write))`, which merges them into the results."""
     if state_store:
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", state_store)
     n = buckets or int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+    plan = dataclasses.replace(plan, spec=_with_relations(plan.spec, frames))
     rows = keyed_input(plan, frames, n, time_columns=time_columns, delay=delay)
     return rows.groupBy(BUCKET).applyInPandasWithState(
         _bucket_function(plan),
-        output_schema(plan),
+        _schema(plan.bucket_output),
         _STATE,
         "append",
         GroupStateTimeout.EventTimeTimeout,
     )
+
+
+def _with_relations(spec: QuerySpec, frames: Mapping[str, DataFrame]) -> QuerySpec:
+    """The spec with each broadcast relation's rows, read once on the driver from its (batch, not
+    streaming) DataFrame of its columns by name: every bucket's engine starts with them."""
+    rows = []
+    for name in spec.relation_names:
+        df = _frame_for(frames, name)
+        if df.isStreaming:
+            raise SparkSourceError(f"relation '{name}' is broadcast: give it as a batch DataFrame, not a stream")
+        rows.append(df.toArrow())
+    return dataclasses.replace(spec, relations=tuple(rows))
+
+
+def merge_tail(
+    plan: ScaleOutPlan, folder: str, write: Callable[[DataFrame, int], None]
+) -> Callable[[DataFrame, int], None]:
+    """The `foreachBatch` function of a run with a global tail: on the driver, merge a micro-batch's
+    partial aggregates (every bucket's changes of the instants it finalized) into the query's
+    results, and hand them to `write(results, batch_id)` as a DataFrame of `output_schema`.
+
+    Spark runs one stateful Python operator per query (`applyInPandasWithState` cannot follow
+    another), so the merge is not a second Spark stage: its engine's bytes are kept in `folder`
+    (beside Spark's checkpoint, on the driver's file system), one file per batch id, and a batch
+    Spark replays starts from the state before it; `write` must be idempotent per batch id, as
+    any `foreachBatch` sink."""
+    assert plan.tail is not None, "merge_tail: the plan has no global tail"
+    spec, names, schema = plan.tail, [n for n, _ in plan.output], output_schema(plan)
+    states = TailState(folder)
+
+    def run(partials: DataFrame, batch_id: int) -> None:
+        merge = states.load(batch_id, spec)
+        out = merge.merge(partials.toArrow())
+        states.save(batch_id, merge)
+        write(partials.sparkSession.createDataFrame(_result_frame(out, names), schema=schema), batch_id)
+
+    return run
 
 
 def _bucket_function(plan: ScaleOutPlan) -> Any:
@@ -216,7 +320,7 @@ def _bucket_function(plan: ScaleOutPlan) -> Any:
     bucket's engine from the state store, push the rows, advance to the watermark, emit what is
     final, store the engine back, and ask to be woken when the watermark moves."""
     spec, targets = plan.spec, plan.targets
-    names = [n for n, _ in plan.output]
+    names = [n for n, _ in plan.bucket_output]
     fields = [[(plan.field_column(i, f), f) for f, _ in t.columns] for i, t in enumerate(targets)]
 
     def run_bucket(key: Any, frames: Iterator[Any], state: Any) -> Iterator[Any]:

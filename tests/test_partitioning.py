@@ -54,7 +54,7 @@ CASES = [
     (
         "select S.v, count(*) from S [Range 10], T [Range 10] where S.k = T.k group by S.v",
         "none: the group-by keys (S.v) share no column with the key below (S.k = T.k); partitionable prefix: "
-        "the inputs, by S.k = T.k; global tail: AGGREGATE GROUP BY S.v: count(*) and above, repartitioned",
+        "the inputs, by S.k = T.k; global tail: a final merge of per-partition partial count by the group-by keys",
     ),
     ("select k + 1, count(*) from S [Range 10] group by k + 1", "none: the group-by keys are not source columns"),
     (

@@ -16,6 +16,7 @@ what must then run on one node (the tail), e.g. per-key partial aggregates and a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,6 +51,7 @@ class Partitioning:
     reason: str = ""
     prefix: str = ""
     tail: str = ""
+    broadcast: tuple[str, ...] = ()  # relations read whole by every partition (joined with the streams)
 
     @property
     def partitioned(self) -> bool:
@@ -57,10 +59,11 @@ class Partitioning:
 
     def describe(self) -> str:
         """One line: `by S.k = T.k`, `on any key (no keyed state)`, or `none: <reason>` (+ split)."""
+        copies = f" ({', '.join(self.broadcast)} broadcast to every partition)" if self.broadcast else ""
         if self.any:
-            return "on any key (no keyed state)"
+            return "on any key" + (copies or " (no keyed state)")
         if self.key:
-            return "by " + ", ".join(self.key)
+            return "by " + ", ".join(self.key) + copies
         text = f"none: {self.reason}"
         if self.prefix:
             text += f"; partitionable prefix: {self.prefix}; global tail: {self.tail}"
@@ -75,6 +78,7 @@ class Partitioning:
             "reason": self.reason or None,
             "prefix": self.prefix or None,
             "tail": self.tail or None,
+            **({"broadcast": list(self.broadcast)} if self.broadcast else {}),
         }
 
 
@@ -94,12 +98,14 @@ class _Info:
     cols: list[Atom | None]
     allowed: frozenset[Atom] | None = None
     stateful: bool = False  # some operator below holds keyed state
+    broadcast: bool = False  # computed from broadcast relations only: the same in every partition
 
 
 @dataclass
 class _Analysis:
     leaves: list[L.Plan] = field(default_factory=list)
     parent: dict[Atom, Atom] = field(default_factory=dict)
+    broadcast: frozenset[str] = frozenset()  # names (lower case) of relations every partition reads whole
 
     # ---------------------------------------------------------- union-find over source columns
     def find(self, a: Atom) -> Atom:
@@ -135,6 +141,12 @@ class _Analysis:
         rule = RULES.get(type(n))
         if rule is None:
             raise _NoKey(n, f"{type(n).__name__} is not analysed for partitioning")
+        if any(k.broadcast for k in kids) and not isinstance(n, (L.Join, L.SemiJoin)):
+            if not all(k.broadcast for k in kids) or not isinstance(n, _PER_TUPLE):
+                raise _NoKey(
+                    n, f"{node_label(n)} reads a broadcast relation: only a join may combine one with the streams"
+                )
+            return dataclasses.replace(rule(self, n, kids), broadcast=True)
         return rule(self, n, kids)
 
     def constrain(self, n: L.Plan, kids: list[_Info], own: frozenset[Atom], what: str) -> frozenset[Atom]:
@@ -164,6 +176,8 @@ def _atoms(cols: list[Atom | None], idx: list[int]) -> frozenset[Atom]:
 def _source(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
     leaf = len(an.leaves)
     an.leaves.append(n)
+    if isinstance(n, L.RelationSource) and n.name.lower() in an.broadcast:
+        return _Info([None] * len(n.schema), broadcast=True)  # no key: every partition has all of it
     return _Info([(leaf, c) for c in range(len(n.schema))])
 
 
@@ -215,10 +229,10 @@ def _rel_to_stream(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
 def _aggregate(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
     assert isinstance(n, L.Aggregate)
     k = kids[0]
+    funcs = sorted({a.func.lower() for a in n.aggs})
+    unmergeable = sorted({a.sql() for a in n.aggs if a.func.lower() not in MERGEABLE or a.distinct})
     if not n.keys:
         below = f"by {an.describe(k.allowed)}" if k.allowed is not None else "on any key"
-        funcs = sorted({a.func.lower() for a in n.aggs})
-        unmergeable = sorted({a.sql() for a in n.aggs if a.func.lower() not in MERGEABLE or a.distinct})
         if not unmergeable:
             tail = f"a final merge of per-partition partial {', '.join(funcs)}"
         else:
@@ -226,7 +240,16 @@ def _aggregate(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
         raise _NoKey(n, "a global aggregate (no group-by) needs every row", prefix=f"the input, {below}", tail=tail)
     key_cols = [e.index for e in n.keys if isinstance(e, ColRef)]
     own = _atoms(k.cols, key_cols)
-    allowed = an.constrain(n, kids, own, "the group-by keys")
+    merge = f"a final merge of per-partition partial {', '.join(funcs) or 'groups'} by the group-by keys"
+    if not own and not unmergeable:  # keys computed from columns: partials per partition of the input
+        below = f"by {an.describe(k.allowed)}" if k.allowed is not None else "on any key"
+        raise _NoKey(n, "the group-by keys are not source columns", prefix=f"the input, {below}", tail=merge)
+    try:
+        allowed = an.constrain(n, kids, own, "the group-by keys")
+    except _NoKey as e:
+        if e.prefix and not unmergeable:
+            e.tail = merge
+        raise
     cols: list[Atom | None] = [k.cols[e.index] if isinstance(e, ColRef) else None for e in n.keys]
     return _Info(cols + [None] * len(n.aggs), allowed, True)
 
@@ -248,6 +271,13 @@ def _join_like(an: _Analysis, n: L.Plan, kids: list[_Info], pred: Expr | None, w
         a, b = cols[i], cols[j]
         if a is not None and b is not None:
             an.union(a, b)
+    keyed = [k for k in kids if not k.broadcast]
+    if not keyed:
+        return _Info(cols, None, broadcast=True)
+    if len(keyed) < len(kids):  # a partition joins its rows with all of each broadcast relation
+        if len(keyed) == 1:
+            return _Info(cols, keyed[0].allowed, True)
+        kids = keyed
     # a key every input carries: a class with a column of each input
     per_input = [an.classes(frozenset(a for a in k.cols if a is not None)) for k in kids]
     common = frozenset.intersection(*per_input) if per_input else frozenset()
@@ -268,6 +298,8 @@ def _join(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
 
 def _semijoin(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
     assert isinstance(n, L.SemiJoin)
+    if kids[0].broadcast and not kids[1].broadcast:
+        raise _NoKey(n, "a semijoin of a broadcast relation by a stream needs every row of the stream")
     info = _join_like(an, n, kids, n.predicate, "the semijoin")
     return _Info(info.cols[: len(kids[0].cols)], info.allowed, True)
 
@@ -288,6 +320,8 @@ def _setop(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
     return _Info(left.cols, an.constrain(n, kids, own, f"the rows {n.op.upper()} compares"), True)
 
 
+_PER_TUPLE = (L.Filter, L.Project, L.Sample, L.Window)  # over a broadcast relation: broadcast still
+
 RULES: dict[type, Callable[[_Analysis, L.Plan, list[_Info]], _Info]] = {
     L.StreamSource: _source,
     L.RelationSource: _source,
@@ -304,20 +338,28 @@ RULES: dict[type, Callable[[_Analysis, L.Plan, list[_Info]], _Info]] = {
 }
 
 
-def partitioning(plan: L.Plan) -> Partitioning:
-    """The partitioning verdict of a logical plan (see the module docstring)."""
-    an = _Analysis()
+def partitioning(plan: L.Plan, broadcast: frozenset[str] = frozenset()) -> Partitioning:
+    """The partitioning verdict of a logical plan (see the module docstring). `broadcast`: names of
+    relations every partition would read whole (static ones, copied to each); they need no key."""
+    an = _Analysis(broadcast=frozenset(b.lower() for b in broadcast))
     try:
         top = an.visit(plan)
     except _NoKey as e:
         return Partitioning(reason=e.reason, prefix=e.prefix, tail=e.tail)
+    if top.broadcast:
+        return Partitioning(reason="the query reads broadcast relations only: every partition would repeat it")
+    copies = tuple(
+        sorted({getattr(x, "name", "?") for x in an.leaves if getattr(x, "name", "").lower() in an.broadcast})
+    )
     if top.allowed is None:
-        return Partitioning(any=True)
+        return Partitioning(any=True, broadcast=copies)
     reps = sorted(an.classes(top.allowed), key=an.class_name)
     sources: list[SourceKey] = []
     seen: dict[str, tuple[int, ...]] = {}
     for leaf_i, leaf in enumerate(an.leaves):
         name = getattr(leaf, "name", "?")
+        if name.lower() in an.broadcast:
+            continue
         cols: list[int] = []
         for rep in reps:
             mine = sorted(a[1] for a in list(an.parent) + [rep] if a[0] == leaf_i and an.find(a) == rep)
@@ -331,4 +373,4 @@ def partitioning(plan: L.Plan) -> Partitioning:
             continue
         seen[name.lower()] = key
         sources.append(SourceKey(name, key, tuple(leaf.schema[c].name for c in key)))
-    return Partitioning(key=tuple(an.class_name(r) for r in reps), sources=tuple(sources))
+    return Partitioning(key=tuple(an.class_name(r) for r in reps), sources=tuple(sources), broadcast=copies)
