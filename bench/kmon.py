@@ -89,15 +89,17 @@ def _build(rng: np.random.Generator, n: int, p_child: np.ndarray, p_slot: np.nda
 
 
 def gen_rids(n: int, k: int | np.ndarray, seed: int = 0) -> Workload:
-    """RIDS(k) on P.a → C.id: a parent's child arrives d ~ U[0, k] child arrivals after it (d = 0:
-    before it); `k` may be one value per child (k varying over time)."""
+    """RIDS(k) on P.a → C.id: parents arrive uniformly; each picks its child d ~ U[0, k] child
+    arrivals ahead (d = 0: one of the last few children already arrived). `k` may be one value per
+    child slot: k varying over time, as the parents that arrive then see it."""
     rng = np.random.default_rng(seed)
     m = n * MULT
-    child = rng.integers(0, n, m)
-    kk = np.asarray(k)[child] if np.ndim(k) else np.full(m, int(k))
+    slot = np.sort(rng.integers(1, n, m))
+    kk = np.asarray(k)[slot] if np.ndim(k) else np.full(m, int(k))
     d = np.floor(rng.random(m) * (kk + 1)).astype(np.int64)
-    slot = np.where(d >= 1, child - d + 1, child + 1)
-    return _build(rng, n, child, np.clip(slot, 0, n), np.arange(n))
+    child = np.where(d >= 1, slot + d - 1, slot - 1 - rng.integers(0, 5, m))
+    keep = (child >= 0) & (child < n)
+    return _build(rng, n, child[keep], slot[keep], np.arange(n))
 
 
 def gen_clustered(n: int, k: int, seed: int = 0) -> Workload:
@@ -223,14 +225,16 @@ def fn_blocks(exact: list[tuple[int, tuple]], approx: list[tuple[int, tuple]]) -
 
 
 def k_schedule(n: int, base: int, top: int) -> np.ndarray:
-    """k per child over time: flat, gradual increase, gradual drop, quick increase, quick drop."""
+    """k per child slot over time: flat, gradual increase, gradual drop, quick increase (over a
+    twentieth of a phase), quick drop."""
     s = n // 6
+    q = max(1, s // 20)
     parts = [
         np.full(s, base),
         np.linspace(base, top, s),
         np.linspace(top, base, s),
-        np.full(s, base),
-        np.full(s, top),
+        np.concatenate([np.full(s - q, base), np.linspace(base, top, q)]),
+        np.concatenate([np.full(s - q, top), np.linspace(top, base, q)]),
         np.full(n - 5 * s, base),
     ]
     return np.concatenate(parts).astype(np.int64)

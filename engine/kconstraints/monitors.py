@@ -38,10 +38,13 @@ class Monitor:
     def withdrawn(self) -> bool:
         return self.k_u == INF
 
-    def withdraw(self, why: str = "violated") -> None:
+    def withdraw(self, why: str = "violated", seen: float = 0.0) -> None:
+        """k_u = ∞; the next decrease waits for W arrivals from here (with `seen`, the distance that
+        broke the constraint, counted in them) so that it is not judged on evidence cut at the old k."""
         if self.k_u != INF:
             self.k_u = INF
             self.events.append((why, INF))
+            self.block_max, self.block_n = seen, 0
 
     def observe(self, d: np.ndarray) -> None:
         """One distance per arrival, in arrival order."""
@@ -55,7 +58,10 @@ class Monitor:
             take = n - start if not self.detect else min(n - start, self.W - self.block_n)
             part = d[start : start + take]
             if self.k_u != INF and len(part) and float(part.max()) > self.k_u:
-                self.withdraw()
+                over = int(np.argmax(part > self.k_u))  # the block restarts after the first violation
+                self.withdraw(seen=float(part[over]))
+                start += over + 1
+                continue
             if self.detect:
                 self.block_max = max(self.block_max, float(part.max()) if len(part) else 0.0)
                 self.block_n += take

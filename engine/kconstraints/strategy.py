@@ -200,6 +200,20 @@ class KMonStrategy:
                     r.monitor.observe(d)
         for x in range(2):
             self.inserts[x] += len(ins_seq[x])
+        # approximate mode: partner inserts meeting a dropped row's key lost results: withdraw the rules
+        suspected, probes = [0, 0], [0, 0]
+        if self.config.mode == "approx":
+            for x in range(2):
+                e = evs[1 - x]
+                if not len(e) or not self.ledgers[x].dropped:
+                    continue
+                k, ok = self._keys(1 - x, e)
+                keep = (e.sign > 0) & ok
+                suspected[x], bits = self.ledgers[x].hits(k[keep])
+                probes[x] = int(keep.sum())
+                for r in self.rules:
+                    if r.x == x and bits & r.bit:
+                        r.monitor.withdraw("lost results")
         # surviving rows, then those of withdrawn rules back from the store
         restored_now: list[Rows] = [Rows(Batch.empty(join.input_types[x]), {}) for x in range(2)]
         for r in self.rules:
@@ -220,15 +234,8 @@ class KMonStrategy:
                 surv = Rows.cat([surv, rb], join.input_types[x])
                 surv = surv.take(np.argsort(surv.cols["rank"], kind="stable"))
             self._prune(x, surv, t.unmatched_deletes)
-        for x in range(2):  # approximate mode: partner inserts that may have met a dropped row
-            led = self.ledgers[x]
-            if self.config.mode == "approx":
-                e = evs[1 - x]
-                k, ok = self._keys(1 - x, e)
-                keep = (e.sign > 0) & ok if len(e) else np.zeros(0, bool)
-                led.tick(tuples, led.suspect(k[keep]), int(keep.sum()))
-            else:
-                led.tick(tuples, 0, 0)
+        for x in range(2):
+            self.ledgers[x].tick(tuples, suspected[x], probes[x])
         self._stats()
 
     def _violations(self, x: int, rows: np.ndarray, joined_before: np.ndarray, was: np.ndarray) -> None:
@@ -238,9 +245,12 @@ class KMonStrategy:
         for r in self.rules:
             if r.x != x or r.monitor.withdrawn:
                 continue
-            if bits & r.bit or (isinstance(r, ManyOneRule) and (
-                bool(joined_before[rows].any()) or len(np.unique(rows)) < len(rows)  # a 2nd partner
-            )):
+            if bits & r.bit or (
+                isinstance(r, ManyOneRule)
+                and (
+                    bool(joined_before[rows].any()) or len(np.unique(rows)) < len(rows)  # a 2nd partner
+                )
+            ):
                 r.monitor.withdraw()
 
     def _prune(self, x: int, surv: Rows, unmatched_deletes: int) -> None:
@@ -274,7 +284,7 @@ class KMonStrategy:
         allr = Rows(surv.b, out)
         if cfg.mode == "approx":
             drop = blocked & ~surv.cols["joined"]
-            led.drop(surv.cols["key"][drop & surv.cols["valid"]])
+            led.drop(surv.cols["key"][drop & surv.cols["valid"]], reason[drop & surv.cols["valid"]])
             led.dropped_alive += int((drop & ~surv.cols["valid"]).sum())
             spill = blocked & ~drop
         else:
