@@ -320,3 +320,47 @@ def test_engine_run_reports_the_strategy_in_explain():
         ddl, "select * from S [rows 5], T [rows 5] where S.a = T.a", {"S": [(1, (1, 1))], "T": [(2, (1, 0))]}
     )
     assert "OAP(k=0) on S.a" in h.explain() and got == {2: Counter({(1, 1, 1, 0): 1})}
+
+
+def test_spill_store_gives_back_by_key_id_and_reason_across_merges_and_pickling():
+    import pickle
+
+    from cqlstream.cql import types as T
+    from cqlstream.engine.batch import Batch
+    from cqlstream.engine.kconstraints import store as S
+
+    types = [T.INT]
+
+    def rows(lo: int, hi: int) -> S.Rows:
+        n = hi - lo
+        b = Batch(
+            [np.arange(lo, hi, dtype=np.int64)],
+            [None],
+            np.arange(lo, hi),
+            np.ones(n, np.int8),
+            np.arange(lo, hi, dtype=np.uint64) + 1,
+        )
+        cols = {
+            "rank": np.arange(lo, hi),
+            "born": np.zeros(n, np.int64),
+            "joined": np.zeros(n, bool),
+            "key": np.arange(lo, hi) % 50,
+            "valid": np.ones(n, bool),
+            "reason": np.where(np.arange(lo, hi) % 2 == 0, 1, 2),
+        }
+        return S.Rows(b, cols)
+
+    st = S.SpillStore(types)
+    for i in range(S.MAX_SEGMENTS + 5):  # merges the smaller half of the segments on the way
+        st.put(rows(10 * i, 10 * i + 10))
+    total = 10 * (S.MAX_SEGMENTS + 5)
+    assert len(st) == total and len(st.segments) <= S.MAX_SEGMENTS
+    got = st.take_matching(np.array([7], np.int64), np.array([1], np.uint64))  # key 7, and id 1 (row 0)
+    assert sorted(got.cols["rank"].tolist()) == sorted([0, *range(7, total, 50)])
+    assert len(st.take_matching(np.array([7], np.int64), np.zeros(0, np.uint64))) == 0  # gone now
+    back = pickle.loads(pickle.dumps(st))
+    odd = back.take_reason(2)
+    assert all(r % 2 == 1 for r in odd.cols["rank"].tolist()) and len(back) + len(odd) == len(st)
+    left = len(back)
+    assert len(back.take_reason(-1)) == left and len(back) == 0
+    st.close()

@@ -51,10 +51,11 @@ class Rows:
 @dataclass
 class Segment:
     path: str
-    n: int
+    n: int  # rows still in the segment
     keys: Bloom
     ids: Bloom
     reasons: int  # OR of the rows' reason bits
+    alive: np.ndarray  # per stored row: not taken back yet (rows taken are only marked, until half are gone)
 
 
 class SpillStore:
@@ -73,8 +74,8 @@ class SpillStore:
         return sum(s.n for s in self.segments)
 
     def nbytes(self) -> int:
-        """Memory the store holds (its Bloom filters), not the disk it uses."""
-        return sum(s.keys.nbytes() + s.ids.nbytes() for s in self.segments)
+        """Memory the store holds (its Bloom filters and row marks), not the disk it uses."""
+        return sum(s.keys.nbytes() + s.ids.nbytes() + s.alive.nbytes for s in self.segments)
 
     def close(self) -> None:
         self._cleanup()
@@ -90,21 +91,25 @@ class SpillStore:
         kb, ib = Bloom(len(rows)), Bloom(len(rows))
         kb.add(rows.cols["key"][rows.cols["valid"]])
         ib.add(rows.b.id.view(np.int64))
-        return Segment(path, len(rows), kb, ib, int(np.bitwise_or.reduce(rows.cols["reason"])) if len(rows) else 0)
+        bits = int(np.bitwise_or.reduce(rows.cols["reason"])) if len(rows) else 0
+        return Segment(path, len(rows), kb, ib, bits, np.ones(len(rows), bool))
 
     def _read(self, seg: Segment) -> Rows:
+        """The segment's rows still in it."""
         self.reads += 1
         with open(seg.path, "rb") as f:
             rows: Rows = pickle.load(f)
-        return rows
+        return rows if seg.n == len(seg.alive) else rows.take(np.flatnonzero(seg.alive))
 
     def put(self, rows: Rows) -> None:
         if not len(rows):
             return
         self.segments.append(self._write(rows))
         if len(self.segments) > MAX_SEGMENTS:
-            everything = self._take_all(lambda r: np.ones(len(r), bool))
-            self.segments.append(self._write(everything))
+            # size-tiered: the smaller half of the segments become one
+            small = sorted(self.segments, key=lambda g: g.n)[: MAX_SEGMENTS // 2]
+            merged = self._take_all(lambda r: np.ones(len(r), bool), small)
+            self.segments.append(self._write(merged))
 
     def _take_all(self, select: Any, segments: list[Segment] | None = None) -> Rows:
         """Remove and return the rows `select(rows)` marks, over `segments` (default: all)."""
@@ -120,10 +125,17 @@ class SpillStore:
                 keep.append(seg)
                 continue
             out.append(rows.take(np.flatnonzero(m)))
-            os.unlink(seg.path)
-            rest = rows.take(np.flatnonzero(~m))
-            if len(rest):
-                keep.append(self._write(rest))
+            rest = np.flatnonzero(~m)
+            if not len(rest):
+                os.unlink(seg.path)
+            elif 2 * len(rest) < len(seg.alive):  # under half left: rewrite the segment smaller
+                os.unlink(seg.path)
+                keep.append(self._write(rows.take(rest)))
+            else:  # mark the rows taken; the file stays
+                pos = np.flatnonzero(seg.alive)
+                seg.alive[pos[m]] = False
+                seg.n = len(rest)
+                keep.append(seg)
         self.segments = keep
         return Rows.cat(out, self.types) if out else Rows(Batch.empty(self.types), {})
 

@@ -76,6 +76,8 @@ class KMonStrategy:
         self.next_rank = [0, 0]
         self.inserts = [0, 0]  # insert events seen per input (arrivals)
         self._evs: list[Batch] = []
+        self._raw: list[Batch] = []
+        self._key_cache: dict[tuple[int, int], tuple[Batch, np.ndarray, np.ndarray]] = {}
         self._was: list[np.ndarray] = [np.zeros(0, np.int64)] * 2  # reasons of rows restored this call
         self.withdrawals: list[str] = []  # labels of constraints withdrawn so far
         self._events: list[tuple[str, float]] = []
@@ -99,11 +101,18 @@ class KMonStrategy:
         return None
 
     def _keys(self, x: int, b: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """Join keys (int64) and their validity (not NULL) of input x's rows `b` (the call's events
+        are evaluated once per call)."""
+        hit = self._key_cache.get((x, id(b)))
+        if hit is not None and hit[0] is b:
+            return hit[1], hit[2]
         if not len(b):
             return np.zeros(0, np.int64), np.zeros(0, bool)
         v, nulls = self.join.ev.eval(self.key_exprs[x], b)
         valid = np.ones(len(b), bool) if nulls is None else ~nulls
-        return np.asarray(v).astype(np.int64), valid
+        out = np.asarray(v).astype(np.int64)
+        self._key_cache[(x, id(b))] = (b, out, valid)
+        return out, valid
 
     def _active(self, r: Rule) -> float | None:
         """The k a rule runs with now, or None when it is not used (withdrawn or above threshold)."""
@@ -115,8 +124,20 @@ class KMonStrategy:
         return k
 
     # ------------------------------------------------------------ before a call
-    def before(self, state: list[Batch], evs: list[Batch]) -> list[Batch]:
-        self._evs = evs
+    def _kept(self, x: int, b: Batch) -> np.ndarray:
+        """Positions in input x's raw batch of the events the join keeps (its own selections)."""
+        pos = np.arange(len(b))
+        for c in self.join.local[x]:
+            if len(b):
+                keep = self.join.ev.predicate(c, b)
+                b = b.take(keep)
+                pos = pos[keep]
+        return pos
+
+    def before(self, state: list[Batch], evs: list[Batch], raw: list[Batch]) -> list[Batch]:
+        """`evs`: the call's events after the join's selections; `raw`: before them."""
+        self._evs, self._raw = evs, raw
+        self._key_cache = {}
         self._was = [np.zeros(len(state[x]), np.int64) for x in range(2)]
         for x in range(2):
             st = self.stores[x]
@@ -148,16 +169,24 @@ class KMonStrategy:
         evs = self._evs
         full: list[dict[str, np.ndarray]] = []
         was: list[np.ndarray] = []
-        ins_seq: list[np.ndarray] = []
+        # arrivals are counted on the raw inputs (before the join's selections): k is about the stream
+        raw = self._raw
+        ord_raw: list[np.ndarray] = []  # per input: raw insert ordinal of each event the join kept
+        ins_ts: list[np.ndarray] = []  # per input: ts of the call's raw inserts
+        ins_mask: list[np.ndarray] = []
         for x in range(2):
-            t = tables[x]
-            ins_seq.append(np.sort(t.seq[t.n_state :][t.b.sign[t.n_state :] > 0]))
+            b = raw[x]
+            ins = b.sign > 0
+            ord_raw.append((np.cumsum(ins) - 1)[self._kept(x, b)])
+            ins_ts.append(b.ts[ins])
+            ins_mask.append(ins)
         partner_before = [self.inserts[1], self.inserts[0]]
         for x in range(2):
             t = tables[x]
             n_ev = len(t.b) - t.n_state
             key, valid = self._keys(x, evs[x]) if n_ev else (np.zeros(0, np.int64), np.zeros(0, bool))
-            born = partner_before[x] + np.searchsorted(ins_seq[1 - x], t.seq[t.n_state :])
+            # partner arrivals before each event in the join's order (ts, then input index)
+            born = partner_before[x] + np.searchsorted(ins_ts[1 - x], t.b.ts[t.n_state :], "right" if x else "left")
             new = {
                 "rank": self.next_rank[x] + np.arange(n_ev, dtype=np.int64),
                 "born": born.astype(np.int64),
@@ -170,7 +199,7 @@ class KMonStrategy:
             full.append({k: np.concatenate([self.book[x][k], new[k]]) for k in BOOK})
             was.append(np.concatenate([self._was[x], np.zeros(n_ev, np.int64)]))
         joined_before = [f["joined"].copy() for f in full]
-        rids_d = [np.zeros(len(ins_seq[y]), np.int64) for y in range(2)]  # per arrival of y: max join distance
+        rids_d = [np.zeros(len(ins_ts[y]), np.int64) for y in range(2)]  # per raw arrival of y: max join distance
         for i, idx, _seq in parts:
             x = 1 - i
             sign = tables[i].b.sign[idx[i]]
@@ -180,8 +209,7 @@ class KMonStrategy:
             if not ins.any():
                 continue
             rows = idx[x][ins]
-            ev_seq = tables[i].seq[idx[i][ins]]
-            ordinal = np.searchsorted(ins_seq[i], ev_seq)
+            ordinal = ord_raw[i][idx[i][ins] - tables[i].n_state]
             fresh = ~joined_before[x][rows]
             if fresh.any():
                 d = partner_before[x] + ordinal[fresh] + 1 - full[x]["born"][rows[fresh]]
@@ -192,14 +220,13 @@ class KMonStrategy:
             y = 1 - r.x
             if isinstance(r, RidsRule):
                 r.monitor.observe(rids_d[y])
-            elif len(evs[y]):
-                e = evs[y]
-                k, ok = self._keys(y, e)
-                d = r.arrive(k[(e.sign > 0) & ok])
+            elif len(raw[y]):
+                k, ok = self._keys(y, raw[y])
+                d = r.arrive(k[ins_mask[y] & ok])
                 if d is not None:
                     r.monitor.observe(d)
         for x in range(2):
-            self.inserts[x] += len(ins_seq[x])
+            self.inserts[x] += len(ins_ts[x])
         # approximate mode: partner inserts meeting a dropped row's key lost results: withdraw the rules
         suspected, probes = [0, 0], [0, 0]
         if self.config.mode == "approx":
@@ -236,6 +263,7 @@ class KMonStrategy:
             self._prune(x, surv, t.unmatched_deletes)
         for x in range(2):
             self.ledgers[x].tick(tuples, suspected[x], probes[x])
+        self._evs, self._raw, self._key_cache = [], [], {}  # hold no batch between calls
         self._stats()
 
     def _violations(self, x: int, rows: np.ndarray, joined_before: np.ndarray, was: np.ndarray) -> None:

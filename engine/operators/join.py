@@ -649,7 +649,7 @@ class JoinOp(Operator):
                     b = b.take(self.ev.predicate(c, b))
             evs.append(b)
         if self.kmon is not None:  # exact mode: state this call may need comes back from the disk store
-            state = self.kmon.before(state, evs)
+            state = self.kmon.before(state, evs, inputs)
         seqs, total = global_seqs(evs)
         m = total + 3
         tables = [Table(state[k], evs[k], seqs[k], self.input_types[k]) for k in range(self.n)]
