@@ -102,14 +102,15 @@ def gen_rids(n: int, k: int | np.ndarray, seed: int = 0) -> Workload:
     return _build(rng, n, child[keep], slot[keep], np.arange(n))
 
 
-def gen_clustered(n: int, k: int, seed: int = 0) -> Workload:
+def gen_clustered(n: int, k: int | np.ndarray, seed: int = 0) -> Workload:
     """CA(k) / OAP(k) on P.a: each child arrives before its parents (RIDS(0)); the parents of one
     child follow it, spread over up to D ~ U[0, k] other arrivals (so their values are clustered
-    and nearly ordered)."""
+    and nearly ordered); `k` may be one value per child (varying over time)."""
     rng = np.random.default_rng(seed)
     m = n * MULT
     child = np.sort(rng.integers(0, n, m))
-    spread = rng.integers(0, k + 1, n)  # per child value
+    kk = np.asarray(k) if np.ndim(k) else np.full(n, int(k))
+    spread = np.floor(rng.random(n) * (kk + 1)).astype(np.int64)  # per child value
     off = np.floor(rng.random(m) * (spread[child] / (MULT + 1) + 1)).astype(np.int64)
     return _build(rng, n, child, np.minimum(child + 1 + off, n), np.arange(n))
 
@@ -294,7 +295,11 @@ def fn_table(children: int, window: int, chunk: int) -> list[dict]:
             KMonConfig("approx", True, 500, 1.0, 0.01),
             500,
         ),
-        "OAP": (lambda: gen_clustered(children, 3000, seed=2), KMonConfig("approx", True, 1000, 1.2, 0.01), 0),
+        "OAP": (
+            lambda: gen_clustered(children, k_schedule(children, 500, 4000), seed=2),
+            KMonConfig("approx", True, 1000, 1.2, 0.01),
+            0,
+        ),
     }
     for kind, (mk, cfg, k0) in cases.items():
         w = mk()

@@ -101,8 +101,14 @@ def table(size: str = "small") -> list[dict]:
         b, k = float(np.mean(bmem[half:])), float(np.mean(kmem[half:]))
         withdrawn = strat.withdrawals if strat is not None else ["(not attached)"]
         rows.append(
-            {"query": name, "baseline": b, "kmon": k, "ratio": k / b if b else None, "exact": got == base,
-             "withdrawn": withdrawn}
+            {
+                "query": name,
+                "baseline": b,
+                "kmon": k,
+                "ratio": k / b if b else None,
+                "exact": got == base,
+                "withdrawn": withdrawn,
+            }
         )
         print(
             f"{name:<34} state {k:>8.0f} / baseline {b:>8.0f} = {k / b:.3f}  exact={got == base}"
