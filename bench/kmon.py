@@ -241,10 +241,14 @@ def k_schedule(n: int, base: int, top: int) -> np.ndarray:
     return np.concatenate(parts).astype(np.int64)
 
 
-def memory_table(children: int, window: int, ks: list[int], chunk: int) -> list[dict]:
+GENERATORS = {"RIDS": gen_rids, "CA": gen_clustered, "OAP": gen_clustered, "OAC": gen_oac}
+
+
+def memory_table(children: int, window: int, ks: list[int], chunk: int, kinds: list[str] | None = None) -> list[dict]:
     rows = []
-    gens = {"RIDS": gen_rids, "CA": gen_clustered, "OAP": gen_clustered, "OAC": gen_oac}
-    for kind, gen in gens.items():
+    for kind, gen in GENERATORS.items():
+        if kinds is not None and kind not in kinds:
+            continue
         for k in ks:
             w = gen(children, k, seed=1)
             kd = measured(w, kind)
@@ -336,13 +340,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ks", default="0,1000,5000,10000,20000", help="k values (paper: Table I's)")
     p.add_argument("--chunk", type=int, default=2000, help="arrivals per engine call")
     p.add_argument("--lr", default="small", help="Linear Road size (bench.linear_road.gen presets; 'none' skips)")
+    p.add_argument("--kinds", default="RIDS,CA,OAP,OAC", help="constraint kinds of the memory table")
+    p.add_argument("--no-fn", action="store_true", help="skip the approximate-mode false-negative runs")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     ks = [int(x) for x in args.ks.split(",")]
     print(f"== synthetic workload: {args.children} children, {MULT * args.children} parents, [Rows {args.window}]")
-    mem = memory_table(args.children, args.window, ks, args.chunk)
-    print("== approximate mode, k varying over time (monitors on)")
-    fn = fn_table(args.children, args.window, args.chunk)
+    mem = memory_table(args.children, args.window, ks, args.chunk, args.kinds.split(","))
+    fn = []
+    if not args.no_fn:
+        print("== approximate mode, k varying over time (monitors on)")
+        fn = fn_table(args.children, args.window, args.chunk)
     lr = []
     if args.lr != "none":
         from bench import kmon_lr

@@ -140,12 +140,15 @@ class CAAux:
         seen = self.vals[at] == keys
         return np.where(seen, self.n - self.first[at] - self.count[at], -1)
 
-    def forget_older(self, horizon: float) -> None:
-        """Drop values closed for more than `horizon` arrivals (bounded memory; a value coming back
-        after that is not seen as a violation by this structure)."""
+    def forget_older(self, horizon: float, needed: np.ndarray) -> None:
+        """Drop values closed for more than `horizon` arrivals that no row still needs (`needed`:
+        sorted keys of the partner rows alive); a value coming back after that is not seen as a
+        violation by this structure."""
         if horizon == INF or not len(self.vals):
             return
         keep = (self.n - self.first - self.count) <= horizon
+        if len(needed):
+            keep |= np.isin(self.vals, needed, assume_unique=False)
         if not keep.all():
             self.vals, self.first, self.count = self.vals[keep], self.first[keep], self.count[keep]
 

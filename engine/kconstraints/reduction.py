@@ -48,6 +48,9 @@ class Rule:
         them from arrivals."""
         return None
 
+    def forget(self, alive_keys: np.ndarray) -> None:
+        """Bound the rule's structures; `alive_keys`: sorted keys of the pruned input's live rows."""
+
     def nbytes(self) -> int:
         return 0
 
@@ -79,9 +82,11 @@ class CaRule(Rule):
         self.aux = CAAux()
 
     def arrive(self, keys: np.ndarray) -> np.ndarray:
-        d = self.aux.arrive(keys)
-        self.aux.forget_older(self.monitor.k_e + self.monitor.W)
-        return d
+        return self.aux.arrive(keys)
+
+    def forget(self, alive_keys: np.ndarray) -> None:
+        """Values closed long ago that no row of the pruned input (in memory or spilled) has."""
+        self.aux.forget_older(self.monitor.k_e + self.monitor.W, alive_keys)
 
     def blocked(self, v: StateView, k: float) -> np.ndarray:
         return v.valid & (self.aux.gap(v.key) > k)

@@ -29,6 +29,25 @@ if TYPE_CHECKING:
     from cqlstream.engine.operators.join import JoinOp, Probed, Table
 
 MODES = ("exact", "approx", "off")
+
+
+class KeyCount:
+    """How many live rows of one input have each join key (sorted keys with counts > 0)."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, np.int64)
+        self.counts = np.zeros(0, np.int64)
+
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.counts.nbytes
+
+    def add(self, keys: np.ndarray, delta: np.ndarray) -> None:
+        u, inv = np.unique(np.concatenate([self.keys, keys]), return_inverse=True)
+        c = np.bincount(inv, weights=np.concatenate([self.counts, delta]), minlength=len(u)).astype(np.int64)
+        live = c > 0
+        self.keys, self.counts = u[live], c[live]
+
+
 BOOK = ("rank", "born", "joined", "key", "valid", "reason")  # bookkeeping columns per state row
 
 
@@ -74,6 +93,7 @@ class KMonStrategy:
         self.stores = [SpillStore(types[x]) for x in range(2)]
         self.ledgers = [DropLedger(), DropLedger()]
         self.next_rank = [0, 0]
+        self.alive_keys = [KeyCount(), KeyCount()]  # per input: live rows (memory or store) per key
         self.inserts = [0, 0]  # insert events seen per input (arrivals)
         self._evs: list[Batch] = []
         self._raw: list[Batch] = []
@@ -227,6 +247,11 @@ class KMonStrategy:
                     r.monitor.observe(d)
         for x in range(2):
             self.inserts[x] += len(ins_ts[x])
+            k, ok = self._keys(x, evs[x])
+            if len(k):
+                self.alive_keys[x].add(k[ok], np.where(evs[x].sign[ok] > 0, 1, -1))
+        for r in self.rules:
+            r.forget(self.alive_keys[r.x].keys)
         # approximate mode: partner inserts meeting a dropped row's key lost results: withdraw the rules
         suspected, probes = [0, 0], [0, 0]
         if self.config.mode == "approx":
@@ -356,6 +381,7 @@ class KMonStrategy:
             sum(r.nbytes() for r in self.rules)
             + sum(s.nbytes() for s in self.stores)
             + sum(led.nbytes() for led in self.ledgers)
+            + sum(a.nbytes() for a in self.alive_keys)
             + book
         )
 
