@@ -143,6 +143,7 @@ def measured(w: Workload, kind: str) -> int:
 
 DECLARE = {
     "none": "",
+    "plain": "",  # no declaration, but joins get k-Mon (detected constraints need `detect`)
     "RIDS": "with constraints (a references C(id) within {k})",
     "CA": "with constraints (clustered(a, {k}))",
     "OAP": "with constraints (ordered(a, {k}))",
@@ -153,7 +154,7 @@ C_DECLARE = {"OAC": "with constraints (unique(id), ordered(id, {k}))"}
 
 def ddl(kind: str, k: int, window: int) -> tuple[str, str]:
     p = f"register stream P (id int, a int) {DECLARE.get(kind, '').format(k=k)}"
-    c_decl = "" if kind == "none" else C_DECLARE.get(kind, "with constraints (unique(id))")
+    c_decl = "" if kind in ("none", "plain") else C_DECLARE.get(kind, "with constraints (unique(id))")
     c = f"register stream C (id int, b int) {c_decl.format(k=k)}"
     q = f"select istream(P.id, P.a, C.b) from P [rows {window}], C [rows {window}] where P.a = C.id and C.b < {SEL}"
     return p + "; " + c, q

@@ -364,3 +364,19 @@ def test_spill_store_gives_back_by_key_id_and_reason_across_merges_and_pickling(
     left = len(back)
     assert len(back.take_reason(-1)) == left and len(back) == 0
     st.close()
+
+
+def test_monitors_detect_undeclared_constraints_when_detect_is_on():
+    """No constraint declared: with `detect`, candidate CA / OA / RIDS on the join columns start at
+    k = ∞ and the monitors lower k after W arrivals; exact mode still changes no result."""
+    w = B.gen_clustered(3000, 20, seed=3)
+    base = B.run(w, "none", 0, 1500, chunk=500)
+    cfg = KMonConfig(detect=True, W=200)
+    got = B.run(w, "plain", 0, 1500, config=cfg, chunk=500)
+    s = got.strategy
+    assert s is not None and Counter(got.results) == Counter(base.results)
+    found = {c["constraint"]: c["k_in_use"] for c in s.control_table()["constraints"]}
+    ks = {label.split("(")[0]: k for label, k in found.items()}
+    assert ks["CA"] is not None and ks["CA"] <= B.measured(w, "CA")  # learnt from the stream
+    steady = slice(len(base.mem) // 2, None)
+    assert np.mean(got.mem[steady]) < np.mean(base.mem[steady])

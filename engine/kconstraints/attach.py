@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
-from cqlstream.engine.kconstraints.constraints import CA, OA, RIDS, Constraint, ManyOne, from_defs
+from cqlstream.engine.kconstraints.constraints import CA, OA, RIDS, UNDECLARED, Constraint, ManyOne, from_defs
 from cqlstream.engine.kconstraints.strategy import KMonConfig, KMonStrategy
 from cqlstream.engine.operators.join import JoinOp
 
@@ -85,6 +85,15 @@ def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig)
         for s, _ in sides:  # type: ignore[misc]
             d = catalog.get(s)
             declared.append(from_defs(d.name, d.constraints) if isinstance(d, SourceDef) else [])
+        if config.detect:  # candidates the monitors may find (k = -1: not declared, starts at ∞)
+            for x in range(2):
+                (sx, cx), (sy, cy) = sides[x], sides[1 - x]  # type: ignore[misc]
+                have = {(type(c), c.column.lower()) for c in declared[x]}
+                for kind in (CA, OA):
+                    if (kind, cx.lower()) not in have:
+                        declared[x].append(kind(sx, cx, UNDECLARED))
+                if not any(isinstance(c, RIDS) and _same(c.column, cx) for c in declared[x]):
+                    declared[x].append(RIDS(sx, cx, sy, cy, UNDECLARED))
         applied = applicable(sides, declared)  # type: ignore[arg-type]
         if applied:
             exprs = (e.ea, e.eb) if e.a == 0 else (e.eb, e.ea)

@@ -57,6 +57,7 @@ class OA:
 
 
 Constraint = ManyOne | RIDS | CA | OA
+UNDECLARED = -1  # the k of a candidate the monitors look for (not declared): they start from ∞
 
 # DDL word → constructor from (stream, definition)
 FROM_DEF: dict[str, Callable[[str, ConstraintDef], Constraint]] = {

@@ -19,7 +19,7 @@ import numpy as np
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kconstraints.approx import BLOCK, DropLedger
-from cqlstream.engine.kconstraints.constraints import Constraint
+from cqlstream.engine.kconstraints.constraints import UNDECLARED, Constraint
 from cqlstream.engine.kconstraints.monitors import INF, Monitor
 from cqlstream.engine.kconstraints.reduction import RULES, ManyOneRule, Partition, RidsRule, Rule, StateView, partition
 from cqlstream.engine.kconstraints.store import Rows, SpillStore
@@ -86,7 +86,7 @@ class KMonStrategy:
         self.config = config
         self.rules: list[Rule] = []
         for bit, (x, c, role) in enumerate(applied):
-            mon = Monitor(c.k, config.W, config.c, config.p, config.detect)
+            mon = Monitor(INF if c.k == UNDECLARED else c.k, config.W, config.c, config.p, config.detect)
             self.rules.append(RULES[type(c)](c, x, 1 << bit, mon, role))
         types = join.input_types
         self.book: list[dict[str, np.ndarray]] = [self._empty_book() for _ in range(2)]
@@ -436,7 +436,7 @@ class KMonStrategy:
                 {
                     "constraint": r.label(),
                     "prunes_input": r.x,
-                    "k_declared": r.monitor.declared,
+                    "k_declared": None if r.monitor.declared == INF else r.monitor.declared,
                     "k_in_use": None if r.monitor.k_u == INF else r.monitor.k_u,
                     "max_distance_seen": r.monitor.max_seen,
                     "withdrawn": r.monitor.withdrawn,
