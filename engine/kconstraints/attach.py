@@ -8,7 +8,7 @@ it can move rows out of memory."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.cql.logical import expr as X
@@ -112,15 +112,16 @@ def _private_state(d: Dsms, op: JoinOp) -> None:
     op.stores = None
 
 
-def _joins(pn: PNode) -> list[PNode]:
+def _joins(pn: PNode) -> list[tuple[PNode, JoinOp]]:
+    """The join operators under `pn` (operators say what they are by their `kind`)."""
     out, todo, seen = [], [pn], set()
     while todo:
         p = todo.pop()
         if id(p) in seen:
             continue
         seen.add(id(p))
-        if isinstance(p.op, JoinOp):
-            out.append(p)
+        if p.op is not None and p.op.kind == JoinOp.kind:
+            out.append((p, cast("JoinOp", p.op)))
         todo.extend(p.inputs)
     return out
 
@@ -134,9 +135,7 @@ def bind(d: Dsms, h: QueryHandle) -> list[KMonStrategy]:
     if config.mode == "off" or h.pnode is None:
         return []
     out = []
-    for pn in _joins(h.pnode):
-        op = pn.op
-        assert isinstance(op, JoinOp)
+    for pn, op in _joins(h.pnode):
         if op.kmon is not None or op.counters.calls or pn.flowed or pn.users - {h.id}:
             continue
         s = strategy_for(d.catalog, op, pn.node, config)
@@ -153,4 +152,4 @@ def explain_lines(h: QueryHandle) -> list[str]:
     """The k-constraint lines of a query's EXPLAIN (one per join using constraints)."""
     if h.pnode is None:
         return []
-    return [p.op.kmon.summary() for p in _joins(h.pnode) if isinstance(p.op, JoinOp) and p.op.kmon is not None]
+    return [op.kmon.summary() for _, op in _joins(h.pnode) if op.kmon is not None]
