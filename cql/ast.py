@@ -44,6 +44,23 @@ class AttrDef(Node):
 
 
 @dataclass(frozen=True)
+class ConstraintDef(Node):
+    """One k-constraint of a stream (`clustered(a, 10)`, `a references S(b) within 5`): `kind` is the
+    word written (unique, clustered, ordered, references), `ref` the referenced (stream, column)."""
+
+    kind: str
+    column: str
+    k: int = 0
+    ref: tuple[str, str] | None = None
+    pos: Pos | None = _pos()
+
+    def to_cql(self) -> str:
+        if self.ref is not None:
+            return f"{self.column} references {self.ref[0]}({self.ref[1]})" + (f" within {self.k}" if self.k else "")
+        return f"{self.kind}({self.column}" + (f", {self.k})" if self.kind != "unique" else ")")
+
+
+@dataclass(frozen=True)
 class RegisterSource(Node):
     """`register [static] stream|relation Name (attrs, [primary] key (..)) [with (opt = v, ..)]`."""
 
@@ -54,6 +71,7 @@ class RegisterSource(Node):
     static: bool = False
     options: tuple[tuple[str, object], ...] = ()
     pos: Pos | None = _pos()
+    constraints: tuple[ConstraintDef, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ class SourceDef:
     time_unit: str = "second"
     slack: int = 0
     timestamp: str = "application"  # or 'system': the server stamps arrivals
+    constraints: tuple[ast.ConstraintDef, ...] = ()  # declared k-constraints (docs/k-constraints.md)
 
     def plan(self) -> Plan:
         attrs = tuple(Attribute(a.name, a.type, self.name) for a in self.attrs)

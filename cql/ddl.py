@@ -63,6 +63,26 @@ def check_name(name: str, what: str, pos: Pos | None) -> None:
         )
 
 
+# the k-constraint words of `with constraints (...)`: word → whether it takes an adherence k
+CONSTRAINT_KINDS = {"unique": False, "clustered": True, "ordered": True, "references": True}
+
+
+def check_constraints(stmt: ast.RegisterSource, columns: set[str]) -> None:
+    """Refuse an unknown constraint word, a k on `unique`, or a column the stream does not have."""
+    if stmt.constraints and stmt.kind != "stream":
+        raise CqlError("bad_constraint", "k-constraints describe stream arrivals: only streams take them", stmt.pos)
+    for c in stmt.constraints:
+        if c.kind not in CONSTRAINT_KINDS:
+            known = ", ".join(CONSTRAINT_KINDS)
+            raise CqlError("bad_constraint", f"unknown constraint '{c.kind}' (known: {known})", c.pos or stmt.pos)
+        if c.k and not CONSTRAINT_KINDS[c.kind]:
+            raise CqlError("bad_constraint", f"'{c.kind}' takes no adherence parameter", c.pos or stmt.pos)
+        if c.column.lower() not in columns:
+            raise CqlError(
+                "unknown_column", f"constraint column '{c.column}' is not a column of '{stmt.name}'", c.pos or stmt.pos
+            )
+
+
 def register_source(catalog: Catalog, stmt: ast.RegisterSource) -> SourceDef:
     """Check a `register stream|relation` statement and add the source to the catalog."""
     check_name(stmt.name, stmt.kind, stmt.pos)
@@ -95,6 +115,8 @@ def register_source(catalog: Catalog, stmt: ast.RegisterSource) -> SourceDef:
             raise CqlError("bad_option", f"option '{name}': {e}", stmt.pos) from None
     if stmt.kind == "relation" and ("slack" in opts or "timestamp" in opts):
         raise CqlError("bad_option", "slack and timestamp options apply to streams only", stmt.pos)
+    check_constraints(stmt, seen)
+    opts["constraints"] = stmt.constraints
     d = SourceDef(stmt.name, stmt.kind, tuple(attrs), tuple(stmt.keys), stmt.static, **opts)
     catalog.add(d)
     return d

@@ -159,15 +159,19 @@ class _ToAst(Transformer_NonRecursive):
         static = any(_is(t, "STATIC") for t in items)
         items = [t for t in items if not _is(t, "STATIC")]
         kind, name, *rest = items
-        attrs, keys, options = [], [], ()
+        attrs, keys, options, constraints = [], [], (), ()
         for r in rest:
             if isinstance(r, ast.AttrDef):
                 attrs.append(r)
             elif isinstance(r, tuple) and r and r[0] == "key":
                 keys.append(r[1])
+            elif isinstance(r, tuple) and r and isinstance(r[0], ast.ConstraintDef):
+                constraints = r
             else:
                 options = r
-        return ast.RegisterSource(kind, _name(name), tuple(attrs), tuple(keys), static, options, pos=_meta_pos(meta))
+        return ast.RegisterSource(
+            kind, _name(name), tuple(attrs), tuple(keys), static, options, pos=_meta_pos(meta), constraints=constraints
+        )
 
     def source_kind(self, meta: Meta, items: list[Any]) -> str:
         k = str(items[0]).lower()
@@ -185,6 +189,18 @@ class _ToAst(Transformer_NonRecursive):
 
     def with_options(self, meta: Meta, items: list[Any]) -> tuple[tuple[str, object], ...]:
         return tuple(items)
+
+    def with_constraints(self, meta: Meta, items: list[Any]) -> tuple[ast.ConstraintDef, ...]:
+        return tuple(items)
+
+    def constraint_call(self, meta: Meta, items: list[Any]) -> ast.ConstraintDef:
+        k = int(items[2]) if len(items) > 2 else 0
+        return ast.ConstraintDef(str(items[0]).lower(), _name(items[1]), k, pos=_meta_pos(meta))
+
+    def constraint_ref(self, meta: Meta, items: list[Any]) -> ast.ConstraintDef:
+        k = int(items[3]) if len(items) > 3 else 0
+        ref = (_name(items[1]), _name(items[2]))
+        return ast.ConstraintDef("references", _name(items[0]), k, ref, pos=_meta_pos(meta))
 
     def option(self, meta: Meta, items: list[Any]) -> tuple[str, object]:
         value = items[1]

@@ -196,6 +196,8 @@ def _register_source(s: ast.RegisterSource) -> Doc:
     text += " (" + ", ".join(elems) + ")"
     if s.options:
         text += " WITH (" + ", ".join(f"{_raw_name(k)} = {_option_value(v)}" for k, v in s.options) + ")"
+    if s.constraints:
+        text += " WITH CONSTRAINTS (" + ", ".join(c.to_cql() for c in s.constraints) + ")"
     return [text]
 
 

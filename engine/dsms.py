@@ -37,6 +37,7 @@ from cqlstream.engine.boundedness import explain as explain_with_verdict
 from cqlstream.engine.errors import EngineError, InputError, InUseError, KnobError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.inputs import RelationInput, StreamInput, rows_to_batch
+from cqlstream.engine.kconstraints import attach as kconstraints
 from cqlstream.engine.limits import LimitGuard, Overdraft
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
@@ -136,6 +137,7 @@ class QueryHandle:
                 "  " + line for line in explain_plan(shared).splitlines()
             )
         text += "\n" + explain_partitioning(self.compiled.plan)
+        text += "".join("\n" + line for line in kconstraints.explain_lines(self))
         cf = self.completeness()
         if self.pnode is not None and cf["complete_from"] is not None:
             text += f"\nResults exact from instant {cf['complete_from']} (registered while data flowed)."
@@ -448,6 +450,7 @@ class Dsms:
         existed = pn.flowed
         pn = self.plan.attachable(pn, h.id, h.share)
         h.pnode = pn
+        kconstraints.bind(self, h)  # joins that declared k-constraints apply to keep less state
         h.complete_from = self.plan.late_complete_from(pn) if existed else pn.complete_from
         if not pn.is_stream and not pn.flowed:
             self.plan.add_result_store(pn)

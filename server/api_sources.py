@@ -61,7 +61,10 @@ def ddl_of(src: SourceIn) -> str:
             if not c.replace("_", "a").isalnum():
                 raise ProblemError(422, "invalid_name", f"key column '{c}' is not a name", field="keys")
     text = f"register {'static ' if src.static else ''}{src.kind} {src.name} ({', '.join(parts)})"
-    return text + (f" with ({', '.join(opts)})" if opts else "")
+    text += f" with ({', '.join(opts)})" if opts else ""
+    if any(";" in c for c in src.constraints):
+        raise ProblemError(422, "invalid_request", "a constraint is one clause, without ';'", field="constraints")
+    return text + (f" with constraints ({', '.join(src.constraints)})" if src.constraints else "")
 
 
 def ddl_of_body(body: bytes, ctype: str) -> str:

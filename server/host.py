@@ -232,6 +232,7 @@ class EngineHost:
             "timestamp": s.timestamp,
             "static": s.static,
             "keys": [list(k) for k in s.keys],
+            "constraints": [c.to_cql() for c in s.constraints],
             "accepted": int(inp.accepted) if inp is not None else 0,
             "max_ts": None if inp is None else inp.max_ts,
         }

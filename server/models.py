@@ -41,6 +41,12 @@ class SourceIn(BaseModel):
     options: SourceOptions | None = None
     static: bool = False
     keys: list[list[str]] = Field(default_factory=list, description="candidate keys (column lists)")
+    constraints: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        description="streams: k-constraints in DDL form, e.g. 'clustered(item, 10)', 'item references Items(id) "
+        "within 100' (docs/k-constraints.md)",
+    )
 
 
 class DdlIn(BaseModel):
@@ -64,6 +70,7 @@ class SourceOut(BaseModel):
     timestamp: Literal["application", "system"]
     static: bool
     keys: list[list[str]]
+    constraints: list[str] = Field(default_factory=list, description="declared k-constraints")
     accepted: int = Field(description="tuples accepted so far")
     max_ts: int | None = Field(None, description="largest timestamp (or heartbeat) seen")
 

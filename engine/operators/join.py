@@ -545,6 +545,7 @@ class JoinOp(Operator):
         self.state: list[Batch] = [Batch.empty(t) for t in self.input_types]
         self.probe_orders: list[list[int]] = [self.default_order(i) for i in range(self.n)]
         self.index_mode = "chains"  # knob: "chains" | "dyadic" (StabIndex)
+        self.kmon: Any = None  # k-constraint state reduction of a 2-way join (engine/kconstraints), or None
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
 
     # -------------------------------------------------------------- planning of probes
@@ -599,6 +600,12 @@ class JoinOp(Operator):
         )
         return fresh.process(parts, at)
 
+    def events(self) -> list[tuple[str, float]]:
+        return self.kmon.events() if self.kmon is not None else []
+
+    def explain_detail(self) -> list[str]:
+        return [self.kmon.summary()] if self.kmon is not None else []
+
     def snapshotable(self, inputs: Callable[[], bool]) -> bool:
         return inputs()
 
@@ -641,6 +648,8 @@ class JoinOp(Operator):
                 if len(b):
                     b = b.take(self.ev.predicate(c, b))
             evs.append(b)
+        if self.kmon is not None:  # exact mode: state this call may need comes back from the disk store
+            state = self.kmon.before(state, evs, inputs)
         seqs, total = global_seqs(evs)
         m = total + 3
         tables = [Table(state[k], evs[k], seqs[k], self.input_types[k]) for k in range(self.n)]
@@ -657,6 +666,8 @@ class JoinOp(Operator):
             if not self.stores:
                 self.state[k] = t.b.take(t.survivors) if len(t.survivors) != len(t.b) else t.b
             self.counters.extra["unmatched_deletes"] += t.unmatched_deletes
+        if self.kmon is not None:  # moves the state the constraints make unnecessary out of memory
+            self.kmon.after(tables, parts)
         self.counters.extra["state_tuples"] = sum(len(s) for s in (self.state if not self.stores else state))
         self._codes, self._indexes = {}, {}
         return self._assemble(parts, tables)
