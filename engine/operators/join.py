@@ -25,7 +25,8 @@ chain rounds (lifetimes in no useful order, e.g. arbitrary relation deletes) go 
 looks up its block on every level. Either way candidate pairs are exactly the matches, and the
 cost does not grow with the number of instants in the batch. A few probes against many instances
 (a [Now] window against a relation updated every instant) skip the index: `scan_pairs` pairs them
-with the instances of their keys and keeps the alive ones. Other conjuncts are evaluated on the partial concatenated rows as
+with the instances of their keys and keeps the alive ones; in a binary join over stored relations
+the carried state is first narrowed to the rows those probes can meet (state_prefilter.py). Other conjuncts are evaluated on the partial concatenated rows as
 soon as their inputs are bound; conjuncts reading one input filter that input's events up front
 (a tuple failing them never joins); NULL keys never match.
 """
