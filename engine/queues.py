@@ -44,7 +44,8 @@ class Queue:
             if self.start is None:
                 self.start = int(batch.ts[0])
             self.last_ts = int(batch.ts[-1])
-            self.recent.append(batch if len(batch) <= RECENT else batch.slice(len(batch) - RECENT, len(batch)))
+            # a copy of the tail: a slice would be a view keeping the whole batch's arrays alive
+            self.recent.append(batch.take(np.arange(max(len(batch) - RECENT, 0), len(batch))))
         if watermark is not None and (self.watermark is None or watermark > self.watermark):
             self.watermark = watermark
 

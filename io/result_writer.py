@@ -20,9 +20,10 @@ from cqlstream.io.stream_text import format_chunks
 Round = list[tuple[int, Batch]]  # (dest index, results) in production order
 
 
-def write_text(f: IO[bytes], batch: Batch) -> None:
-    """Write a batch's text chunk by chunk (no joined copy of a large output)."""
-    f.writelines(format_chunks(batch))
+def write_text(f: IO[bytes], batch: Batch, nogil: bool = False) -> None:
+    """Write a batch's text chunk by chunk (no joined copy of a large output). `nogil`: on a
+    worker thread, format the way that holds the GIL least (the engine runs beside it)."""
+    f.writelines(format_chunks(batch, nogil))
 
 
 class _Worker:
@@ -44,7 +45,7 @@ class _Worker:
                 continue  # keep taking rounds so the producer never blocks on a dead writer
             try:
                 for k, b in rnd:
-                    write_text(self.files[k], b)
+                    write_text(self.files[k], b, nogil=True)
             except BaseException as e:  # raised to the producer
                 self.error = e
 

@@ -25,7 +25,8 @@ chain rounds (lifetimes in no useful order, e.g. arbitrary relation deletes) go 
 looks up its block on every level. Either way candidate pairs are exactly the matches, and the
 cost does not grow with the number of instants in the batch. A few probes against many instances
 (a [Now] window against a relation updated every instant) skip the index: `scan_pairs` pairs them
-with the instances of their keys and keeps the alive ones. Other conjuncts are evaluated on the partial concatenated rows as
+with the instances of their keys and keeps the alive ones; in a binary join over stored relations
+the carried state is first narrowed to the rows those probes can meet (state_prefilter.py). Other conjuncts are evaluated on the partial concatenated rows as
 soon as their inputs are bound; conjuncts reading one input filter that input's events up front
 (a tuple failing them never joins); NULL keys never match.
 """
@@ -47,6 +48,7 @@ from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
+from cqlstream.engine.operators.state_prefilter import narrow_state, should_narrow
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -391,12 +393,14 @@ def scan_pairs(
     ivalid: np.ndarray,
     lo: np.ndarray,
     hi: np.ndarray,
+    total: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Pairs (probe position, instance position) with equal valid keys and the instance alive at
     the probe's seq (lo < seq < hi), found without an index: the instances whose key some probe
     has are grouped by key and every probe meets its key's group. Linear in the instances plus
     the pairs examined; None when that would examine more than a few times the instances (then
-    an index is cheaper). Pairs come in (key, seq) order of the probes, then instance order."""
+    an index is cheaper; `total`: the instances to weigh that against, when `ikey` holds only
+    those a probe can meet). Pairs come in (key, seq) order of the probes, then instance order."""
     p = np.flatnonzero(pvalid)
     if not len(p) or not len(ikey):
         z = np.zeros(0, np.int64)
@@ -410,7 +414,7 @@ def scan_pairs(
     cand, ck = cand[o], ck[o]
     start = np.searchsorted(ck, pk, side="left")
     cnt = np.searchsorted(ck, pk, side="right") - start
-    if int(cnt.sum()) > 4 * len(ikey) + 1024:
+    if int(cnt.sum()) > 4 * (len(ikey) if total is None else total) + 1024:
         return None
     pp, at = expand_pairs(p, cand, start, cnt)
     s = seq[pp]
@@ -650,16 +654,48 @@ class JoinOp(Operator):
             evs.append(b)
         if self.kmon is not None:  # exact mode: state this call may need comes back from the disk store
             state = self.kmon.before(state, evs, inputs)
+        if self.stores and self.equi:
+            # few events against a large stored relation: only its rows they can meet (and the
+            # rows its own events delete) enter the call (engine/operators/state_prefilter.py)
+            narrowed, dropped = self._narrow(state, evs)
+            if any(dropped):
+                pairs_before = self.counters.extra["candidate_pairs"]
+                out = self._call(narrowed, evs, dropped)
+                if out is not None:
+                    self.counters.extra["state_tuples"] = sum(len(s) for s in state)
+                    return out
+                self.counters.extra["candidate_pairs"] = pairs_before  # declined: the full call counts
+        out = self._call(state, evs, [0] * self.n)
+        assert out is not None  # nothing dropped: the call never declines
+        return out
+
+    def _narrow(self, state: list[Batch], evs: list[Batch]) -> tuple[list[Batch], list[int]]:
+        """Each input's carried state narrowed to the rows the other input's events can meet."""
+        out, dropped = list(state), [0] * self.n
+        e = self.equi[0]
+        for j, go in enumerate(should_narrow(self.n, state, evs, SCAN_RATIO)):
+            if go:
+                sj, si = (e.ea, e.eb) if e.a == j else (e.eb, e.ea)
+                out[j], dropped[j] = narrow_state(state[j], evs[j], evs[1 - j], sj, si, self.ev, key_codes)
+        return out, dropped
+
+    def _call(self, state: list[Batch], evs: list[Batch], dropped: list[int]) -> Batch | None:
+        """One call over the given carried state; `dropped[j]`: state rows of input j left out
+        as unreachable (None: the scan declined on narrowed state, run again on the full state)."""
         seqs, total = global_seqs(evs)
         m = total + 3
         tables = [Table(state[k], evs[k], seqs[k], self.input_types[k]) for k in range(self.n)]
         self._codes: dict[int, dict[int, Keyed]] = {}  # equi conjunct → input → its side's codes
         self._indexes: dict[tuple[int, tuple[int, ...]], StabIndex] = {}
+        self._dropped, self._declined = dropped, False
         parts: list[Probed] = []
         if self._const_ok():
             for i in range(self.n):
                 if len(evs[i]):
                     res = self._probe_from(i, tables, m)
+                    if self._declined:
+                        self._codes, self._indexes = {}, {}
+                        return None
                     if res is not None:
                         parts.append(res)
         for k, t in enumerate(tables):
@@ -717,10 +753,14 @@ class JoinOp(Operator):
                 pvalid = np.ones(len(seq), bool)
             index = self._indexes.get(cache_key) if cache_key is not None else None
             scanned = None
-            if index is None and SCAN_RATIO * len(seq) < len(ikey):
+            n_inst = len(ikey) + self._dropped[j]  # as if no unreachable state had been left out
+            if index is None and SCAN_RATIO * len(seq) < n_inst:
                 # few probes against many instances (a [Now] window against a relation): no index
                 # over all of them, only the instances whose key some probe has, paired directly
-                scanned = scan_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi)
+                scanned = scan_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi, n_inst)
+                if scanned is None and self._dropped[j]:
+                    self._declined = True  # an index over narrowed state: run on the full state
+                    return None
             if scanned is not None:
                 p, at = scanned
                 rows = tj.inst[at]

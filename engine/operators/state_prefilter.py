@@ -1,0 +1,74 @@
+"""Narrowing a binary join's carried relation state to the rows a call can touch.
+
+A sparse input (a `[Now]` window, a few events per call) joined with a large relation read from
+a shared store used to put the whole relation into the call's table: every column copied, every
+key coded, every delete matched, on every call — O(state · width) per call however few the
+probes. In a two-way join the state rows of input j are met only by the events of the other
+input i, through every equi conjunct; so a row whose key (on one equi conjunct) no event of i
+has can pair with nothing in this call. The rows j's own events delete are kept too, so deletes
+match their inserts exactly as before. What remains is the state the call can use, found by one
+pass over one key column instead of the work above.
+
+The result never changes: pairs are those of the full table, in the same order (the boolean
+take keeps the rows' order, and the join's path choice is made on the full instance counts it is
+given). When the scan path declines (too many pairs), the join runs the call again on the full
+state, so the other paths see exactly what they saw before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cqlstream.engine.batch import Batch
+
+if TYPE_CHECKING:
+    from cqlstream.cql.logical import expr as X
+    from cqlstream.engine.exprs import Col, Evaluator
+
+KeyCodes = Callable[[list["Col"]], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+
+
+def _in_sorted(x: np.ndarray, sorted_u: np.ndarray) -> np.ndarray:
+    """Mask of the values of `x` found in the sorted distinct values `sorted_u`."""
+    if not len(sorted_u) or not len(x):
+        return np.zeros(len(x), bool)
+    r = np.searchsorted(sorted_u, x)
+    np.minimum(r, len(sorted_u) - 1, out=r)
+    return sorted_u[r] == x
+
+
+def narrow_state(
+    state: Batch,
+    own_events: Batch,
+    probes: Batch,
+    state_side: X.Expr,
+    probe_side: X.Expr,
+    ev: Evaluator,
+    key_codes: KeyCodes,
+) -> tuple[Batch, int]:
+    """(the rows of `state` that the events `probes` of the other input can meet through the equi
+    conjunct `state_side` = `probe_side`, or that `own_events` delete; rows dropped). Keys are
+    compared through the join's own key coding (`key_codes`: equal values ↔ equal codes, NULL
+    and NaN never valid)."""
+    vs = ev.eval(state_side, state)
+    vp = ev.eval(probe_side, probes)
+    (cs, oks, _), (cp, okp, _) = key_codes([vs, vp])
+    keep = oks & _in_sorted(cs, np.unique(cp[okp]))
+    gone = own_events.id[own_events.sign < 0]
+    if len(gone):
+        keep |= _in_sorted(state.id, np.unique(gone))
+    n_keep = int(keep.sum())
+    if n_keep == len(state):
+        return state, 0
+    return state.take(keep), len(state) - n_keep
+
+
+def should_narrow(n_inputs: int, state: Sequence[Batch], events: Sequence[Batch], ratio: int) -> list[bool]:
+    """Per input j of a two-way join: narrow its carried state when the other input's events are
+    few against it (the join would pair them by a scan, not an index)."""
+    if n_inputs != 2:
+        return [False] * n_inputs
+    return [ratio * len(events[1 - j]) < len(state[j]) and len(events[1 - j]) > 0 for j in range(2)]
