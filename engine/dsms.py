@@ -258,6 +258,7 @@ class Dsms:
             self.sys = SysPublisher(self)
         self.overload = OverloadConfig()
         self.approx: Controller | None = None  # the overload controller, while approximation is on
+        self.approx_on_tick = True  # `tick()` runs it (a host that logs its changes runs it itself)
         if overload is not None:
             from cqlstream.engine.approx import knobs as approx_knobs
 
@@ -691,7 +692,7 @@ class Dsms:
         for i in self.inputs.values():
             if i.d.timestamp == "system":
                 i.heartbeat(self._now_units(i.d))
-        if self.approx is not None:
+        if self.approx is not None and self.approx_on_tick:
             self.approx.tick()
         if self.sys is not None:
             self.sys.publish()

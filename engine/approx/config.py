@@ -18,8 +18,9 @@ class OverloadConfig:
     `queue_memory_limit`: bytes held in queues (un-processed input and intermediate results);
     `cpu_limit`: engine seconds per clock second (1.0: the engine is busy all the time).
     None: that resource is not watched. The controller acts at most every `interval` clock
-    seconds; after a change it waits `settle` ticks for the change to show before it sheds more;
-    it gives precision back one step after `calm` ticks in a row under `recover_below` × limit."""
+    seconds; after a change it waits `settle` ticks for the change to show before it sheds more,
+    and each time cuts the kept input by `decrease` at least (the sum of the queries' rates); it
+    gives precision back one step after `calm` ticks in a row under `recover_below` × limit."""
 
     enabled: bool = False
     queue_memory_limit: int | None = 100 << 20
@@ -28,6 +29,7 @@ class OverloadConfig:
     settle: int = 2
     calm: int = 3
     recover_below: float = 0.5
+    decrease: float = 0.2  # one shedding tick cuts the kept input by this fraction at least
     ladder: tuple[float, ...] = LADDER
     policy: str = "weighted"
 

@@ -91,8 +91,12 @@ class Controller:
             raise KnobError(f"overload policy must be one of {sorted(shedding.POLICIES)}, got {config.policy!r}")
         self.d = d
         self.config = config
-        self.clock = clock or d.clock
-        self.measure = measure or self._measure
+        self.clock = clock  # None: the engine's clock (kept None so a checkpoint can pickle the controller)
+        self.measure = measure  # None: `_measure`
+        self.frozen = False
+        self.reason = (
+            ""  # why the last change was made  # True while a log is replayed: the changes come from its records
+        )
         self.levels: dict[int, int] = {}  # query id → its step on the ladder (absent: exact)
         self.state: dict[int, Approximation] = {}  # query id → the approximation in force
         self.history: deque[Change] = deque(maxlen=10_000)
@@ -106,8 +110,11 @@ class Controller:
         self._touched: dict[tuple[str, int], tuple[Any, float]] = {}  # entity → (object, rate before)
 
     # ------------------------------------------------------------ measuring
+    def now(self) -> float:
+        return (self.clock or self.d.clock)()
+
     def _measure(self) -> Load:
-        now, secs = self.clock(), engine_seconds(self.d)
+        now, secs = self.now(), engine_seconds(self.d)
         cpu = None
         if self._cpu_mark is not None and now > self._cpu_mark[0]:
             cpu = max(secs - self._cpu_mark[1], 0.0) / (now - self._cpu_mark[0])
@@ -117,7 +124,7 @@ class Controller:
     def pressure(self, load: Load) -> tuple[float, str]:
         """The load as a fraction of its limit (the most pressed resource) and a sentence saying so."""
         c = self.config
-        out: list[tuple[float, str]] = [(0.0, "no limit watched")]
+        out: list[tuple[float, str]] = []
         if c.queue_memory_limit is not None:
             p = load.queue_bytes / c.queue_memory_limit
             rel = ">" if p > 1 else "<="
@@ -126,17 +133,17 @@ class Controller:
             p = load.cpu / c.cpu_limit
             rel = ">" if p > 1 else "<="
             out.append((p, f"engine cpu {load.cpu:.2f} s/s {rel} {c.cpu_limit:g} s/s"))
-        return max(out, key=lambda x: x[0])
+        return max(out, key=lambda x: x[0]) if out else (0.0, "no limit watched")
 
     # ------------------------------------------------------------ deciding
     def tick(self, force: bool = False) -> bool:
         """Measure and, when due, move one query one step; True when some query's rate changed."""
-        now = self.clock()
-        if not force and self.last is not None and now - self.last < self.config.interval:
+        now = self.now()
+        if self.frozen or (not force and self.last is not None and now - self.last < self.config.interval):
             return False
         self.last = now
         self.ticks += 1
-        self.load = self.measure()
+        self.load = (self.measure or self._measure)()
         p, why = self.pressure(self.load)
         self.quiet += 1
         moved = None
@@ -174,10 +181,13 @@ class Controller:
         return out
 
     def _step(self, move: str) -> int | None:
-        """Move queries one step each, as the policy picks them, until some query's effective rate
-        changes (a query sharing its operators down to the source moves only when every query
-        reading that source has moved); the last query moved, or None when none could be."""
+        """Move queries one step each, as the policy picks them. Restoring: until some query's
+        effective rate changes (a query sharing its operators down to the source moves only when
+        every query reading that source has moved). Shedding: until the kept input (the sum of the
+        effective rates) has fallen by `config.decrease` at least, so a heavy overload is met in a
+        few ticks (precision then comes back one step at a time). The last query moved, or None."""
         before = shedding.place(self.d, self.rates()).effective
+        target = (1.0 - self.config.decrease) * sum(before.values())
         moved = None
         for _ in range(len(self.config.ladder) * max(len(self.d.queries), 1)):
             qid = shedding.POLICIES[self.config.policy](self._candidates(), move)
@@ -189,7 +199,8 @@ class Controller:
                 self.levels[qid] = k
             else:
                 self.levels.pop(qid, None)
-            if shedding.place(self.d, self.rates()).effective != before:
+            now = shedding.place(self.d, self.rates()).effective
+            if now != before and (move == "restore" or sum(now.values()) <= target):
                 break
         return moved
 
@@ -220,6 +231,7 @@ class Controller:
                 self._touched[ekey] = (obj, obj.sampling_rate)
             obj.sampling_rate = min(self._touched[ekey][1], r)
         changed = False
+        self.reason = reason
         for qid in sorted(set(self.state) | {q for q, r in pl.effective.items() if r < 1.0}):
             r = pl.effective.get(qid, 1.0)
             old = self.state.get(qid)
@@ -237,7 +249,12 @@ class Controller:
     def release(self) -> None:
         """Give every knob back its value from before the controller (the controller is off)."""
         self.levels.clear()
-        self.apply(self.clock(), "approximation turned off")
+        self.apply(self.now(), "approximation turned off")
+
+    def set_levels(self, levels: dict[int, int], reason: str) -> None:
+        """Put queries at these ladder steps (a replayed log record of a live decision)."""
+        self.levels = {q: k for q, k in levels.items() if k}
+        self.apply(self.now(), reason)
 
     def of(self, qid: int) -> dict[str, Any] | None:
         """The approximation in force for query `qid` (None: exact)."""
