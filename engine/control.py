@@ -175,8 +175,7 @@ def _engine_table(d: Dsms) -> Table:
         },
         "queries": sorted(d.queries),
     }
-    if d.overload != AK.OverloadConfig():  # the overload controller's, once set (engine/approx/knobs.py)
-        t["knobs"].update(AK.values(d))
+    t["knobs"].update(AK.values(d))  # the overload controller's (engine/approx/knobs.py)
     if d.approx is not None:
         t["counters"].update(d.approx.table())
     return t

@@ -434,7 +434,7 @@ class EngineHost:
             "bounded_memory_verdict": h.memory_verdict.to_dict(),
             "partitioning": h.partitioning.to_dict(),
             "subscribers": pub.live() if pub else 0,
-            **({} if self.d.approx is None else {"approximation": self.d.approx.of(h.id)}),
+            "approximation": None if self.d.approx is None else self.d.approx.of(h.id),
         }
 
     def _one_query(self, cql: str, name: str | None) -> ast.Query:

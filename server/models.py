@@ -152,6 +152,11 @@ class QueryOut(BaseModel):
         None, description="engine seconds it may take in one run (its knob, else the server's)"
     )
     weight: float = 1.0
+    approximation: dict[str, Any] | None = Field(
+        None,
+        description="the overload controller's approximation in force (docs/approximation.md): "
+        '`{"sampling_rate": 0.4, "since": <clock second>, "reason": "..."}`; null: exact results',
+    )
     bounded_memory: bool | None = Field(
         None,
         description="bounded-memory verdict (docs/bounded-memory.md): true = answerable in memory bounded "

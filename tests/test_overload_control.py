@@ -65,7 +65,7 @@ def test_timeline_sheds_by_weight_and_restores_step_by_step():
     qs = [d.register_query("select a, Sum(b) from S [Range 5] group by a", weight=w, share=False) for w in (1, 2, 4)]
     d.set_knob("src:T", "sampling_rate", 0.5)  # the user's own knob: kept throughout, given back at the end
     before = sampling_knobs(d)
-    hand.bytes = 5000
+    hand.bytes = 1100  # just over: each tick cuts a fifth (further over, it would cut to 1/pressure)
     seen = []
     for _ in range(4):
         hand.t += 1.0
@@ -77,7 +77,7 @@ def test_timeline_sheds_by_weight_and_restores_step_by_step():
         assert r[qs[0].id] <= r[qs[1].id] <= r[qs[2].id]  # twice the weight never loses more
     assert seen[-1][qs[2].id] < 1.0 and seen[-1][qs[0].id] < seen[-1][qs[2].id]
     a = d.control_table(f"query:{qs[0].id}")["approximation"]
-    assert a["sampling_rate"] == seen[-1][qs[0].id] and "queue memory 4.9 KiB > 1000 B" in a["reason"]
+    assert a["sampling_rate"] == seen[-1][qs[0].id] and "queue memory 1.1 KiB > 1000 B" in a["reason"]
     assert a["since"] <= hand.t
     # a tick inside the interval does nothing
     hand.t += 0.5
@@ -141,9 +141,9 @@ def test_sysstream_publishes_every_change():
 
 def test_knobs():
     d = Dsms()
-    assert "approximation" not in d.control_table("engine")["knobs"]  # untouched: tables as before
-    assert "approximation" not in d.control_table("query:1" if d.queries else "engine")
+    assert d.control_table("engine")["knobs"]["approximation"] == "off"
     d.execute(DDL)
+    assert "approximation" not in d.control_table(f"query:{d.register_query('select b from S').id}")
     h = d.register_query("select a from S")
     d.set_knob("engine", "queue_memory_limit", 2048)
     d.set_knob("engine", "approximation", "on")
@@ -302,3 +302,14 @@ def test_same_knob_history_same_results():
     assert any(v < 1.0 for row in knob_log for v in row)
     for h, h2 in zip(hs, rs):
         assert res.of(h.id) == res2.of(h2.id)
+
+
+def test_far_over_the_limit_cuts_to_one_over_the_pressure_in_one_tick():
+    hand = Hand()
+    d = controlled(hand, queue_memory_limit=1000, interval=1.0, settle=1)
+    for w in (1, 2, 4):
+        d.register_query("select a from S where b > 0", weight=w, share=False)
+    hand.bytes, hand.t = 5000, 1.0
+    d.tick()
+    kept = sum(rates(d).values())
+    assert kept <= 3 / 5 and kept > 3 * 0.01

@@ -105,6 +105,7 @@ class Controller:
         self.last: float | None = None
         self.quiet = config.settle  # ticks since the last change
         self.calm = 0  # calm ticks in a row
+        self.prev = 0.0  # the pressure at the last tick
         self.load = Load(0)
         self._cpu_mark: tuple[float, float] | None = None
         self._touched: dict[tuple[str, int], tuple[Any, float]] = {}  # entity → (object, rate before)
@@ -147,10 +148,12 @@ class Controller:
         p, why = self.pressure(self.load)
         self.quiet += 1
         moved = None
+        falling, self.prev = p < self.prev, p
         if p > 1:
             self.calm = 0
-            if self.quiet >= self.config.settle:
-                moved = self._step("degrade")
+            # over the limit but already falling (a backlog being worked off): wait and see
+            if self.quiet >= self.config.settle and not falling:
+                moved = self._step("degrade", p)
         elif p < self.config.recover_below:
             self.calm += 1
             if self.calm >= self.config.calm:
@@ -180,14 +183,15 @@ class Controller:
             )
         return out
 
-    def _step(self, move: str) -> int | None:
+    def _step(self, move: str, pressure: float = 1.0) -> int | None:
         """Move queries one step each, as the policy picks them. Restoring: until some query's
         effective rate changes (a query sharing its operators down to the source moves only when
         every query reading that source has moved). Shedding: until the kept input (the sum of the
-        effective rates) has fallen by `config.decrease` at least, so a heavy overload is met in a
-        few ticks (precision then comes back one step at a time). The last query moved, or None."""
+        effective rates) has fallen by `config.decrease` at least, and to 1/`pressure` of itself
+        when the load is further over its limit, so a heavy overload is met in a few ticks
+        (precision then comes back one step at a time). The last query moved, or None."""
         before = shedding.place(self.d, self.rates()).effective
-        target = (1.0 - self.config.decrease) * sum(before.values())
+        target = min(1.0 - self.config.decrease, 1.0 / max(pressure, 1.0)) * sum(before.values())
         moved = None
         for _ in range(len(self.config.ladder) * max(len(self.d.queries), 1)):
             qid = shedding.POLICIES[self.config.policy](self._candidates(), move)

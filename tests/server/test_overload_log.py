@@ -29,7 +29,7 @@ def test_changes_are_logged_and_replayed(tmp_path):
     host.register_source("register stream S (a int, b int)")
     q = host.register_query("select a, b from S where b >= 0")["id"]
     assert host.get_query(q)["approximation"] is None
-    load = [Load(1 << 40)]
+    load = [Load(200 << 20)]  # twice the default limit of 100 MiB
     a.measure = lambda: load[0]
     for t in range(1, 30):
         push(host, [{"ts": t, "a": t * 100 + i, "b": i} for i in range(40)])
@@ -55,9 +55,10 @@ def test_changes_are_logged_and_replayed(tmp_path):
     host2.stop()
 
 
-def test_off_by_default_and_replies_unchanged(tmp_path):
+def test_off_by_default(tmp_path):
     host = EngineHost(Settings())
     host.register_source("register stream S (a int, b int)")
     q = host.register_query("select a from S")
-    assert host.d.approx is None and "approximation" not in q and "approximation" not in host.get_query(q["id"])
+    assert host.d.approx is None and q["approximation"] is None and host.get_query(q["id"])["approximation"] is None
+    assert "approximation" not in host.d.control_table(f"query:{q['id']}")  # tables as before
     host.stop()
