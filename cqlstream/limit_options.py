@@ -55,6 +55,27 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
         f"engine run; 0: unbounded (default {d.work_budget})",
     )
     g.add_argument(
+        "--overload-control",
+        choices=["on", "off"],
+        default="off",
+        help="approximate under overload: when the engine's queues pass --queue-memory-limit (or its CPU "
+        "--overload-cpu-limit), sample queries' input, heavier-weighted queries last (default off)",
+    )
+    g.add_argument(
+        "--queue-memory-limit",
+        type=size,
+        default=d.overload_queue_memory_limit,
+        metavar="SIZE",
+        help="with --overload-control on: bytes the engine's queues may hold (default 100M; 0: not watched)",
+    )
+    g.add_argument(
+        "--overload-cpu-limit",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --overload-control on: engine seconds per second (e.g. 0.8); default: not watched",
+    )
+    g.add_argument(
         "--max-pending-pushes",
         type=int,
         default=d.max_pending_pushes,
@@ -112,6 +133,9 @@ def limit_settings(args: argparse.Namespace) -> dict[str, Any]:
         "query_memory_limit": args.query_memory_limit,
         "query_cpu_limit": args.query_cpu_limit or None,
         "work_budget": args.work_budget or None,
+        "overload_control": args.overload_control == "on",
+        "overload_queue_memory_limit": args.queue_memory_limit,
+        "overload_cpu_limit": args.overload_cpu_limit or None,
         "max_pending_pushes": args.max_pending_pushes,
         "max_engine_lag": args.max_engine_lag,
         "read_key": args.read_key or os.environ.get("CQLSTREAM_READ_KEY") or None,

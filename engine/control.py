@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cqlstream.engine import adaptive
 from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive import config as AC
+from cqlstream.engine.approx import knobs as AK
 from cqlstream.engine.errors import EngineError, KnobError
 
 if TYPE_CHECKING:
@@ -146,12 +147,13 @@ def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> 
             "cpu_limit": h.cpu_limit,
         },
         "queries": [h.id],
+        **({} if d.approx is None else {"approximation": d.approx.of(h.id)}),
     }
 
 
 def _engine_table(d: Dsms) -> Table:
     s = d.scheduler
-    return {
+    t: Table = {
         "kind": "engine",
         "name": "engine",
         "counters": {
@@ -173,6 +175,10 @@ def _engine_table(d: Dsms) -> Table:
         },
         "queries": sorted(d.queries),
     }
+    t["knobs"].update(AK.values(d))  # the overload controller's (engine/approx/knobs.py)
+    if d.approx is not None:
+        t["counters"].update(d.approx.table())
+    return t
 
 
 def _state_bytes(d: Dsms) -> int:
@@ -334,8 +340,8 @@ def _engine_knob(d: Dsms, knob: str, value: Any) -> None:
     elif knob == "adaptive":  # the default of new selections, and every selection now
         d.plan.options = replace(d.plan.options, adaptive=AC.with_policy(d.plan.options.adaptive, value))
         adaptive.set_policy(d.plan.operators, value)
-    else:
-        raise KnobError(f"engine knobs are scheduler, budget, share and adaptive; not '{knob}'")
+    elif not AK.set_knob(d, knob, value):
+        raise KnobError(f"engine knobs are scheduler, budget, share, adaptive and {', '.join(AK.KNOBS)}; not '{knob}'")
 
 
 def _query_selections(h: QueryHandle) -> list[Any]:

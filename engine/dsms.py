@@ -31,6 +31,7 @@ from cqlstream.cql.logical.partitioning import Partitioning, partitioning
 from cqlstream.cql.parser import parse_query, parse_script
 from cqlstream.cql.printer import to_cql
 from cqlstream.engine.adaptive.config import AdaptiveConfig
+from cqlstream.engine.approx.config import OverloadConfig
 from cqlstream.engine.batch import Batch, from_rows, splitmix64
 from cqlstream.engine.boundedness import Verdict, decide
 from cqlstream.engine.boundedness import explain as explain_with_verdict
@@ -46,6 +47,7 @@ from cqlstream.engine.scheduler import RoundRobin
 from cqlstream.engine.sharing import lift_filters
 
 if TYPE_CHECKING:
+    from cqlstream.engine.approx.controller import Controller
     from cqlstream.engine.attached import Attached
     from cqlstream.engine.persist import PlanFile
     from cqlstream.engine.sysstream import SysPublisher
@@ -211,6 +213,7 @@ class Dsms:
         query_memory_limit: int | None = None,
         query_cpu_limit: float | None = None,
         adaptive: AdaptiveConfig | None = None,
+        overload: OverloadConfig | None = None,
     ) -> None:
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
@@ -223,7 +226,8 @@ class Dsms:
         says otherwise, `query_cpu_limit`: seconds of engine time it may take in one run unless
         its `cpu_limit` knob says otherwise; a query over a limit is suspended (engine/limits.py).
         None: no limit. `adaptive`: how selections order their conjuncts (default A-Greedy;
-        engine/adaptive/config.py)."""
+        engine/adaptive/config.py). `overload`: the overload controller's limits; enabled, it samples
+        queries' input when queues or CPU pass them (engine/approx/controller.py; default off)."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew
@@ -255,6 +259,13 @@ class Dsms:
             from cqlstream.engine.sysstream import SysPublisher
 
             self.sys = SysPublisher(self)
+        self.overload = OverloadConfig()
+        self.approx: Controller | None = None  # the overload controller, while approximation is on
+        self.approx_on_tick = True  # `tick()` runs it (a host that logs its changes runs it itself)
+        if overload is not None:
+            from cqlstream.engine.approx import knobs as approx_knobs
+
+            approx_knobs.configure(self, overload)
         self.plan_file: PlanFile | None = None
         if data_dir is not None:
             from cqlstream.engine.persist import PlanFile
@@ -690,6 +701,8 @@ class Dsms:
         for i in self.inputs.values():
             if i.d.timestamp == "system":
                 i.heartbeat(self._now_units(i.d))
+        if self.approx is not None and self.approx_on_tick:
+            self.approx.tick()
         if self.sys is not None:
             self.sys.publish()
             self.sys.heartbeat()

@@ -10,7 +10,7 @@ own elements: that is how a query registered late starts from shared state (docs
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -126,12 +126,14 @@ class Reader:
                 return int(b.ts[0])
         return None
 
-    def _pending(self) -> list[Batch]:
-        out = [] if self.prefix is None else [self.prefix]
+    def _pending(self) -> Iterator[Batch]:
+        """The pending batches, lazily: `cut` stops after its budget, so a long backlog of small
+        batches costs nothing per call beyond what it takes."""
+        if self.prefix is not None:
+            yield self.prefix
         for i in range(self.batch - self.q.base, len(self.q.batches)):
             b = self.q.batches[i]
-            out.append(b if i != self.batch - self.q.base or self.row == 0 else b.slice(self.row, len(b)))
-        return out
+            yield b if i != self.batch - self.q.base or self.row == 0 else b.slice(self.row, len(b))
 
     def cut(self, bound: int, budget: int | None) -> int:
         """The largest instant c ≤ bound such that taking every row ≤ c stays near `budget` rows

@@ -60,6 +60,8 @@ class SysPublisher:
 
         # events since the last publish (a selection's re-orderings), then every counter
         rows = [(op.eid[:40], m, v) for op in self.dsms.plan.operators if op.eid for m, v in op.events()]
+        if self.dsms.approx is not None:  # every change of a query's approximation (metric `approximation`)
+            rows.extend(self.dsms.approx.take_events())
         for table in control.tables(self.dsms):
             for metric, v in table["counters"].items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):

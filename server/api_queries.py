@@ -110,7 +110,7 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         "409 `no_archive` / `archive_incomplete` without a whole archive, 422 `before_archive` / "
         "`seed_in_future` for a T outside it (the reply names the earliest / latest instant). "
         "`approximate: static` approves static approximation within the query's TOLERATE clauses "
-        "(docs/approximation.md); the reply's `approximation` lists the rewrites in force.",
+        "(docs/approximation.md); the reply's `static_approximation` lists the rewrites in force.",
         openapi_extra={
             "requestBody": _QUERY_BODY,
             "parameters": [

@@ -17,6 +17,7 @@ from cqlstream.cql.catalog import SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.logical.nodes import Attribute
 from cqlstream.cql.parser import parse_script
+from cqlstream.engine.approx.config import OverloadConfig
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import SYS_STREAM, Dsms, QueryHandle, names_read
 from cqlstream.engine.errors import InputError
@@ -52,12 +53,24 @@ def make_dsms(settings: Settings) -> Dsms:
         scheduler=RoundRobin(settings.work_budget),
         query_memory_limit=settings.query_memory_limit,
         query_cpu_limit=settings.query_cpu_limit,
+        overload=_overload(settings),
     )
     if with_log and data_dir is not None:
         from cqlstream.engine.persist import PlanFile
 
         d.plan_file = PlanFile(data_dir)  # still written, as an export
     return d
+
+
+def _overload(settings: Settings) -> OverloadConfig | None:
+    """The overload controller's settings (`serve --overload-control on`), None when off."""
+    if not settings.overload_control:
+        return None
+    return OverloadConfig(
+        enabled=True,
+        queue_memory_limit=settings.overload_queue_memory_limit,
+        cpu_limit=settings.overload_cpu_limit,
+    )
 
 
 def _too_deep() -> ProblemError:
@@ -96,6 +109,7 @@ class EngineHost:
 
     def _open(self, dsms: Dsms | None) -> None:
         self.d = dsms if dsms is not None else make_dsms(self.settings)
+        self.d.approx_on_tick = False  # the clock thread runs the overload controller and logs its changes
         self.persistent = self.d.plan_file is not None
         self.lock = EngineLock()  # tells lock-free since when it is held (readiness, backpressure)
         self.pending_pushes = 0  # pushes in flight (counted by the app's admission middleware)
@@ -178,6 +192,20 @@ class EngineHost:
         if self._clock_moves():
             with self.lock:
                 self._tick()
+        if self.d.approx is not None:
+            with self.lock:
+                self._approximate()
+
+    def _approximate(self) -> None:
+        """One turn of the overload controller; a change is logged (a replay applies the logged
+        steps instead of deciding again: the results depend only on when the knobs changed)."""
+        a = self.d.approx
+        if a is None:
+            return
+        with self.journal.moment():
+            if a.tick():
+                self.journal.log("approximate", levels={str(q): k for q, k in a.levels.items()}, reason=a.reason)
+                self._run()
 
     def _tick(self) -> None:
         """One clock tick; logged when it moved a source's time (system timestamps, silence timeout)."""
@@ -407,7 +435,10 @@ class EngineHost:
             "bounded_memory_verdict": h.memory_verdict.to_dict(),
             "partitioning": h.partitioning.to_dict(),
             "subscribers": pub.live() if pub else 0,
-            **({} if h.compiled.approximation is None else {"approximation": h.compiled.approximation.to_json()}),
+            "approximation": None if self.d.approx is None else self.d.approx.of(h.id),
+            **(
+                {} if h.compiled.approximation is None else {"static_approximation": h.compiled.approximation.to_json()}
+            ),
         }
 
     def _one_query(self, cql: str, name: str | None) -> ast.Query:

@@ -165,6 +165,11 @@ class QueryOut(BaseModel):
         None, description="engine seconds it may take in one run (its knob, else the server's)"
     )
     weight: float = 1.0
+    approximation: dict[str, Any] | None = Field(
+        None,
+        description="the overload controller's approximation in force (docs/approximation.md): "
+        '`{"sampling_rate": 0.4, "since": <clock second>, "reason": "..."}`; null: exact results',
+    )
     bounded_memory: bool | None = Field(
         None,
         description="bounded-memory verdict (docs/bounded-memory.md): true = answerable in memory bounded "
@@ -182,7 +187,7 @@ class QueryOut(BaseModel):
         "`tail` where that applies): what `cqlstream spark-run` can distribute",
     )
     subscribers: int = 0
-    approximation: dict[str, Any] | None = Field(
+    static_approximation: dict[str, Any] | None = Field(
         None,
         description="with `approximate` at registration: the approved spec, the static rewrites in force "
         "(`applied`: rule, operator before and after, why) and the tolerated ones refused (`refused`: rule, "

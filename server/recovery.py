@@ -183,6 +183,8 @@ class Journal:
         pf = host.d.plan_file
         self.replaying = True
         host.d.guard.cpu = False  # suspensions over a time limit come from their own records
+        if host.d.approx is not None:
+            host.d.approx.frozen = True  # so do the overload controller's changes
         if pf is not None:
             pf.restoring = True  # written once at the end, not per record
         n = errors = 0
@@ -206,6 +208,8 @@ class Journal:
             self.replaying = False
             self.replay_lsn = None
             host.d.guard.cpu = True
+            if host.d.approx is not None:
+                host.d.approx.frozen = False
             if pf is not None:
                 pf.restoring = False
         if n and pf is not None:

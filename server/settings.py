@@ -50,6 +50,10 @@ class Settings:
     # limits (README "Limits"): no one query or client takes the server down
     query_memory_limit: int | None = 1 << 30  # bytes of state a query may hold before it is suspended (None: no limit)
     query_cpu_limit: float | None = 10.0  # s of engine time a query may take in one run before it is suspended
+    # the overload controller (docs/approximation.md): off, or on with these limits
+    overload_control: bool = False
+    overload_queue_memory_limit: int | None = 100 << 20  # bytes in the engine's queues
+    overload_cpu_limit: float | None = None  # engine seconds per second
     work_budget: int | None = 100_000  # input elements per operator call, so limits are checked within a run
     max_pending_pushes: int = 64  # pushes in flight (reading, waiting for the engine, running) before 429
     max_engine_lag: float = 5.0  # s the engine may be busy on one call before pushes get 429 and /readyz 503

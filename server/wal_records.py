@@ -110,6 +110,13 @@ def _suspend(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
     host.publish()
 
 
+def _approximate(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
+    """A change the overload controller made live: the same sampling steps at the same point."""
+    if host.d.approx is not None:
+        host.d.approx.set_levels({int(q): int(k) for q, k in h["levels"].items()}, h.get("reason", ""))
+        host._run()
+
+
 def _plan(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
     """The catalog and queries of a data dir written before it had a log (its plan file)."""
     from cqlstream.engine.persist import PlanFile
@@ -124,6 +131,7 @@ def _plan(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
 Replay = Callable[["EngineHost", dict[str, Any], bytes], object]
 
 REPLAY: dict[str, Replay] = {
+    "approximate": _approximate,
     "push": _push,
     "heartbeat": _heartbeat,
     "tick": _tick,

@@ -336,6 +336,10 @@ def test_weights_and_scheduler_knobs_do_not_change_results():
         "budget": 7,
         "share": True,
         "adaptive": "a-greedy",
+        "approximation": "off",
+        "queue_memory_limit": 100 << 20,
+        "cpu_limit": None,
+        "overload_policy": "weighted",
     }
     with pytest.raises(KnobError):
         d.set_knob("engine", "scheduler", "fastest")

@@ -17,11 +17,11 @@ Q = "select * from S [Range 10 Tolerate 2] where A > 1"
 def test_the_reply_lists_the_rewrites_in_force(http):
     assert http.post("/streams", content="register stream S (A integer)", headers=TEXT).status_code == 201
     exact = http.post("/queries", json={"cql": Q})
-    assert exact.status_code == 201 and exact.json()["approximation"] is None
+    assert exact.status_code == 201 and exact.json()["static_approximation"] is None
     assert "WINDOW [RANGE 10]" in exact.json()["explain"]
     r = http.post("/queries", json={"cql": Q, "approximate": "static"})
     assert r.status_code == 201, r.text
-    a = r.json()["approximation"]
+    a = r.json()["static_approximation"]
     assert a["approximate"] == "static" and not a["exact"]
     assert a["applied"][0] == {
         "rule": "window_reduction",
@@ -32,9 +32,9 @@ def test_the_reply_lists_the_rewrites_in_force(http):
     }
     assert "Approximation:" in r.json()["explain"]
     text = http.post("/queries", content=Q, headers=TEXT, params={"approximate": "static"})
-    assert text.status_code == 201 and text.json()["approximation"]["applied"]
+    assert text.status_code == 201 and text.json()["static_approximation"]["applied"]
     wide = http.post("/queries", json={"cql": "select A from S", "approximate": {"sample_percent": 30}})
-    assert wide.json()["approximation"]["applied"][0]["after"] == "SAMPLE 30% of S"
+    assert wide.json()["static_approximation"]["applied"][0]["after"] == "SAMPLE 30% of S"
     bad = http.post("/queries", json={"cql": Q, "approximate": "sometimes"})
     assert bad.status_code == 422 and bad.json()["code"] == "bad_approximate"
 

@@ -59,7 +59,9 @@ async function refresh() {
       const label = q.name || `query ${q.id}`;
       return h("tr", { "data-id": q.id },
         h("td", { class: "num" }, q.id), h("td", { title: q.cql }, q.name || q.cql.slice(0, 40)), h("td", {}, q.kind),
-        h("td", {}, q.active ? "active" : "inactive"), h("td", { class: "num" }, fmt(q.weight)),
+        h("td", { title: approxTitle(q.approximation) }, (q.active ? "active" : "inactive") +
+          (q.approximation ? `, sampled ${Math.round(q.approximation.sampling_rate * 100)}%` : "")),
+        h("td", { class: "num" }, fmt(q.weight)),
         h("td", { class: "num" }, rate(inRate(q.id))),
         h("td", { class: "num" }, rate(sample(`query:${q.id}`, c.results))),
         h("td", { class: "num" }, fmt(c.memory_bytes === undefined ? null : Math.round(c.memory_bytes))),
@@ -78,6 +80,11 @@ async function refresh() {
   const keep = sel.value;
   sel.replaceChildren(...sources.filter((s) => s.name !== "SysStream").map((s) => h("option", { value: s.name }, s.name)));
   if (keep) sel.value = keep;
+}
+
+// the overload controller's approximation of a query (absent or null: exact results)
+function approxTitle(a) {
+  return a ? `approximate since ${new Date(a.since * 1000).toLocaleTimeString()}: ${a.reason}` : "";
 }
 
 export function init(navigate) {

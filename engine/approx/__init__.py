@@ -1,0 +1,1 @@
+"""Approximation: answering queries with less precision when resources run short."""
