@@ -42,6 +42,8 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
 from cqlstream.engine import knobs as K
+from cqlstream.engine.adaptive.config import AdaptiveConfig
+from cqlstream.engine.adaptive.mjoin import MJOIN_KNOBS, AdaptiveProbes
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
@@ -514,7 +516,7 @@ JOIN_KNOBS = (
 
 class JoinOp(Operator):
     kind = "join"
-    KNOBS = (*Operator.KNOBS, *JOIN_KNOBS)
+    KNOBS = (*Operator.KNOBS, *JOIN_KNOBS, *MJOIN_KNOBS)
     reads_input_stores = True
 
     def __init__(
@@ -546,6 +548,8 @@ class JoinOp(Operator):
         self.probe_orders: list[list[int]] = [self.default_order(i) for i in range(self.n)]
         self.index_mode = "chains"  # knob: "chains" | "dyadic" (StabIndex)
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
+        # A-Greedy over each pipeline's probe order (engine/adaptive/mjoin.py)
+        self.adaptive = AdaptiveProbes(self, options.adaptive if options else AdaptiveConfig())
 
     # -------------------------------------------------------------- planning of probes
     def default_order(self, i: int) -> list[int]:
@@ -580,6 +584,7 @@ class JoinOp(Operator):
             node.predicate,
             [[a.type for a in i.schema] for i in node.inputs],
             ctx.ev,
+            ctx.options,
             stores=ctx.stores,
         )
 
@@ -658,8 +663,21 @@ class JoinOp(Operator):
                 self.state[k] = t.b.take(t.survivors) if len(t.survivors) != len(t.b) else t.b
             self.counters.extra["unmatched_deletes"] += t.unmatched_deletes
         self.counters.extra["state_tuples"] = sum(len(s) for s in (self.state if not self.stores else state))
+        self.adaptive.observe(tables, m)  # may change probe_orders for the next call
         self._codes, self._indexes = {}, {}
         return self._assemble(parts, tables)
+
+    def control_table(self) -> dict[str, Any]:
+        t = super().control_table()
+        t["counters"].update(reorders=self.adaptive.reorders, profiled=self.adaptive.profiled)
+        t["adaptive"] = self.adaptive.statistics()
+        return t
+
+    def explain_detail(self) -> list[str]:
+        return self.adaptive.explain()
+
+    def events(self) -> list[tuple[str, float]]:
+        return self.adaptive.drain_events()
 
     def _const_ok(self) -> bool:
         if not self.const:
