@@ -120,3 +120,20 @@ def test_three_way_cyclic_same_results():
     for chunk in (1, 7, None):
         got, _ = run_engine(ddl, q, inputs, chunk=chunk, adaptive=AdaptiveConfig(**EAGER))
         assert got == expected
+
+
+def test_query_and_engine_switches_reach_the_join():
+    from cqlstream.engine import control
+    from cqlstream.engine.dsms import Dsms
+
+    d = Dsms(sys_stream=False)
+    d.execute(DDL)
+    h = d.register_query(QUERY)
+    op = _join(h)
+    assert op.adaptive.active  # the engine's default policy applies to new joins
+    control.set_knob(d, f"query:{h.id}", "adaptive", "off")
+    assert not op.adaptive.active
+    control.set_knob(d, "engine", "adaptive", "a-greedy")
+    assert op.adaptive.active and op.control_table()["knobs"]["adaptive"] == "a-greedy"
+    op.set_knob("probe_orders", [[3, 2, 1], [0, 3, 2], [0, 3, 1], [0, 2, 1]])
+    assert "0: [3, 2, 1]" in op.explain_detail()[0]
