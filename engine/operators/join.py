@@ -43,6 +43,8 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
 from cqlstream.engine import knobs as K
+from cqlstream.engine.adaptive.config import AdaptiveConfig
+from cqlstream.engine.adaptive.mjoin import MJOIN_KNOBS, AdaptiveProbes
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
@@ -518,7 +520,7 @@ JOIN_KNOBS = (
 
 class JoinOp(Operator):
     kind = "join"
-    KNOBS = (*Operator.KNOBS, *JOIN_KNOBS)
+    KNOBS = (*Operator.KNOBS, *JOIN_KNOBS, *MJOIN_KNOBS)
     reads_input_stores = True
 
     def __init__(
@@ -551,6 +553,8 @@ class JoinOp(Operator):
         self.index_mode = "chains"  # knob: "chains" | "dyadic" (StabIndex)
         self.kmon: Any = None  # k-constraint state reduction of a 2-way join (engine/kconstraints), or None
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
+        # A-Greedy over each pipeline's probe order (engine/adaptive/mjoin.py)
+        self.adaptive = AdaptiveProbes(self, options.adaptive if options else AdaptiveConfig())
 
     # -------------------------------------------------------------- planning of probes
     def default_order(self, i: int) -> list[int]:
@@ -585,6 +589,7 @@ class JoinOp(Operator):
             node.predicate,
             [[a.type for a in i.schema] for i in node.inputs],
             ctx.ev,
+            ctx.options,
             stores=ctx.stores,
         )
 
@@ -705,8 +710,21 @@ class JoinOp(Operator):
         if self.kmon is not None:  # moves the state the constraints make unnecessary out of memory
             self.kmon.after(tables, parts)
         self.counters.extra["state_tuples"] = sum(len(s) for s in (self.state if not self.stores else state))
+        self.adaptive.observe(tables, m)  # may change probe_orders for the next call
         self._codes, self._indexes = {}, {}
         return self._assemble(parts, tables)
+
+    def control_table(self) -> dict[str, Any]:
+        t = super().control_table()
+        t["counters"].update(reorders=self.adaptive.reorders, profiled=self.adaptive.profiled)
+        t["adaptive"] = self.adaptive.statistics()
+        return t
+
+    def explain_detail(self) -> list[str]:
+        return self.adaptive.explain()
+
+    def events(self) -> list[tuple[str, float]]:
+        return self.adaptive.drain_events()
 
     def _const_ok(self) -> bool:
         if not self.const:
