@@ -609,12 +609,6 @@ class JoinOp(Operator):
         )
         return fresh.process(parts, at)
 
-    def events(self) -> list[tuple[str, float]]:
-        return self.kmon.events() if self.kmon is not None else []
-
-    def explain_detail(self) -> list[str]:
-        return [self.kmon.summary()] if self.kmon is not None else []
-
     def snapshotable(self, inputs: Callable[[], bool]) -> bool:
         return inputs()
 
@@ -721,10 +715,10 @@ class JoinOp(Operator):
         return t
 
     def explain_detail(self) -> list[str]:
-        return self.adaptive.explain()
+        return ([self.kmon.summary()] if self.kmon is not None else []) + self.adaptive.explain()
 
     def events(self) -> list[tuple[str, float]]:
-        return self.adaptive.drain_events()
+        return (self.kmon.events() if self.kmon is not None else []) + self.adaptive.drain_events()
 
     def _const_ok(self) -> bool:
         if not self.const:
