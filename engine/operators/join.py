@@ -44,6 +44,7 @@ from cqlstream.cql.types import DataType
 from cqlstream.engine import knobs as K
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import KnobError
+from cqlstream.engine.joinorder import ordering as JO
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
@@ -500,6 +501,13 @@ def _set_probe_orders(op: JoinOp, value: object) -> None:
     op.probe_orders = [list(o) for o in value]  # results do not depend on it (module docstring)
 
 
+def _set_join_order(op: JoinOp, value: object) -> None:
+    if value not in JO.MODES or op.ordering is None:
+        raise KnobError(f"a join's join_order is one of {', '.join(JO.MODES)}, not {value!r}")
+    op.join_order = str(value)
+    op.probe_orders = [list(o) for o in (op.ordering.default if value == "fixed" else op.ordering.orders)]
+
+
 def _set_index(op: JoinOp, value: object) -> None:
     if not isinstance(value, str) or value not in ("chains", "dyadic"):
         raise KnobError(f"a join's index is 'chains' or 'dyadic', not {value!r}")
@@ -509,6 +517,7 @@ def _set_index(op: JoinOp, value: object) -> None:
 JOIN_KNOBS = (
     K.Knob("probe_orders", lambda op: [list(o) for o in op.probe_orders], _set_probe_orders),
     K.Knob("index", lambda op: op.index_mode, _set_index),
+    K.Knob("join_order", lambda op: op.join_order, _set_join_order),
 )
 
 
@@ -545,6 +554,8 @@ class JoinOp(Operator):
         self.state: list[Batch] = [Batch.empty(t) for t in self.input_types]
         self.probe_orders: list[list[int]] = [self.default_order(i) for i in range(self.n)]
         self.index_mode = "chains"  # knob: "chains" | "dyadic" (StabIndex)
+        self.join_order = "cost"  # knob: fixed | cost | rates (engine/joinorder/ordering.py)
+        self.ordering: JO.JoinOrdering | None = None  # set by from_node
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
 
     # -------------------------------------------------------------- planning of probes
@@ -573,7 +584,7 @@ class JoinOp(Operator):
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Join)
-        return cls(
+        op = cls(
             ctx.inputs,
             ctx.output,
             ctx.ids,
@@ -582,6 +593,13 @@ class JoinOp(Operator):
             ctx.ev,
             stores=ctx.stores,
         )
+        links = [(e.a, e.ea, e.b, e.eb) for e in op.equi]
+        op.ordering = JO.initial_probe_orders(node, links, op.probe_orders)  # cost model, before any statistics
+        op.probe_orders = [list(o) for o in op.ordering.orders]
+        return op
+
+    def explain_detail(self) -> list[str]:
+        return [self.ordering.explain(self.probe_orders, self.join_order)] if self.ordering is not None else []
 
     def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         """The join of the inputs' snapshots: join result ids are a function of the input ids, so
@@ -641,6 +659,9 @@ class JoinOp(Operator):
                 if len(b):
                     b = b.take(self.ev.predicate(c, b))
             evs.append(b)
+        if self.join_order == "rates" and self.ordering is not None:
+            new = self.ordering.observe([len(b) for b in evs], bound, self.probe_orders)
+            self.probe_orders = new if new is not None else self.probe_orders
         seqs, total = global_seqs(evs)
         m = total + 3
         tables = [Table(state[k], evs[k], seqs[k], self.input_types[k]) for k in range(self.n)]
