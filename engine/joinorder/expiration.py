@@ -14,8 +14,9 @@ multi-join benchmark), tuple at a time on purpose: the algorithm's cost is its c
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 Tuple = tuple[int, int]  # (ts, attr)
 
@@ -63,30 +64,42 @@ def compute_join(
     windows: Sequence[SlidingWindow],
     checked: bool = True,
     counter: Counter | None = None,
-) -> Iterator[tuple[Tuple, ...]]:
+) -> list[tuple[Tuple, ...]]:
     """COMPUTEJOIN / COMPUTEHASHJOIN: the composite tuples (in input order) new tuple `k` of window
-    `origin` makes with the other windows, probed in `order` (equality on attr). `checked`: with
-    the timestamp checks (the paper's algorithm); False: the naive lazy algorithm's loops."""
-    n = len(windows)
-    parts: list[Tuple | None] = [None] * n
-    parts[origin] = k
+    `origin` makes with the other windows, probed in `order` (equality on attr): nested loops, each
+    scanning the window (or k's bucket of it) once per partial result of the loops above.
+    `checked`: with the timestamp checks (the paper's algorithm); False: the naive lazy loops."""
     kts, key = k
+    n = len(order)
+    scans = [windows[j].bucket(key) for j in order]
+    lows = [kts - windows[j].size if checked else -(2**62) for j in order]
+    highs = kts if checked else 2**62
+    out: list[tuple[Tuple, ...]] = []
+    visits = [0]
+    parts: list[Tuple] = [k] * (n + 1)
 
-    def loop(d: int) -> Iterator[tuple[Tuple, ...]]:
-        if d == len(order):
-            yield tuple(p for p in parts if p is not None)
-            return
-        j = order[d]
-        lo = kts - windows[j].size
-        for u in windows[j].bucket(key):
-            if counter is not None:
-                counter.comparisons += 1
-            if u[1] == key and (not checked or lo <= u[0] <= kts):
-                parts[j] = u
-                yield from loop(d + 1)
-        parts[j] = None
+    def loop(d: int) -> None:
+        scan, lo = scans[d], lows[d]
+        visits[0] += len(scan)
+        for u in scan:
+            if u[1] == key and lo <= u[0] <= highs:
+                parts[d + 1] = u
+                if d + 1 == n:
+                    out.append(tuple(parts))
+                else:
+                    loop(d + 1)
 
-    yield from loop(0)
+    if n:
+        loop(0)
+    if counter is not None:
+        counter.comparisons += visits[0]
+    if not out:
+        return out
+    pos = [origin, *order]  # composite tuples are in probe order: put them in input order
+    if pos == sorted(pos):
+        return out
+    to_input = itemgetter(*sorted(range(len(pos)), key=lambda x: pos[x]))
+    return [to_input(p) for p in out]
 
 
 def lazy_run(

@@ -599,7 +599,9 @@ class JoinOp(Operator):
         return op
 
     def explain_detail(self) -> list[str]:
-        return [self.ordering.explain(self.probe_orders, self.join_order)] if self.ordering is not None else []
+        if self.ordering is None or self.n < 3:  # two inputs: one order each, nothing to choose
+            return []
+        return [self.ordering.explain(self.probe_orders, self.join_order)]
 
     def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         """The join of the inputs' snapshots: join result ids are a function of the input ids, so
