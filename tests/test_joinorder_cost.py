@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cqlstream.engine.joinorder.cost import (
+    EXACT,
     JoinShape,
     WindowStats,
     allocate_buckets,
@@ -182,3 +183,10 @@ def test_bucket_allocation_favours_the_fast_stream():
     assert got < even
     with pytest.raises(ValueError):
         allocate_buckets(s, orders, budget=3, tau=5)
+
+
+def test_exact_index_visits_only_matches():
+    # the engine's index: each loop costs one lookup per partial result plus the matches it finds
+    s = shape(TABLE5).with_buckets([EXACT] * 4)
+    assert origin_cost(s, 0, [1, 2, 3], lookup=1.0) == pytest.approx(1 + 0.2 + 0.2 + 0.8 + 0.8 + 6)
+    assert origin_cost(s, 0, [1, 2, 3]) == pytest.approx(0.2 + 0.8 + 6)  # no lookup cost: the result sizes

@@ -20,11 +20,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+EXACT = math.inf  # `buckets` of an exact index (a sorted or value-keyed one): a probe visits only its matches
+
 
 @dataclass(frozen=True)
 class WindowStats:
     """One join input: arrival rate λ (tuples per time unit), time size T, distinct join values v,
-    and hash buckets b of its index (1: no index, each probe scans the whole window)."""
+    and hash buckets b of its index (1: no index, each probe scans the whole window; EXACT: an index
+    whose probe finds exactly the matching tuples, as the engine's)."""
 
     rate: float
     size: float
@@ -102,12 +105,14 @@ def origin_cost(shape: JoinShape, origin: int, order: Sequence[int], tau: float 
     total = 0.0
     for j in order:
         w = shape.windows[j]
-        per_probe = w.scanned(tau)
-        if shape.linked(j, bound):
-            per_probe /= w.buckets
-        total += passed * (lookup + per_probe)
+        linked = shape.linked(j, bound)
         bound.append(j)
-        passed = result_size(shape, bound, origin)
+        matches = result_size(shape, bound, origin)
+        if linked and w.buckets == EXACT:
+            total += passed * lookup + matches  # an exact index visits only the matches
+        else:
+            total += passed * (lookup + w.scanned(tau) / (w.buckets if linked else 1.0))
+        passed = matches
     return total
 
 

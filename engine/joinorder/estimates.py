@@ -13,9 +13,10 @@ projections above a window keep its estimate (their selectivity is unknown befor
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
 
 from cqlstream.cql.logical import nodes as L
-from cqlstream.engine.joinorder.cost import JoinShape, WindowStats
+from cqlstream.engine.joinorder.cost import EXACT, JoinShape, WindowStats
 
 DEFAULT_RATE = 1.0  # tuples per time unit of every stream
 DEFAULT_DISTINCT = 100.0  # distinct join values of an input (at most its tuples)
@@ -85,8 +86,7 @@ def equality_classes(n: int, links: Sequence[tuple[int, Hashable, int, Hashable]
 
 
 def engine_shape(inputs: Sequence[L.Plan], links: Sequence[tuple[int, Hashable, int, Hashable]]) -> JoinShape:
-    """The join as the engine runs it: every linked probe is an index lookup (a hash table with one
-    bucket per distinct value), so a loop scans only the tuples of the probed key."""
-    ws = [input_stats(i) for i in inputs]
-    ws = [WindowStats(w.rate, w.size, w.distinct, w.distinct, w.rows) for w in ws]
+    """The join as the engine runs it: every linked probe is an exact index lookup (the engine's
+    sorted key index), so a loop visits only the matching tuples."""
+    ws = [replace(input_stats(i), buckets=EXACT) for i in inputs]
     return JoinShape(tuple(ws), equality_classes(len(ws), links))
