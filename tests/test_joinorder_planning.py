@@ -157,3 +157,17 @@ def test_rates_are_not_observed_by_default():
     feed(d, _merge_events(data), 200)
     d.end()
     assert d.control_table(join["id"])["knobs"]["probe_orders"] == [[1, 2], [0, 2], [1, 0]]
+
+
+def test_large_joins_use_the_heuristic_order():
+    from cqlstream.engine.joinorder.cost import EXACT, JoinShape, WindowStats, plan_cost
+    from cqlstream.engine.joinorder.ordering import EXHAUSTIVE_INPUTS, LOOKUP, choose_orders
+
+    n = EXHAUSTIVE_INPUTS + 2
+    ws = [WindowStats(1.0, size, 50.0, EXACT) for size in (400, 10, 300, 20, 200, 30, 100, 40)[:n]]
+    shape = JoinShape.common(ws)
+    default = [[j for j in range(n) if j != i] for i in range(n)]
+    orders, cost = choose_orders(shape, default)
+    assert all(sorted(o) == d for o, d in zip(orders, default))
+    assert cost == plan_cost(shape, orders, lookup=LOOKUP) < plan_cost(shape, default, lookup=LOOKUP)
+    assert orders[0][0] == 1  # the smallest window is probed first

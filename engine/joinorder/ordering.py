@@ -16,9 +16,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from cqlstream.cql.logical import nodes as L
-from cqlstream.engine.joinorder.cost import JoinShape, origin_cost, plan_cost
+from cqlstream.engine.joinorder.cost import JoinShape, plan_cost
 from cqlstream.engine.joinorder.estimates import engine_shape
-from cqlstream.engine.joinorder.heuristic import heuristic_order
+from cqlstream.engine.joinorder.heuristic import best_origin_order, heuristic_order
 
 EXHAUSTIVE_INPUTS = 6  # up to this many inputs: try every probe order ((n−1)! ≤ 120 per input)
 LOOKUP = 1.0  # cost of one index lookup, in tuple visits (the engine's loops are index probes)
@@ -41,11 +41,7 @@ def choose_orders(shape: JoinShape, default: Orders) -> tuple[Orders, float]:
             cands: list[list[int]] = [list(p) for p in itertools.permutations(others)]
         else:
             cands = [[j for j in glob if j != i]]
-        best, best_cost = list(default[i]), origin_cost(shape, i, default[i], lookup=LOOKUP)
-        for o in cands:
-            c = origin_cost(shape, i, o, lookup=LOOKUP)
-            if c < best_cost * (1 - 1e-9):
-                best, best_cost = o, c
+        best, best_cost = best_origin_order(shape, i, [default[i], *cands], lookup=LOOKUP)
         out.append(best)
         total += shape.windows[i].rate * best_cost
     return out, total
