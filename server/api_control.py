@@ -49,7 +49,7 @@ def router(host: EngineHost, auth: Callable[..., Awaitable[None]]) -> APIRouter:
         "`unknown_knob`) before any knob is set; a bad value is rejected (422 `bad_knob_value`) "
         "and leaves that knob unchanged (knobs listed before it stay set). Knobs: engine "
         "`scheduler`, `budget`, `share`, `adaptive`; stream `sampling_rate`; query `active`, `weight`, "
-        "`share`, `adaptive`; operator and store `memory_limit`; join `probe_orders`, `index`; selection "
+        "`share`, `adaptive`; operator and store `memory_limit`; join `probe_orders`, `index`, `join_order`; selection "
         "`conjunct_order`, `adaptive`, `profile_probability`, `profile_window`, `alpha`.",
         responses=responses(400, 401, 404, 413, 422),
     )

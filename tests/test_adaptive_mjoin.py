@@ -82,7 +82,7 @@ def test_control_table_explain_and_events():
     assert pipe["order"] == op.probe_orders[0]
     assert {f["input"] for f in pipe["filters"]} == {1, 2, 3}
     assert t["adaptive"]["log"] and "invariant broken" in t["adaptive"]["log"][-1]["reason"]
-    (line,) = op.explain_detail()
+    (line,) = [x for x in op.explain_detail() if x.startswith("probe orders (")]  # beside the cost model's line
     assert line.startswith("probe orders (a-greedy,") and "0: [" in line
     ev = op.events()
     assert ("reorder", float(op.adaptive.reorders)) in ev and op.events() == []
@@ -136,7 +136,7 @@ def test_query_and_engine_switches_reach_the_join():
     control.set_knob(d, "engine", "adaptive", "a-greedy")
     assert op.adaptive.active and op.control_table()["knobs"]["adaptive"] == "a-greedy"
     op.set_knob("probe_orders", [[3, 2, 1], [0, 3, 2], [0, 3, 1], [0, 2, 1]])
-    assert "0: [3, 2, 1]" in op.explain_detail()[0]
+    assert any("0: [3, 2, 1]" in line for line in op.explain_detail())
 
 
 RANDOM_DDL = (

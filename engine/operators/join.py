@@ -47,6 +47,7 @@ from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.mjoin import MJOIN_KNOBS, AdaptiveProbes
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import KnobError
+from cqlstream.engine.joinorder import ordering as JO
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
@@ -506,6 +507,13 @@ def _set_probe_orders(op: JoinOp, value: object) -> None:
     op.probe_orders = [list(o) for o in value]  # results do not depend on it (module docstring)
 
 
+def _set_join_order(op: JoinOp, value: object) -> None:
+    if value not in JO.MODES or op.ordering is None:
+        raise KnobError(f"a join's join_order is one of {', '.join(JO.MODES)}, not {value!r}")
+    op.join_order = str(value)
+    op.probe_orders = [list(o) for o in (op.ordering.default if value == "fixed" else op.ordering.orders)]
+
+
 def _set_index(op: JoinOp, value: object) -> None:
     if not isinstance(value, str) or value not in ("chains", "dyadic"):
         raise KnobError(f"a join's index is 'chains' or 'dyadic', not {value!r}")
@@ -515,6 +523,7 @@ def _set_index(op: JoinOp, value: object) -> None:
 JOIN_KNOBS = (
     K.Knob("probe_orders", lambda op: [list(o) for o in op.probe_orders], _set_probe_orders),
     K.Knob("index", lambda op: op.index_mode, _set_index),
+    K.Knob("join_order", lambda op: op.join_order, _set_join_order),
 )
 
 
@@ -552,6 +561,8 @@ class JoinOp(Operator):
         self.probe_orders: list[list[int]] = [self.default_order(i) for i in range(self.n)]
         self.index_mode = "chains"  # knob: "chains" | "dyadic" (StabIndex)
         self.kmon: Any = None  # k-constraint state reduction of a 2-way join (engine/kconstraints), or None
+        self.join_order = "cost"  # knob: fixed | cost | rates (engine/joinorder/ordering.py)
+        self.ordering: JO.JoinOrdering | None = None  # set by from_node
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
         # A-Greedy over each pipeline's probe order (engine/adaptive/mjoin.py)
         self.adaptive = AdaptiveProbes(self, options.adaptive if options else AdaptiveConfig())
@@ -582,7 +593,7 @@ class JoinOp(Operator):
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Join)
-        return cls(
+        op = cls(
             ctx.inputs,
             ctx.output,
             ctx.ids,
@@ -592,6 +603,10 @@ class JoinOp(Operator):
             ctx.options,
             stores=ctx.stores,
         )
+        links = [(e.a, e.ea, e.b, e.eb) for e in op.equi]
+        op.ordering = JO.initial_probe_orders(node, links, op.probe_orders)  # cost model, before any statistics
+        op.probe_orders = [list(o) for o in op.ordering.orders]
+        return op
 
     def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         """The join of the inputs' snapshots: join result ids are a function of the input ids, so
@@ -651,6 +666,9 @@ class JoinOp(Operator):
                 if len(b):
                     b = b.take(self.ev.predicate(c, b))
             evs.append(b)
+        if self.join_order == "rates" and self.ordering is not None:
+            new = self.ordering.observe([len(b) for b in evs], bound, self.probe_orders)
+            self.probe_orders = new if new is not None else self.probe_orders
         if self.kmon is not None:  # exact mode: state this call may need comes back from the disk store
             state = self.kmon.before(state, evs, inputs)
         if self.stores and self.equi:
@@ -715,7 +733,12 @@ class JoinOp(Operator):
         return t
 
     def explain_detail(self) -> list[str]:
-        return ([self.kmon.summary()] if self.kmon is not None else []) + self.adaptive.explain()
+        # the cost model's choice (where the orders started), then the adaptive orders now; two
+        # inputs have one order each: nothing to choose, no ordering lines
+        order = (
+            [] if self.ordering is None or self.n < 3 else [self.ordering.explain(self.probe_orders, self.join_order)]
+        )
+        return order + self.adaptive.explain() + ([self.kmon.summary()] if self.kmon is not None else [])
 
     def events(self) -> list[tuple[str, float]]:
         return (self.kmon.events() if self.kmon is not None else []) + self.adaptive.drain_events()
