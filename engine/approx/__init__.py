@@ -1,0 +1,1 @@
+"""Approximation under limited resources: precision model, memory allocation and load control."""
