@@ -97,7 +97,7 @@ class Allocator:
         self.queries[name] = replace(self.queries[name], weight=weight)
         return self.rerun()
 
-    def set_node(self, name: str, **changes: float) -> dict[str, int]:
+    def set_node(self, name: str, **changes: Any) -> dict[str, int]:
         """New statistics of a node (rate, overlap, need, items, need_right) — e.g. measured rates."""
         self.plan.nodes[name] = replace(self.plan.nodes[name], **changes)
         return self.rerun()
