@@ -1,1 +1,1 @@
-"""Approximation: answering queries with less precision when resources run short."""
+"""Approximation under limited resources: the overload controller, the precision model and memory allocation."""

@@ -21,7 +21,7 @@ the oldest live copy, so only two serial counters per value are carried.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
+from cqlstream.engine.operators.summary_mode import DEFAULT_BYTES, SUMMARY_KNOBS, BloomDistinct
 from cqlstream.engine.operators.valuecount import Changes, ValueTable
 from cqlstream.engine.queues import Queue
 
@@ -52,10 +53,14 @@ def emit_changes(table: ValueTable, b: Batch, ch: Changes, delta: np.ndarray) ->
 
 class DistinctOp(Operator):
     kind = "distinct"
+    KNOBS = Operator.KNOBS + SUMMARY_KNOBS  # summary: exact | bloom (engine/operators/summary_mode.py)
 
     def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options: EngineOptions | None = None) -> None:
         super().__init__(inputs, output, ids, options)
         self.table = ValueTable(inputs[0].types, ids)
+        self.summary = "exact"
+        self.summary_bytes = DEFAULT_BYTES
+        self.bloom: BloomDistinct | None = None
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
@@ -66,12 +71,20 @@ class DistinctOp(Operator):
         return held_state(node, kids)
 
     def state_bytes(self) -> int:
-        return self.table.nbytes()
+        return self.table.nbytes() if self.bloom is None else self.bloom.nbytes()
+
+    def control_table(self) -> dict[str, Any]:
+        out = super().control_table()
+        if self.bloom is not None:
+            out["counters"].update(self.bloom.counters())
+        return out
 
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
         if not len(b):
             return b
+        if self.bloom is not None:
+            return self.bloom.process(b, self.ids.take)
         t = self.table
         enc = t.encode(b)
         ch = t.changes(enc, b.ts, b.sign.astype(np.int64)[None, :])

@@ -1,0 +1,1 @@
+"""Summary synopses: bounded-memory stand-ins for exact state (samples, histograms, sketches, filters)."""
