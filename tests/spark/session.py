@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 
 @contextmanager
@@ -36,3 +37,13 @@ def local_session(app_name: str) -> Iterator[SparkSession]:
             os.environ.pop("PYSPARK_PYTHON", None)
         else:
             os.environ["PYSPARK_PYTHON"] = old
+
+
+def finish(q: StreamingQuery, wait: float, what: str = "the distributed run") -> None:
+    """Wait (bounded) for an available-now streaming query to end; it is stopped either way and
+    must end without an exception."""
+    try:
+        assert q.awaitTermination(wait), f"{what} did not finish in {wait} s"
+    finally:
+        q.stop()
+    assert q.exception() is None

@@ -17,7 +17,7 @@ import pytest
 from cqlstream.spark_bridge.errors import SparkSourceError
 from cqlstream.spark_bridge.scale_out import plan_query, scale_out
 from tests.engine_harness import run_reference
-from tests.spark.session import local_session
+from tests.spark.session import finish, local_session
 
 WAIT = 120  # seconds: the longest a run may take here (Python workers start per task on 2 busy cores)
 
@@ -74,11 +74,7 @@ def run(spark, plan, dirs: dict[str, tuple[Path, str]], out: Path, checkpoint: P
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        assert q.awaitTermination(WAIT), f"the distributed run did not finish in {WAIT} s"
-    finally:
-        q.stop()
-    assert q.exception() is None
+    finish(q, WAIT)
 
 
 def results(spark, out: Path, n_cols: int) -> dict[int, Counter]:

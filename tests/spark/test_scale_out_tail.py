@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cqlstream.spark_bridge.scale_out import merge_tail, plan_query, scale_out
-from tests.spark.session import local_session
+from tests.spark.session import finish, local_session
 from tests.spark.test_scale_out import DDL, events, stream_files, through, write_files
 from tests.test_global_tail import single_node
 
@@ -43,11 +43,7 @@ def run(spark, plan, frames, checkpoint: Path, delivered: dict[int, list], **kw)
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        assert q.awaitTermination(WAIT), f"the distributed run did not finish in {WAIT} s"
-    finally:
-        q.stop()
-    assert q.exception() is None
+    finish(q, WAIT)
 
 
 def csv_frames(spark, dirs: dict[str, Path]):
