@@ -146,11 +146,14 @@ async function select(id) {
     if (!Object.keys(knobs).length) { toast("no knob changed"); return; }
     try {
       await api("PATCH", `/entities/${encodeURIComponent(id)}`, { knobs });
-      toast(`set ${Object.keys(knobs).join(", ")} of ${id}`);
-      await select(id);
     } catch (err) {
       $("knob-error").textContent = `${err.problem?.code || "error"}: ${err.message}`;
+      return;
     }
+    // the panel is rebuilt with the new values before the toast says so: an edit made after
+    // the toast goes into the new form, not into one about to be replaced
+    await select(id);
+    toast(`set ${Object.keys(knobs).join(", ")} of ${id}`);
   });
   $("node-panel").replaceChildren(h("h3", {}, e.id), h("table", { class: "grid", "aria-label": "Entity" }, rows(rest)),
     h("h4", {}, "Counters"), h("table", { class: "grid", "aria-label": "Counters" }, rows(e.counters || {})), form);
