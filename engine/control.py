@@ -20,6 +20,7 @@ from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive import config as AC
 from cqlstream.engine.approx import knobs as AK
 from cqlstream.engine.errors import EngineError, KnobError
+from cqlstream.engine.operators.summary_mode import query_summaries
 
 if TYPE_CHECKING:
     from cqlstream.engine.dsms import Dsms, QueryHandle
@@ -147,6 +148,7 @@ def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> 
             "cpu_limit": h.cpu_limit,
         },
         "queries": [h.id],
+        "summaries": query_summaries(h.pnode),
         **({} if d.approx is None else {"approximation": d.approx.of(h.id)}),
     }
 

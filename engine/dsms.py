@@ -40,6 +40,7 @@ from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.inputs import RelationInput, StreamInput, rows_to_batch
 from cqlstream.engine.kconstraints import attach as kconstraints
 from cqlstream.engine.limits import LimitGuard, Overdraft
+from cqlstream.engine.operators import summary_mode
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
 from cqlstream.engine.queues import Queue, Reader
@@ -140,6 +141,7 @@ class QueryHandle:
             )
         text += "\n" + explain_partitioning(self.compiled.plan)
         text += "".join("\n" + line for line in kconstraints.explain_lines(self))
+        text += "".join("\n" + line for line in summary_mode.explain_lines(self.pnode))
         cf = self.completeness()
         if self.pnode is not None and cf["complete_from"] is not None:
             text += f"\nResults exact from instant {cf['complete_from']} (registered while data flowed)."

@@ -21,6 +21,7 @@ from cqlstream.engine.approx.config import OverloadConfig
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import SYS_STREAM, Dsms, QueryHandle, names_read
 from cqlstream.engine.errors import InputError
+from cqlstream.engine.operators.summary_mode import query_summaries
 from cqlstream.engine.scheduler import RoundRobin
 from cqlstream.engine.seeding import register_seeded
 from cqlstream.io.decoders import Parsed, Target
@@ -436,6 +437,7 @@ class EngineHost:
             "partitioning": h.partitioning.to_dict(),
             "subscribers": pub.live() if pub else 0,
             "approximation": None if self.d.approx is None else self.d.approx.of(h.id),
+            "summaries": query_summaries(h.pnode),
             **(
                 {} if h.compiled.approximation is None else {"static_approximation": h.compiled.approximation.to_json()}
             ),

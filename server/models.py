@@ -187,6 +187,13 @@ class QueryOut(BaseModel):
         "`tail` where that applies): what `cqlstream spark-run` can distribute",
     )
     subscribers: int = 0
+    summaries: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="operators of the query running on a summary instead of exact state (docs/approximation.md, "
+        "Summary synopses): entity `operator`, `kind`, `summary` mode, `state`, the estimated error "
+        "(`fp_rate`, `est_wrong_rows` and `wrong_kind`, or `sample_fraction`) and the `bound` the results keep; "
+        "empty when all state is exact",
+    )
     static_approximation: dict[str, Any] | None = Field(
         None,
         description="with `approximate` at registration: the approved spec, the static rewrites in force "

@@ -30,7 +30,8 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
-from cqlstream.engine.operators.summary_mode import DEFAULT_BYTES, SUMMARY_KNOBS, BloomDistinct
+from cqlstream.engine.operators.setop_summary import BloomSetOp, setop_summaries
+from cqlstream.engine.operators.summary_mode import DEFAULT_BYTES, SUMMARIES, SUMMARY_KNOBS, BloomDistinct, summary_line
 from cqlstream.engine.operators.valuecount import Changes, ValueTable
 from cqlstream.engine.queues import Queue
 
@@ -73,11 +74,24 @@ class DistinctOp(Operator):
     def state_bytes(self) -> int:
         return self.table.nbytes() if self.bloom is None else self.bloom.nbytes()
 
+    def summaries(self) -> tuple[str, ...]:
+        return SUMMARIES
+
+    def summary_changed(self) -> None:
+        self.bloom = BloomDistinct(self.summary_bytes) if self.summary == "bloom" else None
+
     def control_table(self) -> dict[str, Any]:
         out = super().control_table()
         if self.bloom is not None:
             out["counters"].update(self.bloom.counters())
         return out
+
+    def summary_info(self) -> dict[str, Any] | None:
+        """The summary in force, for the query reply and EXPLAIN (None: exact)."""
+        return None if self.bloom is None else self.bloom.info()
+
+    def explain_detail(self) -> list[str]:
+        return [] if self.bloom is None else [summary_line(self.bloom.info())]
 
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
@@ -114,6 +128,8 @@ _SIDE_R = np.uint64(0x5E7_0002)
 
 
 class SetOpOp(Operator):
+    KNOBS = Operator.KNOBS + SUMMARY_KNOBS  # summary: exact | bloom for except / intersect (setop_summary.py)
+
     def __init__(
         self,
         inputs: list[Queue],
@@ -131,6 +147,29 @@ class SetOpOp(Operator):
         self.f = _f_set(op, all)
         self.forward = op == "union" and all
         self.table = None if self.forward else ValueTable(self.types, ids, sides=2)
+        self.summary = "exact"
+        self.summary_bytes = DEFAULT_BYTES
+        self.bloom: BloomSetOp | None = None
+
+    def summaries(self) -> tuple[str, ...]:
+        return setop_summaries(self.op)
+
+    def summary_changed(self) -> None:
+        self.bloom = BloomSetOp(self.op, self.summary_bytes) if self.summary == "bloom" else None
+
+    def summary_info(self) -> dict[str, Any] | None:
+        """The summary in force, for the query reply and EXPLAIN (None: exact)."""
+        return None if self.bloom is None or self.table is None else self.bloom.info(self.table)
+
+    def control_table(self) -> dict[str, Any]:
+        out = super().control_table()
+        if self.bloom is not None and self.table is not None:
+            out["counters"].update(self.bloom.counters(self.table))
+        return out
+
+    def explain_detail(self) -> list[str]:
+        i = self.summary_info()
+        return [] if i is None else [summary_line(i)]
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
@@ -142,7 +181,7 @@ class SetOpOp(Operator):
         return held_state(node, kids)
 
     def state_bytes(self) -> int:
-        return 0 if self.table is None else self.table.nbytes()
+        return (0 if self.table is None else self.table.nbytes()) + (0 if self.bloom is None else self.bloom.nbytes())
 
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         left, right = inputs
@@ -162,7 +201,10 @@ class SetOpOp(Operator):
         t = self.table
         assert t is not None  # only the forwarding bag union has no table
         enc = t.encode(b)
-        ch = t.changes(enc, b.ts, deltas)
+        if self.bloom is not None:  # the right side's counts are the filter's estimates
+            ch = self.bloom.changes(t, b, side == 1, enc)
+        else:
+            ch = t.changes(enc, b.ts, deltas)
         delta = self.f(ch.after[0], ch.after[1]) - self.f(ch.before[0], ch.before[1])
         out = emit_changes(t, b, ch, delta)
         t.finish(enc)

@@ -1,5 +1,7 @@
-"""The approximation knob of Distinct: `summary` = exact (the value table, the default) or
-bloom (a Bloom filter of `summary_bytes`), traded against precision when exact state does not fit.
+"""The approximation knobs `summary` and `summary_bytes` (shared by Distinct, the set operations
+and the window join) and Distinct's bloom mode. For Distinct, `summary` = exact (the value table,
+the default) or bloom (a Bloom filter of `summary_bytes`), traded against precision when exact
+state does not fit.
 
 In bloom mode a value is emitted the first time the filter has not seen it; a false positive of
 the filter drops a new value (a false negative of the result), never adds one. A filter cannot
@@ -59,6 +61,17 @@ class BloomDistinct:
         offered = float(self.inserts) if x >= 1 else min(self.inserts, -f.m / f.k * np.log1p(-x))
         return max(0.0, offered - self.emitted)
 
+    def info(self) -> dict[str, Any]:
+        """What the query reply and EXPLAIN say about this operator's summary."""
+        return {
+            "summary": "bloom",
+            "state": f"Bloom filter of the values seen, {self.nbytes()} B, k={self.filter.k}",
+            "fp_rate": round(self.filter.fp_rate(), 9),
+            "est_wrong_rows": round(self.est_false_negatives(), 3),
+            "wrong_kind": "dropped",
+            "bound": "subset of the exact result (insert-only input)",
+        }
+
     def counters(self) -> dict[str, float]:
         return {
             "summary_fp_rate": round(self.filter.fp_rate(), 9),
@@ -74,12 +87,13 @@ def _before_data(op: Any) -> None:
 
 
 def _set_summary(op: Any, v: object) -> None:
-    if v not in SUMMARIES:
-        raise KnobError(f"summary must be one of {list(SUMMARIES)}, got {v!r}")
+    allowed = op.summaries()
+    if v not in allowed:
+        raise KnobError(f"summary must be one of {list(allowed)} for {op.kind}, got {v!r}")
     if v != op.summary:
         _before_data(op)
     op.summary = v
-    op.bloom = BloomDistinct(op.summary_bytes) if v == "bloom" else None
+    op.summary_changed()
 
 
 def _set_summary_bytes(op: Any, v: object) -> None:
@@ -88,11 +102,40 @@ def _set_summary_bytes(op: Any, v: object) -> None:
     if v != op.summary_bytes:
         _before_data(op)
     op.summary_bytes = v
-    if op.summary == "bloom":
-        op.bloom = BloomDistinct(v)
+    op.summary_changed()
 
 
+# An operator with these knobs has `summary`, `summary_bytes`, `summaries()` (the modes it
+# allows, "exact" first) and `summary_changed()` (builds the summary state for the new setting).
 SUMMARY_KNOBS = (
     K.Knob("summary", lambda op: op.summary, _set_summary),
     K.Knob("summary_bytes", lambda op: op.summary_bytes, _set_summary_bytes),
 )
+
+
+def summary_line(info: dict[str, Any]) -> str:
+    """One EXPLAIN line for an operator's summary in force."""
+    rest = ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("summary", "state", "operator", "kind"))
+    return f"summary {info['summary']}: {info['state']}" + (f"; {rest}" if rest else "")
+
+
+def query_summaries(pnode: Any) -> list[dict[str, Any]]:
+    """The summaries in force under a query's plan node: one entry per operator not exact, with
+    its entity id and kind (operators say so through `summary_info()`)."""
+    out, todo, seen = [], [pnode], set()
+    while todo:
+        p = todo.pop()
+        if p is None or id(p) in seen:
+            continue
+        seen.add(id(p))
+        info = getattr(p.op, "summary_info", lambda: None)()
+        if info is not None:
+            out.append({"operator": p.op.eid, "kind": p.op.kind, **info})
+        todo.extend(p.inputs)
+    return sorted(out, key=lambda i: str(i["operator"]))
+
+
+def explain_lines(pnode: Any) -> list[str]:
+    """The `Summaries:` section of a query's EXPLAIN (nothing when every operator is exact)."""
+    infos = query_summaries(pnode)
+    return ["Summaries:"] + [f"  - {i['operator']} {i['kind']}: {summary_line(i)}" for i in infos] if infos else []
