@@ -319,6 +319,8 @@ def set_knob(d: Dsms, eid: str, knob: str, value: Any) -> Table:
         if e is None:
             raise EngineError("unknown_entity", f"no entity '{eid}'")
         e[1].set_knob(knob, value)
+        for x in getattr(e[1], "released", list)():  # shared synopses the knob made it give up
+            d.plan._forget(x)
     d.knobs.setdefault(eid, {})[knob] = value
     return table(d, eid)
 

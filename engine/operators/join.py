@@ -51,7 +51,9 @@ from cqlstream.engine.joinorder import ordering as JO
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
+from cqlstream.engine.operators.join_summary import JOIN_SUMMARIES, ReservoirJoin, private_state, stores_empty
 from cqlstream.engine.operators.state_prefilter import narrow_state, should_narrow
+from cqlstream.engine.operators.summary_mode import DEFAULT_BYTES, SUMMARY_KNOBS, summary_line
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -529,7 +531,7 @@ JOIN_KNOBS = (
 
 class JoinOp(Operator):
     kind = "join"
-    KNOBS = (*Operator.KNOBS, *JOIN_KNOBS, *MJOIN_KNOBS)
+    KNOBS = (*Operator.KNOBS, *JOIN_KNOBS, *MJOIN_KNOBS, *SUMMARY_KNOBS)
     reads_input_stores = True
 
     def __init__(
@@ -566,6 +568,26 @@ class JoinOp(Operator):
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
         # A-Greedy over each pipeline's probe order (engine/adaptive/mjoin.py)
         self.adaptive = AdaptiveProbes(self, options.adaptive if options else AdaptiveConfig())
+        self.summary, self.summary_bytes = "exact", DEFAULT_BYTES  # reservoir mode: join_summary.py
+        self.sampler: ReservoirJoin | None = None
+        self._released: list[object] = []
+
+    # -------------------------------------------------------------- summary mode (join_summary.py)
+    def summaries(self) -> tuple[str, ...]:
+        return JOIN_SUMMARIES if self.kmon is None and stores_empty(self.stores) else ("exact",)
+
+    def summary_changed(self) -> None:
+        self.sampler = ReservoirJoin(self, self.summary_bytes) if self.summary == "reservoir" else None
+        if self.sampler is not None:  # a sample is private state: stop reading the shared (empty) stores
+            self._released += private_state(self)
+
+    def released(self) -> list[object]:
+        """Shared synopses a knob made this join give up (the plan forgets them)."""
+        out, self._released = self._released, []
+        return out
+
+    def summary_info(self) -> dict[str, Any] | None:
+        return None if self.sampler is None else self.sampler.info()
 
     # -------------------------------------------------------------- planning of probes
     def default_order(self, i: int) -> list[int]:
@@ -625,7 +647,7 @@ class JoinOp(Operator):
         return fresh.process(parts, at)
 
     def snapshotable(self, inputs: Callable[[], bool]) -> bool:
-        return inputs()
+        return self.sampler is None and inputs()  # a sample cannot be rebuilt from the inputs
 
     @classmethod
     def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
@@ -657,6 +679,11 @@ class JoinOp(Operator):
 
     # -------------------------------------------------------------- one call
     def process(self, inputs: list[Batch], bound: int) -> Batch:
+        if self.sampler is not None:
+            return self.sampler.process(inputs, bound, self._process)
+        return self._process(inputs, bound)
+
+    def _process(self, inputs: list[Batch], bound: int) -> Batch:
         state = self._carried_state(bound)
         if not any(len(b) for b in inputs):
             return Batch.empty(self.out_types)
@@ -730,6 +757,8 @@ class JoinOp(Operator):
         t = super().control_table()
         t["counters"].update(reorders=self.adaptive.reorders, profiled=self.adaptive.profiled)
         t["adaptive"] = self.adaptive.statistics()
+        if self.sampler is not None:
+            t["counters"].update(self.sampler.counters())
         return t
 
     def explain_detail(self) -> list[str]:
@@ -738,7 +767,8 @@ class JoinOp(Operator):
         order = (
             [] if self.ordering is None or self.n < 3 else [self.ordering.explain(self.probe_orders, self.join_order)]
         )
-        return order + self.adaptive.explain() + ([self.kmon.summary()] if self.kmon is not None else [])
+        summ = [] if self.sampler is None else [summary_line(self.sampler.info())]
+        return order + self.adaptive.explain() + ([self.kmon.summary()] if self.kmon is not None else []) + summ
 
     def events(self) -> list[tuple[str, float]]:
         return (self.kmon.events() if self.kmon is not None else []) + self.adaptive.drain_events()
