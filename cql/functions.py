@@ -120,6 +120,21 @@ BUILTIN_SCALARS = {
     ]
 }
 
+# approximate quantile aggregates (engine/aggregates/sketch_quantile.py): name → the quantile
+APPROX_QUANTILES: dict[str, float] = {
+    "approx_median": 0.5,
+    "approx_p25": 0.25,
+    "approx_p75": 0.75,
+    "approx_p90": 0.9,
+    "approx_p95": 0.95,
+    "approx_p99": 0.99,
+}
+
+
+def _approx_quantile(args: tuple[DataType, ...]) -> DataType | str:
+    return T.FLOAT if args[0].numeric else f"expects a number, got {args[0]}"
+
+
 BUILTIN_AGGREGATES = {
     f.name: f
     for f in [
@@ -128,6 +143,7 @@ BUILTIN_AGGREGATES = {
         AggregateFunction("avg", lambda a: T.FLOAT if a[0].numeric else f"expects a number, got {a[0]}"),
         AggregateFunction("min", _minmax),
         AggregateFunction("max", _minmax),
+        *(AggregateFunction(name, _approx_quantile) for name in APPROX_QUANTILES),
     ]
 }
 

@@ -3,10 +3,11 @@ in the function catalog as user-defined aggregates."""
 
 from __future__ import annotations
 
-from cqlstream.cql.functions import FunctionRegistry
+from cqlstream.cql.functions import APPROX_QUANTILES, FunctionRegistry
 from cqlstream.cql.logical.expr import AggCall
 from cqlstream.engine.aggregates.additive import Avg, Count, Sum
 from cqlstream.engine.aggregates.extremes import Max, Min
+from cqlstream.engine.aggregates.sketch_quantile import ApproxQuantile
 from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.aggregates.udaf import Udaf
 from cqlstream.engine.errors import EngineError
@@ -17,6 +18,7 @@ STRATEGIES: dict[str, type[AggregateStrategy]] = {
     "avg": Avg,
     "min": Min,
     "max": Max,
+    **dict.fromkeys(APPROX_QUANTILES, ApproxQuantile),  # KLL panes (sketch_quantile.py)
 }
 
 
