@@ -58,6 +58,13 @@ def bloom_fp_rate(mem_bytes: float, n_items: float, k: int | None = None) -> flo
     return (1.0 - math.exp(-k * n_items / m)) ** k
 
 
+def counting_bloom_fp_rate(mem_bytes: float, n_items: float, k: int | None = None) -> float:
+    """The same rate for a counting Bloom filter of one-byte counters (engine/summaries/
+    counting_bloom.py, the right side of except / intersect, which takes deletes): m = mem
+    counters, so a byte buys an eighth of what it buys a plain filter."""
+    return bloom_fp_rate(mem_bytes / 8.0, n_items, k)
+
+
 def bloom_bytes_for(fp: float, n_items: float) -> int:
     """Bytes a Bloom filter of optimal k needs for false-positive rate `fp` over `n_items`."""
     if n_items <= 0 or fp >= 1:
@@ -111,10 +118,12 @@ def _own_join(n: Node, mem: float) -> Rates:
 
 def _own_bloom(n: Node, mem: float) -> Rates:
     """Distinct / except: a Bloom false positive drops a correct tuple. Intersect: it admits a
-    left tuple with no right partner (a fraction 1 − overlap of the left input)."""
+    left tuple with no right partner (a fraction 1 − overlap of the left input). Distinct runs on
+    a plain filter (insert-only input); except and intersect on a counting one (their right input
+    takes deletes)."""
     if mem >= n.need:
         return EXACT
-    f = bloom_fp_rate(mem, n.items)
+    f = bloom_fp_rate(mem, n.items) if n.kind == "distinct" else counting_bloom_fp_rate(mem, n.items)
     if n.kind == "intersect":
         false = (1.0 - n.overlap) * f
         kept = n.overlap
