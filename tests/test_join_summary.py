@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cqlstream.engine import control
 from cqlstream.engine.errors import KnobError
@@ -121,3 +123,22 @@ def test_a_sampled_join_leaves_a_query_sharing_its_windows_exact():
     got = nonzero(net_by_instant(sub.poll()))
     assert got == nonzero(run_reference(DDL, QUERY, inp))
     assert control.table(d, eid)["counters"]["summary_sample_fraction"] < 1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    nbytes=st.sampled_from([64, 200, 600, 1500]),
+    ranges=st.tuples(st.integers(0, 6), st.integers(0, 6)),
+    chunk=st.sampled_from([1, 7, 1000]),
+)
+def test_property_sub_bag_of_the_reference_at_every_instant(seed, nbytes, ranges, chunk):
+    """Random windows, keys, bytes and batching: every instant's sampled result is a sub-bag of
+    the reference evaluator's."""
+    q = f"select S.a, S.b, T.c from S [Range {ranges[0]}], T [Range {ranges[1]}] where S.a = T.a"
+    inp = events(120, 4, seed, per_instant=3)
+    want = nonzero(run_reference(DDL, q, inp))
+    got, *_ = run_with_knobs(DDL, q, inp, "join", {"summary": "reservoir", "summary_bytes": nbytes}, chunk)
+    instants = set(want) | set(got)
+    sw, sg = states(want, instants), states(got, instants)
+    assert all(sub_bag(sg[t], sw[t]) for t in instants)

@@ -11,6 +11,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cqlstream.engine import control
 from cqlstream.engine.errors import KnobError
@@ -141,3 +143,29 @@ def test_reply_and_explain_report_the_summary():
     assert "Summaries:" in text and "counting Bloom filter of the right input, 64 B" in text
     _g, d2, h2, _t = run_with_knobs(DDL, query("intersect"), inp, "intersect", {}, 400)
     assert control.table(d2, f"query:{h2.id}")["summaries"] == [] and "Summaries:" not in h2.explain()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    op=st.sampled_from(OPS),
+    nbytes=st.sampled_from([8, 16, 40, 200]),
+    ranges=st.tuples(st.integers(0, 6), st.integers(0, 6)),
+    chunk=st.sampled_from([1, 7, 1000]),
+)
+def test_property_bound_against_the_reference_at_every_instant(seed, op, nbytes, ranges, chunk):
+    """Random windows, values, bytes and batching: except below, intersect above the reference
+    evaluator's result (and within the left input) at every instant."""
+    q = f"select a, b from L [Range {ranges[0]}] {op} select a, b from R [Range {ranges[1]}]"
+    inp = events(100, 10, seed)
+    want = nonzero(run_reference(DDL, q, inp))
+    left = nonzero(run_reference(DDL, f"select a, b from L [Range {ranges[0]}]", inp))
+    got, *_ = run_with_knobs(DDL, q, inp, op, {"summary": "bloom", "summary_bytes": nbytes}, chunk)
+    instants = set(want) | set(got) | set(left)
+    sw, sg, sl = states(want, instants), states(got, instants), states(left, instants)
+    for t in instants:
+        if op.startswith("except"):
+            assert sub_bag(sg[t], sw[t]), t
+        else:
+            assert sub_bag(sw[t], sg[t]), t
+            assert sub_bag(sg[t], sl[t] if op == "intersect" else Counter(dict.fromkeys(sl[t], 1))), t
