@@ -39,16 +39,12 @@ def events(n: int, values: int, seed: int) -> dict:
     return out
 
 
-def kind(op: str) -> str:
-    return op  # the control table's type is the operator's kind
-
-
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("chunk", [1, 13, 10_000])
 def test_exact_summary_equals_the_reference(op, chunk):
     inp = events(200, 12, 1)
     want = nonzero(run_reference(DDL, query(op), inp))
-    got, _d, _h, table = run_with_knobs(DDL, query(op), inp, kind(op), {"summary": "exact"}, chunk)
+    got, _d, _h, table = run_with_knobs(DDL, query(op), inp, op, {"summary": "exact"}, chunk)
     assert got == want
     assert "summary_fp_rate" not in table["counters"]
 
@@ -56,9 +52,9 @@ def test_exact_summary_equals_the_reference(op, chunk):
 @pytest.mark.parametrize("op", OPS)
 def test_bloom_keeps_the_containment_bound_at_every_instant(op):
     inp = events(2000, 150, 2)
-    exact, *_ = run_with_knobs(DDL, query(op), inp, kind(op), {}, 500)
+    exact, *_ = run_with_knobs(DDL, query(op), inp, op, {}, 500)
     left = run_reference(DDL, "select a, b from L [Range 6]", inp)
-    got, _d, _h, table = run_with_knobs(DDL, query(op), inp, kind(op), {"summary": "bloom", "summary_bytes": 40}, 500)
+    got, _d, _h, table = run_with_knobs(DDL, query(op), inp, op, {"summary": "bloom", "summary_bytes": 40}, 500)
     instants = set(exact) | set(got) | set(left)
     se, sg, sl = states(exact, instants), states(got, instants), states(left, instants)
     wrong = 0
@@ -78,17 +74,15 @@ def test_bloom_keeps_the_containment_bound_at_every_instant(op):
 def test_bloom_results_do_not_depend_on_batching(op):
     inp = events(600, 60, 3)
     knobs = {"summary": "bloom", "summary_bytes": 48}
-    runs = [run_with_knobs(DDL, query(op), inp, kind(op), knobs, c)[0] for c in (1, 37, 10_000)]
+    runs = [run_with_knobs(DDL, query(op), inp, op, knobs, c)[0] for c in (1, 37, 10_000)]
     assert runs[0] == runs[1] == runs[2]
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_a_large_filter_is_exact(op):
     inp = events(800, 60, 4)
-    exact, *_ = run_with_knobs(DDL, query(op), inp, kind(op), {}, 100)
-    got, _d, _h, table = run_with_knobs(
-        DDL, query(op), inp, kind(op), {"summary": "bloom", "summary_bytes": 1 << 16}, 100
-    )
+    exact, *_ = run_with_knobs(DDL, query(op), inp, op, {}, 100)
+    got, _d, _h, table = run_with_knobs(DDL, query(op), inp, op, {"summary": "bloom", "summary_bytes": 1 << 16}, 100)
     # ~60 live right values in 65536 counters: fp ≈ (1 − e^(−kn/m))^k is below 1e-20
     assert got == exact
     assert table["counters"]["summary_fp_rate"] < 1e-9
