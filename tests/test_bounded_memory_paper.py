@@ -188,12 +188,12 @@ def test_the_verdict_is_reported():
     assert h.bounded_memory is True and h.bounded_memory_note.startswith("bounded: ")
     assert h.bounded_memory_note.endswith("[Theorem 5.10]")
     v = h.memory_verdict
-    assert v.procedure == CHARACTERIZATION and v.engine_plan.startswith("grows with the input")
+    assert v.procedure == CHARACTERIZATION and v.engine_plan.startswith("bounded: run as a synopsis join")
     table = d.control_table(f"query:{h.id}")
     assert table["bounded_memory"] == v.to_dict()
     for text in (h.explain(), d.explain(q)):
         assert "Bounded memory: yes (by Theorem 5.10)" in text
-        assert "this engine's plan: grows with the input" in text
+        assert "this engine's plan: bounded: run as a synopsis join" in text
     no = d.register_query("select S.A from S, T where S.B < T.D and S.A = 10")
     assert no.bounded_memory is False and "S.B < T.D" in no.bounded_memory_note
     assert "Bounded memory: no (by Theorem 5.6, C3)" in no.explain()
