@@ -9,7 +9,7 @@ every leaf is a distinct P⁺. Only attributes compared with another attribute t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -25,8 +25,12 @@ class TooMany(Exception):
     """More derived LTO queries than LIMIT."""
 
 
-def derived(q: Spj, c: Closure, limit: int = LIMIT) -> Iterator[Closure]:
-    """The P⁺ of every LTO query derived from q (c = q's P⁺)."""
+def derived(
+    q: Spj, c: Closure, limit: int = LIMIT, prune: Callable[[Closure], bool] | None = None
+) -> Iterator[Closure]:
+    """The P⁺ of every LTO query derived from q (c = q's P⁺). `prune(partial)`: True skips every
+    LTO query completing that partial one (the checker's test that none of them can fail), and
+    `limit` then counts the partial queries visited rather than the leaves."""
     refs = linked(q)
     consts = [Elem(0, k) for k in q.constants()]
     pairs: list[tuple[Elem, Elem]] = []
@@ -39,10 +43,17 @@ def derived(q: Spj, c: Closure, limit: int = LIMIT) -> Iterator[Closure]:
         nonlocal count
         while i < len(pairs) and c.ordered(*pairs[i]):
             i += 1
-        if i == len(pairs):
+        if prune is not None:
             count += 1
             if count > limit:
                 raise TooMany
+            if prune(c):
+                return
+        if i == len(pairs):
+            if prune is None:
+                count += 1
+                if count > limit:
+                    raise TooMany
             yield c
             return
         a, b = pairs[i]
