@@ -118,8 +118,7 @@ def _conditions(q: Spj, c: Closure, theorem: str, c3: Check) -> tuple[Decision |
         if why:
             return Decision(False, f"{theorem}, {name}", why), ""
     method = method_for(q, c)
-    prune = checker.prune_for(q) if method == CHECKER else None
-    for lq in lto.derived(q, c, prune=prune):
+    for lq in checker.leaves(q, c) if method == CHECKER else lto.derived(q, c):
         for name, check in (*first, ("C3", c3)):
             why = check(q, lq)
             if why:
