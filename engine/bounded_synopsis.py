@@ -1,5 +1,7 @@
-"""Constant-size synopsis evaluation of a bounded duplicate-preserving join (the execution strategy
-of the bounded-memory characterization, docs/bounded-memory.md), for streams read whole.
+"""Constant-size synopsis evaluation of a bounded join of several streams read whole (the execution
+strategies of the bounded-memory characterization, docs/bounded-memory.md): duplicate-preserving
+(π̃, buckets with a first tuple and a count) and duplicate-eliminating (π, buckets with at most two
+representative tuples, plus the set of results emitted so far).
 
 Per stream it keeps buckets: a tuple's bucket places each of its referenced attributes below, at
 each integer between, or above the query's smallest and largest constants (so a bounded attribute's
@@ -13,19 +15,29 @@ bucket tables), each result emitted with multiplicity count × the product of th
 and then counted into its stream's table. Work per batch is numpy over the rows plus numpy over the
 bounded product of bucket tables; memory never depends on the input's length.
 
-Not wired into the planner: `SynopsisJoin` runs one query over pushed batches (tests compare it with
-the reference evaluator and measure its memory on long inputs).
+Under duplicate elimination tuples of one bucket are not interchangeable, but one or two of them
+stand for all: in each bucket b, with MaxRef(S, b) / MinRef(S, b) the stream's unbounded attributes
+on the greater / smaller side of a nonredundant inequality join once the bucket's ranges are added
+to P, the tuple with the largest minimum over MaxRef(S, b) joins every tuple of the other streams
+any tuple of b joins through those predicates (and likewise the smallest maximum over MinRef), and
+the bounded attributes that decide every other predicate are equal across b. A bucket with both
+sets empty keeps its first tuple. Each batch is reduced to its candidates per bucket, joined, the
+results not emitted before are emitted once, and the candidates merged into the stored ones.
+
+`SynopsisJoin` runs one query over pushed batches; the physical operator built on it is
+engine/operators/synopsis_join.py, which the planner uses for queries judged bounded.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from cqlstream.cql.boundedness import Decision, decide
 from cqlstream.cql.boundedness.closure import Atom, Closure, Elem
 from cqlstream.cql.boundedness.from_plan import normal_form
+from cqlstream.cql.boundedness.lto import refs
 from cqlstream.cql.boundedness.normal_form import Occurrence, Spj
 from cqlstream.cql.logical.nodes import Plan
 
@@ -34,9 +46,11 @@ _OPS = {"<": np.less, "=": np.equal}
 
 @dataclass
 class _Table:
-    """One stream's synopsis: keys (bucket codes), representatives (first tuples), counts."""
+    """One stream's synopsis: keys (bucket codes), representatives, counts (π̃: tuples in the
+    bucket; π: unused, 1). Under π a bucket may hold two rows (two representatives)."""
 
     occ: Occurrence
+    index: int  # the occurrence's position in the query
     cols: list[int]  # attribute numbers stored, in order
     positions: list[int]  # their column positions in the stream's rows
     bucketed: bool  # False: every stored attribute is bounded, the key is the values themselves
@@ -44,34 +58,55 @@ class _Table:
     keys: np.ndarray
     reps: np.ndarray
     counts: np.ndarray
+    # π: bucket key → (columns of MaxRef(S, b), columns of MinRef(S, b)), computed on first use
+    extremes: dict[tuple[int, ...], tuple[list[int], list[int]]] = field(default_factory=dict)
+
+
+def applicable(plan: Plan) -> Spj | None:
+    """The query's normal form when the synopsis join evaluates it: a select-project-join of
+    several stream occurrences, π̃ or π, judged bounded by the characterization with a satisfiable
+    predicate (None otherwise)."""
+    q = normal_form(plan)
+    if not isinstance(q, Spj) or len(q.occurrences) < 2:
+        return None
+    d = decide(plan)
+    if not (isinstance(d, Decision) and d.bounded) or Closure.of(q.n_attrs, list(q.atoms)) is None:
+        return None
+    return q
 
 
 class SynopsisJoin:
-    """A bounded π̃ query over several streams, evaluated with constant-size synopses. `push(stream,
-    rows)` returns the new results as (distinct result tuples, multiplicities)."""
+    """A bounded π̃ or π query over several streams, evaluated with constant-size synopses.
+    `push(stream, rows)` returns the new results as (distinct result tuples, multiplicities); under
+    π every multiplicity is 1 and no result is returned twice over the synopsis's life."""
 
     def __init__(self, plan: Plan) -> None:
         q = normal_form(plan)
+        if not isinstance(q, Spj) or len(q.occurrences) < 2:
+            raise ValueError("the synopsis join evaluates select-project-joins of several streams")
         verdict = decide(plan)
-        if not isinstance(q, Spj) or q.distinct or len(q.occurrences) < 2:
-            raise ValueError("the synopsis join evaluates duplicate-preserving joins of several streams")
         if not (isinstance(verdict, Decision) and verdict.bounded):
             raise ValueError(f"not bounded-memory computable: {getattr(verdict, 'reason', verdict)}")
         c = Closure.of(q.n_attrs, list(q.atoms))
-        assert c is not None  # a satisfiable P (an unsatisfiable one is bounded but not worth a join)
+        if c is None:
+            raise ValueError("the predicate can never hold: the result is empty")
         self.q, self.c = q, c
+        self.distinct = q.distinct
         ks = q.constants()
         self.lo, self.hi = (ks[0] - 1, ks[-1] + 1) if ks else (0, 0)
         self.cross = [a for a in q.atoms if not a.left.is_const and not a.right.is_const and _cross(q, a)]
-        self.tables = [self._table(o) for o in q.occurrences]
+        self.tables = [self._table(k, o) for k, o in enumerate(q.occurrences)]
+        # π: the results emitted so far (bounded: every projected attribute is)
+        self.emitted = np.zeros((0, len(q.projected)), dtype=np.int64)
+        self.verdict = verdict
 
-    def _table(self, o: Occurrence) -> _Table:
+    def _table(self, index: int, o: Occurrence) -> _Table:
         q, c = self.q, self.c
-        refs = set(q.referenced())
+        refs_ = set(q.referenced())
         kept = [i for i in o.attrs if i in q.joined() or i in q.projected]
         exact = all(c.bounded(i) for i in kept)
-        cols = kept if exact else [i for i in o.attrs if i in refs]
-        elems = [Elem(i) for i in o.attrs if i in refs] + [Elem(0, k) for k in q.constants()]
+        cols = kept if exact else [i for i in o.attrs if i in refs_]
+        elems = [Elem(i) for i in o.attrs if i in refs_] + [Elem(0, k) for k in q.constants()]
         filters = []
         for x, a in enumerate(elems):
             for b in elems[x + 1 :]:
@@ -82,14 +117,26 @@ class SynopsisJoin:
                         filters.append(atom)
         empty = np.zeros((0, len(cols)), dtype=np.int64)
         pos = [o.attrs.index(i) for i in cols]
-        return _Table(o, cols, pos, not exact, filters, empty, empty, np.zeros(0, dtype=np.int64))
+        return _Table(o, index, cols, pos, not exact, filters, empty, empty, np.zeros(0, dtype=np.int64))
+
+    @property
+    def columns(self) -> list[list[int]]:
+        """Per occurrence, the positions of the stream's columns the synopsis reads (the others
+        may hold anything, e.g. zeros for columns that are not integers)."""
+        return [sorted({o.attrs.index(i) for i in o.attrs if i in self.q.referenced()}) for o in self.q.occurrences]
 
     def units(self) -> int:
         """Memory held in the paper's units: each stored value and each count is one."""
+        if self.distinct:
+            return sum(t.reps.size for t in self.tables) + self.emitted.size
         return sum(t.counts.size * (len(t.cols) + 1) for t in self.tables)
 
     def entries(self) -> int:
         return sum(t.counts.size for t in self.tables)
+
+    def nbytes(self) -> int:
+        """Bytes of the arrays held."""
+        return sum(t.keys.nbytes + t.reps.nbytes + t.counts.nbytes for t in self.tables) + self.emitted.nbytes
 
     def push(self, stream: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """New results for a batch of `stream`'s tuples (rows × the stream's columns, integers)."""
@@ -101,7 +148,22 @@ class SynopsisJoin:
                 mults.append(m)
         if not outs:
             return np.zeros((0, len(self.q.projected)), dtype=np.int64), np.zeros(0, dtype=np.int64)
-        return _merge(np.concatenate(outs), np.concatenate(mults))
+        res, mult = _merge(np.concatenate(outs), np.concatenate(mults))
+        if self.distinct:
+            res = self._new_results(res)
+            mult = np.ones(len(res), dtype=np.int64)
+        return res, mult
+
+    def _new_results(self, res: np.ndarray) -> np.ndarray:
+        """π: the distinct results not emitted before, remembered as emitted."""
+        if not len(res):
+            return res
+        if len(self.emitted):
+            both = np.concatenate([self.emitted, res])
+            _, first = np.unique(both, axis=0, return_index=True)
+            res = both[np.sort(first[first >= len(self.emitted)])]
+        self.emitted = np.concatenate([self.emitted, res])
+        return res
 
     def _arrive(self, i: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = self.tables[i]
@@ -111,11 +173,66 @@ class SynopsisJoin:
             keep &= _OPS[f.op](_value(f.left, values), _value(f.right, values))
         stored = rows[keep][:, t.positions]
         keys = np.clip(stored, self.lo, self.hi) if t.bucketed else stored
-        keys, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
-        reps = stored[first]
+        if self.distinct:
+            keys, reps = self._representatives(t, keys, stored)
+            counts = np.ones(len(keys), dtype=np.int64)
+        else:
+            keys, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
+            reps = stored[first]
         out = self._join(i, reps, counts)
-        self._add(t, keys, reps, counts)
+        if self.distinct:
+            t.keys, t.reps = self._representatives(t, np.concatenate([t.keys, keys]), np.concatenate([t.reps, reps]))
+            t.counts = np.ones(len(t.keys), dtype=np.int64)
+        else:
+            self._add(t, keys, reps, counts)
         return out
+
+    def _extremes(self, t: _Table, key: tuple[int, ...]) -> tuple[list[int], list[int]]:
+        """Columns (of t's stored ones) of MaxRef(S, b) and MinRef(S, b) for the bucket `key`:
+        judged in P plus the bucket's ranges (`A < kmin`, `A = k`, `A > kmax`)."""
+        got = t.extremes.get(key)
+        if got is None:
+            cb: Closure | None = self.c
+            if t.bucketed:
+                for col, v in zip(t.cols, key):
+                    if cb is None:
+                        break
+                    e = Elem(col)
+                    if v == self.lo:
+                        cb = cb.add(Atom("<", e, Elem(0, v + 1)))
+                    elif v == self.hi:
+                        cb = cb.add(Atom("<", Elem(0, v - 1), e))
+                    else:
+                        cb = cb.add(Atom("=", e, Elem(0, v)))
+            if cb is None:  # the bucket's tuples never join: any one stands for them
+                got = ([], [])
+            else:
+                r = refs(self.q, cb)[t.index]
+                got = ([t.cols.index(a) for a in r.max_ref], [t.cols.index(a) for a in r.min_ref])
+            t.extremes[key] = got
+        return got
+
+    def _representatives(self, t: _Table, keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per bucket, the rows that stand for all of rows' in it (earlier rows win ties): the
+        largest minimum over MaxRef(S, b), the smallest maximum over MinRef(S, b), else the first."""
+        if not len(keys):
+            return keys, rows
+        uk, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(uk) + 1))
+        pick: list[int] = []
+        for g in range(len(uk)):
+            idx = order[bounds[g] : bounds[g + 1]]
+            hi_cols, lo_cols = self._extremes(t, tuple(int(v) for v in uk[g]))
+            chosen = []
+            if hi_cols:
+                chosen.append(int(idx[np.argmax(rows[idx][:, hi_cols].min(axis=1))]))
+            if lo_cols:
+                chosen.append(int(idx[np.argmin(rows[idx][:, lo_cols].max(axis=1))]))
+            pick.extend(dict.fromkeys(chosen or [int(idx[0])]))
+        sel = np.array(pick, dtype=np.int64)
+        return keys[sel], rows[sel]
 
     def _join(self, i: int, reps: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Results of the new buckets of stream i with every combination of the others' buckets."""

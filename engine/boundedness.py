@@ -87,6 +87,7 @@ class Verdict:
     synopsis: tuple[str, ...] = ()
     memory_units: int | None = None
     engine_plan: str = ""
+    method: str = ""  # how the derived LTO queries were checked: "enumeration", "checker" or ""
 
     @property
     def note(self) -> str:
@@ -103,13 +104,15 @@ class Verdict:
             "synopsis": list(self.synopsis),
             "memory_units": self.memory_units,
             "engine_plan": self.engine_plan,
+            "method": self.method,
         }
 
     def lines(self) -> list[str]:
         """The verdict as EXPLAIN prints it."""
         word = {True: "yes", None: "for a bounded arrival rate", False: "no"}[self.bounded]
         by = self.rule if self.procedure == CHARACTERIZATION else "this engine's plan operators"
-        out = [f"Bounded memory: {word} (by {by})", f"  why: {self.reason}"]
+        how = {"enumeration": "; every derived LTO query enumerated", "checker": "; the §6 checker's witness search"}
+        out = [f"Bounded memory: {word} (by {by}{how.get(self.method, '')})", f"  why: {self.reason}"]
         if self.synopsis:
             units = "" if self.memory_units is None else f" (≤ {self.memory_units} units)"
             out.append(f"  synopsis{units}:")
@@ -119,14 +122,29 @@ class Verdict:
         return out
 
 
-def decide(plan: L.Plan) -> Verdict:
+def decide(plan: L.Plan, run: L.Plan | None = None) -> Verdict:
     """The characterization's verdict where it applies, else the plan-based one (its reason
-    then says why the characterization did not apply)."""
+    then says why the characterization did not apply). `run`: the plan the engine runs for it
+    (default: a synopsis join where one applies, else `plan`), which `engine_plan` describes."""
+    from cqlstream.engine.synopsis_plan import SynopsisJoinPlan, synopsis_plan
+
+    if run is None:
+        run = synopsis_plan(plan) or plan
     bounded, note = verdict(plan)
     found = characterize(plan)
     if isinstance(found, Decision):
+        if isinstance(run, SynopsisJoinPlan):
+            units = "" if found.memory_units is None else f" of at most {found.memory_units} units"
+            note = f"bounded: run as a synopsis join holding the synopsis{units} (the ordinary plan's {note})"
         return Verdict(
-            found.bounded, CHARACTERIZATION, found.rule, found.reason, found.synopsis, found.memory_units, note
+            found.bounded,
+            CHARACTERIZATION,
+            found.rule,
+            found.reason,
+            found.synopsis,
+            found.memory_units,
+            note,
+            found.method,
         )
     why = note.split(": ", 1)[1] if ": " in note else note
     reason = (why + " " if why else "") + f"(the characterization does not apply: {found.reason})"

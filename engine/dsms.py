@@ -46,6 +46,7 @@ from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
 from cqlstream.engine.queues import Queue, Reader
 from cqlstream.engine.scheduler import RoundRobin
 from cqlstream.engine.sharing import lift_filters
+from cqlstream.engine.synopsis_plan import SynopsisJoinPlan, synopsis_plan
 
 if TYPE_CHECKING:
     from cqlstream.engine.approx.controller import Controller
@@ -73,7 +74,9 @@ class QueryHandle:
     memory_limit: int | None = None  # knob: bytes of state it may hold (None: the engine's query_memory_limit)
     cpu_limit: float | None = None  # knob: engine seconds it may take in one run (None: the engine's query_cpu_limit)
     suspended: str | None = None  # why the engine suspended it (over a limit); None: not suspended
-    _verdict: tuple[bool, Verdict] | None = field(default=None, repr=False, compare=False)  # (share, verdict)
+    synopsis_joins: bool = True  # a join judged bounded runs as a synopsis join (EngineOptions.synopsis_joins)
+    _verdict: tuple[tuple[bool, bool], Verdict] | None = field(default=None, repr=False, compare=False)
+    _run: tuple[tuple[bool, bool], L.Plan] | None = field(default=None, repr=False, compare=False)
 
     @property
     def state(self) -> str:
@@ -102,8 +105,9 @@ class QueryHandle:
     def memory_verdict(self) -> Verdict:
         """The bounded-memory verdict with its procedure, rule, reason and synopsis
         (engine/boundedness.py), decided once per query."""
-        if self._verdict is None or self._verdict[0] != self.share:
-            self._verdict = (self.share, decide(self.physical_plan))
+        how = (self.share, self.synopsis_joins)
+        if self._verdict is None or self._verdict[0] != how:
+            self._verdict = (how, decide(self._shared_plan, self.physical_plan))
         return self._verdict[1]
 
     @property
@@ -121,9 +125,19 @@ class QueryHandle:
         return partitioning(self.compiled.plan)
 
     @property
-    def physical_plan(self) -> L.Plan:
-        """The logical plan the engine runs (with sharing, selections stay above windows)."""
+    def _shared_plan(self) -> L.Plan:
+        """The query's plan as shared (with sharing, selections stay above windows)."""
         return lift_filters(self.compiled.plan) if self.share else self.compiled.plan
+
+    @property
+    def physical_plan(self) -> L.Plan:
+        """The logical plan the engine runs: the shared plan, or one synopsis join when the
+        characterization judges the query a bounded join (engine/synopsis_plan.py)."""
+        how = (self.share, self.synopsis_joins)
+        if self._run is None or self._run[0] != how:
+            plan = self._shared_plan
+            self._run = (how, (synopsis_plan(plan) if self.synopsis_joins else None) or plan)
+        return self._run[1]
 
     def completeness(self) -> dict[str, Any]:
         cf = self.complete_from
@@ -136,9 +150,10 @@ class QueryHandle:
         text += "\n" + "\n".join(self.memory_verdict.lines())
         shared = self.physical_plan
         if shared != self.compiled.plan:
-            text += "\nRuns as (shared: selections stay above windows so queries share them):\n" + "\n".join(
-                "  " + line for line in explain_plan(shared).splitlines()
-            )
+            why = "shared: selections stay above windows so queries share them"
+            if isinstance(shared, SynopsisJoinPlan):
+                why = "a synopsis join: judged bounded, it keeps constant-size synopses (docs/bounded-memory.md)"
+            text += f"\nRuns as ({why}):\n" + "\n".join("  " + line for line in explain_plan(shared).splitlines())
         text += "\n" + explain_partitioning(self.compiled.plan)
         text += "".join("\n" + line for line in kconstraints.explain_lines(self))
         text += "".join("\n" + line for line in summary_mode.explain_lines(self.pnode))
@@ -216,6 +231,7 @@ class Dsms:
         query_cpu_limit: float | None = None,
         adaptive: AdaptiveConfig | None = None,
         overload: OverloadConfig | None = None,
+        synopsis_joins: bool = True,
     ) -> None:
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
@@ -229,7 +245,10 @@ class Dsms:
         its `cpu_limit` knob says otherwise; a query over a limit is suspended (engine/limits.py).
         None: no limit. `adaptive`: how selections order their conjuncts (default A-Greedy;
         engine/adaptive/config.py). `overload`: the overload controller's limits; enabled, it samples
-        queries' input when queues or CPU pass them (engine/approx/controller.py; default off)."""
+        queries' input when queues or CPU pass them (engine/approx/controller.py; default off).
+        `synopsis_joins`: a join of streams read whole that the bounded-memory characterization
+        judges bounded runs as one constant-memory synopsis join (docs/bounded-memory.md); False:
+        with windows and the ordinary join."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew
@@ -239,7 +258,12 @@ class Dsms:
         self.compat = compat
         self.share = share
         self.ids = IdSource()
-        options = EngineOptions(compat=compat, binary_joins=binary_joins, adaptive=adaptive or AdaptiveConfig())
+        options = EngineOptions(
+            compat=compat,
+            binary_joins=binary_joins,
+            adaptive=adaptive or AdaptiveConfig(),
+            synopsis_joins=synopsis_joins,
+        )
         self.plan = PhysicalPlan(self.ids, Evaluator(self.catalog.functions), options)
         self.plan.share_policy = self._join_share_policy
         self.unshare_ratio = 10.0
@@ -415,6 +439,7 @@ class Dsms:
             self.share if share is None else bool(share),
             ast=tree,
             reads=frozenset(names_read(tree)),
+            synopsis_joins=getattr(self.plan.options, "synopsis_joins", True),
         )
         self.queries[h.id] = h
         if active:

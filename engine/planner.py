@@ -41,11 +41,14 @@ if TYPE_CHECKING:
 class EngineOptions:
     """`compat`: STREAM 0.6 behaviour (docs/semantics.md). `binary_joins`: run joins of 3+
     inputs as left-deep trees of binary joins (XJoin style, thesis Table 2.1) instead of one MJoin.
-    `adaptive`: how new selections order their conjuncts (engine/adaptive/config.py)."""
+    `adaptive`: how new selections order their conjuncts (engine/adaptive/config.py).
+    `synopsis_joins`: run a join the bounded-memory characterization judges bounded with the
+    constant-memory synopsis join (engine/synopsis_plan.py); False: the ordinary plan."""
 
     compat: bool = False
     binary_joins: bool = False
     adaptive: AdaptiveConfig = AdaptiveConfig()
+    synopsis_joins: bool = True
 
 
 def _types(node: L.Plan) -> list[DataType]:

@@ -176,3 +176,20 @@ def test_latency_quick_run_counts(tmp_path):
         assert r["pushes"] > 0 and r["samples"] == r["pushes"] * r["subscribers"] and r["missing"] == 0, r
         assert r["achieved_rate"] > 0 and r["p50_ms"] > 0, r
     assert "| event | 1,000 |" in run.stdout
+
+
+def test_boundedness_bench_runs(tmp_path):
+    """bench.boundedness at a tiny size: every Table I and worked-example verdict agrees with the
+    paper by both procedures, and the synopsis join's state stays flat where the ordinary join's grows."""
+    from bench import boundedness
+
+    out = tmp_path / "b.json"
+    assert boundedness.main(["--only", "table,memory", "--tuples", "8000", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert all(r["paper"] == r["enumeration"] == r["checker"] for r in report["table"])
+    for r in report["memory"]:
+        sizes = r["bytes"]
+        if r["plan"] == "synopsis join":
+            assert max(sizes) - min(sizes) < sizes[0] // 10, r
+        else:
+            assert sizes[0] < sizes[-1], r

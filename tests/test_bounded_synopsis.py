@@ -34,6 +34,19 @@ BOUNDED_JOINS = [
 ]
 
 
+# Bounded duplicate-eliminating joins (Theorem 5.10): representatives per bucket (§7.2).
+BOUNDED_DISTINCT = [
+    "select distinct S.A from S, T where S.B < T.D and S.A = 10",  # Q4 (π): min B, max D
+    "select distinct S.A from S, T where S.B < T.D and S.C < T.E and S.B < T.E and S.C < T.D and S.A = 10",  # Q6
+    "select distinct S.A from S, T where S.B < T.D and T.D > 10 and S.B < 20 and S.A = 10",  # Q7 (π)
+    "select distinct S.A from S, T where S.A = T.D and S.A > 10 and T.D < 20",  # Q3 (π)
+    "select distinct S.A from S, T where S.A = 10 and S.B < T.D and S.B > 10 and T.D > 10",  # Ex 5.11
+    "select distinct S.A from S, T where T.E < S.B and T.E < S.C and S.A = 10 and T.D = S.A",  # Ex 7.4's shape
+    "select distinct S.A, T.E from S, T where S.B < T.D and S.A = 10 and T.E > 5 and T.E < 9",
+    "select distinct V.F from S, T, V where S.B < T.D and T.E < V.F and V.F > 8 and V.F < 12 and S.A = 9",
+]
+
+
 def _plan(query: str):
     return compile_query(query, catalog_from_ddl(DDL)).plan
 
@@ -54,11 +67,13 @@ def _run_synopsis(query: str, inputs: dict[str, list]) -> dict[int, Counter]:
 
 
 def _stream(name: str):
-    row = st.tuples(*[st.integers(5, 25)] * ARITY[name])
+    # values around the queries' constants, often equal to them (A = 10 selects a tenth of S)
+    value = st.one_of(st.integers(5, 25), st.sampled_from([9, 10, 11, 12, 19, 20]))
+    row = st.tuples(*[value] * ARITY[name])
     return st.lists(st.tuples(st.integers(0, 6), row), max_size=12).map(sorted)
 
 
-@pytest.mark.parametrize("query", BOUNDED_JOINS)
+@pytest.mark.parametrize("query", BOUNDED_JOINS + BOUNDED_DISTINCT)
 @settings(max_examples=40, deadline=None)
 @given(s=_stream("S"), t=_stream("T"), v=_stream("V"))
 def test_synopsis_join_equals_the_reference(query, s, t, v):
@@ -74,7 +89,7 @@ def _generated(rng: np.random.Generator, batch: int, step: int, arity: int) -> n
     return np.where(wide, rows + step * 1000 * rng.choice([-1, 1], (batch, arity)), rows)
 
 
-@pytest.mark.parametrize("query", BOUNDED_JOINS)
+@pytest.mark.parametrize("query", BOUNDED_JOINS + BOUNDED_DISTINCT)
 def test_synopsis_state_stops_growing(query):
     d = decide(_plan(query))
     assert isinstance(d, Decision) and d.bounded and d.memory_units is not None
@@ -90,9 +105,10 @@ def test_synopsis_state_stops_growing(query):
 
 
 def test_the_engine_plan_grows_where_the_synopsis_does_not():
-    """The verdict's `engine_plan` is honest: this engine's join keeps every tuple that passes."""
+    """The verdict's `engine_plan` is honest: with the synopsis join turned off, this engine's
+    ordinary join keeps every tuple that passes (tests/test_synopsis_join_operator.py: with it on)."""
     q = BOUNDED_JOINS[0]
-    dsms = Dsms()
+    dsms = Dsms(synopsis_joins=False)
     dsms.execute(DDL)
     h = dsms.register_query(q)
     assert h.bounded_memory is True and h.memory_verdict.engine_plan.startswith("grows")
@@ -142,3 +158,28 @@ def test_engine_state_follows_the_verdict(query, bounded):
         # table of values grows by doubling (flat between doublings; steps 29 to 59 double the values,
         # so one doubling falls in them): larger at the end than at step 10, rising again in the last 30 steps
         assert mem[10] < mem[-1] and any(a < b for a, b in pairwise(mem[29:])), mem
+
+
+def test_distinct_keeps_the_extreme_representative():
+    """Q4 under π (§7.2): the S bucket B > 10 must keep its smallest B, not its first tuple, and the
+    T bucket D > 10 its largest D; a later tuple joining only the extreme one finds it."""
+    q = BOUNDED_DISTINCT[0]  # select distinct S.A from S, T where S.B < T.D and S.A = 10
+    inputs = {"S": [(1, (10, 20, 0)), (2, (10, 12, 0))], "T": [(3, (15, 0))]}
+    assert _run_synopsis(q, inputs) == {3: Counter({(10,): 1})}
+    inputs = {"T": [(1, (13, 0)), (2, (30, 0))], "S": [(3, (10, 25, 0))]}
+    assert _run_synopsis(q, inputs) == {3: Counter({(10,): 1})}
+
+
+def _small_stream(name: str):
+    """Few distinct values around 10, so that tuples share buckets and the extremes matter."""
+    row = st.tuples(*[st.sampled_from([8, 9, 10, 11, 12, 13, 20, 21])] * ARITY[name])
+    return st.lists(st.tuples(st.integers(0, 8), row), max_size=20).map(sorted)
+
+
+@pytest.mark.parametrize("query", BOUNDED_DISTINCT)
+@settings(max_examples=60, deadline=None)
+@given(s=_small_stream("S"), t=_small_stream("T"), v=_small_stream("V"))
+def test_distinct_synopsis_equals_the_reference_on_crowded_buckets(query, s, t, v):
+    inputs = {"S": s, "T": t, "V": v}
+    expected = {ts: c for ts, c in evaluate(_plan(query), inputs).items() if c}
+    assert _run_synopsis(query, inputs) == expected

@@ -9,7 +9,7 @@ every leaf is a distinct P⁺. Only attributes compared with another attribute t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -25,24 +25,56 @@ class TooMany(Exception):
     """More derived LTO queries than LIMIT."""
 
 
-def derived(q: Spj, c: Closure, limit: int = LIMIT) -> Iterator[Closure]:
-    """The P⁺ of every LTO query derived from q (c = q's P⁺)."""
+class Budget:
+    """A shared count of the nodes a search may still visit (TooMany when spent)."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise TooMany
+
+
+def derived(
+    q: Spj,
+    c: Closure,
+    limit: int = LIMIT,
+    prune: Callable[[Closure], bool] | None = None,
+    first: set[int] | None = None,
+    budget: Budget | None = None,
+) -> Iterator[Closure]:
+    """The P⁺ of every LTO query derived from q (c = q's P⁺). `prune(partial)`: True skips every
+    LTO query completing that partial one (the checker's test that none of them can fail), and
+    the partial queries visited are then counted (against `budget` if given, else `limit`)
+    rather than the leaves; `first`: attributes whose pairs are branched on first, pairs of two
+    attributes before pairs of an attribute and a constant (the checker's order)."""
     refs = linked(q)
     consts = [Elem(0, k) for k in q.constants()]
     pairs: list[tuple[Elem, Elem]] = []
     for o in q.occurrences:
         group = [Elem(i) for i in o.attrs if i in refs] + consts
         pairs += [(a, b) for i, a in enumerate(group) for b in group[i + 1 :] if not (a.is_const and b.is_const)]
+    if first is not None:
+        pairs.sort(key=lambda p: (not ({p[0].attr, p[1].attr} & first), p[0].is_const or p[1].is_const))
     count = 0
+    if prune is not None and budget is None:
+        budget = Budget(limit)
 
     def branch(c: Closure, i: int) -> Iterator[Closure]:
         nonlocal count
         while i < len(pairs) and c.ordered(*pairs[i]):
             i += 1
+        if prune is not None and budget is not None:
+            budget.spend()
+            if prune(c):
+                return
         if i == len(pairs):
-            count += 1
-            if count > limit:
-                raise TooMany
+            if prune is None:
+                count += 1
+                if count > limit:
+                    raise TooMany
             yield c
             return
         a, b = pairs[i]

@@ -21,11 +21,12 @@ some derived LTO query), so most "no" answers name the attribute without enumera
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
-from cqlstream.cql.boundedness import lto, synopsis
+from cqlstream.cql.boundedness import checker, lto, synopsis
 from cqlstream.cql.boundedness.closure import Closure, Elem
 from cqlstream.cql.boundedness.normal_form import HOLISTIC, Aggregation, NormalForm, Outside, Spj
 from cqlstream.cql.boundedness.verdict import Decision
@@ -85,20 +86,44 @@ def _c3_set(q: Spj, c: Closure) -> str | None:
 
 Check = Callable[[Spj, Closure], str | None]
 
+ENUMERATION, CHECKER = "enumeration", "checker"
+# the checker takes over when the enumeration could visit more LTO queries than this
+CHECKER_FROM = 729
+_FORCED: list[str] = []  # set by `using` (tests and the benchmark compare the two)
 
-def _conditions(q: Spj, c: Closure, theorem: str, c3: Check) -> Decision | None:
-    """C1, C2 on Q, then C1–C3 on every derived LTO query; the first failure, or None."""
+
+@contextmanager
+def using(method: str) -> Iterator[None]:
+    """Decide with `method` (ENUMERATION or CHECKER) whatever the query's size, inside the block."""
+    _FORCED.append(method)
+    try:
+        yield
+    finally:
+        _FORCED.pop()
+
+
+def method_for(q: Spj, c: Closure) -> str:
+    """Enumerate the derived LTO queries when they are few, else run the checker."""
+    if _FORCED:
+        return _FORCED[-1]
+    return CHECKER if checker.estimate(q, c) > CHECKER_FROM else ENUMERATION
+
+
+def _conditions(q: Spj, c: Closure, theorem: str, c3: Check) -> tuple[Decision | None, str]:
+    """C1, C2 on Q, then C1–C3 on every derived LTO query (the checker: on those its witness
+    search cannot rule out); the first failure, or None, and the method that looked."""
     first: tuple[tuple[str, Check], ...] = (("C1", _c1), ("C2", _c2))
     for name, check in first:
         why = check(q, c)
         if why:
-            return Decision(False, f"{theorem}, {name}", why)
-    for lq in lto.derived(q, c):
+            return Decision(False, f"{theorem}, {name}", why), ""
+    method = method_for(q, c)
+    for lq in checker.leaves(q, c) if method == CHECKER else lto.derived(q, c):
         for name, check in (*first, ("C3", c3)):
             why = check(q, lq)
             if why:
-                return Decision(False, f"{theorem}, {name}", why + _when(q, lq))
-    return None
+                return Decision(False, f"{theorem}, {name}", why + _when(q, lq), method=method), method
+    return None, method
 
 
 def single_stream_bag(q: Spj, c: Closure) -> Decision:
@@ -108,23 +133,23 @@ def single_stream_bag(q: Spj, c: Closure) -> Decision:
 
 
 def theorem_5_6(q: Spj, c: Closure) -> Decision:
-    failed = _conditions(q, c, "Theorem 5.6", _c3_bag)
+    failed, method = _conditions(q, c, "Theorem 5.6", _c3_bag)
     if failed:
         return failed
     lines, units = synopsis.spj(q, c)
     why = "projected and equality-joined attributes are bounded; every inequality join between unbounded "
     why += "attributes is implied by filters, in every derived LTO query"
-    return Decision(True, "Theorem 5.6", why, lines, units)
+    return Decision(True, "Theorem 5.6", why, lines, units, method)
 
 
 def theorem_5_10(q: Spj, c: Closure) -> Decision:
-    failed = _conditions(q, c, "Theorem 5.10", _c3_set)
+    failed, method = _conditions(q, c, "Theorem 5.10", _c3_set)
     if failed:
         return failed
     lines, units = synopsis.spj(q, c)
     why = "projected and equality-joined attributes are bounded; each stream has at most one unbounded "
     why += "attribute class in inequality joins not implied by filters, in every derived LTO query"
-    return Decision(True, "Theorem 5.10", why, lines, units)
+    return Decision(True, "Theorem 5.10", why, lines, units, method)
 
 
 def _holistic(a: Aggregation, c: Closure) -> str | None:
@@ -170,7 +195,8 @@ def theorem_8_6(a: Aggregation, c: Closure) -> Decision:
     if not reduced.bounded:
         sub = "π" if q.distinct else "π̃"
         why = f"the join projected on the grouping attributes ({sub}) is unbounded by {reduced.rule}: {reduced.reason}"
-        return Decision(False, "Theorem 8.6, C1", why.replace("one result per value", "one group per value"))
+        why = why.replace("one result per value", "one group per value")
+        return Decision(False, "Theorem 8.6, C1", why, method=reduced.method)
     holistic = _holistic(a, c)
     if holistic:
         return Decision(False, "Theorem 8.6, C2", holistic)
@@ -181,7 +207,7 @@ def theorem_8_6(a: Aggregation, c: Closure) -> Decision:
                 return Decision(False, "Theorem 8.6, C3", extreme + _when(q, lq))
     lines, units = synopsis.aggregation(a, c)
     why = "the join projected on the grouping attributes is bounded (" + reduced.rule + "), and so are the aggregates"
-    return Decision(True, "Theorem 8.6", why, lines, units)
+    return Decision(True, "Theorem 8.6", why, lines, units, reduced.method)
 
 
 # (shape, one stream?) → the theorem that decides; shape: "bag" (π̃), "set" (π) or "aggregate".
@@ -207,7 +233,7 @@ def decide(nf: NormalForm) -> Decision | Outside:
     try:
         d = THEOREMS[shape, len(q.occurrences) == 1](nf, c)
     except lto.TooMany:
-        return Outside(f"more than {lto.LIMIT} derived LTO queries to check")
+        return Outside(f"more than {lto.LIMIT} derived LTO queries (or partial ones, for the checker) to check")
     self_join = len({o.stream for o in q.occurrences}) < len(q.occurrences)
     if not d.bounded and self_join and q.distinct:
         return Outside(f"a self-join under duplicate elimination, where {d.rule} is only sufficient ({d.reason})")

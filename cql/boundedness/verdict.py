@@ -16,3 +16,6 @@ class Decision:
     reason: str  # names the attribute / predicate that decided
     synopsis: tuple[str, ...] = ()  # what is kept, one line per part (bounded queries)
     memory_units: int | None = None  # bound on the synopsis, one unit = one value or one count
+    # how C3 was checked over the derived LTO queries: "enumeration" (every one), "checker" (the
+    # §6 witness search, cql/boundedness/checker.py), or "" (no LTO query needed checking)
+    method: str = ""

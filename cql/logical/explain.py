@@ -55,7 +55,8 @@ def node_label(n: L.Plan) -> str:
             return f"{kind}{' (null-aware)' if n.null_aware else ''} ON {n.predicate.sql()}"
         case L.RelToStream():
             return n.op.upper()
-    return type(n).__name__.upper()
+    label = getattr(n, "explain_label", None)  # a node defined outside cql/logical (an engine's own)
+    return label() if label is not None else type(n).__name__.upper()
 
 
 def explain_plan(plan: L.Plan) -> str:

@@ -460,6 +460,9 @@ def with_inputs(node: Plan, new: tuple[Plan, ...]) -> Plan:
         return replace(node, inputs_=tuple(new))
     if isinstance(node, (SetOp, SemiJoin)):
         return replace(node, left=new[0], right=new[1])
+    rebuild = getattr(node, "replace_inputs", None)  # a node defined outside this module
+    if rebuild is not None:
+        return rebuild(new)
     if node.inputs:
         return replace(node, input=new[0])
     return node

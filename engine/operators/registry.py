@@ -8,6 +8,7 @@ from importlib import import_module
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.operators.base import Operator
+from cqlstream.engine.synopsis_plan import SynopsisJoinPlan
 
 # logical node type → (module under cqlstream.engine.operators, class name)
 OPERATORS: dict[type, tuple[str, str]] = {
@@ -21,6 +22,7 @@ OPERATORS: dict[type, tuple[str, str]] = {
     L.SetOp: ("relational", "SetOpOp"),
     L.SemiJoin: ("semijoin", "SemiJoinOp"),
     L.RelToStream: ("r2s", "RelToStreamOp"),
+    SynopsisJoinPlan: ("synopsis_join", "SynopsisJoinOp"),
 }
 
 _loaded: dict[type, type[Operator]] = {}
