@@ -413,7 +413,8 @@ def scan_pairs(
     pk = pkey[p]
     p = p[np.lexsort((seq[p], pk))]
     pk = pkey[p]
-    cand = np.flatnonzero(ivalid & _member(ikey, np.unique(pk)))
+    distinct = pk[np.concatenate(([True], pk[1:] != pk[:-1]))]  # pk is sorted: no np.unique pass
+    cand = np.flatnonzero(ivalid & _member(ikey, distinct))
     ck = ikey[cand]
     o = stable_order(ck)
     cand, ck = cand[o], ck[o]

@@ -10,16 +10,24 @@ from collections.abc import Callable, Sequence
 
 from cqlstream.cql.logical.nodes import Plan, with_inputs
 from cqlstream.cql.logical.rewrites.istream_unbounded import istream_unbounded
+from cqlstream.cql.logical.rewrites.narrow_windows import narrow_windows
 from cqlstream.cql.logical.rewrites.push_selections import push_selections
 from cqlstream.cql.logical.rewrites.remove_projections import remove_projections
 from cqlstream.cql.logical.rewrites.rstream_now import rstream_now
 from cqlstream.cql.logical.rewrites.static_unbounded_to_now import static_unbounded_to_now
 
 Rule = Callable[[Plan], Plan | None]  # a rewrite of one node, or None when it does not apply
-RULES: tuple[Rule, ...] = (push_selections, remove_projections, istream_unbounded, static_unbounded_to_now, rstream_now)
+RULES: tuple[Rule, ...] = (
+    push_selections,
+    remove_projections,
+    istream_unbounded,
+    static_unbounded_to_now,
+    rstream_now,
+    narrow_windows,
+)
 # STREAM 0.6 emits no Istream/Rstream output at the last instant; removing those operators
 # would change that, so compat mode keeps them.
-COMPAT_RULES: tuple[Rule, ...] = (push_selections, remove_projections, static_unbounded_to_now)
+COMPAT_RULES: tuple[Rule, ...] = (push_selections, remove_projections, static_unbounded_to_now, narrow_windows)
 
 
 def optimize(plan: Plan, rules: Sequence[Rule] | None = None, max_passes: int = 50, *, compat: bool = False) -> Plan:
