@@ -38,6 +38,7 @@ class StreamInput:
         self.sampling_rate = 1.0  # knob: load shedding of arrivals (Dsms.push_batch)
         self.offered = 0  # arrivals offered while shedding
         self.shed = 0  # arrivals dropped by shedding
+        self.refused = 0  # arrivals refused by admission control (engine/approx/admission.py), in `shed` too
 
     def in_time(self, batch: Batch) -> npt.NDArray[np.bool_] | None:
         """Mask of the rows of `batch` the input would not refuse as too old (None: all of them).
@@ -153,6 +154,7 @@ class RelationInput:
         self.sampling_rate = 1.0  # as on streams (the knob is settable on streams only)
         self.offered = 0
         self.shed = 0
+        self.refused = 0
         self.late = 0  # relations have no slack: only drop_late drops (and counts) rows older than max_ts
 
     def in_time(self, batch: Batch) -> npt.NDArray[np.bool_] | None:

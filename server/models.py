@@ -85,6 +85,11 @@ class PushResult(BaseModel):
         description="tuples of the push dropped as late (not in `accepted`): later than the stream's slack, or "
         "(with `late=drop`) older than the source's time",
     )
+    refused: int = Field(
+        0,
+        description="tuples of the push (counted in `accepted`) that admission control refused under overload: "
+        "admitting them would have put the engine's queue memory over its limit (docs/approximation.md)",
+    )
     replayed: bool = Field(
         False,
         description="true: this push's Idempotency-Key was applied before; nothing was done and this is "

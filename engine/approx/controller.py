@@ -59,8 +59,11 @@ class Change:
 
 
 def queue_bytes(d: Dsms) -> int:
-    """Bytes held by every queue of the plan (source queues hold the input not processed yet)."""
-    return sum(pn.queue.nbytes() for pn in d.plan.nodes.values())
+    """Bytes held by every queue of the plan (source queues hold the input not processed yet) and
+    pending in operators (`Operator.pending_bytes`: input taken but not processed yet, such as the
+    elements a window holds until its next slide): everything the engine holds that it has not
+    worked off."""
+    return sum(pn.queue.nbytes() for pn in d.plan.nodes.values()) + sum(op.pending_bytes() for op in d.plan.operators)
 
 
 def engine_seconds(d: Dsms) -> float:
@@ -261,12 +264,18 @@ class Controller:
         self.apply(self.now(), reason)
 
     def of(self, qid: int) -> dict[str, Any] | None:
-        """The approximation in force for query `qid` (None: exact)."""
+        """The approximation in force for query `qid` and the rows admission refused it so far
+        (None: exact, nothing refused)."""
         a = self.state.get(qid)
-        return None if a is None else a.to_dict()
+        refused = self.d.admission.by_query.get(qid, 0)
+        if a is None and not refused:
+            return None
+        out = a.to_dict() if a is not None else {"sampling_rate": 1.0, "since": None, "reason": "exact again"}
+        return {**out, "refused_rows": refused}
 
     def take_events(self) -> list[tuple[str, str, float]]:
-        out = list(self.events)
+        """Changes of approximation since the last call, then admission's refusals (SysStream)."""
+        out = list(self.events) + self.d.admission.take_events()
         self.events.clear()
         return out
 
@@ -276,4 +285,5 @@ class Controller:
             "approx_queries": len(self.state),
             "approx_queue_bytes": self.load.queue_bytes,
             "approx_changes": len(self.history),
+            "approx_refused_rows": self.d.admission.refused,
         }

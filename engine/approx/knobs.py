@@ -1,6 +1,7 @@
 """The overload controller's engine knobs: `approximation` (off | on), `queue_memory_limit`
-(bytes), `cpu_limit` (engine seconds per second) and `overload_policy` (a name in
-engine/approx/shedding.py POLICIES). Turning approximation off gives every knob back."""
+(bytes), `cpu_limit` (engine seconds per second), `overload_policy` (a name in
+engine/approx/shedding.py POLICIES) and `overload_admission` (on | off: admission control at push
+time, engine/approx/admission.py; it acts only while approximation is on). Turning approximation off gives every knob back."""
 
 from __future__ import annotations
 
@@ -51,6 +52,10 @@ KNOBS: dict[str, tuple[Callable[[C.OverloadConfig], Any], Callable[[C.OverloadCo
     ),
     "cpu_limit": (lambda c: c.cpu_limit, lambda c, v: replace(c, cpu_limit=C.cpu_limit(v))),
     "overload_policy": (lambda c: c.policy, lambda c, v: replace(c, policy=_policy(v))),
+    "overload_admission": (
+        lambda c: "on" if c.admission else "off",
+        lambda c, v: replace(c, admission=C.switch(v, "overload_admission")),
+    ),
 }
 
 
