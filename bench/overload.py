@@ -31,6 +31,7 @@ from itertools import pairwise
 import numpy as np
 
 from cqlstream.engine.approx.config import OverloadConfig
+from cqlstream.engine.approx.controller import queue_bytes
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.scheduler import RoundRobin
@@ -155,7 +156,7 @@ def feed(name: str, src: Arrivals, overload: OverloadConfig | None, budget: int,
                 if r != run.rates[qi][-1][1]:
                     run.rates[qi].append((clock(), r))
         _collect(subs, run, clock())
-        qb = sum(pn.queue.nbytes() for pn in d.plan.nodes.values())
+        qb = queue_bytes(d)  # queues and what operators hold pending: what the limit is on
         run.peak_queue = max(run.peak_queue, qb)
         run.queue.append((clock(), qb))
         rss_every += 1

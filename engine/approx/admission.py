@@ -29,7 +29,7 @@ the cap on rows admitted), and a replayed push applies the recorded decision ins
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -151,7 +151,9 @@ class Admission:
         before = dict(a.levels)
         readers = set(self.readers(name))
         while held + inp.sampling_rate * add > limit:
-            qid = shedding.POLICIES[c.policy]([x for x in a._candidates() if x.query_id in readers], "degrade")
+            # every query is a candidate (a policy keeping state sees them all); only readers move
+            cands = [x if x.query_id in readers else replace(x, down=None) for x in a._candidates()]
+            qid = a.policy()(cands, "degrade")
             if qid is None:
                 break
             a.levels[qid] = a.levels.get(qid, 0) + 1

@@ -90,8 +90,8 @@ class Controller:
         clock: Callable[[], float] | None = None,
         measure: Callable[[], Load] | None = None,
     ) -> None:
-        if config.policy not in shedding.POLICIES:
-            raise KnobError(f"overload policy must be one of {sorted(shedding.POLICIES)}, got {config.policy!r}")
+        if config.policy not in shedding.policy_names():
+            raise KnobError(f"overload policy must be one of {shedding.policy_names()}, got {config.policy!r}")
         self.d = d
         self.config = config
         self.clock = clock  # None: the engine's clock (kept None so a checkpoint can pickle the controller)
@@ -112,6 +112,7 @@ class Controller:
         self.load = Load(0)
         self._cpu_mark: tuple[float, float] | None = None
         self._touched: dict[tuple[str, int], tuple[Any, float]] = {}  # entity → (object, rate before)
+        self._policy: tuple[str, shedding.Policy] | None = None  # (name, the policy) in use
 
     # ------------------------------------------------------------ measuring
     def now(self) -> float:
@@ -168,6 +169,13 @@ class Controller:
             self.quiet = 0
         return self.apply(now, why if p > 1 else f"load fell: {why}")
 
+    def policy(self) -> shedding.Policy:
+        """The configured policy (a stateful one is made once per controller and kept)."""
+        cur = getattr(self, "_policy", None)
+        if cur is None or cur[0] != self.config.policy:
+            cur = self._policy = (self.config.policy, shedding.make_policy(self.config.policy))
+        return cur[1]
+
     def _candidates(self) -> list[shedding.Candidate]:
         lad = self.config.ladder
         out = []
@@ -197,7 +205,7 @@ class Controller:
         target = min(1.0 - self.config.decrease, 1.0 / max(pressure, 1.0)) * sum(before.values())
         moved = None
         for _ in range(len(self.config.ladder) * max(len(self.d.queries), 1)):
-            qid = shedding.POLICIES[self.config.policy](self._candidates(), move)
+            qid = self.policy()(self._candidates(), move)
             if qid is None:
                 break
             moved = qid

@@ -22,8 +22,8 @@ def configure(d: Dsms, config: OverloadConfig) -> None:
     """Make `config` the engine's; start or stop the controller as it says."""
     from cqlstream.engine.approx.controller import Controller
 
-    if config.policy not in shedding.POLICIES:
-        raise KnobError(f"overload_policy must be one of {sorted(shedding.POLICIES)}, got {config.policy!r}")
+    if config.policy not in shedding.policy_names():
+        raise KnobError(f"overload_policy must be one of {shedding.policy_names()}, got {config.policy!r}")
     d.overload = config
     if config.enabled and d.approx is None:
         d.approx = Controller(d, config)
@@ -35,8 +35,8 @@ def configure(d: Dsms, config: OverloadConfig) -> None:
 
 
 def _policy(v: object) -> str:
-    if not isinstance(v, str) or v not in shedding.POLICIES:
-        raise KnobError(f"overload_policy must be one of {sorted(shedding.POLICIES)}, got {v!r}")
+    if not isinstance(v, str) or v not in shedding.policy_names():
+        raise KnobError(f"overload_policy must be one of {shedding.policy_names()}, got {v!r}")
     return v
 
 
