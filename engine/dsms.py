@@ -673,8 +673,13 @@ class Dsms:
         if keep is not None:
             late = int(n - np.count_nonzero(keep))
             batch = batch.take(keep)
+        offered = batch
         batch = self.admission.admit(name, inp, batch, decision, replayed)
         inp.push(batch)
+        if len(batch) < len(offered) and isinstance(inp, StreamInput):
+            # rows shed or refused still move the stream's time, as if they were pushed: a window
+            # waiting for it must not wait for rows that will never come
+            inp.heartbeat(int(offered.ts.max()) - (inp.d.slack or 0))
         inp.late += late
         self._after_input(name)
         return n

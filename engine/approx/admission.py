@@ -143,14 +143,23 @@ class Admission:
         a, c = self.d.approx, self.d.overload
         assert a is not None and c.queue_memory_limit is not None
         m = len(batch)
-        limit, add = c.queue_memory_limit, float(batch.nbytes())
-        held = queue_bytes(self.d)
-        if held + inp.sampling_rate * add <= limit and inp.sampling_rate >= 1.0:
+        limit, row = c.queue_memory_limit, batch.nbytes() / m
+        # what the queues hold, and what their unread input will take again once windows read it
+        held = queue_bytes(self.d) + sum(i.queue.nbytes() * (self._copies(i) - 1.0) for i in self.d.inputs.values())
+        if held + m * self.row_cost(inp, row) <= limit and inp.sampling_rate >= 1.0:
             return None  # everything fits (under a rate < 1 the sample drawn decides, below)
         why = f"admission: a push of {m} rows on '{inp.d.name}' would put queue memory over the limit"
         before = dict(a.levels)
         readers = set(self.readers(name))
-        while held + inp.sampling_rate * add > limit:
+
+        def kept() -> float:
+            return sum(x.rate for x in a._candidates() if x.query_id in readers)
+
+        # the readers' rates fall until the source's sample fits, but by no more than the pressure
+        # (the queues full already: this push is capped below, and precision is not thrown away
+        # for input that the engine is about to work off)
+        floor = kept() * limit / (held + m * self.row_cost(inp, row))
+        while held + m * self.row_cost(inp, row) > limit and kept() > floor:
             # every query is a candidate (a policy keeping state sees them all); only readers move
             cands = [x if x.query_id in readers else replace(x, down=None) for x in a._candidates()]
             qid = a.policy()(cands, "degrade")
@@ -159,12 +168,28 @@ class Admission:
             a.levels[qid] = a.levels.get(qid, 0) + 1
             a.apply(a.now(), why)
         moved = a.levels != before
-        fits = int(max(limit - held, 0.0) // (add / m))
+        fits = int(max(limit - held, 0.0) // (self.row_cost(inp, row) / max(inp.sampling_rate, 1e-9)))
         drawn = int(np.count_nonzero(uniform(inp.offered, m) < inp.sampling_rate))
         cap = fits if drawn > fits else None
         if not moved and cap is None:
             return None
         return Decision(dict(a.levels) if moved else None, cap, why)
+
+    def row_cost(self, inp: StreamInput | RelationInput, row: float) -> float:
+        """Expected queue memory one offered row of `row` bytes takes: in the source's queue at its
+        rate, and again in each operator reading that queue that holds input pending (a window
+        until its slide closes), at that operator's own sampling rate."""
+        return row * inp.sampling_rate * self._copies(inp)
+
+    def _copies(self, inp: StreamInput | RelationInput) -> float:
+        """1 + the sampling rates of the operators reading `inp`'s queue that hold input pending."""
+        from cqlstream.engine.operators.base import Operator
+
+        return 1.0 + sum(
+            op.sampling_rate
+            for op in self.d.plan.operators
+            if type(op).pending_bytes is not Operator.pending_bytes and any(q is inp.queue for q in op.inputs)
+        )
 
     def readers(self, name: str) -> list[int]:
         """Ids of the running queries reading source `name` (through their plan)."""
