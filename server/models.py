@@ -173,7 +173,10 @@ class QueryOut(BaseModel):
     approximation: dict[str, Any] | None = Field(
         None,
         description="the overload controller's approximation in force (docs/approximation.md): "
-        '`{"sampling_rate": 0.4, "since": <clock second>, "reason": "..."}`; null: exact results',
+        '`{"sampling_rate": 0.4, "since": <clock second>, "reason": "...", "refused_rows": 120}` '
+        "(`refused_rows`: rows of the sources it reads that admission control refused under overload; "
+        "`since` is null once the query is exact again but rows were refused); null: exact results, "
+        "nothing refused",
     )
     bounded_memory: bool | None = Field(
         None,
