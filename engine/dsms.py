@@ -674,6 +674,8 @@ class Dsms:
             late = int(n - np.count_nonzero(keep))
             batch = batch.take(keep)
         offered = batch
+        if isinstance(inp, StreamInput):
+            inp.check(batch)  # all or nothing: rows shed or refused below must not hide a disorder
         batch = self.admission.admit(name, inp, batch, decision, replayed)
         inp.push(batch)
         if len(batch) < len(offered) and isinstance(inp, StreamInput):

@@ -183,3 +183,17 @@ def test_pending_window_elements_count_as_queue_memory():
     d.heartbeat("S", 11)
     d.run()
     assert sum(op.pending_bytes() for op in d.plan.operators) == 0
+
+
+def test_a_disordered_push_is_rejected_whole_even_when_rows_are_refused():
+    import pytest
+
+    from cqlstream.engine.errors import InputError
+
+    d = _engine(2000)
+    d.register_query(MONOTONE[1])
+    d.push("S", [(1, 1)] * 40, list(range(1, 41)))
+    refused = d.admission.refused
+    with pytest.raises(InputError, match="smaller than the previous one"):
+        d.push("S", [(1, 1)] * 60, list(range(50, 109)) + [3])
+    assert d.admission.refused == refused and d.inputs["s"].max_ts == 40
