@@ -71,6 +71,8 @@ def _overload(settings: Settings) -> OverloadConfig | None:
         enabled=True,
         queue_memory_limit=settings.overload_queue_memory_limit,
         cpu_limit=settings.overload_cpu_limit,
+        admission=settings.overload_admission,
+        policy=settings.overload_policy,
     )
 
 

@@ -50,3 +50,15 @@ def test_refused_rows_are_replied_logged_and_replayed(tmp_path):
         q: a["sampling_rate"] for q, a in live.items()
     }
     host2.stop()
+
+
+def test_serve_options_reach_the_controller():
+    from cqlstream.cli import build_parser
+    from cqlstream.limit_options import limit_settings
+    from cqlstream.server.host import _overload
+
+    args = build_parser().parse_args(
+        ["serve", "--overload-control", "on", "--overload-admission", "off", "--overload-policy", "allocator"]
+    )
+    cfg = _overload(Settings(**limit_settings(args)))
+    assert cfg is not None and cfg.enabled and not cfg.admission and cfg.policy == "allocator"
