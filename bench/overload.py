@@ -5,8 +5,9 @@ Time is the process's CPU time (plus idle time skipped while no input is due), s
 sharing the cores do not change the figures much. Steps:
 
 1. calibrate: the rate R (tuples per CPU second) the engine sustains on the three queries;
-2. `controlled`: arrivals at factor × R, the controller on (queue memory limit `--limit`), the
-   engine run in slices of `--budget` tuples per operator between controller ticks;
+2. `controlled`: arrivals at factor × R, the controller on (queue memory limit `--limit`) with
+   admission control at push time (`--admission`), the engine run in slices of `--budget` tuples
+   per operator between controller ticks;
 3. `exact`: the same arrivals with the controller off (what the queue and the latency become);
    its results are the exact answers.
 
@@ -14,7 +15,11 @@ Reported per run: peak queue bytes and RSS, latency (an instant's last arrival �
 p50/p99/max; per query: the controlled run's sampling rates over time, and the relative error of
 its group averages against the exact run (a group missing from the controlled answer counts 1).
 
-    python -m bench.overload [--seconds 30] [--factor 5] [--limit 8M] [--quick] [--json F]
+Queue bytes are measured as the controller does (engine/approx/controller.py `queue_bytes`): the
+queues and what operators hold pending (a window's elements until its slide closes).
+
+    python -m bench.overload [--seconds 30] [--factor 5] [--limit 8M] [--admission on|off]
+                             [--policy weighted|uniform|allocator] [--quick] [--json F]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from itertools import pairwise
 import numpy as np
 
 from cqlstream.engine.approx.config import OverloadConfig
+from cqlstream.engine.approx.controller import queue_bytes
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.scheduler import RoundRobin
@@ -155,7 +161,7 @@ def feed(name: str, src: Arrivals, overload: OverloadConfig | None, budget: int,
                 if r != run.rates[qi][-1][1]:
                     run.rates[qi].append((clock(), r))
         _collect(subs, run, clock())
-        qb = sum(pn.queue.nbytes() for pn in d.plan.nodes.values())
+        qb = queue_bytes(d)  # queues and what operators hold pending: what the limit is on
         run.peak_queue = max(run.peak_queue, qb)
         run.queue.append((clock(), qb))
         rss_every += 1
@@ -251,6 +257,13 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> d
         default=5.0,
         help="seconds of the same input fed with the controller off, to show the queue and latency grow (default 5)",
     )
+    p.add_argument(
+        "--admission",
+        choices=["on", "off"],
+        default="on",
+        help="admission control at push time (default on; off: the controller's ticks alone)",
+    )
+    p.add_argument("--policy", default="weighted", help="overload policy: weighted (default), uniform or allocator")
     p.add_argument("--quick", action="store_true", help="a smoke run: 3 s of input, a short calibration")
     p.add_argument("--json", default=None, help="write the figures here too")
     args = p.parse_args(argv)
@@ -265,12 +278,21 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> d
         f"sustained rate: {rate:,.0f} tuples/CPU s over {len(WEIGHTS)} queries; feeding {args.factor:g}x = "
         f"{src.rate:,.0f}/s for {seconds:g} s ({src.n:,} tuples)"
     )
-    cfg = OverloadConfig(enabled=True, queue_memory_limit=limit, interval=0.02, settle=1, calm=10)
+    cfg = OverloadConfig(
+        enabled=True,
+        queue_memory_limit=limit,
+        interval=0.02,
+        settle=1,
+        calm=10,
+        admission=args.admission == "on",
+        policy=args.policy,
+    )
     ctl = feed("controlled", src, cfg, args.budget)
     unc_s = min(args.uncontrolled_seconds, seconds)
     unc = feed(f"off ({unc_s:g} s)", src, None, args.budget, upto=int(src.rate * unc_s))
     ex = exact(src)
     report: dict = {"rate": rate, "factor": args.factor, "seconds": seconds, "tuples": src.n, "limit": limit}
+    report["admission"], report["policy"] = args.admission, args.policy
     report["exact_cpu_seconds"] = ex.cpu_seconds
     report["runs"] = {}
     out("")

@@ -146,7 +146,8 @@ def cmd_push(args: argparse.Namespace) -> int:
     def body(c: Any) -> int:
         out = c.push_result(args.stream, data, format=fmt, late=args.late, heartbeat=args.heartbeat)
         late = f", {out['late']} late rows dropped" if out.get("late") else ""
-        print(f"pushed {out['accepted']} rows to {out['source']}{late}")
+        refused = f", {out['refused']} rows refused under overload" if out.get("refused") else ""
+        print(f"pushed {out['accepted']} rows to {out['source']}{late}{refused}")
         return 0
 
     return _run("push", args, body)

@@ -90,6 +90,7 @@ def _run(
     batch_rows: int,
     source_dir: str | None = None,
     threads: int | None = None,
+    approximate: str | None = None,
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
     from cqlstream.io.errors import ScriptError
@@ -98,7 +99,13 @@ def _run(
     try:
         return (
             run_script(
-                script, out_dir=out_dir, compat=compat, batch_rows=batch_rows, source_dir=source_dir, threads=threads
+                script,
+                out_dir=out_dir,
+                compat=compat,
+                batch_rows=batch_rows,
+                source_dir=source_dir,
+                threads=threads,
+                approximate=approximate,
             ),
             None,
         )
@@ -120,7 +127,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         print("cqlstream run: --threads must be at least 1", file=sys.stderr)
         return 2
-    counts, err = _run(args.script, args.out_dir, args.stream_compat, args.batch_rows, args.source_dir, args.threads)
+    approx = None if args.approximate == "exact" else args.approximate
+    counts, err = _run(
+        args.script, args.out_dir, args.stream_compat, args.batch_rows, args.source_dir, args.threads, approx
+    )
     if counts is None:
         print(err, file=sys.stderr)
         return 2
@@ -348,20 +358,45 @@ def _print_raw(c: Client, qid: int, args: argparse.Namespace) -> None:
 _LOCAL_FORMATS = {"text": _print_stream_text}
 
 
+# `--approximate` of `query` and `run`: exact results, or static approximation approved
+APPROXIMATE = ("exact", "static")
+_APPROXIMATE_HELP = (
+    "static: approve static approximation at registration (smaller windows and samples only where they "
+    "cannot increase output; docs/approximation.md); exact (the default): no approximation at registration"
+)
+
+
+def static_lines(doc: dict[str, Any] | None) -> list[str]:
+    """A registration reply's `static_approximation` in lines: the rewrites in force and the ones
+    refused (none when the query was registered exact)."""
+    if not doc:
+        return []
+    out = ["static approximation: " + ("none applied, the plan is exact" if doc["exact"] else "in force")]
+    out += [f"  {a['rule']}: {a['before']} -> {a['after']} ({a['why']})" for a in doc["applied"]]
+    out += [f"  {r['rule']} refused at {r['at']}: {r['reason']}" for r in doc["refused"]]
+    return out
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     from cqlstream.client import Client, CqlstreamError, Lagged
 
     if (args.cql is None) == (args.id is None):
         print("cqlstream query: give a CQL query or --id of a registered one", file=sys.stderr)
         return 2
+    if args.id is not None and args.approximate != "exact":
+        print("cqlstream query: --approximate applies to a query being registered, not to --id", file=sys.stderr)
+        return 2
     try:
         with Client(args.url, api_key=args.api_key) as c:
             if args.id is None:
-                q = c.register_query(args.cql, name=args.name, seed_from=args.seed_from)
+                approx = None if args.approximate == "exact" else args.approximate
+                q = c.register_query(args.cql, name=args.name, seed_from=args.seed_from, approximate=approx)
                 if args.seed_from is not None and args.from_ is None:
                     args.from_ = args.seed_from - 1  # its results from the instant it was seeded at
                 schema = ", ".join(f"{a['name']} {a['type']}" for a in q["schema"])
                 print(f"query {q['id']}: {q['kind']} ({schema})", file=sys.stderr)
+                for line in static_lines(q.get("static_approximation")):
+                    print(f"query {q['id']}: {line}", file=sys.stderr)
             qid = args.id if args.id is not None else q["id"]
             kind = q["kind"] if args.id is None else c.query(qid)["kind"]
             if kind == "stream" and not args.follow:
@@ -501,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
         "write results on other threads (N-1 writers) while the engine runs; the output is the same bytes "
         "(default 2 when two CPUs are available, else 1)",
     )
+    r.add_argument("--approximate", choices=APPROXIMATE, default="exact", help=_APPROXIMATE_HELP)
     r.set_defaults(func=cmd_run)
 
     dm = sub.add_parser(
@@ -632,6 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FORMAT",  # a metavar, or argparse would list the choices (and load the tables) right here
         help="output: STREAM text lines (text, the default) or a server result format as sent; one of %(choices)s",
     )
+    qy.add_argument("--approximate", choices=APPROXIMATE, default="exact", help=_APPROXIMATE_HELP)
     qy.set_defaults(func=cmd_query)
 
     pl = sub.add_parser(

@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from cqlstream.engine.approx import shedding
 from cqlstream.server.settings import Settings
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -76,6 +77,21 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
         help="with --overload-control on: engine seconds per second (e.g. 0.8); default: not watched",
     )
     g.add_argument(
+        "--overload-admission",
+        choices=["on", "off"],
+        default="on",
+        help="with --overload-control on: admit only part of a push that would put the queues over "
+        "--queue-memory-limit (the push's reply says how many rows were refused; default on)",
+    )
+    g.add_argument(
+        "--overload-policy",
+        choices=shedding.policy_names(),
+        default=d.overload_policy,
+        help="with --overload-control on: who loses precision first: weighted (least precision per load "
+        "saved, by query weight; the default), uniform (weights ignored) or allocator (the "
+        "precision-maximizing allocator)",
+    )
+    g.add_argument(
         "--max-pending-pushes",
         type=int,
         default=d.max_pending_pushes,
@@ -136,6 +152,8 @@ def limit_settings(args: argparse.Namespace) -> dict[str, Any]:
         "overload_control": args.overload_control == "on",
         "overload_queue_memory_limit": args.queue_memory_limit,
         "overload_cpu_limit": args.overload_cpu_limit or None,
+        "overload_admission": args.overload_admission == "on",
+        "overload_policy": args.overload_policy,
         "max_pending_pushes": args.max_pending_pushes,
         "max_engine_lag": args.max_engine_lag,
         "read_key": args.read_key or os.environ.get("CQLSTREAM_READ_KEY") or None,

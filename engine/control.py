@@ -107,6 +107,7 @@ def _source_table(d: Dsms, name: str, inp: StreamInput | RelationInput) -> Table
             "accepted": inp.accepted,
             "late": inp.late,
             "shed": inp.shed,
+            "refused": inp.refused,
             "max_ts": inp.max_ts,
             "queue_length": q.length(),
             "watermark": q.watermark,
@@ -132,6 +133,8 @@ def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> 
     if pn is not None:
         counters["results"] = pn.queue.tuples_in
         counters["watermark"] = pn.queue.watermark
+    if d.approx is not None:  # rows admission control refused on the sources it reads
+        counters["refused_rows"] = d.admission.by_query.get(h.id, 0)
     return {
         "kind": "query",
         "name": h.name or "",

@@ -31,8 +31,9 @@ from cqlstream.cql.logical.partitioning import Partitioning, partitioning
 from cqlstream.cql.parser import parse_query, parse_script
 from cqlstream.cql.printer import to_cql
 from cqlstream.engine.adaptive.config import AdaptiveConfig
+from cqlstream.engine.approx.admission import Admission
 from cqlstream.engine.approx.config import OverloadConfig
-from cqlstream.engine.batch import Batch, from_rows, splitmix64
+from cqlstream.engine.batch import Batch, from_rows
 from cqlstream.engine.boundedness import Verdict, decide
 from cqlstream.engine.boundedness import explain as explain_with_verdict
 from cqlstream.engine.errors import EngineError, InputError, InUseError, KnobError
@@ -49,6 +50,7 @@ from cqlstream.engine.sharing import lift_filters
 from cqlstream.engine.synopsis_plan import SynopsisJoinPlan, synopsis_plan
 
 if TYPE_CHECKING:
+    from cqlstream.engine.approx.admission import Decision
     from cqlstream.engine.approx.controller import Controller
     from cqlstream.engine.attached import Attached
     from cqlstream.engine.persist import PlanFile
@@ -288,6 +290,7 @@ class Dsms:
         self.overload = OverloadConfig()
         self.approx: Controller | None = None  # the overload controller, while approximation is on
         self.approx_on_tick = True  # `tick()` runs it (a host that logs its changes runs it itself)
+        self.admission = Admission(self)  # refuses rows at push time over the queue memory limit
         if overload is not None:
             from cqlstream.engine.approx import knobs as approx_knobs
 
@@ -670,15 +673,26 @@ class Dsms:
                 raise InputError("signs must be +1 or -1", int(np.argmax((signs != 1) & (signs != -1))), "sign")
         return self.push_batch(name, rows_to_batch(rows, inp.types, ts, signs))
 
-    def push_batch(self, name: str, batch: Batch, *, drop_late: bool = False) -> int:
+    def push_batch(
+        self,
+        name: str,
+        batch: Batch,
+        *,
+        drop_late: bool = False,
+        decision: Decision | None = None,
+        replayed: bool = False,
+    ) -> int:
         """Push a columnar batch (already typed: the fast path used by file readers and Arrow).
         Returns the number of tuples accepted (load shedding by a source's `sampling_rate`
-        knob drops some of them afterwards, counted as `shed`).
+        knob drops some of them afterwards, counted as `shed`; admission control under overload
+        refuses some, counted as `refused` too: engine/approx/admission.py, whose decision for this
+        push is `self.admission.last` afterwards).
 
         `drop_late`: rows older than the source's time (ts < its largest ts, on a source without a
         slack) are dropped and counted in its `late` counter instead of rejecting the push; they
         count as accepted, like the rows a stream with a slack drops as late itself. The counter
-        moves only if the rest of the push is accepted."""
+        moves only if the rest of the push is accepted. `replayed`: a push replayed from a log,
+        with the admission `decision` the live push made (not decided again)."""
         inp = self._input(name)
         n = len(batch)
         late = 0
@@ -686,16 +700,15 @@ class Dsms:
         if keep is not None:
             late = int(n - np.count_nonzero(keep))
             batch = batch.take(keep)
-        rate = inp.sampling_rate
-        if rate < 1.0 and len(batch):
-            m = len(batch)
-            seen = inp.offered
-            inp.offered = seen + m
-            u = (splitmix64(np.arange(seen, seen + m, dtype=np.uint64)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-            sampled = u < rate
-            inp.shed = inp.shed + int(m - sampled.sum())
-            batch = batch.take(sampled)
+        offered = batch
+        if isinstance(inp, StreamInput):
+            inp.check(batch)  # all or nothing: rows shed or refused below must not hide a disorder
+        batch = self.admission.admit(name, inp, batch, decision, replayed)
         inp.push(batch)
+        if len(batch) < len(offered) and isinstance(inp, StreamInput):
+            # rows shed or refused still move the stream's time, as if they were pushed: a window
+            # waiting for it must not wait for rows that will never come
+            inp.heartbeat(int(offered.ts.max()) - (inp.d.slack or 0))
         inp.late += late
         self._after_input(name)
         return n

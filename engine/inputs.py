@@ -38,12 +38,36 @@ class StreamInput:
         self.sampling_rate = 1.0  # knob: load shedding of arrivals (Dsms.push_batch)
         self.offered = 0  # arrivals offered while shedding
         self.shed = 0  # arrivals dropped by shedding
+        self.refused = 0  # arrivals refused by admission control (engine/approx/admission.py), in `shed` too
 
     def in_time(self, batch: Batch) -> npt.NDArray[np.bool_] | None:
         """Mask of the rows of `batch` the input would not refuse as too old (None: all of them).
         Without a slack the late ones are those with ts < max_ts; with a slack every row passes
         here: the input drops and counts its late rows itself on push."""
         return None if self.d.slack else _not_before(batch, self.max_ts)
+
+    def check(self, batch: Batch) -> None:
+        """Raise the InputError `push` would for `batch` (out of order without a slack), before
+        shedding or admission control drops rows that would have shown it."""
+        if self.d.slack == 0 and len(batch):
+            self._check_order(batch.ts, self.max_ts)
+
+    def _check_order(self, ts: npt.NDArray[np.int64], floor: int | None) -> None:
+        bad = np.nonzero(ts[1:] < ts[:-1])[0]
+        if len(bad):
+            i = int(bad[0]) + 1
+            raise InputError(
+                f"timestamp {int(ts[i])} is smaller than the previous one ({int(ts[i - 1])}); "
+                f"stream '{self.d.name}' needs non-decreasing timestamps (or declare a slack)",
+                i,
+                "ts",
+            )
+        if floor is not None and int(ts[0]) < floor:
+            raise InputError(
+                f"timestamp {int(ts[0])} is smaller than {floor}, already accepted on stream '{self.d.name}'",
+                0,
+                "ts",
+            )
 
     def push(self, batch: Batch) -> int:
         """Accept a batch (whole, or not at all when out of order without slack)."""
@@ -54,21 +78,7 @@ class StreamInput:
         slack = self.d.slack
         floor = self.max_ts if self.max_ts is not None else None
         if slack == 0:
-            bad = np.nonzero(ts[1:] < ts[:-1])[0]
-            if len(bad):
-                i = int(bad[0]) + 1
-                raise InputError(
-                    f"timestamp {int(ts[i])} is smaller than the previous one ({int(ts[i - 1])}); "
-                    f"stream '{self.d.name}' needs non-decreasing timestamps (or declare a slack)",
-                    i,
-                    "ts",
-                )
-            if floor is not None and int(ts[0]) < floor:
-                raise InputError(
-                    f"timestamp {int(ts[0])} is smaller than {floor}, already accepted on stream '{self.d.name}'",
-                    0,
-                    "ts",
-                )
+            self._check_order(ts, floor)
             self._note_first(int(ts[0]))
             batch.id = self.ids.take(n)
             self.max_ts = int(ts[-1])
@@ -153,6 +163,7 @@ class RelationInput:
         self.sampling_rate = 1.0  # as on streams (the knob is settable on streams only)
         self.offered = 0
         self.shed = 0
+        self.refused = 0
         self.late = 0  # relations have no slack: only drop_late drops (and counts) rows older than max_ts
 
     def in_time(self, batch: Batch) -> npt.NDArray[np.bool_] | None:

@@ -90,6 +90,7 @@ def run_script(
     source_dir: str | os.PathLike[str] | None = None,
     threads: int | None = None,
     block_size: int | None = None,
+    approximate: str | None = None,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -99,7 +100,8 @@ def run_script(
     and parses each source ahead on a thread of its own and formats and writes results on N − 1
     threads while the engine runs on the calling one. The output is the same bytes either way.
     `block_size`: bytes of source text parsed at a time (default: from `batch_rows`).
-    Sources are read from `source_dir` when given (same file name).
+    Sources are read from `source_dir` when given (same file name). `approximate` "static":
+    every query is registered with static approximation approved (docs/approximation.md).
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -109,7 +111,7 @@ def run_script(
     _tune_malloc()
     script = parse_script(path, compat=compat, source_dir=source_dir)
     d = Dsms(compat=compat)
-    reg = Registrar(script, d, compat)
+    reg = Registrar(script, d, compat, approximate)
     reg.register_all()
     if out_dir is not None:
         try:

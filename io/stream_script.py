@@ -318,10 +318,11 @@ class Registrar:
     """Registers a script's declarations in order, into a Dsms or (for checking) a bare catalog,
     turning every CqlError into a ScriptError on the script line it comes from."""
 
-    def __init__(self, script: Script, dsms: Dsms | None, compat: bool) -> None:
+    def __init__(self, script: Script, dsms: Dsms | None, compat: bool, approximate: str | None = None) -> None:
         self.script = script
         self.dsms = dsms
         self.compat = compat
+        self.approximate = approximate  # "static": queries registered with static approximation approved
         self.catalog: Catalog = dsms.catalog if dsms is not None else Catalog()
         self.sources: list[tuple[Step, SourceDef]] = []
         self.queries: list[tuple[Step, QueryHandle | CompiledQuery]] = []  # a handle when registered in a Dsms
@@ -404,7 +405,7 @@ class Registrar:
         h: QueryHandle | CompiledQuery
         try:
             if self.dsms is not None:
-                h = self.dsms.register_query(step.text)
+                h = self.dsms.register_query(step.text, approximate=self.approximate)
             else:
                 h = compile_query(step.text, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
         except CqlError as e:

@@ -17,6 +17,7 @@ from cqlstream.cql.catalog import SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.logical.nodes import Attribute
 from cqlstream.cql.parser import parse_script
+from cqlstream.engine.approx.admission import Decision
 from cqlstream.engine.approx.config import OverloadConfig
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import SYS_STREAM, Dsms, QueryHandle, names_read
@@ -71,6 +72,8 @@ def _overload(settings: Settings) -> OverloadConfig | None:
         enabled=True,
         queue_memory_limit=settings.overload_queue_memory_limit,
         cpu_limit=settings.overload_cpu_limit,
+        admission=settings.overload_admission,
+        policy=settings.overload_policy,
     )
 
 
@@ -369,29 +372,45 @@ class EngineHost:
             return self._apply_batch(s, parsed.batch(ts), drop_late, heartbeat, key)
 
     def _apply_batch(
-        self, s: SourceDef, batch: Batch, drop_late: bool, heartbeat: int | None, key: str | None
+        self,
+        s: SourceDef,
+        batch: Batch,
+        drop_late: bool,
+        heartbeat: int | None,
+        key: str | None,
+        replay: tuple[Decision | None] | None = None,
     ) -> dict[str, Any]:
         """Push a batch with its timestamps assigned, heartbeat, log, run (under the lock): the
-        part of `apply` a log record replays."""
+        part of `apply` a log record replays. `replay`: (the admission decision the log recorded,)
+        — applied instead of deciding again."""
         n = len(batch)
         inp = self.d.inputs[s.name.lower()]
-        late0 = inp.late
+        late0, refused0 = inp.late, inp.refused
+        self.d.admission.last = None
         try:
-            if n:
+            if n and replay is not None:
+                self.d.push_batch(s.name, batch, drop_late=drop_late, decision=replay[0], replayed=True)
+            elif n:
                 self.d.push_batch(s.name, batch, drop_late=drop_late)
         except InputError as e:  # counted, and the reply names the source
             self.rejected[s.name] += n
             self.rejected_pushes[e.code] += 1
             e.details["source"] = s.name
+            dec = self.d.admission.last
+            if dec is not None and dec.levels is not None:  # the controller stepped before the push failed
+                self.journal.log("approximate", levels={str(q): k for q, k in dec.levels.items()}, reason=dec.reason)
             raise
         if heartbeat is not None:
             self.d.heartbeat(s.name, int(heartbeat))  # the engine ignores a heartbeat below the time
-        self.journal.log_push(s.name, batch, drop_late, heartbeat, key)  # before the reply: durable when acked
+        dec = self.d.admission.last
+        # before the reply: durable when acked
+        self.journal.log_push(s.name, batch, drop_late, heartbeat, key, None if dec is None else dec.to_json())
         late = int(inp.late - late0)  # dropped as late (late=drop, or behind a slack): not accepted
+        refused = int(inp.refused - refused0)  # refused by admission control under overload
         accepted = n - late
         self.accepted[s.name] += accepted
         self.pushes += 1
-        reply = {"source": s.name, "accepted": accepted, "late": late, "replayed": False}
+        reply = {"source": s.name, "accepted": accepted, "late": late, "refused": refused, "replayed": False}
         if key is not None:  # recorded once applied: a retry after a failed run must not apply twice
             self.idempotency.record(s.name, key, reply)
         if n or heartbeat is not None:

@@ -85,6 +85,11 @@ class PushResult(BaseModel):
         description="tuples of the push dropped as late (not in `accepted`): later than the stream's slack, or "
         "(with `late=drop`) older than the source's time",
     )
+    refused: int = Field(
+        0,
+        description="tuples of the push (counted in `accepted`) that admission control refused under overload: "
+        "admitting them would have put the engine's queue memory over its limit (docs/approximation.md)",
+    )
     replayed: bool = Field(
         False,
         description="true: this push's Idempotency-Key was applied before; nothing was done and this is "
@@ -168,7 +173,10 @@ class QueryOut(BaseModel):
     approximation: dict[str, Any] | None = Field(
         None,
         description="the overload controller's approximation in force (docs/approximation.md): "
-        '`{"sampling_rate": 0.4, "since": <clock second>, "reason": "..."}`; null: exact results',
+        '`{"sampling_rate": 0.4, "since": <clock second>, "reason": "...", "refused_rows": 120}` '
+        "(`refused_rows`: rows of the sources it reads that admission control refused under overload; "
+        "`since` is null once the query is exact again but rows were refused); null: exact results, "
+        "nothing refused",
     )
     bounded_memory: bool | None = Field(
         None,

@@ -131,11 +131,22 @@ class Journal:
             ) from None
         self.since_checkpoint += 1
 
-    def log_push(self, source: str, batch: Batch, drop_late: bool, heartbeat: int | None, key: str | None) -> None:
+    def log_push(
+        self,
+        source: str,
+        batch: Batch,
+        drop_late: bool,
+        heartbeat: int | None,
+        key: str | None,
+        admission: dict[str, Any] | None = None,
+    ) -> None:
+        """A push as it was offered, with admission control's decision for it (None: admitted as it
+        was; engine/approx/admission.py Decision.to_json): the replay applies that decision."""
         if self.wal is None or self.replaying:
             return
         codec, data = encode_batch(batch)
-        self.log("push", data, source=source, codec=codec, drop_late=drop_late, heartbeat=heartbeat, key=key)
+        extra = {} if admission is None else {"admission": admission}
+        self.log("push", data, source=source, codec=codec, drop_late=drop_late, heartbeat=heartbeat, key=key, **extra)
 
     # ------------------------------------------------------------ recovery
     def recover(self) -> None:

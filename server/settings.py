@@ -54,6 +54,8 @@ class Settings:
     overload_control: bool = False
     overload_queue_memory_limit: int | None = 100 << 20  # bytes in the engine's queues
     overload_cpu_limit: float | None = None  # engine seconds per second
+    overload_admission: bool = True  # refuse rows at push time over the queue memory limit
+    overload_policy: str = "weighted"  # who loses precision first (engine/approx/shedding.py)
     work_budget: int | None = 100_000  # input elements per operator call, so limits are checked within a run
     max_pending_pushes: int = 64  # pushes in flight (reading, waiting for the engine, running) before 429
     max_engine_lag: float = 5.0  # s the engine may be busy on one call before pushes get 429 and /readyz 503

@@ -73,8 +73,20 @@ def decode_batch(codec: str, data: bytes) -> Batch:
 
 
 def _push(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:
+    """A push, with the admission decision the live push made (none recorded: admitted as it was)."""
+    from cqlstream.engine.approx.admission import Decision
+
     batch = decode_batch(h["codec"], payload)
-    host._apply_batch(host._source(h["source"]), batch, h.get("drop_late", False), h.get("heartbeat"), h.get("key"))
+    adm = h.get("admission")
+    decision = None if adm is None else Decision.from_json(adm)
+    host._apply_batch(
+        host._source(h["source"]),
+        batch,
+        h.get("drop_late", False),
+        h.get("heartbeat"),
+        h.get("key"),
+        replay=(decision,),
+    )
 
 
 def _heartbeat(host: EngineHost, h: dict[str, Any], payload: bytes) -> None:

@@ -42,6 +42,9 @@ class Hand:
 
 
 def controlled(hand: Hand, **config) -> Dsms:
+    """An engine whose controller sees the hand's load. Admission control measures the real queues
+    at push time (tests/test_overload_admission.py): off here unless a test asks for it."""
+    config.setdefault("admission", False)
     d = Dsms(clock=hand.clock, overload=OverloadConfig(enabled=True, **config))
     assert d.approx is not None
     d.approx.measure = hand.measure
@@ -210,7 +213,7 @@ def _feed_ticking(d: Dsms, hand: Hand, inputs, loads=None) -> Results:
 def test_no_overload_changes_no_result(data):
     inputs = {"S": data.draw(stream_events(n=12)), "T": data.draw(stream_events(n=12))}
     hand = Hand()
-    d = controlled(hand, queue_memory_limit=1 << 30, cpu_limit=100.0, interval=0.0)
+    d = controlled(hand, queue_memory_limit=1 << 30, cpu_limit=100.0, interval=0.0, admission=True)
     d.approx.measure = d.approx._measure  # the real queue bytes; the hand clock never moves the cpu
     hs = [d.register_query(q) for q in QUERIES]
     res = _feed_ticking(d, hand, inputs)

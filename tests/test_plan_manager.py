@@ -340,6 +340,7 @@ def test_weights_and_scheduler_knobs_do_not_change_results():
         "queue_memory_limit": 100 << 20,
         "cpu_limit": None,
         "overload_policy": "weighted",
+        "overload_admission": "on",
     }
     with pytest.raises(KnobError):
         d.set_knob("engine", "scheduler", "fastest")

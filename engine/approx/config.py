@@ -15,12 +15,15 @@ LADDER = (1.0, 0.8, 0.6, 0.4, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01)
 class OverloadConfig:
     """When the engine counts as overloaded and how the controller reacts.
 
-    `queue_memory_limit`: bytes held in queues (un-processed input and intermediate results);
+    `queue_memory_limit`: bytes held in queues (un-processed input and intermediate results) and
+    pending in operators (elements a window holds before they enter it);
     `cpu_limit`: engine seconds per clock second (1.0: the engine is busy all the time).
     None: that resource is not watched. The controller acts at most every `interval` clock
     seconds; after a change it waits `settle` ticks for the change to show before it sheds more,
     and each time cuts the kept input by `decrease` at least (the sum of the queries' rates); it
-    gives precision back one step after `calm` ticks in a row under `recover_below` × limit."""
+    gives precision back one step after `calm` ticks in a row under `recover_below` × limit.
+    `admission`: refuse rows at push time so that queue memory stays under its limit
+    (engine/approx/admission.py) instead of waiting for the next tick to see it grown."""
 
     enabled: bool = False
     queue_memory_limit: int | None = 100 << 20
@@ -32,15 +35,16 @@ class OverloadConfig:
     decrease: float = 0.2  # one shedding tick cuts the kept input by this fraction at least
     ladder: tuple[float, ...] = LADDER
     policy: str = "weighted"
+    admission: bool = True  # refuse rows at push time that would put queue memory over its limit
 
 
-def switch(v: object) -> bool:
-    """The `approximation` knob: off or on."""
+def switch(v: object, knob: str = "approximation") -> bool:
+    """An on/off knob (`approximation`, `overload_admission`)."""
     if v in ("on", True):
         return True
     if v in ("off", False):
         return False
-    raise KnobError(f"approximation must be 'off' or 'on', got {v!r}")
+    raise KnobError(f"{knob} must be 'off' or 'on', got {v!r}")
 
 
 def queue_memory_limit(v: object) -> int | None:

@@ -59,8 +59,11 @@ class Change:
 
 
 def queue_bytes(d: Dsms) -> int:
-    """Bytes held by every queue of the plan (source queues hold the input not processed yet)."""
-    return sum(pn.queue.nbytes() for pn in d.plan.nodes.values())
+    """Bytes held by every queue of the plan (source queues hold the input not processed yet) and
+    pending in operators (`Operator.pending_bytes`: input taken but not processed yet, such as the
+    elements a window holds until its next slide): everything the engine holds that it has not
+    worked off."""
+    return sum(pn.queue.nbytes() for pn in d.plan.nodes.values()) + sum(op.pending_bytes() for op in d.plan.operators)
 
 
 def engine_seconds(d: Dsms) -> float:
@@ -87,8 +90,8 @@ class Controller:
         clock: Callable[[], float] | None = None,
         measure: Callable[[], Load] | None = None,
     ) -> None:
-        if config.policy not in shedding.POLICIES:
-            raise KnobError(f"overload policy must be one of {sorted(shedding.POLICIES)}, got {config.policy!r}")
+        if config.policy not in shedding.policy_names():
+            raise KnobError(f"overload policy must be one of {shedding.policy_names()}, got {config.policy!r}")
         self.d = d
         self.config = config
         self.clock = clock  # None: the engine's clock (kept None so a checkpoint can pickle the controller)
@@ -109,6 +112,7 @@ class Controller:
         self.load = Load(0)
         self._cpu_mark: tuple[float, float] | None = None
         self._touched: dict[tuple[str, int], tuple[Any, float]] = {}  # entity → (object, rate before)
+        self._policy: tuple[str, shedding.Policy] | None = None  # (name, the policy) in use
 
     # ------------------------------------------------------------ measuring
     def now(self) -> float:
@@ -165,6 +169,13 @@ class Controller:
             self.quiet = 0
         return self.apply(now, why if p > 1 else f"load fell: {why}")
 
+    def policy(self) -> shedding.Policy:
+        """The configured policy (a stateful one is made once per controller and kept)."""
+        cur = getattr(self, "_policy", None)
+        if cur is None or cur[0] != self.config.policy:
+            cur = self._policy = (self.config.policy, shedding.make_policy(self.config.policy))
+        return cur[1]
+
     def _candidates(self) -> list[shedding.Candidate]:
         lad = self.config.ladder
         out = []
@@ -194,7 +205,7 @@ class Controller:
         target = min(1.0 - self.config.decrease, 1.0 / max(pressure, 1.0)) * sum(before.values())
         moved = None
         for _ in range(len(self.config.ladder) * max(len(self.d.queries), 1)):
-            qid = shedding.POLICIES[self.config.policy](self._candidates(), move)
+            qid = self.policy()(self._candidates(), move)
             if qid is None:
                 break
             moved = qid
@@ -261,12 +272,18 @@ class Controller:
         self.apply(self.now(), reason)
 
     def of(self, qid: int) -> dict[str, Any] | None:
-        """The approximation in force for query `qid` (None: exact)."""
+        """The approximation in force for query `qid` and the rows admission refused it so far
+        (None: exact, nothing refused)."""
         a = self.state.get(qid)
-        return None if a is None else a.to_dict()
+        refused = self.d.admission.by_query.get(qid, 0)
+        if a is None and not refused:
+            return None
+        out = a.to_dict() if a is not None else {"sampling_rate": 1.0, "since": None, "reason": "exact again"}
+        return {**out, "refused_rows": refused}
 
     def take_events(self) -> list[tuple[str, str, float]]:
-        out = list(self.events)
+        """Changes of approximation since the last call, then admission's refusals (SysStream)."""
+        out = list(self.events) + self.d.admission.take_events()
         self.events.clear()
         return out
 
@@ -276,4 +293,5 @@ class Controller:
             "approx_queries": len(self.state),
             "approx_queue_bytes": self.load.queue_bytes,
             "approx_changes": len(self.history),
+            "approx_refused_rows": self.d.admission.refused,
         }

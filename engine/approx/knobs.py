@@ -1,6 +1,7 @@
 """The overload controller's engine knobs: `approximation` (off | on), `queue_memory_limit`
-(bytes), `cpu_limit` (engine seconds per second) and `overload_policy` (a name in
-engine/approx/shedding.py POLICIES). Turning approximation off gives every knob back."""
+(bytes), `cpu_limit` (engine seconds per second), `overload_policy` (a name in
+engine/approx/shedding.py POLICIES) and `overload_admission` (on | off: admission control at push
+time, engine/approx/admission.py; it acts only while approximation is on). Turning approximation off gives every knob back."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def configure(d: Dsms, config: OverloadConfig) -> None:
     """Make `config` the engine's; start or stop the controller as it says."""
     from cqlstream.engine.approx.controller import Controller
 
-    if config.policy not in shedding.POLICIES:
-        raise KnobError(f"overload_policy must be one of {sorted(shedding.POLICIES)}, got {config.policy!r}")
+    if config.policy not in shedding.policy_names():
+        raise KnobError(f"overload_policy must be one of {shedding.policy_names()}, got {config.policy!r}")
     d.overload = config
     if config.enabled and d.approx is None:
         d.approx = Controller(d, config)
@@ -34,8 +35,8 @@ def configure(d: Dsms, config: OverloadConfig) -> None:
 
 
 def _policy(v: object) -> str:
-    if not isinstance(v, str) or v not in shedding.POLICIES:
-        raise KnobError(f"overload_policy must be one of {sorted(shedding.POLICIES)}, got {v!r}")
+    if not isinstance(v, str) or v not in shedding.policy_names():
+        raise KnobError(f"overload_policy must be one of {shedding.policy_names()}, got {v!r}")
     return v
 
 
@@ -51,6 +52,10 @@ KNOBS: dict[str, tuple[Callable[[C.OverloadConfig], Any], Callable[[C.OverloadCo
     ),
     "cpu_limit": (lambda c: c.cpu_limit, lambda c, v: replace(c, cpu_limit=C.cpu_limit(v))),
     "overload_policy": (lambda c: c.policy, lambda c, v: replace(c, policy=_policy(v))),
+    "overload_admission": (
+        lambda c: "on" if c.admission else "off",
+        lambda c, v: replace(c, admission=C.switch(v, "overload_admission")),
+    ),
 }
 
 

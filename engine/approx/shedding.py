@@ -60,12 +60,30 @@ def uniform(cands: list[Candidate], move: str) -> int | None:
     return min(steps)[1] if steps else None
 
 
+def _allocator() -> Policy:
+    from cqlstream.engine.approx.allocator_policy import AllocatorPolicy
+
+    return AllocatorPolicy()
+
+
+# stateless policies by name, and policies keeping state across calls by name → a factory (each
+# controller gets its own instance: engine/approx/allocator_policy.py)
 POLICIES: dict[str, Policy] = {"weighted": weighted, "uniform": uniform}
+STATEFUL: dict[str, Callable[[], Policy]] = {"allocator": _allocator}
 
 
 def register_policy(name: str, policy: Policy) -> None:
-    """Plug in another way of choosing whose precision goes (e.g. a precision-maximizing allocator)."""
+    """Plug in another way of choosing whose precision goes."""
     POLICIES[name] = policy
+
+
+def policy_names() -> list[str]:
+    return sorted(set(POLICIES) | set(STATEFUL))
+
+
+def make_policy(name: str) -> Policy:
+    """The policy called `name` (a new instance of a stateful one)."""
+    return POLICIES[name] if name in POLICIES else STATEFUL[name]()
 
 
 # ---------------------------------------------------------------- placement

@@ -295,6 +295,12 @@ class Operator(ABC):
     def state_bytes(self) -> int:
         return 0
 
+    def pending_bytes(self) -> int:
+        """Bytes of input taken from the queues but not processed yet (e.g. elements a window
+        holds until they enter it): queue memory the overload controller counts, though no queue
+        holds it any more."""
+        return 0
+
     def events(self) -> list[tuple[str, float]]:
         """(metric, value) events since the last call, for SysStream (e.g. a selection's re-orderings)."""
         return []

@@ -52,6 +52,9 @@ class WindowOp(Operator):
     def state_bytes(self) -> int:
         return self.logic.state_bytes()  # a shared store counts at plan level
 
+    def pending_bytes(self) -> int:
+        return self.logic.pending_bytes()
+
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         if self.store is not None:
             return self.store.deltas(self, bound)

@@ -55,6 +55,10 @@ class WindowLogic(ABC):
     def state_bytes(self) -> int:
         return 0 if self.buf is None else self.buf.nbytes()
 
+    def pending_bytes(self) -> int:
+        """Bytes of elements held that have not entered the window yet."""
+        return 0
+
 
 class PassThroughLogic(WindowLogic):
     """Unbounded windows: every element enters, none leaves, so the deltas are the input and
@@ -98,6 +102,12 @@ class TimeWindowLogic(WindowLogic):
 
     def contents(self) -> Batch | None:
         return None if self.buf is None else self.buf.take(self.entered)
+
+    def pending_bytes(self) -> int:
+        """Elements whose t_in the bound has not reached (a slide not closed yet), in proportion."""
+        n = 0 if self.buf is None else len(self.buf)
+        waiting = n - int(np.count_nonzero(self.entered)) if n else 0
+        return 0 if not waiting or self.buf is None else self.buf.nbytes() * waiting // n
 
 
 class RowsLogic(WindowLogic):

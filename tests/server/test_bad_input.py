@@ -340,10 +340,10 @@ def test_accepted_counts_only_the_rows_that_entered(c):
     c.post("/streams", content="register stream M (A integer)", headers={"content-type": "text/plain"})
     assert c.post("/streams/L/tuples", json=[{"ts": t, "A": t} for t in (10, 11)]).json()["accepted"] == 2
     r = c.post("/streams/L/tuples", json=[{"ts": t, "A": t} for t in (1, 9, 2)])  # 1 and 2 are beyond the slack
-    assert r.json() == {"source": "L", "accepted": 1, "late": 2, "replayed": False}
+    assert r.json() == {"source": "L", "accepted": 1, "late": 2, "refused": 0, "replayed": False}
     assert c.post("/streams/M/tuples", json=[{"ts": 5, "A": 0}]).json()["accepted"] == 1
     r = c.post("/streams/M/tuples", json=[{"ts": t, "A": t} for t in (3, 5, 4, 6)], params={"late": "drop"})
-    assert r.json() == {"source": "M", "accepted": 2, "late": 2, "replayed": False}
+    assert r.json() == {"source": "M", "accepted": 2, "late": 2, "refused": 0, "replayed": False}
     assert c.get("/streams/L").json()["accepted"] == 3 and c.get("/streams/M").json()["accepted"] == 3
     assert 'cqlstream_tuples_accepted_total{source="M"} 3' in c.get("/metrics").text
 

@@ -90,7 +90,7 @@ def test_a_retry_with_the_same_key_applies_once_and_replays_the_reply(server, ht
     col = start(server, until=9)
     first = http.post(TUPLES, json=rows(1, 2, 3, 4, 5), headers={"Idempotency-Key": "batch-1"})
     assert first.status_code == 200 and "idempotent-replayed" not in first.headers
-    assert first.json() == {"source": "S", "accepted": 5, "late": 0, "replayed": False}
+    assert first.json() == {"source": "S", "accepted": 5, "late": 0, "refused": 0, "replayed": False}
     again = http.post(TUPLES, json=rows(1, 2, 3, 4, 5), headers={"Idempotency-Key": "batch-1"})
     assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
     assert again.json() == {**first.json(), "replayed": True}
@@ -99,7 +99,7 @@ def test_a_retry_with_the_same_key_applies_once_and_replays_the_reply(server, ht
     assert other.json() == {**first.json(), "replayed": True}
     assert source(http)["accepted"] == 5 and source(http)["max_ts"] == 5
     nxt = http.post(TUPLES, json=rows(6, 8), params={"heartbeat": 10}, headers={"Idempotency-Key": "batch-2"})
-    assert nxt.json() == {"source": "S", "accepted": 2, "late": 0, "replayed": False}
+    assert nxt.json() == {"source": "S", "accepted": 2, "late": 0, "refused": 0, "replayed": False}
     assert col.result() == reference_through(rows(1, 2, 3, 4, 5) + rows(6, 8), 9)
     assert metric(http, 'cqlstream_pushes_replayed_total{source="S"}') == "2"
     assert metric(http, 'cqlstream_idempotency_keys{source="S"}') == "2"
@@ -113,7 +113,7 @@ def test_different_keys_both_apply_and_keys_are_per_source(server, http):
         r = http.post(TUPLES, json=rows(5), headers={"Idempotency-Key": key})
         assert r.json()["replayed"] is False
     r = http.post("/streams/T/tuples", json=rows(5), headers={"Idempotency-Key": "a"})
-    assert r.json() == {"source": "T", "accepted": 1, "late": 0, "replayed": False}
+    assert r.json() == {"source": "T", "accepted": 1, "late": 0, "refused": 0, "replayed": False}
     r = http.post("/streams/t/tuples", json=rows(5), headers={"Idempotency-Key": "a"})  # names are case-insensitive
     assert r.json()["replayed"] is True
     assert source(http)["accepted"] == 2 and source(http, "T")["accepted"] == 1
@@ -126,13 +126,13 @@ def test_a_rejected_push_records_no_key_and_can_be_retried_fixed(server, http):
     r = http.post(TUPLES, json=bad, headers={"Idempotency-Key": "k"})
     assert r.status_code == 422 and r.json()["row"] == 1 and "idempotent-replayed" not in r.headers
     r = http.post(TUPLES, json=rows(1, 2), headers={"Idempotency-Key": "k"})
-    assert r.json() == {"source": "S", "accepted": 2, "late": 0, "replayed": False}
+    assert r.json() == {"source": "S", "accepted": 2, "late": 0, "refused": 0, "replayed": False}
     # a late row rejects the whole push (the default); the same key with late=drop then applies
     r = http.post(TUPLES, json=rows(1, 3), headers={"Idempotency-Key": "k2"})
     assert r.status_code == 422 and r.json()["code"] == "invalid_input" and "already accepted" in r.json()["detail"]
     assert source(http)["accepted"] == 2 and source(http)["max_ts"] == 2
     r = http.post(TUPLES, json=rows(1, 3), params={"late": "drop"}, headers={"Idempotency-Key": "k2"})
-    assert r.json() == {"source": "S", "accepted": 1, "late": 1, "replayed": False}
+    assert r.json() == {"source": "S", "accepted": 1, "late": 1, "refused": 0, "replayed": False}
     assert metric(http, 'cqlstream_idempotency_keys{source="S"}') == "2"
 
 
@@ -144,7 +144,7 @@ def test_late_drop_counts_and_equals_pushing_only_the_in_time_rows(server, http)
     assert r.status_code == 422 and r.json()["row"] == 0 and r.json()["field"] == "ts"
     assert source(http)["accepted"] == 3 and source(http)["max_ts"] == 3
     r = http.post(TUPLES, json=rows(1, 2, 3, 5, 6), params={"late": "drop"})
-    assert r.json() == {"source": "S", "accepted": 3, "late": 2, "replayed": False}
+    assert r.json() == {"source": "S", "accepted": 3, "late": 2, "refused": 0, "replayed": False}
     r = http.post(TUPLES, json=rows(4, 9), params={"late": "drop", "heartbeat": 12})
     assert r.json()["late"] == 1
     in_time = rows(1, 3, 3) + rows(1, 2, 3, 5, 6)[2:] + rows(4, 9)[1:]
@@ -221,7 +221,7 @@ def test_client_arrow_push_with_a_key_late_drop_and_heartbeat(server):
     with Client(server.url) as c:
         table = pa.table({"ts": [1, 2, 4], "A": [1, 2, 1], "B": [5, 6, 7]})
         first = c.push_result("S", table, idempotency_key="arrow-1")
-        assert first == {"source": "S", "accepted": 3, "late": 0, "replayed": False}
+        assert first == {"source": "S", "accepted": 3, "late": 0, "refused": 0, "replayed": False}
         assert c.push_result("S", table, idempotency_key="arrow-1") == {**first, "replayed": True}
         late = pa.table({"ts": [3, 6], "A": [0, 0], "B": [8, 9]})
         assert c.push("S", late, late="drop", heartbeat=9, idempotency_key="arrow-2") == 1  # not the late row

@@ -59,8 +59,8 @@ async function refresh() {
       const label = q.name || `query ${q.id}`;
       return h("tr", { "data-id": q.id },
         h("td", { class: "num" }, q.id), h("td", { title: q.cql }, q.name || q.cql.slice(0, 40)), h("td", {}, q.kind),
-        h("td", { title: approxTitle(q.approximation) }, (q.active ? "active" : "inactive") +
-          (q.approximation ? `, sampled ${Math.round(q.approximation.sampling_rate * 100)}%` : "")),
+        h("td", { title: [approxTitle(q.approximation), staticTitle(q.static_approximation)].filter(Boolean).join("\n") },
+          (q.active ? "active" : "inactive") + approxText(q.approximation) + staticText(q.static_approximation)),
         h("td", { class: "num" }, fmt(q.weight)),
         h("td", { class: "num" }, rate(inRate(q.id))),
         h("td", { class: "num" }, rate(sample(`query:${q.id}`, c.results))),
@@ -82,9 +82,27 @@ async function refresh() {
   if (keep) sel.value = keep;
 }
 
-// the overload controller's approximation of a query (absent or null: exact results)
+// the overload controller's approximation of a query (absent or null: exact results, nothing refused)
 function approxTitle(a) {
-  return a ? `approximate since ${new Date(a.since * 1000).toLocaleTimeString()}: ${a.reason}` : "";
+  return a && a.since !== null ? `approximate since ${new Date(a.since * 1000).toLocaleTimeString()}: ${a.reason}` : "";
+}
+
+function approxText(a) {
+  if (!a) return "";
+  const rate = a.sampling_rate < 1 ? `, sampled ${Math.round(a.sampling_rate * 100)}%` : "";
+  return rate + (a.refused_rows ? `, ${a.refused_rows} rows refused` : "");
+}
+
+// static approximation approved at registration (absent or null: registered exact)
+function staticText(s) {
+  if (!s) return "";
+  return s.exact ? ", static approximation: none applied" : `, static approximation (${s.applied.length} rewrite${s.applied.length === 1 ? "" : "s"})`;
+}
+
+function staticTitle(s) {
+  if (!s) return "";
+  return ["static approximation:", ...s.applied.map((a) => `${a.rule}: ${a.before} → ${a.after} (${a.why})`),
+    ...s.refused.map((r) => `${r.rule} refused at ${r.at}: ${r.reason}`)].join("\n");
 }
 
 export function init(navigate) {
