@@ -8,8 +8,10 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch
 from cqlstream.io.formats import RESULT_FORMATS
 from cqlstream.server.result_history import ResultHistory
@@ -45,6 +47,30 @@ class ResultChunk:
                 if got is None:
                     got = self._enc[fmt] = RESULT_FORMATS[fmt].elements(self.batch)
         return got
+
+
+class ControlChunk(ResultChunk):
+    """A control message in a query's result stream (no elements), in order with the results
+    around it: today `approximation`, sent when the overload controller changes what is in force."""
+
+    __slots__ = ("event", "info")
+
+    def __init__(self, event: str, info: dict[str, Any], types: Sequence[DataType]):
+        super().__init__(Batch.empty(types), None)
+        self.event = event
+        self.info = info
+
+    def encoded(self, fmt: str) -> bytes:
+        return RESULT_FORMATS[fmt].control(self.event, self.info)
+
+
+def approximation_message(approx: dict[str, Any] | None) -> dict[str, Any]:
+    """What the result stream says of a query's approximation: its sampling rate, since when and
+    why (exact: rate 1.0, no `since`). Refused-row counts change with every push and stay in the
+    query's reply and control table, not in the stream."""
+    if approx is None or approx.get("since") is None:
+        return {"sampling_rate": 1.0, "since": None, "reason": "exact"}
+    return {k: approx[k] for k in ("sampling_rate", "since", "reason")}
 
 
 class Subscriber:
@@ -89,12 +115,19 @@ class Subscriber:
                 self.count = 0
                 self._wake(lag=True)
                 return False
-            if n == 0 and self.buf and not len(self.buf[-1]):
+            control = isinstance(chunk, ControlChunk)
+            if (
+                n == 0
+                and not control
+                and self.buf
+                and not len(self.buf[-1])
+                and not isinstance(self.buf[-1], ControlChunk)
+            ):
                 self.buf[-1] = chunk  # progress only: keep the latest, so a stalled reader holds O(1) of them
             else:
                 self.buf.append(chunk)
             self.count += n
-            if n or self.waiting:
+            if n or control or self.waiting:
                 if wakes is None:
                     self._wake()
                 else:
@@ -170,6 +203,7 @@ class Publication:
         self.through: int | None = None  # results are published (final) through this instant
         self.emitted = 0
         self.history = ResultHistory(history)  # what was published, for subscribers resuming after an instant
+        self.approximation: dict[str, Any] = approximation_message(None)  # last told to the subscribers
 
     def live(self) -> int:
         return sum(1 for s in list(self.subscribers.values()) if not s.detached)
@@ -242,6 +276,7 @@ class Fanout:
                 pub.sub = self.d.subscribe(pub.handle.id)
                 pub.history.restart(pub.through)
                 pub.through = None
+            self._tell_approximation(pub, wakes)
             b = pub.sub.poll()
             through = pub.sub.final_through
             if not len(b) and through == pub.through:
@@ -269,9 +304,23 @@ class Fanout:
                 s.capacity,
             )
 
+    def _tell_approximation(self, pub: Publication, wakes: list[Subscriber]) -> None:
+        """A change of the query's approximation becomes an `approximation` control message, ahead
+        of the results published with it (docs/approximation.md)."""
+        now = approximation_message(None if self.d.approx is None else self.d.approx.of(pub.handle.id))
+        if now == pub.approximation:
+            return
+        pub.approximation = now
+        chunk = ControlChunk("approximation", now, [a.type for a in pub.handle.schema])
+        for s in list(pub.subscribers.values()):
+            if not s.detached and not s.offer(chunk, wakes):
+                self._lagged(pub, s)
+
     def attach(self, pub: Publication, fmt: str, loop: asyncio.AbstractEventLoop, capacity: int) -> Subscriber:
         s = Subscriber(self, pub.handle.id, fmt, loop, capacity, self.lag_grace)
         pub.subscribers[s.id] = s
+        if pub.approximation["since"] is not None:  # approximated now: say so before any result
+            s.offer(ControlChunk("approximation", pub.approximation, [a.type for a in pub.handle.schema]))
         return s
 
     def resume(self, pub: Publication, after: int) -> Batch:

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from cqlstream.io.formats import RESULT_FORMATS
-from cqlstream.server.publication import ResultChunk, Subscriber
+from cqlstream.server.publication import ControlChunk, ResultChunk, Subscriber
 
 
 class _Abandon(Exception):
@@ -113,6 +113,9 @@ class ResultsResponse(Response):
 
     async def _emit(self, send: Send, chunk: ResultChunk) -> bool:
         """Send a chunk's elements (within until/limit); True when the stream is complete."""
+        if isinstance(chunk, ControlChunk):
+            await self._send(send, chunk.encoded(self.fmt))
+            return False
         b = chunk.batch
         done = False
         if len(b):
