@@ -137,13 +137,13 @@ op.set_knob("memory_limit", 5)
     assert violations(fine, "y.py", concrete) == []
 
 
-LOGIC_PROTOCOL = {"process", "contents", "state_bytes"}
+LOGIC_PROTOCOL = {"process", "contents", "state_bytes", "pending_bytes"}
 
 
 def test_window_buffers_stay_in_their_logic():
     """A window's buffers belong to its runtime (engine/operators/window_logic.py): everywhere
-    else, in the operators too, a window's `logic` is only asked `process`, `contents` and
-    `state_bytes`, and the window operator keeps no buffer of its own."""
+    else, in the operators too, a window's `logic` is only asked `process`, `contents`,
+    `state_bytes` and `pending_bytes`, and the window operator keeps no buffer of its own."""
     found = []
     for p in sorted((ROOT / "engine").rglob("*.py")):
         if p.name == "window_logic.py":
