@@ -113,6 +113,7 @@ function open(qid) {
   pending = [];
   $("results-body").replaceChildren();
   $("results-info").textContent = "";
+  $("results-approx").textContent = "";
   setState("connecting", "");
   const stop = (name, cls) => (data) => {
     flush();
@@ -130,6 +131,14 @@ function open(qid) {
     message: (data) => {
       pending.push(JSON.parse(data));
       if (!frame) frame = requestAnimationFrame(flush);
+    },
+    // the overload controller changed the query's sampling rate: results from here on are at that rate
+    approximation: (data) => {
+      flush();
+      const a = JSON.parse(data);
+      const el = $("results-approx");
+      el.textContent = a.since === null ? "" : `sampled ${Math.round(a.sampling_rate * 100)}%`;
+      el.title = a.since === null ? "" : `${a.reason} (since ${new Date(a.since * 1000).toLocaleTimeString()})`;
     },
     lagged: stop("lagged", "lagged"),
     end: stop("end", "ended"),
