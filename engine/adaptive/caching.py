@@ -194,6 +194,7 @@ class ACaching:
         self.events: deque[tuple[str, float]] = deque(maxlen=self.EVENTS)
         self.log: deque[dict[str, Any]] = deque(maxlen=20)
         self.selections = 0
+        self.last_used: list[str] = []
         n = op.n
         # per pipeline: probing rows, and per step rows in/out, over the last W observations
         self.step_obs: list[deque[np.ndarray]] = [deque(maxlen=config.window) for _ in range(n)]
@@ -473,7 +474,10 @@ class ACaching:
                 self._drop(c, "not selected", unused=True)
             else:
                 c.state = UNUSED
-        self.log.append({"selection": self.selections, "used": [c.name for c in self.used()]})
+        names = [c.name for c in self.used()]
+        if names != self.last_used:  # the log keeps changes only
+            self.log.append({"selection": self.selections, "used": names})
+            self.last_used = names
         self.events.append(("cache_selection", float(self.selections)))
 
     def _use(self, c: Candidate, capacity: int, reason: str) -> None:
