@@ -594,10 +594,15 @@ class PipelineCall:
         else:
             present, q, pairs = c.store.lookup(keys)
             present &= valid
+        # stored combos: resolve ids to this call's state rows, keep those alive at the probe's seq
+        stored = self._stored(c, q[present[q]] if len(q) else q, pairs[present[q]] if len(q) else pairs, seq)
+        if stored is None:  # a cached tuple left the state unseen (never expected): start over, all miss
+            c.store.clear()
+            present[:] = False
+            stored = (np.zeros(0, np.int64), np.zeros((0, len(c.seg)), np.int64))
+        hq, hrows = stored
         hit = present
         self.ac.observe_keys(c, keys, valid, len(ev), int(hit.sum()))
-        # stored combos: resolve ids to this call's state rows, keep those alive at the probe's seq
-        hq, hrows = self._stored(c, q[present[q]] if len(q) else q, pairs[present[q]] if len(q) else pairs, seq)
         # this call's new combos (supplied before this pipeline ran) alive at the probe's seq
         d = _cat_delta(self.ac.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
         hq2, hrows2 = self._fresh(keys, hit, d, seq)
@@ -616,7 +621,8 @@ class PipelineCall:
 
     def _stored(
         self, c: Candidate, q: np.ndarray, combos: np.ndarray, seq: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Hits from stored combos (None if some cached id is not in this call's state)."""
         assert c.store is not None
         rows = np.zeros((len(q), len(c.seg)), np.int64)
         alive = np.ones(len(q), bool)
@@ -626,9 +632,11 @@ class PipelineCall:
             order = np.argsort(state_ids, kind="stable")
             want = c.store.combo_ids[combos, pos]
             at = np.searchsorted(state_ids[order], want)
-            assert len(at) == 0 or (at < len(order)).all(), "a cached tuple is not in the join state"
+            if len(at) and not (at < len(order)).all():
+                return None
             r = order[at]
-            assert (state_ids[r] == want).all(), "a cached tuple is not in the join state"
+            if not (state_ids[r] == want).all():
+                return None
             rows[:, pos] = r
             alive &= _hi_of_rows(t, r) > seq[q]
         return q[alive], rows[alive]
