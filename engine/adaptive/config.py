@@ -3,8 +3,9 @@ profile tuples are kept, and the thrashing-avoidance tolerance α."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.errors import KnobError
 
 OFF = "off"
@@ -30,7 +31,8 @@ class AdaptiveConfig:
     tuple, counted from the expression) or `measured` (timed per call, fixed overhead taken out:
     engine/adaptive/profile.py). Timings here are mostly per-call overhead that the order does
     not change, and noisy on a shared machine, so `static` is the default; `measured` suits
-    conjuncts calling costly functions."""
+    conjuncts calling costly functions.
+    `caching`: A-Caching's settings for joins (engine/adaptive/cache_config.py)."""
 
     policy: str = "a-greedy"
     probability: float | None = None
@@ -38,6 +40,7 @@ class AdaptiveConfig:
     alpha: float = 0.9
     profile_batch: int = 32
     cost_model: str = "static"
+    caching: CachingConfig = field(default_factory=CachingConfig)
 
     @property
     def p(self) -> float:

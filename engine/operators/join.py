@@ -43,6 +43,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
 from cqlstream.engine import knobs as K
+from cqlstream.engine.adaptive.caching import CACHING_KNOBS, ACaching
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.mjoin import MJOIN_KNOBS, AdaptiveProbes
 from cqlstream.engine.batch import Batch, combine_ids, concat
@@ -532,7 +533,7 @@ JOIN_KNOBS = (
 
 class JoinOp(Operator):
     kind = "join"
-    KNOBS = (*Operator.KNOBS, *JOIN_KNOBS, *MJOIN_KNOBS, *SUMMARY_KNOBS)
+    KNOBS = (*Operator.KNOBS, *JOIN_KNOBS, *MJOIN_KNOBS, *SUMMARY_KNOBS, *CACHING_KNOBS)
     reads_input_stores = True
 
     def __init__(
@@ -569,6 +570,8 @@ class JoinOp(Operator):
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
         # A-Greedy over each pipeline's probe order (engine/adaptive/mjoin.py)
         self.adaptive = AdaptiveProbes(self, options.adaptive if options else AdaptiveConfig())
+        # A-Caching: subresult caches on the pipelines (engine/adaptive/caching.py)
+        self.caching = ACaching(self, (options.adaptive if options else AdaptiveConfig()).caching)
         self.summary, self.summary_bytes = "exact", DEFAULT_BYTES  # reservoir mode: join_summary.py
         self.sampler: ReservoirJoin | None = None
         self._released: list[object] = []
@@ -734,8 +737,9 @@ class JoinOp(Operator):
         self._indexes: dict[tuple[int, tuple[int, ...]], StabIndex] = {}
         self._dropped, self._declined = dropped, False
         parts: list[Probed] = []
+        run = self.caching.start_call(tables, self._const_ok())  # suppliers of caches first
         if self._const_ok():
-            for i in range(self.n):
+            for i in run:
                 if len(evs[i]):
                     res = self._probe_from(i, tables, m)
                     if self._declined:
@@ -747,6 +751,7 @@ class JoinOp(Operator):
             if not self.stores:
                 self.state[k] = t.b.take(t.survivors) if len(t.survivors) != len(t.b) else t.b
             self.counters.extra["unmatched_deletes"] += t.unmatched_deletes
+        self.caching.end_call(tables)  # maintains the caches, creates the entries of misses
         if self.kmon is not None:  # moves the state the constraints make unnecessary out of memory
             self.kmon.after(tables, parts)
         self.counters.extra["state_tuples"] = sum(len(s) for s in (self.state if not self.stores else state))
@@ -760,6 +765,7 @@ class JoinOp(Operator):
         t["adaptive"] = self.adaptive.statistics()
         if self.sampler is not None:
             t["counters"].update(self.sampler.counters())
+        t["caching"] = self.caching.statistics()
         return t
 
     def explain_detail(self) -> list[str]:
@@ -769,10 +775,20 @@ class JoinOp(Operator):
             [] if self.ordering is None or self.n < 3 else [self.ordering.explain(self.probe_orders, self.join_order)]
         )
         summ = [] if self.sampler is None else [summary_line(self.sampler.info())]
-        return order + self.adaptive.explain() + ([self.kmon.summary()] if self.kmon is not None else []) + summ
+        return (
+            order
+            + self.adaptive.explain()
+            + self.caching.explain()
+            + ([self.kmon.summary()] if self.kmon is not None else [])
+            + summ
+        )
 
     def events(self) -> list[tuple[str, float]]:
-        return (self.kmon.events() if self.kmon is not None else []) + self.adaptive.drain_events()
+        return (
+            (self.kmon.events() if self.kmon is not None else [])
+            + self.adaptive.drain_events()
+            + self.caching.drain_events()
+        )
 
     def _const_ok(self) -> bool:
         if not self.const:
@@ -796,7 +812,16 @@ class JoinOp(Operator):
         seq = ti.seq[ti.ev]
         bound = {i}
         applied: set[int] = set()
-        for j in self._order(i):
+        pipe = self.caching.pipeline(i, tables, ti.ev, seq)  # cache hits set aside (engine/adaptive/caching.py)
+        if pipe is not None:
+            idx, seq = pipe.split(idx, seq)
+        for step, j in enumerate(self._order(i)):
+            if pipe is not None and pipe.skips(step, seq):  # every event hit the cache over this step
+                bound.add(j)
+                idx, seq = pipe.after(step, idx, seq)
+                if not len(seq) and not pipe.waiting:
+                    return None
+                continue
             links = [e for e in self.equi if j in (e.a, e.b) and e.other(j) in bound]
             tj = tables[j]
             if links:
@@ -853,7 +878,9 @@ class JoinOp(Operator):
                 keep = self.ev.predicate(c, b)
                 idx = {k: v[keep] for k, v in idx.items()}
                 seq = seq[keep]
-            if not len(seq):
+            if pipe is not None:
+                idx, seq = pipe.after(step, idx, seq)  # hits merged back, deltas handed to caches
+            if not len(seq) and (pipe is None or not pipe.waiting):
                 return None
         return i, idx, seq
 

@@ -1,0 +1,63 @@
+"""Settings of A-Caching (thesis §5.5.5–5.6): subresult caches in an MJoin's pipelines.
+
+`enabled`: caches are considered at all (the `caching` knob; off by default, see bench/README.md).
+`memory`: bytes of cache memory per join (the `cache_memory` knob), handed to the chosen caches in
+order of net benefit per byte.
+`interval_seconds` / `interval_tuples`: the re-optimization interval I (whichever comes first;
+0 turns one off). The thesis uses I = 2 s, and I = 10,000 tuples for its adaptivity experiment;
+a tuple interval makes a run's cache choices independent of timing (tests use it).
+`window`: W, the observations averaged per statistic (thesis default 10).
+`distinct_window`: W_d, keys per Bloom-filter window when estimating a candidate's miss
+probability before it is used; `bloom_bits`: α, bits per key of that filter (≥ 1).
+`threshold`: re-run the selection only if a candidate's net benefit moved by more than this
+fraction since the last selection (thesis refinement (c), 20 %).
+`probe_cost` / `hit_row_cost` / `update_cost`: the cost model's unit costs of a cache lookup per
+probing tuple, per cached row returned on a hit, and per row inserted into or removed from a
+cache, in the units of a join step (1 per probing row plus 1 per row it produces)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cqlstream.engine.errors import KnobError
+
+
+@dataclass(frozen=True)
+class CachingConfig:
+    enabled: bool = False
+    memory: int = 1 << 20
+    interval_seconds: float = 2.0
+    interval_tuples: int = 0
+    window: int = 10
+    distinct_window: int = 64
+    bloom_bits: int = 4
+    threshold: float = 0.2
+    probe_cost: float = 0.5
+    hit_row_cost: float = 1.0
+    update_cost: float = 1.0
+
+
+def enabled(v: object) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("on", "off"):
+        return v.lower() == "on"
+    raise KnobError(f"caching must be on or off (or true/false), got {v!r}")
+
+
+def memory(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise KnobError(f"cache_memory must be a number of bytes >= 0, got {v!r}")
+    return v
+
+
+def seconds(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise KnobError(f"cache_interval must be seconds >= 0 (0: no time interval), got {v!r}")
+    return float(v)
+
+
+def tuples(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise KnobError(f"cache_interval_tuples must be an integer >= 0 (0: no tuple interval), got {v!r}")
+    return v

@@ -1,0 +1,812 @@
+"""A-Caching (thesis §5.4–5.6): subresult caches on the pipelines of an N-ary join (MJoin).
+
+Candidates. In pipeline i (input i's events probing the others in `probe_orders[i]`) a
+candidate cache covers a prefix of s probes, the *segment*. Its key is the probing tuple's side
+of the equi conjuncts linking i to the segment; its value for key u is σ_{K=u} of the segment
+join (combos of segment tuples, stored by id: cache_store.py). A candidate is eligible when the
+segment satisfies the prefix invariant (each segment input's own pipeline starts with the other
+segment inputs, so the regular processing of an update to any segment window computes exactly
+the new segment-join tuples), no non-equi conjunct links the segment to an outside input, and
+the key is numeric.
+
+One call (engine/operators/join.py calls `start_call`, `pipeline`, `end_call`). Pipelines run so
+that every *supplier* (a segment input of a used cache) runs before the cache's pipeline. A
+supplier l hands over, after its first s−1 steps, the combos its inserts formed (`Delta`, with
+their alive interval: from the insert's seq to the first delete of a component). In pipeline i,
+events whose key is present are *hits*: the combos stored at the start of the call that are still
+alive at the event's seq, plus this call's new combos alive then; they skip the segment's steps.
+The other events probe as usual; the first event of each new key creates its entry at the end of
+the call (its results alive at the end, plus the combos formed after it). At the end of the call
+every used cache is maintained: combos that lost a component leave, new combos join present keys.
+A cache is therefore incomplete but never wrong, at every batch size; entries are not dropped on
+updates, only when memory runs out (oldest first) or the cache is dropped.
+
+Costs (thesis §5.5.1) are in the units of the A-Greedy join profiler: a step costs 1 per probing
+row plus 1 per row it produces. Per probing row of pipeline i, a cache over s steps saves the
+segment's work, pays a lookup, a row cost per cached row returned and, on a miss, the segment and
+the entry's creation; maintenance costs `update_cost` per combo added or removed (supplied by
+the segment inputs' pipelines). Miss probability is measured while a cache is used, and estimated
+by a Bloom filter over windows of W_d keys while it is profiled (thesis §5.5.3). States are
+Used/Profiled/Unused (Fig 5.9); at each re-optimization interval the unused candidates are
+profiled again and, after W observations, the selection runs (at most one cache per pipeline:
+prefixes overlap) if some net benefit moved by more than the threshold; memory goes to chosen
+caches by net benefit per byte (§5.6). A used cache whose net benefit turns negative is dropped
+at once; a cache whose pipeline order breaks its segment or prefix invariant is dropped too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cqlstream.engine import knobs as K
+from cqlstream.engine.adaptive import cache_config as CC
+from cqlstream.engine.adaptive.cache_config import CachingConfig
+from cqlstream.engine.adaptive.cache_store import SegmentCache, row_codes
+from cqlstream.engine.adaptive.config import OFF
+from cqlstream.engine.batch import Batch
+
+if TYPE_CHECKING:
+    from cqlstream.cql.logical import expr as X
+    from cqlstream.engine.operators.join import Equi, JoinOp, Table
+
+log = logging.getLogger("cqlstream.adaptive")
+
+INF = np.iinfo(np.int64).max
+USED, PROFILED, UNUSED = "used", "profiled", "unused"
+
+
+# ------------------------------------------------------------------ stable key codes
+
+
+def stable_codes(values: np.ndarray, nulls: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(n, 2) int64 codes equal across calls iff the values are SQL-equal (an int equals the
+    integral float of the same value), and the valid mask (NULL and NaN never match); None for
+    non-numeric values (no cache on such keys)."""
+    kind = values.dtype.kind
+    n = len(values)
+    out = np.zeros((n, 2), np.int64)
+    valid = np.ones(n, bool) if nulls is None else ~nulls
+    if kind in "iub":
+        out[:, 1] = values.astype(np.int64, copy=False)
+        return out, valid
+    if kind != "f":
+        return None
+    f = values.astype(np.float64) + 0.0  # −0.0 → 0.0
+    nan = np.isnan(f)
+    integral = ~nan & (f == np.floor(f)) & (np.abs(f) < 2.0**62)
+    out[:, 0] = np.where(integral, 0, 1)
+    out[:, 1] = np.where(integral, np.where(integral, f, 0.0).astype(np.int64), np.where(nan, 0.0, f).view(np.int64))
+    return out, valid & ~nan
+
+
+def _bloom_fraction(codes: np.ndarray, alpha: int) -> float:
+    """Bits set / keys in a Bloom filter of α·n bits over n key rows: the fraction of distinct
+    keys, i.e. the miss probability of a cache filled by them (thesis §5.5.3)."""
+    n = len(codes)
+    if not n:
+        return 0.0
+    h = np.zeros(n, np.uint64)
+    for c in range(codes.shape[1]):
+        h = (h ^ codes[:, c].view(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+    h ^= h >> np.uint64(29)
+    bits = np.zeros(max(alpha * n, 1), bool)
+    bits[(h % np.uint64(len(bits))).astype(np.int64)] = True
+    return float(bits.sum()) / n
+
+
+# ------------------------------------------------------------------ candidates
+
+
+class Candidate:
+    """A cache over the first `len(seg)` probes of pipeline i, with its statistics."""
+
+    def __init__(self, i: int, seg: tuple[int, ...], keys: list[Equi], window: int) -> None:
+        self.i, self.seg, self.keys = i, seg, keys
+        self.state = PROFILED
+        self.store: SegmentCache | None = None
+        self.miss_obs: deque[float] = deque(maxlen=window)
+        self.window_keys: list[np.ndarray] = []
+        self.window_rows = 0
+        self.probes = self.hits = 0  # in the current observation window (used)
+        self.total_probes = self.total_hits = self.created = self.maintained = 0
+        self.ok = True  # false when a key turned out not numeric
+        self.benefit = self.cost = self.net = 0.0
+        self.bytes_wanted = 0.0
+        self.net_at_selection: float | None = None
+        self.pinned = False  # forced: kept whatever its statistics, until dropped or invalid
+
+    @property
+    def name(self) -> str:
+        return f"{self.i}:{list(self.seg)}"
+
+    def miss(self) -> float | None:
+        return float(np.mean(self.miss_obs)) if self.miss_obs else None
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.store
+        return {
+            "pipeline": self.i,
+            "segment": list(self.seg),
+            "state": self.state,
+            "miss_probability": None if self.miss() is None else round(float(self.miss() or 0.0), 6),
+            "observations": len(self.miss_obs),
+            "benefit": round(self.benefit, 6),
+            "cost": round(self.cost, 6),
+            "net": round(self.net, 6),
+            "entries": len(s) if s is not None else 0,
+            "rows": s.rows if s is not None else 0,
+            "bytes": s.nbytes() if s is not None else 0,
+            "capacity": s.capacity if s is not None else 0,
+            "hits": self.total_hits,
+            "probes": self.total_probes,
+        }
+
+
+class Delta:
+    """Segment-join combos formed by this call's inserts: key rows, ids per segment input,
+    rows per segment input, and the alive interval (lo, hi)."""
+
+    def __init__(
+        self, key: np.ndarray, valid: np.ndarray, ids: np.ndarray, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> None:
+        keep = valid & (lo < hi)
+        self.key, self.ids, self.rows = key[keep], ids[keep], rows[keep]
+        self.lo, self.hi = lo[keep], hi[keep]
+
+
+def _cat_delta(parts: list[Delta], n_key: int, n_seg: int) -> Delta:
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return Delta(np.zeros((0, n_key), np.int64), np.zeros(0, bool), np.zeros((0, n_seg), np.uint64),
+                     np.zeros((0, n_seg), np.int64), z, z)  # fmt: skip
+    if len(parts) == 1:
+        return parts[0]
+    d = parts[0]
+    out = Delta.__new__(Delta)
+    out.key = np.concatenate([p.key for p in parts])
+    out.ids = np.concatenate([p.ids for p in parts])
+    out.rows = np.concatenate([p.rows for p in parts])
+    out.lo = np.concatenate([p.lo for p in parts])
+    out.hi = np.concatenate([p.hi for p in parts])
+    del d
+    return out
+
+
+# ------------------------------------------------------------------ the controller of one join
+
+
+class ACaching:
+    """Candidates, statistics, selection and the per-call cache work of one join."""
+
+    EVENTS = 100
+
+    def __init__(self, op: JoinOp, config: CachingConfig) -> None:
+        self.op = op
+        self.config = config
+        self.cands: dict[tuple[int, tuple[int, ...]], Candidate] = {}
+        self.events: deque[tuple[str, float]] = deque(maxlen=self.EVENTS)
+        self.log: deque[dict[str, Any]] = deque(maxlen=20)
+        self.selections = 0
+        self.last_used: list[str] = []
+        n = op.n
+        # per pipeline: probing rows, and per step rows in/out, over the last W observations
+        self.step_obs: list[deque[np.ndarray]] = [deque(maxlen=config.window) for _ in range(n)]
+        self.acc = [np.zeros(2 * n + 1) for _ in range(n)]  # [rows0, in_0, out_0, in_1, out_1, ...]
+        self.probing = np.zeros(n)  # decayed probing rows per pipeline (rates)
+        self.events_seen = 0
+        self.last_tick_events = 0
+        self.last_tick_time = time.monotonic()
+        self.phase = PROFILED  # profiling after a tick, until the selection runs
+        # per call
+        self.live = False
+        self.deltas: dict[tuple[int, tuple[int, ...]], list[Delta]] = {}
+        self.pending: list[tuple[Candidate, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.lookups: dict[int, tuple[Candidate, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    # ------------------------------------------------------------ switches
+    @property
+    def active(self) -> bool:
+        return self.config.enabled and self.op.n >= 3 and self.op.adaptive.config.policy != OFF
+
+    def configure(self, config: CachingConfig) -> None:
+        was = self.config
+        self.config = config
+        if not config.enabled or config.memory != was.memory:
+            for c in self.cands.values():
+                if c.state == USED:
+                    self._drop(c, "caching off" if not config.enabled else "memory changed", unused=False)
+            self.phase = PROFILED
+
+    def used(self) -> list[Candidate]:
+        return [c for c in self.cands.values() if c.state == USED]
+
+    def force(self, i: int, s: int, capacity: int | None = None) -> Candidate:
+        """Use the cache over the first s probes of pipeline i now (empty): tests and benchmarks
+        (fixed cache sets). Raises ValueError when the candidate is not eligible."""
+        seg = tuple(self.op._order(i)[:s])
+        c = self._candidate(i, seg)
+        if c is None or not self._eligible(c):
+            raise ValueError(f"no eligible cache over {list(seg)} in pipeline {i}")
+        if not self._fits(c, [d for d in self.used() if d.i != c.i]):
+            raise ValueError(f"the cache over {list(seg)} in pipeline {i} conflicts with a used cache")
+        if c.state != USED:
+            self._use(c, capacity if capacity is not None else self.config.memory, "forced")
+        c.pinned = True
+        return c
+
+    def drop(self, i: int) -> None:
+        """Drop the used cache of pipeline i (if any)."""
+        for c in self.used():
+            if c.i == i:
+                self._drop(c, "dropped by hand", unused=True)
+
+    # ------------------------------------------------------------ candidates
+    def _candidate(self, i: int, seg: tuple[int, ...]) -> Candidate | None:
+        key = (i, seg)
+        c = self.cands.get(key)
+        if c is None:
+            keys = sorted((e for e in self.op.equi if i in (e.a, e.b) and e.other(i) in seg), key=lambda e: e.cid)
+            if not keys:
+                return None
+            c = self.cands[key] = Candidate(i, seg, keys, self.config.window)
+        return c
+
+    def _current(self) -> list[Candidate]:
+        out = []
+        for i in range(self.op.n):
+            order = self.op._order(i)
+            for s in range(1, len(order) + 1):
+                c = self._candidate(i, tuple(order[:s]))
+                if c is not None and self._eligible(c):
+                    out.append(c)
+        return out
+
+    def _eligible(self, c: Candidate) -> bool:
+        if not c.ok:
+            return False
+        seg = set(c.seg)
+        for _t, own in self.op.theta:
+            if own & seg and not own <= seg:
+                return False
+        return all(set(self.op._order(k)[: len(seg) - 1]) == seg - {k} for k in seg)
+
+    # ------------------------------------------------------------ one call
+    def start_call(self, tables: Sequence[Table], const_ok: bool) -> list[int]:
+        """Check the used caches against the current orders and this call's data; returns the
+        order in which the pipelines run (suppliers first)."""
+        self.live = self.active
+        self.deltas, self.pending, self.lookups = {}, [], {}
+        used = self.used()
+        if not self.live or not const_ok:
+            for c in used:
+                self._drop(c, "caching inactive", unused=False)
+            self.live = False
+            return list(range(self.op.n))
+        for c in used:
+            order = self.op._order(c.i)
+            if tuple(order[: len(c.seg)]) != c.seg or not self._eligible(c):
+                self._drop(c, "probe order changed", unused=False)
+            elif not all(_unique_ids(tables[k]) for k in c.seg):
+                assert c.store is not None
+                c.store.clear()  # ids do not identify tuples in this call: start over, still correct
+        for c in self.used():
+            if not self._fits(c, [d for d in self.used() if d is not c]):
+                self._drop(c, "a segment input's cache covers it", unused=False)
+        for c in self.used():
+            if len(c.seg) == 1:
+                (k,) = c.seg
+                t = tables[k]
+                supply(self, tables, c, k, {k: t.inst[t.lo >= 0]}, None)
+        length = {c.i: len(c.seg) for c in self.used()}
+        return sorted(range(self.op.n), key=lambda i: length.get(i, 0))
+
+    @staticmethod
+    def _fits(c: Candidate, others: list[Candidate]) -> bool:
+        """Suppliers run before the pipelines they supply: a segment input's own cache must be
+        shorter than the segment less one, and a cache this pipeline supplies longer than c."""
+        s = len(c.seg)
+        for d in others:
+            if d.i == c.i:
+                return False
+            if s > 1 and d.i in c.seg and len(d.seg) >= s - 0:
+                return False
+            if len(d.seg) > 1 and c.i in d.seg and s >= len(d.seg):
+                return False
+        return True
+
+    def pipeline(self, i: int, tables: Sequence[Table], ev: np.ndarray, seq: np.ndarray) -> PipelineCall | None:
+        if not self.live:
+            return None
+        return PipelineCall(self, i, tables, ev, seq)
+
+    def end_call(self, tables: Sequence[Table]) -> None:
+        if not self.live:
+            return
+        for c in self.used():
+            assert c.store is not None
+            delta = _cat_delta(self.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
+            keep = np.ones(c.store.rows, bool)
+            for pos, k in enumerate(c.seg):
+                t = tables[k]
+                gone = t.b.id[t.inst[(t.lo < 0) & (t.hi < INF)]]
+                if len(gone) and c.store.rows:
+                    keep &= ~np.isin(c.store.combo_ids[:, pos], gone)
+            end = delta.hi == INF
+            removed = int((~keep).sum())
+            added = c.store.maintain(keep, delta.key[end], delta.ids[end])
+            c.maintained += removed + added
+        for c, keys, combo_key, combo_ids in self.pending:
+            if c.state == USED and c.store is not None:
+                c.created += c.store.create(keys, combo_key, combo_ids)
+        self.pending = []
+        self.deltas = {}
+        self._maybe_reoptimize()
+
+    # ------------------------------------------------------------ statistics and selection
+    def record(self, i: int, probing: int) -> None:
+        self.probing *= 0.999 ** max(probing, 1)
+        self.probing[i] += probing
+        self.events_seen += probing
+
+    def observe_keys(self, c: Candidate, keys: np.ndarray, valid: np.ndarray, probes: int, hits: int) -> None:
+        c.probes += probes
+        c.hits += hits
+        c.total_probes += probes
+        c.total_hits += hits
+        if c.state == PROFILED:
+            c.window_keys.append(keys[valid])
+        c.window_rows += probes
+        if c.window_rows >= self.config.distinct_window:
+            if c.state == USED:
+                c.miss_obs.append(1.0 - c.hits / max(c.probes, 1))
+            elif c.state == PROFILED:
+                ks = np.concatenate(c.window_keys) if c.window_keys else np.zeros((0, 2 * len(c.keys)), np.int64)
+                c.miss_obs.append(_bloom_fraction(ks, self.config.bloom_bits) if len(ks) else 1.0)
+            c.window_keys, c.window_rows, c.probes, c.hits = [], 0, 0, 0
+            if self.acc[c.i][0] > 0:
+                self.step_obs[c.i].append(self.acc[c.i].copy())
+                self.acc[c.i][:] = 0
+            self._estimate(c)
+
+    def _ratios(self, i: int) -> np.ndarray | None:
+        obs = list(self.step_obs[i]) + ([self.acc[i]] if self.acc[i][0] > 0 else [])
+        if not obs:
+            return None
+        tot = np.sum(obs, axis=0)
+        return tot[1:] / max(tot[0], 1.0)
+
+    def _estimate(self, c: Candidate) -> None:
+        cfg = self.config
+        r = self._ratios(c.i)
+        m = c.miss()
+        if r is None or m is None:
+            return
+        total = max(float(self.probing.sum()), 1e-9)
+        rate = self.probing[c.i] / total
+        s = len(c.seg)
+        seg_work = float(r[: 2 * s].sum())
+        out = float(r[2 * s - 1])
+        per_row = seg_work - cfg.probe_cost - (1 - m) * out * cfg.hit_row_cost - m * (seg_work + out * cfg.update_cost)
+        supply = 0.0
+        for k in c.seg:
+            rk = self._ratios(k)
+            frac = self.probing[k] / total
+            supply += frac * (1.0 if s == 1 or rk is None else float(rk[2 * (s - 2) + 1]))
+        c.benefit = rate * per_row
+        c.cost = 2 * cfg.update_cost * supply
+        c.net = c.benefit - c.cost
+        entries = max(m, 0.01) * cfg.distinct_window * cfg.window
+        c.bytes_wanted = entries * (16 * len(c.keys) + out * 8 * (2 * len(c.keys) + s))
+
+    def _maybe_reoptimize(self) -> None:
+        cfg = self.config
+        now = time.monotonic()
+        tick = (cfg.interval_tuples > 0 and self.events_seen - self.last_tick_events >= cfg.interval_tuples) or (
+            cfg.interval_seconds > 0 and now - self.last_tick_time >= cfg.interval_seconds
+        )
+        current = self._current()
+        for c in self.used():  # refinement (a): a used cache that stopped paying goes at once
+            if not c.pinned and c.net < 0 and len(c.miss_obs) >= cfg.window:
+                self._drop(c, f"net benefit {c.net:.3g} < 0", unused=True)
+        if self.phase == PROFILED:
+            profiled = [c for c in current if c.state == PROFILED]
+            ready = all(len(c.miss_obs) >= cfg.window for c in profiled)
+            if ready or tick:
+                self._select(current)
+                self.phase = UNUSED
+                tick = False
+                self.last_tick_events, self.last_tick_time = self.events_seen, now
+        if tick:
+            for c in current:
+                if c.state == UNUSED:
+                    c.state = PROFILED
+                    c.miss_obs.clear()
+            self.phase = PROFILED
+            self.last_tick_events, self.last_tick_time = self.events_seen, now
+
+    def _select(self, current: list[Candidate]) -> None:
+        for c in current:
+            self._estimate(c)
+        known = [c for c in current if c.miss() is not None]
+        moved = any(
+            c.net_at_selection is None
+            or abs(c.net - c.net_at_selection) > self.config.threshold * abs(c.net_at_selection)
+            for c in known
+        )
+        if not moved and self.selections:
+            for c in current:
+                if c.state == PROFILED:
+                    c.state = UNUSED
+            return
+        self.selections += 1
+        chosen: dict[int, Candidate] = {}
+        for c in sorted((c for c in known if c.net > 0), key=lambda c: -c.net):
+            if c.i in chosen:
+                continue
+            if self._fits(c, list(chosen.values())):
+                chosen[c.i] = c
+        # memory by net benefit per byte (thesis §5.6)
+        left = self.config.memory
+        grant: dict[int, int] = {}
+        for c in sorted(chosen.values(), key=lambda c: -c.net / max(c.bytes_wanted, 1.0)):
+            g = int(min(left, max(c.bytes_wanted, 1024.0)))
+            if g > 0:
+                grant[c.i] = g
+                left -= g
+        for c in list(self.cands.values()):
+            c.net_at_selection = c.net
+            want = chosen.get(c.i) is c and c.i in grant
+            if want and c.state == USED:
+                assert c.store is not None
+                c.store.capacity = grant[c.i]
+            elif want:
+                self._use(c, grant[c.i], f"net benefit {c.net:.3g} per tuple")
+            elif c.state == USED and c.pinned:
+                pass
+            elif c.state == USED:
+                self._drop(c, "not selected", unused=True)
+            else:
+                c.state = UNUSED
+        names = [c.name for c in self.used()]
+        if names != self.last_used:  # the log keeps changes only
+            self.log.append({"selection": self.selections, "used": names})
+            self.last_used = names
+        self.events.append(("cache_selection", float(self.selections)))
+
+    def _use(self, c: Candidate, capacity: int, reason: str) -> None:
+        for d in self.used():
+            if d.i == c.i:
+                self._drop(d, "replaced", unused=True)
+        c.state = USED
+        c.store = SegmentCache(2 * len(c.keys), len(c.seg), capacity)
+        c.miss_obs.clear()
+        self.events.append(("cache_used", float(c.i)))
+        self.log.append({"cache": c.name, "to": USED, "reason": reason})
+        log.info("cache %s used: %s", c.name, reason)
+
+    def _drop(self, c: Candidate, reason: str, unused: bool) -> None:
+        c.pinned = False
+        c.state = UNUSED if unused else PROFILED
+        c.store = None
+        c.miss_obs.clear()
+        self.events.append(("cache_dropped", float(c.i)))
+        self.log.append({"cache": c.name, "to": c.state, "reason": reason})
+        log.info("cache %s dropped: %s", c.name, reason)
+
+    # ------------------------------------------------------------ what it shows
+    def statistics(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "enabled": cfg.enabled,
+            "active": self.active,
+            "memory": cfg.memory,
+            "memory_used": sum(c.store.nbytes() for c in self.used() if c.store is not None),
+            "interval_seconds": cfg.interval_seconds,
+            "interval_tuples": cfg.interval_tuples,
+            "selections": self.selections,
+            "candidates": [c.as_dict() for c in self.cands.values() if c.state != UNUSED or c.store is not None]
+            + [c.as_dict() for c in self.cands.values() if c.state == UNUSED and c.store is None],
+            "log": list(self.log)[-10:],
+        }
+
+    def explain(self) -> list[str]:
+        if not self.active:
+            return []
+        used = self.used()
+        parts = [
+            f"{c.i}: {list(c.seg)} ({len(c.store) if c.store else 0} entries, hit "
+            f"{c.total_hits / max(c.total_probes, 1):.2f})"
+            for c in used
+        ]
+        return [f"caches (a-caching, {self.selections} selections): " + ("; ".join(parts) if parts else "none used")]
+
+    def drain_events(self) -> list[tuple[str, float]]:
+        out = list(self.events)
+        self.events.clear()
+        return out
+
+
+def _unique_ids(t: Table) -> bool:
+    ids = t.b.id[t.inst]
+    if len(ids) < 2 or bool(np.all(ids[1:] > ids[:-1])):
+        return True
+    return len(np.unique(ids)) == len(ids)
+
+
+# ------------------------------------------------------------------ one pipeline in one call
+
+
+class PipelineCall:
+    """The cache work of pipeline i in one call: hits set aside before the first probe, misses'
+    entries noted and hits merged back after the segment, deltas handed to the caches this
+    pipeline supplies, step counts for the statistics."""
+
+    def __init__(self, ac: ACaching, i: int, tables: Sequence[Table], ev: np.ndarray, seq: np.ndarray) -> None:
+        self.ac, self.i, self.tables = ac, i, tables
+        op = ac.op
+        self.rows_in = len(seq)
+        ac.record(i, len(ev))
+        self.own: Candidate | None = next((c for c in ac.used() if c.i == i), None)
+        # caches this pipeline supplies: (candidate, the step after which its combos are complete)
+        self.supplies = [(c, len(c.seg) - 2) for c in ac.used() if i in c.seg and len(c.seg) > 1]
+        self.hits: tuple[dict[int, np.ndarray], np.ndarray] | None = None
+        self.miss_rows = ev
+        self.miss_keys: np.ndarray | None = None
+        # profiled candidates of this pipeline see every probing key
+        order = op._order(i)
+        for s in range(1, len(order) + 1):
+            c = ac.cands.get((i, tuple(order[:s])))
+            if c is not None and c.state == PROFILED and c is not self.own and c.ok:
+                got = self._keys(c, ev)
+                if got is None:
+                    c.ok = False
+                else:
+                    ac.observe_keys(c, got[0], got[1], len(ev), 0)
+
+    def _keys(self, c: Candidate, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Probe keys of input i's rows for candidate c."""
+        return side_keys(self.ac.op, self.tables, c, {self.i: rows}, probing=True)
+
+    # ------------------------------------------------------------ before the first probe
+    def split(self, idx: dict[int, np.ndarray], seq: np.ndarray) -> tuple[dict[int, np.ndarray], np.ndarray]:
+        c = self.own
+        if c is None or c.store is None or not len(seq):
+            return idx, seq
+        ev = idx[self.i]
+        got = self._keys(c, ev)
+        if got is None:
+            c.ok = False
+            self.ac._drop(c, "key not numeric", unused=True)
+            self.own = None
+            return idx, seq
+        keys, valid = got
+        if not all(_unique_ids(self.tables[k]) for k in c.seg):
+            present = np.zeros(len(ev), bool)
+            q = pairs = np.zeros(0, np.int64)
+            c.store.clear()
+        else:
+            present, q, pairs = c.store.lookup(keys)
+            present &= valid
+        # stored combos: resolve ids to this call's state rows, keep those alive at the probe's seq
+        stored = self._stored(c, q[present[q]] if len(q) else q, pairs[present[q]] if len(q) else pairs, seq)
+        if stored is None:  # a cached tuple left the state unseen (never expected): start over, all miss
+            c.store.clear()
+            present[:] = False
+            stored = (np.zeros(0, np.int64), np.zeros((0, len(c.seg)), np.int64))
+        hq, hrows = stored
+        hit = present
+        self.ac.observe_keys(c, keys, valid, len(ev), int(hit.sum()))
+        # this call's new combos (supplied before this pipeline ran) alive at the probe's seq
+        d = _cat_delta(self.ac.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
+        hq2, hrows2 = self._fresh(keys, hit, d, seq)
+        qq = np.concatenate([hq, hq2])
+        rows = np.concatenate([hrows, hrows2])
+        self.hits = ({self.i: ev[qq], **{k: rows[:, pos] for pos, k in enumerate(c.seg)}}, seq[qq])
+        miss = ~hit
+        self.miss_rows = ev[miss]
+        self.miss_keys = keys[miss]
+        self.miss_valid = valid[miss]
+        self.miss_seq = seq[miss]
+        self.delta = d
+        out = {self.i: ev[miss]}
+        self.rows_in = int(miss.sum())
+        return out, seq[miss]
+
+    def _stored(
+        self, c: Candidate, q: np.ndarray, combos: np.ndarray, seq: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Hits from stored combos (None if some cached id is not in this call's state)."""
+        assert c.store is not None
+        rows = np.zeros((len(q), len(c.seg)), np.int64)
+        alive = np.ones(len(q), bool)
+        for pos, k in enumerate(c.seg):
+            t = self.tables[k]
+            state_ids = t.b.id[: t.n_state]
+            order = np.argsort(state_ids, kind="stable")
+            want = c.store.combo_ids[combos, pos]
+            at = np.searchsorted(state_ids[order], want)
+            if len(at) and not (at < len(order)).all():
+                return None
+            r = order[at]
+            if not (state_ids[r] == want).all():
+                return None
+            rows[:, pos] = r
+            alive &= _hi_of_rows(t, r) > seq[q]
+        return q[alive], rows[alive]
+
+    def _fresh(self, keys: np.ndarray, hit: np.ndarray, d: Delta, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hq = np.flatnonzero(hit)
+        if not len(d.lo) or not len(hq):
+            return np.zeros(0, np.int64), np.zeros((0, d.rows.shape[1]), np.int64)
+        qc, dc = row_codes([keys[hq], d.key])
+        order = np.argsort(dc, kind="stable")
+        lo = np.searchsorted(dc[order], qc, side="left")
+        hi = np.searchsorted(dc[order], qc, side="right")
+        from cqlstream.engine.kernels import expand
+
+        rep, pos = expand(lo, hi - lo)
+        di = order[pos]
+        q = hq[rep]
+        s = seq[q]
+        ok = (d.lo[di] < s) & (s < d.hi[di])
+        return q[ok], d.rows[di[ok]]
+
+    # ------------------------------------------------------------ after each step
+    def skips(self, step: int, seq: np.ndarray) -> bool:
+        """True when the step can be skipped: every event hit the cache covering it."""
+        return self.own is not None and self.hits is not None and step < len(self.own.seg) and not len(seq)
+
+    def after(self, step: int, idx: dict[int, np.ndarray], seq: np.ndarray) -> tuple[dict[int, np.ndarray], np.ndarray]:
+        n_in = self.rows_in
+        acc = self.ac.acc[self.i]
+        if step == 0:
+            acc[0] += n_in
+        acc[1 + 2 * step] += n_in
+        acc[2 + 2 * step] += len(seq)
+        self.rows_in = len(seq)
+        c = self.own
+        if c is not None and self.hits is not None and step == len(c.seg) - 1:
+            self._note_misses(c, idx, seq)
+            hidx, hseq = self.hits
+            idx = {k: np.concatenate([idx.get(k, np.zeros(0, np.int64)), hidx[k]]) for k in hidx}
+            seq = np.concatenate([seq, hseq])
+            self.hits = None
+        for d, at in self.supplies:
+            if at == step:
+                supply(self.ac, self.tables, d, self.i, idx, seq)
+        return idx, seq
+
+    @property
+    def waiting(self) -> bool:
+        """Hits set aside, to be merged after the segment: an empty miss set does not end the pipeline."""
+        return self.hits is not None
+
+    def _note_misses(self, c: Candidate, idx: dict[int, np.ndarray], seq: np.ndarray) -> None:
+        """Entries to create at the end of the call: the first missed event of each new key,
+        with its results alive at the end and the combos formed after it."""
+        assert self.miss_keys is not None
+        ok = self.miss_valid
+        if not ok.any():
+            return
+        mk, mrows, mseq = self.miss_keys[ok], self.miss_rows[ok], self.miss_seq[ok]
+        codes = row_codes([mk])[0]
+        _u, first = np.unique(codes, return_index=True)
+        keys, krow, kseq = mk[first], mrows[first], mseq[first]
+        # results of the chosen events, alive at the end of the call
+        sel = np.isin(idx[self.i], krow)
+        rows = {k: idx.get(k, np.zeros(0, np.int64))[sel] for k in c.seg}
+        alive = np.ones(int(sel.sum()), bool)
+        for k in c.seg:
+            alive &= _hi_of_rows(self.tables[k], rows[k]) == INF
+        rows = {k: v[alive] for k, v in rows.items()}
+        # their keys: the probing event's key (equal to the combo's by the equi conjuncts)
+        ko = np.argsort(krow)
+        which = ko[np.searchsorted(krow[ko], idx[self.i][sel][alive])]
+        ck = keys[which] if len(which) else np.zeros((0, keys.shape[1]), np.int64)
+        cid = (
+            np.stack([self.tables[k].b.id[rows[k]] for k in c.seg], axis=1).astype(np.uint64)
+            if len(which)
+            else np.zeros((0, len(c.seg)), np.uint64)
+        )
+        d = self.delta
+        if len(d.lo):
+            late = d.hi == INF
+            kc, dc = row_codes([keys, d.key[late]])
+            order = np.argsort(kc)
+            at = np.searchsorted(kc[order], dc)
+            at = np.minimum(at, len(order) - 1)
+            match = kc[order][at] == dc
+            after = np.zeros(len(dc), bool)
+            after[match] = d.lo[late][match] > kseq[order[at[match]]]
+            ck = np.concatenate([ck, d.key[late][after]])
+            cid = np.concatenate([cid, d.ids[late][after]])
+        self.ac.pending.append((c, keys, ck, cid))
+
+
+def side_keys(
+    op: JoinOp, tables: Sequence[Table], c: Candidate, rows: dict[int, np.ndarray], probing: bool
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Key rows of candidate c: the probing input's side of each key conjunct (`probing`), or
+    the segment's side (for segment combos, given their rows per segment input)."""
+    n = len(next(iter(rows.values())))
+    out = np.zeros((n, 2 * len(c.keys)), np.int64)
+    valid = np.ones(n, bool)
+    for k, e in enumerate(c.keys):
+        mine = (e.a == c.i) == probing
+        who = e.a if mine else e.b
+        expr: X.Expr = e.ea if mine else e.eb
+        if not n:
+            continue
+        b: Batch = tables[who].b.take(rows[who])
+        got = stable_codes(*op.ev.eval(expr, b))
+        if got is None:
+            return None
+        out[:, 2 * k : 2 * k + 2] = got[0]
+        valid &= got[1]
+    return out, valid
+
+
+def supply(
+    ac: ACaching, tables: Sequence[Table], c: Candidate, i: int, idx: dict[int, np.ndarray], seq: np.ndarray | None
+) -> None:
+    """Pipeline i's new segment combos for cache c: its inserts' results after the segment's
+    other inputs (seq None: the new instances of a one-input segment, i being that input)."""
+    t = tables[i]
+    if seq is None:
+        r = idx[i]
+        lo = _lo_of_rows(t, r)
+        keep = np.ones(len(r), bool)
+    else:
+        keep = t.b.sign[idx[i]] > 0
+        lo = seq[keep]
+    if not len(lo):
+        return
+    rows = {k: idx[k][keep] for k in c.seg}
+    got = side_keys(ac.op, tables, c, rows, probing=False)
+    if got is None:
+        c.ok = False
+        return
+    ids = np.stack([tables[k].b.id[rows[k]] for k in c.seg], axis=1).astype(np.uint64)
+    hi = np.full(len(lo), INF, np.int64)
+    for k in c.seg:
+        hi = np.minimum(hi, _hi_of_rows(tables[k], rows[k]))
+    rws = np.stack([rows[k] for k in c.seg], axis=1)
+    ac.deltas.setdefault((c.i, c.seg), []).append(Delta(got[0], got[1], ids, rws, lo, hi))
+
+
+def _hi_of_rows(t: Table, rows: np.ndarray) -> np.ndarray:
+    """Each row's instance end (the seq of its delete, INF if alive at the end of the call)."""
+    pos = np.searchsorted(t.inst, rows)
+    return t.hi[pos]
+
+
+def _lo_of_rows(t: Table, rows: np.ndarray) -> np.ndarray:
+    pos = np.searchsorted(t.inst, rows)
+    return t.lo[pos]
+
+
+# ------------------------------------------------------------------ knobs
+
+
+def _knob(name: str, field: str, check: Any) -> K.Knob:
+    def set_(op: JoinOp, v: object) -> None:
+        op.caching.configure(replace(op.caching.config, **{field: check(v)}))
+
+    return K.Knob(name, lambda op: getattr(op.caching.config, field), set_)
+
+
+CACHING_KNOBS = (
+    _knob("caching", "enabled", CC.enabled),
+    _knob("cache_memory", "memory", CC.memory),
+    _knob("cache_interval", "interval_seconds", CC.seconds),
+    _knob("cache_interval_tuples", "interval_tuples", CC.tuples),
+)
+"""Settings of A-Caching: on/off, the cache memory of the join in bytes, and the
+re-optimization interval in seconds and in tuples."""

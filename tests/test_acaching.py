@@ -1,0 +1,332 @@
+"""A-Caching never changes a result: joins with subresult caches (forced, added and dropped in
+the middle of the stream, or chosen by the re-optimizer) give what they give with caching off and
+what the reference evaluator gives, at push sizes 1, 7, 64 and all, under shifting key
+distributions, with relation deletes and window expiry; and the caches are maintained (hits
+stay high while the windows slide), not emptied on every update."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import tests.engine_harness as H
+from cqlstream.engine.adaptive.cache_config import CachingConfig
+from cqlstream.engine.adaptive.cache_store import SegmentCache
+from cqlstream.engine.adaptive.caching import stable_codes
+from cqlstream.engine.adaptive.config import AdaptiveConfig
+from cqlstream.engine.errors import KnobError
+from cqlstream.engine.operators.join import JoinOp
+from tests.engine_harness import run_engine, run_reference
+from tests.test_adaptive_mjoin import _join
+
+CHUNKS = [1, 7, 64, None]
+FIXED = AdaptiveConfig(policy="a-greedy", probability=1e-9)  # orders stay as set (profiling never fires)
+NO_SELECTION = CachingConfig(enabled=True, interval_seconds=0, interval_tuples=10**9, window=10**6)
+
+DDL3 = "register stream R (a int); register stream S (a int, b int); register stream T (b int);"
+Q3 = "select * from R [Rows 8] as r, S [Rows 8] as s, T [Range 4] as t where r.a = s.a and s.b = t.b"
+
+
+def _shifting3(n=150, seed=1):
+    """R, S, T with keys over 0..4 in the first half and 3..9 in the second."""
+    rng = np.random.default_rng(seed)
+
+    def key(k):
+        return int(rng.integers(0, 5)) if k < n // 2 else int(rng.integers(3, 10))
+
+    return {
+        "R": [(k // 3, (key(k),)) for k in range(n)],
+        "S": [(k // 3, (key(k), key(k))) for k in range(n)],
+        "T": [(k // 3, (key(k),)) for k in range(n)],
+    }
+
+
+_EXPECTED: dict[str, object] = {}
+
+
+def _expected(ddl, q, inputs):
+    """The reference's result, computed once per test module run (it is the slow part)."""
+    key = repr((ddl, q, inputs))
+    if key not in _EXPECTED:
+        _EXPECTED[key] = run_reference(ddl, q, inputs)
+    return _EXPECTED[key]
+
+
+@functools.cache
+def _expected3(n: int = 150):
+    return run_reference(DDL3, Q3, _shifting3(n))
+
+
+def _run(ddl, q, inputs, chunk, actions, caching=NO_SELECTION, adaptive=FIXED):
+    """run_engine with `actions[k](join)` called before the k-th scheduler run (0: at start)."""
+    orig = H._start
+
+    def start(*a, **kw):
+        d, h, sub = orig(*a, **kw)
+        op = _join(h)
+        calls = [0]
+        run = d.run
+
+        def run_and_act(*ra, **rk):
+            act = actions.get(calls[0])
+            if act is not None:
+                act(op)
+            calls[0] += 1
+            return run(*ra, **rk)
+
+        d.run = run_and_act
+        if 0 in actions:
+            actions[0](op)
+            calls[0] = 1
+        return d, h, sub
+
+    H._start = start
+    try:
+        return run_engine(
+            ddl, q, inputs, chunk=chunk, adaptive=AdaptiveConfig(**{**adaptive.__dict__, "caching": caching})
+        )
+    finally:
+        H._start = orig
+
+
+def _orders(orders):
+    return lambda op: op.set_knob("probe_orders", orders)
+
+
+def _force(i, s, orders=None):
+    def act(op):
+        if orders is not None:
+            op.set_knob("probe_orders", orders)
+        op.caching.force(i, s)
+
+    return act
+
+
+# (orders, pipeline, segment length): R's pipeline caching S, and S⋈T (prefix invariant:
+# S's pipeline starts with T, T's with S); T's pipeline caching S and S⋈R
+FORCED = [
+    ([[1, 2], [2, 0], [1, 0]], 0, 2),
+    ([[1, 2], [0, 2], [1, 0]], 0, 1),
+    ([[1, 2], [0, 2], [1, 0]], 2, 2),
+    ([[1, 2], [0, 2], [1, 0]], 1, 1),
+]
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+@pytest.mark.parametrize("fi", range(len(FORCED)))
+def test_forced_caches_same_results(chunk, fi):
+    orders, i, s = FORCED[fi]
+    inputs = _shifting3()
+    expected = _expected3()
+    off, _ = _run(DDL3, Q3, inputs, chunk, {0: _orders(orders)}, caching=CachingConfig())
+    got, h = _run(DDL3, Q3, inputs, chunk, {0: _force(i, s, orders)})
+    assert got == expected == off
+    (c,) = _join(h).caching.used()
+    assert (c.i, len(c.seg)) == (i, s)
+    if chunk == 1:
+        # maintained entries: nearly every probe after the first few hits, though every push
+        # changes a window the segment covers
+        assert c.total_hits > 0.8 * c.total_probes and c.maintained > 0
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+def test_add_and_drop_in_the_middle(chunk):
+    ddl = DDL3 + " register stream U (b int, c int);"
+    q = (
+        "select * from R [Rows 10] as r, S [Rows 10] as s, T [Rows 12] as t, U [Range 5] as u "
+        "where r.a = s.a and s.b = t.b and t.b = u.b"
+    )
+    rng = np.random.default_rng(4)
+    n = 100
+    inputs = {
+        "R": [(k // 4, (int(rng.integers(0, 4 if k < n // 2 else 8)),)) for k in range(n)],
+        "S": [(k // 4, (int(rng.integers(0, 4)), int(rng.integers(0, 4)))) for k in range(n)],
+        "T": [(k // 4, (int(rng.integers(0, 4)),)) for k in range(n)],
+        "U": [(k // 4, (int(rng.integers(0, 4)), k)) for k in range(n)],
+    }
+    orders = [[1, 2, 3], [2, 3, 0], [1, 3, 0], [2, 1, 0]]
+    runs = len(inputs["R"]) * 4 // (chunk or 10**9) + 1
+    third = max(runs // 3, 1)
+    actions = {
+        0: _force(3, 1, orders),  # U's pipeline caches T
+        third: lambda op: (op.caching.drop(3), op.caching.force(0, 3)),  # then R's caches S⋈T⋈U
+        2 * third: lambda op: (op.caching.drop(0), op.caching.force(3, 2)),  # then U's caches T⋈S
+    }
+    expected = _expected(ddl, q, inputs)
+    got, h = _run(ddl, q, inputs, chunk, actions)
+    assert got == expected
+    log = list(_join(h).caching.log)
+    if chunk is not None:
+        assert [e["cache"] for e in log if e.get("to") == "used"] == ["3:[2]", "0:[1, 2, 3]", "3:[2, 1]"]
+        assert sum(e.get("reason") == "dropped by hand" for e in log) == 2
+
+
+RANDOM_DDL = (
+    "register stream S (a int, b int); register stream T (a int, b int); "
+    "register stream U (a int, b int); register relation R (a int, b int);"
+)
+RANDOM_QUERIES = [
+    # chain, star, a cycle, and a relation with deletes
+    "select * from S [Rows 4] as s, T [Range 3] as t, U [Rows 5] as u where s.a = t.a and t.b = u.b",
+    "select * from S [Range 2] as s, T [Rows 3] as t, U [Range 4] as u where s.a = t.a and s.a = u.a",
+    "select * from S [Rows 4] as s, T [Rows 4] as t, U [Rows 4] as u where s.a = t.a and t.b = u.b and u.a = s.b",
+    "select * from S [Rows 3] as s, T [Range 3] as t, R where s.a = t.a and t.b = R.b",
+    "select * from S [Rows 3] as s, R, T [Rows 5] as t where s.a = R.a and R.b = t.b",
+]
+EAGER = CachingConfig(
+    enabled=True,
+    interval_seconds=0,
+    interval_tuples=40,
+    window=2,
+    distinct_window=8,
+    probe_cost=0.0,
+    hit_row_cost=0.0,
+    update_cost=0.01,
+    threshold=0.0,
+)
+
+
+def _random_inputs(seed, n=90):
+    rng = np.random.default_rng(seed)
+    inputs: dict[str, list] = {
+        name: [(k // 3, (int(rng.integers(0, 3)), int(rng.integers(0, 3)))) for k in range(n)] for name in "STU"
+    }
+    rel, alive = [], []
+    for k in range(60):
+        if alive and rng.random() < 0.4:
+            row = alive.pop(int(rng.integers(0, len(alive))))
+            rel.append((k, -1, row))
+        else:
+            row = (int(rng.integers(0, 3)), int(rng.integers(0, 3)))
+            alive.append(row)
+            rel.append((k, 1, row))
+    inputs["R"] = rel
+    return inputs
+
+
+def _force_any(op: JoinOp) -> None:
+    """Force the longest eligible cache of the first pipeline that has one."""
+    for i in range(op.n):
+        for s in range(op.n - 1, 0, -1):
+            try:
+                op.caching.force(i, s)
+                return
+            except ValueError:
+                continue
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("qi", range(len(RANDOM_QUERIES)))
+def test_random_joins_with_deletes_and_expiry(seed, qi):
+    inputs = _random_inputs(seed)
+    q = RANDOM_QUERIES[qi]
+    expected = run_reference(RANDOM_DDL, q, inputs)
+    adaptive = AdaptiveConfig(probability=1.0, window=8, profile_batch=2, alpha=1.0)
+    for chunk in (1, 7, None):
+        forced, _ = _run(RANDOM_DDL, q, inputs, chunk, {0: _force_any}, adaptive=FIXED)
+        assert forced == expected, f"forced cache, chunk {chunk}"
+        # caches chosen by the re-optimizer while A-Greedy re-orders the pipelines (orders that
+        # break a segment drop its cache)
+        chosen, _h = _run(RANDOM_DDL, q, inputs, chunk, {}, caching=EAGER, adaptive=adaptive)
+        assert chosen == expected, f"selected caches, chunk {chunk}"
+
+
+def test_reoptimizer_selects_caches():
+    inputs = _shifting3(n=400)
+    expected = _expected3(400)
+    got, h = _run(DDL3, Q3, inputs, 1, {}, caching=EAGER, adaptive=FIXED)
+    assert got == expected
+    ac = _join(h).caching
+    assert ac.selections >= 2
+    used = ac.used()
+    assert used and all(c.total_hits > 0.5 * c.total_probes for c in used)
+    assert any(c.state in ("unused", "profiled") for c in ac.cands.values())
+
+
+def test_thesis_fixture_entries_are_maintained():
+    """Ex 5.4.1–5.4.4: R1(A) ⋈ R2(A, B) ⋈ R3(B), the R2⋈R3 segment cached in ΔR1's pipeline.
+    ⟨1⟩ misses and creates (⟨1⟩, {⟨1,2,2⟩}); ⟨3⟩ into R3 adds ⟨1,3,3⟩ under key ⟨1⟩ (key ⟨2⟩
+    is absent: ignored); the next ⟨1⟩ hits and outputs both."""
+    ddl = "register stream R1 (a int); register relation R2 (a int, b int); register relation R3 (b int);"
+    q = "select * from R1 [Now] as r1, R2, R3 where r1.a = R2.a and R2.b = R3.b"
+    # heartbeats let the join run at every instant (else it waits for the relations' time)
+    inputs = {
+        "R1": [(2, (1,)), (3, (1,)), (5, (1,)), (6, None)],
+        "R2": [(0, 1, (1, 2)), (0, 1, (1, 3)), (0, 1, (2, 3))] + [(t, 0, None) for t in range(1, 7)],
+        "R3": [(1, 1, (2,)), (2, 0, None), (3, 0, None), (4, 1, (3,)), (5, 0, None), (6, 0, None)],
+    }
+    expected = run_reference(ddl, q, inputs)
+    got, h = _run(ddl, q, inputs, 1, {0: _force(0, 2, [[1, 2], [2, 0], [1, 0]])})
+    assert got == expected
+    assert got[5] == {(1, 1, 2, 2): 1, (1, 1, 3, 3): 1}
+    (c,) = _join(h).caching.used()
+    assert c.store is not None and len(c.store) == 1 and c.store.rows == 2
+    # probes: the three inserts and the [Now] window's deletes; only the first insert misses
+    assert (c.total_probes, c.total_hits) == (6, 5)
+
+
+def test_store_operations():
+    st = SegmentCache(2, 1, capacity=10**6)
+    k = lambda *v: np.array([[0, x] for x in v], np.int64)  # noqa: E731
+    assert st.create(k(1, 2), k(1, 1), np.array([[10], [11]], np.uint64)) == 2
+    present, q, combos = st.lookup(k(1, 3, 2))
+    assert present.tolist() == [True, False, True] and sorted(zip(q.tolist(), combos.tolist())) == [(0, 0), (0, 1)]
+    # a new combo under a present key joins, one under an absent key is ignored, a dead one leaves
+    assert st.maintain(np.array([False, True]), k(1, 3), np.array([[12], [13]], np.uint64)) == 1
+    assert sorted(st.combo_ids[:, 0].tolist()) == [11, 12] and len(st) == 2
+    # key 2 has no combos now but stays present (an empty result is a result)
+    assert st.lookup(k(2))[0].tolist() == [True]
+    st.capacity = st.nbytes() - 1  # over budget: the oldest entry goes
+    st.create(k(5), k(5), np.array([[20]], np.uint64))
+    assert 1 not in st.keys[:, 1].tolist() and st.evicted >= 1
+
+
+def test_stable_codes():
+    ci, _vi = stable_codes(np.array([3, -1], np.int64), None)
+    cf, vf = stable_codes(np.array([3.0, -0.0, 2.5, np.nan]), None)
+    assert (ci[0] == cf[0]).all() and (cf[1] == stable_codes(np.array([0]), None)[0][0]).all()
+    assert not (cf[2] == ci[0]).all() and vf.tolist() == [True, True, True, False]
+    assert stable_codes(np.array(["a"], object), None) is None
+
+
+def test_knobs_control_table_explain_events_and_off():
+    inputs = _shifting3()
+    _got, h = _run(DDL3, Q3, inputs, 7, {0: _force(0, 2, [[1, 2], [2, 0], [1, 0]])})
+    op = _join(h)
+    t = op.control_table()
+    assert t["knobs"]["caching"] is True and t["knobs"]["cache_memory"] == NO_SELECTION.memory
+    (used,) = [c for c in t["caching"]["candidates"] if c["state"] == "used"]
+    assert used["segment"] == [1, 2] and used["entries"] > 0 and used["hits"] > 0
+    (line,) = [x for x in op.explain_detail() if x.startswith("caches (")]
+    assert "0: [1, 2]" in line
+    ev = op.events()
+    assert ("cache_used", 0.0) in ev and op.events() == []
+    op.set_knob("cache_memory", 4096)
+    assert not op.caching.used() and ("cache_dropped", 0.0) in op.events()
+    op.set_knob("adaptive", "off")
+    assert not op.caching.active
+    op.set_knob("adaptive", "a-greedy")
+    op.set_knob("caching", "off")
+    assert not op.caching.active and op.control_table()["knobs"]["caching"] is False
+    with pytest.raises(KnobError):
+        op.set_knob("cache_memory", -1)
+    with pytest.raises(KnobError):
+        op.set_knob("caching", "maybe")
+    op.set_knob("cache_interval_tuples", 500)
+    assert op.caching.config.interval_tuples == 500
+
+
+def test_string_keys_are_not_cached():
+    ddl = "register stream R (a varchar); register stream S (a varchar, b int); register stream T (b int);"
+    q = "select * from R [Rows 5] as r, S [Rows 5] as s, T [Rows 5] as t where r.a = s.a and s.b = t.b"
+    rng = np.random.default_rng(2)
+    inputs = {
+        "R": [(k, (str(int(rng.integers(0, 3))),)) for k in range(40)],
+        "S": [(k, (str(int(rng.integers(0, 3))), int(rng.integers(0, 3)))) for k in range(40)],
+        "T": [(k, (int(rng.integers(0, 3)),)) for k in range(40)],
+    }
+    got, h = _run(ddl, q, inputs, 1, {0: _force(0, 1)})
+    assert got == run_reference(ddl, q, inputs)
+    assert not _join(h).caching.used()

@@ -1,0 +1,33 @@
+"""The A-Caching benchmark runs end to end at a tiny size (its figures are printed, not
+asserted); checked: every plan gives the same join rows (the bench asserts it too), every
+figure has its points, and X (the fixed full cache set) is infeasible below the memory its
+subresults were measured to need and feasible above."""
+
+from __future__ import annotations
+
+import json
+
+from bench import acaching
+
+
+def test_acaching_bench_runs(tmp_path, capsys):
+    report = tmp_path / "ac.json"
+    assert acaching.main(["--tuples", "240", "--push", "30", "--base", "6", "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    for fig in ("Fig 5.21", "Fig 5.22", "Fig 5.23"):
+        assert fig in out
+    data = json.loads(report.read_text())
+    f521 = data["fig_5_21"]
+    assert sorted(f521) == [f"D{k}" for k in range(1, 9)]
+    for runs in f521.values():
+        assert {p: r["rows"] for p, r in runs.items()} == {p: runs["M"]["rows"] for p in "MXP"}
+        assert all(r["throughput"] > 0 for r in runs.values())
+        assert len(runs["X"]["caches_used"]) == 2  # the XJoin's two subresults
+    f522 = data["fig_5_22"]
+    assert 1 <= len(f522["M"]["slices"]) == len(f522["P"]["slices"]) <= 10
+    f523 = data["fig_5_23"]
+    need = f523["X_needs_bytes"]
+    assert need > 0
+    for mem, point in f523["points"].items():
+        assert (point["X"] is None) == (int(mem) < need)
+        assert point["P"] > 0
