@@ -19,7 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-FORMAT, VERSION = "cqlstream-checkpoint", 1
+# The checkpoint pickles the engine's objects whole, so a release whose classes hold new state
+# cannot resume from an older pickle (the objects would lack the new attributes): bump VERSION then.
+# 2: admission control, join summaries and caches, synopsis joins (2026-11-28).
+FORMAT, VERSION = "cqlstream-checkpoint", 2
 PREFIX, SUFFIX = "checkpoint-", ".ckpt"
 _FUNCTIONS = "functions"  # the persistent id of the function registry
 
