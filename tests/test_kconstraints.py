@@ -366,6 +366,50 @@ def test_spill_store_gives_back_by_key_id_and_reason_across_merges_and_pickling(
     st.close()
 
 
+@given(st.lists(st.integers(0, 1 << 40), unique=True, max_size=60), st.lists(st.integers(0, 1 << 40), max_size=30))
+def test_id_set_decodes_its_ids_and_finds_exactly_the_members(ids, probes):
+    from cqlstream.engine.kconstraints.idset import IdSet
+
+    a = np.array(sorted(ids), np.int64)
+    s = IdSet(a)
+    assert s.decode().tolist() == a.tolist()
+    p = np.array(sorted(set(probes + ids[:3])), np.int64)
+    assert sorted(a[s.positions(p)].tolist()) == sorted(set(a.tolist()) & set(p.tolist()))
+
+
+def test_spill_store_drops_deleted_rows_without_reading_the_disk():
+    from cqlstream.cql import types as T
+    from cqlstream.engine.batch import Batch
+    from cqlstream.engine.kconstraints import store as S
+
+    def rows(ids: list[int]) -> S.Rows:
+        n = len(ids)
+        b = Batch([np.array(ids, np.int64)], [None], np.array(ids), np.ones(n, np.int8), np.array(ids, np.uint64))
+        z = np.zeros(n, np.int64)
+        return S.Rows(
+            b,
+            {
+                "rank": np.array(ids),
+                "born": z,
+                "joined": z.astype(bool),
+                "key": np.array(ids) % 7,
+                "valid": np.ones(n, bool),
+                "reason": z + 1,
+            },
+        )
+
+    st = S.SpillStore([T.INT])
+    st.put(rows([9, 3, 5, 1]))  # written in id order
+    st.put(rows([20, 22]))
+    assert st.drop_ids(np.array([3, 22, 40], np.uint64)) == 2 and len(st) == 4 and st.reads == 0
+    assert st.drop_ids(np.array([3], np.uint64)) == 0  # gone already
+    assert st.drop_ids(np.array([20], np.uint64)) == 1 and len(st.segments) == 1  # an empty segment goes
+    got = st.take_matching(np.array([3 % 7, 5 % 7], np.int64))  # key 3 was row 3's: it is not given back
+    assert sorted(got.b.id.tolist()) == [5] and len(st) == 2
+    assert sorted(st.take_reason(-1).b.id.tolist()) == [1, 9]
+    st.close()
+
+
 def test_monitors_detect_undeclared_constraints_when_detect_is_on():
     """No constraint declared: with `detect`, candidate CA / OA / RIDS on the join columns start at
     k = ∞ and the monitors lower k after W arrivals; exact mode still changes no result."""
