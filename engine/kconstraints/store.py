@@ -10,7 +10,7 @@ otherwise be read on every call, while join keys drift with time and the ranges 
 rarely overlap a call's. Tuple ids are kept exactly (engine/kconstraints/idset.py, ≈ 1 byte per
 row): the delete of a spilled row (its window expiring it) only marks it gone, with no disk read;
 the join sees that delete without its row, which changes nothing in its results since a delete's
-results come from the delete event itself. Segments are rewritten smaller once under half their
+results come from the delete event itself. Segments are rewritten smaller once under a quarter of their
 rows are left, and merged when there are many of them.
 """
 
@@ -154,7 +154,7 @@ class SpillStore:
             rest = np.flatnonzero(~m)
             if not len(rest):
                 os.unlink(seg.path)
-            elif 2 * len(rest) < len(seg.alive):  # under half left: rewrite the segment smaller
+            elif 4 * len(rest) < len(seg.alive):  # under a quarter left: rewrite the segment smaller
                 os.unlink(seg.path)
                 keep.append(self._write(rows.take(rest)))
             else:  # mark the rows taken; the file stays
