@@ -27,7 +27,7 @@ from cqlstream.engine.kconstraints.reduction import partition
 from cqlstream.engine.kconstraints.strategy import KMonConfig, KMonStrategy
 from cqlstream.engine.operators.join import JoinOp
 from tests.engine_harness import assert_same, run_engine
-from tests.strategies import stream_events
+from tests.strategies import relation_events, stream_events
 
 ORDERS = (
     "register stream Orders (id int, item int, ts int) with constraints "
@@ -181,6 +181,61 @@ def test_exact_mode_equals_the_reference_even_when_constraints_break(cons, query
     brings spilled rows back, and its results never differ from the reference's."""
     ddl = f"register stream S (a int, b int) {cons[0].format(k=k)}; register stream T (a int, b int) {cons[1].format(k=k)}"
     assert_same(ddl, query, {"S": s, "T": t})
+
+
+REL_SETS = [
+    "with constraints (unique(a))",
+    "with constraints (clustered(a, {k}), unique(a))",
+    "with constraints (ordered(a, {k}))",
+]
+REL_QUERIES = [
+    "select * from S [rows 3], R where S.a = R.a",
+    "select istream(S.b, R.b) from S [range 2], R where R.a = S.a and R.b > 0",
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(REL_SETS),
+    st.sampled_from(REL_QUERIES),
+    st.integers(0, 3),
+    stream_events(n=14, first=st.integers(0, 4)),
+    relation_events(n=14, first=st.integers(0, 4)),
+)
+def test_exact_mode_with_a_relation_input_equals_the_reference_under_its_deletes(cons, query, k, s, r):
+    """A relation input (inserts and deletes, any order) pruned by the stream side's constraints:
+    its deletes, of rows in memory or spilled, and the constraints breaking never change results."""
+    ddl = f"register stream S (a int, b int) {cons.format(k=k)}; register relation R (a int, b int)"
+    assert_same(ddl, query, {"S": s, "R": r})
+
+
+def test_a_relation_input_gets_k_mon_and_its_spilled_rows_deletes_are_applied_in_the_store():
+    d = Dsms()
+    d.execute("register stream S (a int, b int) with constraints (unique(a)); register relation R (a int, b int)")
+    h = d.register_query("select * from S [rows 100], R where S.a = R.a")
+    sub = d.subscribe(h.id)
+    join = next(o for o in d.plan.operators if isinstance(o, JoinOp))
+    assert join.kmon is not None and "many-one on S.a" in h.explain()
+    got: Counter = Counter()
+
+    def step():
+        d.run()
+        b = sub.poll()
+        got.update({(r, t, int(sg)) for r, t, sg in zip(d.rows(b), b.ts.tolist(), b.sign.tolist())})
+
+    d.push("R", [(i, 10 * i) for i in range(6)], ts=[1] * 6)
+    d.push("S", [(i, 0) for i in range(3)], ts=[2] * 3)
+    d.heartbeat("S", 3)
+    d.heartbeat("R", 3)
+    step()
+    s = join.kmon
+    assert len(join.state[1]) == 3 and len(s.stores[1]) == 3  # R rows met their one S partner: spilled
+    d.push("R", [(1, 10), (4, 40)], ts=[5, 5], signs=[-1, -1])  # one spilled row, one in memory
+    d.heartbeat("S", 6)
+    d.heartbeat("R", 6)
+    step()
+    assert len(s.stores[1]) == 2 and len(join.state[1]) == 2 and s.stores[1].reads == 0
+    assert ((1, 0, 1, 10), 2, 1) in got and ((1, 0, 1, 10), 5, -1) in got  # the spilled row's result retracted
 
 
 def _synthetic_run(w, kind, k, window, mode="exact", chunk=500):
