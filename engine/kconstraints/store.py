@@ -2,7 +2,8 @@
 and comes back whenever an event might need it, so results never change.
 
 Rows are kept in segments (one pickle file each, rows in id order) with their bookkeeping columns.
-Each segment has a Bloom filter over its join keys, so most probes are answered "not here" without
+Each segment has a Bloom filter over its join keys (or the keys themselves, delta-coded, when that
+is smaller: dense keys, as arrival-ordered ids are), so most probes are answered "not here" without
 touching the disk; a segment is read only when a probe key may be in it. Before the Bloom filter,
 the segment's exact key range rules out the probes outside it: a call's probe keys number in the
 hundreds or thousands, so at the filter's ≈ 1% false-positive rate nearly every segment would
@@ -10,8 +11,9 @@ otherwise be read on every call, while join keys drift with time and the ranges 
 rarely overlap a call's. Tuple ids are kept exactly (engine/kconstraints/idset.py, ≈ 1 byte per
 row): the delete of a spilled row (its window expiring it) only marks it gone, with no disk read;
 the join sees that delete without its row, which changes nothing in its results since a delete's
-results come from the delete event itself. Segments are rewritten smaller once under a quarter of their
-rows are left, and merged when there are many of them.
+results come from the delete event itself. A segment read for a probe gets its key filter rebuilt
+from the rows left (rows gone by id leave their keys in it until then). Segments are rewritten
+smaller once under a quarter of their rows are left, and merged when there are many of them.
 """
 
 from __future__ import annotations
@@ -60,23 +62,44 @@ class Rows:
 class Segment:
     path: str
     n: int  # rows still in the segment
-    keys: Bloom
+    keys: Bloom | IdSet  # the join keys: exact when their gaps fit a byte (smaller than the filter)
     ids: IdSet  # the rows' ids, exact (row i of the file has the i-th smallest id)
     reasons: int  # OR of the rows' reason bits
     alive: np.ndarray  # per stored row: not taken back yet (rows taken are only marked, until half are gone)
     key_range: tuple[int, int]  # smallest and largest valid join key written (lo > hi: none)
+    filter_n: int = -1  # live rows when `keys` was built (rows gone since leave their keys in it)
+
+    def __post_init__(self) -> None:
+        if self.filter_n < 0:
+            self.filter_n = self.n
 
     def may_hold(self, keys: np.ndarray) -> bool:
-        """Whether a live row with one of `keys` (sorted) may be here: the exact key range, then
-        the Bloom filter."""
+        """Whether a row with one of `keys` (sorted, distinct) may be here: the exact key range,
+        then the exact keys or the Bloom filter."""
         lo = np.searchsorted(keys, self.key_range[0], "left")
         hi = np.searchsorted(keys, self.key_range[1], "right")
-        return bool(hi > lo and self.keys.contains(keys[lo:hi]).any())
+        if hi <= lo:
+            return False
+        if isinstance(self.keys, IdSet):
+            return bool(len(self.keys.positions(keys[lo:hi])))
+        return bool(self.keys.contains(keys[lo:hi]).any())
 
     def live_positions(self, ids: np.ndarray) -> np.ndarray:
         """Positions of the live rows whose id is in `ids` (sorted int64)."""
         pos = self.ids.positions(ids)
         return pos[self.alive[pos]]
+
+
+def _key_filter(rows: Rows) -> tuple[Bloom | IdSet, tuple[int, int]]:
+    """The key filter of a segment's rows (exact keys when their gaps fit a byte, as dense keys'
+    do: smaller than the Bloom filter) and their exact range."""
+    keys = rows.cols["key"][rows.cols["valid"]]
+    exact = IdSet(np.unique(keys))
+    kb: Bloom | IdSet = exact
+    if exact.gaps.itemsize > 1:
+        kb = Bloom(len(keys))
+        kb.add(keys)
+    return kb, ((int(keys.min()), int(keys.max())) if len(keys) else (1, 0))
 
 
 class SpillStore:
@@ -113,11 +136,8 @@ class SpillStore:
         with open(path, "wb") as f:
             pickle.dump(rows, f, protocol=pickle.HIGHEST_PROTOCOL)
         self.writes += 1
-        kb = Bloom(len(rows))
-        keys = rows.cols["key"][rows.cols["valid"]]
-        kb.add(keys)
+        kb, rng = _key_filter(rows)
         bits = int(np.bitwise_or.reduce(rows.cols["reason"])) if len(rows) else 0
-        rng = (int(keys.min()), int(keys.max())) if len(keys) else (1, 0)
         return Segment(path, len(rows), kb, IdSet(ids), bits, np.ones(len(rows), bool), rng)
 
     def _read(self, seg: Segment) -> Rows:
@@ -148,6 +168,9 @@ class SpillStore:
             rows = self._read(seg)
             m = select(rows)
             if not m.any():
+                if seg.n < seg.filter_n:  # rows went since the key filter was built: rebuild it
+                    seg.keys, seg.key_range = _key_filter(rows)
+                    seg.filter_n = seg.n
                 keep.append(seg)
                 continue
             out.append(rows.take(np.flatnonzero(m)))
@@ -160,7 +183,8 @@ class SpillStore:
             else:  # mark the rows taken; the file stays
                 pos = np.flatnonzero(seg.alive)
                 seg.alive[pos[m]] = False
-                seg.n = len(rest)
+                seg.n = seg.filter_n = len(rest)
+                seg.keys, seg.key_range = _key_filter(rows.take(rest))
                 keep.append(seg)
         self.segments = keep
         return Rows.cat(out, self.types) if out else Rows(Batch.empty(self.types), {})
