@@ -6,8 +6,8 @@ column-only projections), so its inserts are that stream's arrivals, or a regist
 integer columns. The constraints of the streams that speak about those columns are applied (a
 relation declares none, but its rows are pruned by the stream side's many-one, CA and OA, whose
 arrivals say which relation rows no future insert can meet); the join then keeps private state
-(instead of reading the inputs' shared stores) so that it can move rows out of memory. A relation
-input qualifies only while nothing has flowed into it, since private state starts empty. Deletes
+(instead of reading the inputs' shared stores) so that it can move rows out of memory. An input
+qualifies only while nothing has flowed into it, since private state starts empty. Deletes
 of a relation's rows keep exact mode exact like a window's expirations: a delete brings back the
 other input's spilled rows of its key, and a spilled row's own delete removes it from the store."""
 
@@ -21,7 +21,6 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.kconstraints.constraints import CA, OA, RIDS, UNDECLARED, Constraint, ManyOne, from_defs
 from cqlstream.engine.kconstraints.strategy import KMonConfig, KMonStrategy
 from cqlstream.engine.operators.join import JoinOp
-from cqlstream.engine.synopses import RelationStore
 
 if TYPE_CHECKING:
     from cqlstream.cql.catalog import Catalog
@@ -118,12 +117,14 @@ def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig)
 
 
 def _fresh(op: JoinOp) -> bool:
-    """Nothing has reached the join's relation inputs yet (their private state would miss it)."""
+    """Nothing has reached the join's input stores yet (a relation's earlier contents, or rows a
+    shared window already holds): its private state, which starts empty, would miss them."""
     for st in op.stores or ():
-        if isinstance(st, RelationStore):
-            q = st.queue
-            if len(st) or q.watermark is not None or q.start is not None or q.last_ts is not None:
-                return False
+        q = st.queue
+        if len(st) or q.watermark is not None or q.start is not None or q.last_ts is not None:
+            return False
+        if getattr(st.reader, "prefix", None) is not None:
+            return False
     return True
 
 
