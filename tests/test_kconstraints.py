@@ -27,7 +27,7 @@ from cqlstream.engine.kconstraints.reduction import partition
 from cqlstream.engine.kconstraints.strategy import KMonConfig, KMonStrategy
 from cqlstream.engine.operators.join import JoinOp
 from tests.engine_harness import assert_same, run_engine
-from tests.strategies import stream_events
+from tests.strategies import relation_events, stream_events
 
 ORDERS = (
     "register stream Orders (id int, item int, ts int) with constraints "
@@ -183,6 +183,61 @@ def test_exact_mode_equals_the_reference_even_when_constraints_break(cons, query
     assert_same(ddl, query, {"S": s, "T": t})
 
 
+REL_SETS = [
+    "with constraints (unique(a))",
+    "with constraints (clustered(a, {k}), unique(a))",
+    "with constraints (ordered(a, {k}))",
+]
+REL_QUERIES = [
+    "select * from S [rows 3], R where S.a = R.a",
+    "select istream(S.b, R.b) from S [range 2], R where R.a = S.a and R.b > 0",
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(REL_SETS),
+    st.sampled_from(REL_QUERIES),
+    st.integers(0, 3),
+    stream_events(n=14, first=st.integers(0, 4)),
+    relation_events(n=14, first=st.integers(0, 4)),
+)
+def test_exact_mode_with_a_relation_input_equals_the_reference_under_its_deletes(cons, query, k, s, r):
+    """A relation input (inserts and deletes, any order) pruned by the stream side's constraints:
+    its deletes, of rows in memory or spilled, and the constraints breaking never change results."""
+    ddl = f"register stream S (a int, b int) {cons.format(k=k)}; register relation R (a int, b int)"
+    assert_same(ddl, query, {"S": s, "R": r})
+
+
+def test_a_relation_input_gets_k_mon_and_its_spilled_rows_deletes_are_applied_in_the_store():
+    d = Dsms()
+    d.execute("register stream S (a int, b int) with constraints (unique(a)); register relation R (a int, b int)")
+    h = d.register_query("select * from S [rows 100], R where S.a = R.a")
+    sub = d.subscribe(h.id)
+    join = next(o for o in d.plan.operators if isinstance(o, JoinOp))
+    assert join.kmon is not None and "many-one on S.a" in h.explain()
+    got: Counter = Counter()
+
+    def step():
+        d.run()
+        b = sub.poll()
+        got.update({(r, t, int(sg)) for r, t, sg in zip(d.rows(b), b.ts.tolist(), b.sign.tolist())})
+
+    d.push("R", [(i, 10 * i) for i in range(6)], ts=[1] * 6)
+    d.push("S", [(i, 0) for i in range(3)], ts=[2] * 3)
+    d.heartbeat("S", 3)
+    d.heartbeat("R", 3)
+    step()
+    s = join.kmon
+    assert len(join.state[1]) == 3 and len(s.stores[1]) == 3  # R rows met their one S partner: spilled
+    d.push("R", [(1, 10), (4, 40)], ts=[5, 5], signs=[-1, -1])  # one spilled row, one in memory
+    d.heartbeat("S", 6)
+    d.heartbeat("R", 6)
+    step()
+    assert len(s.stores[1]) == 2 and len(join.state[1]) == 2 and s.stores[1].reads == 0
+    assert ((1, 0, 1, 10), 2, 1) in got and ((1, 0, 1, 10), 5, -1) in got  # the spilled row's result retracted
+
+
 def _synthetic_run(w, kind, k, window, mode="exact", chunk=500):
     return B.run(w, kind, k, window, config=KMonConfig(mode=mode), chunk=chunk)
 
@@ -199,6 +254,16 @@ def test_exact_mode_on_the_synthetic_workload_keeps_less_and_changes_nothing(kin
     assert not got.strategy.withdrawals  # the declared k holds
     steady = slice(len(base.mem) // 2, None)
     assert np.mean(got.mem[steady]) < 0.8 * np.mean(base.mem[steady])  # and the state is smaller
+
+
+def test_the_swj_run_keeps_every_window_slot_and_gives_the_baselines_results():
+    """bench.kmon's SWJ configuration (selection above the join) is run, not computed: its join
+    state is every window slot, as the paper's SWJ synopsis counts them."""
+    w = B.gen_rids(3000, 50, seed=4)
+    base = B.run(w, "none", 0, 1500, chunk=500)
+    swj = B.run(w, "none", 0, 1500, chunk=500, swj=True)
+    assert Counter(swj.results) == Counter(base.results) and len(base.results) > 1000
+    assert swj.mem[-1] == B.swj_entries(w, 1500, w.tuples) > base.mem[-1]
 
 
 def test_a_constraint_violated_midway_is_withdrawn_and_its_rows_come_back():
@@ -363,6 +428,52 @@ def test_spill_store_gives_back_by_key_id_and_reason_across_merges_and_pickling(
     assert all(r % 2 == 1 for r in odd.cols["rank"].tolist()) and len(back) + len(odd) == len(st)
     left = len(back)
     assert len(back.take_reason(-1)) == left and len(back) == 0
+    st.close()
+
+
+@given(st.lists(st.integers(0, 1 << 40), unique=True, max_size=60), st.lists(st.integers(0, 1 << 40), max_size=30))
+def test_id_set_decodes_its_ids_and_finds_exactly_the_members(ids, probes):
+    from cqlstream.engine.kconstraints.idset import IdSet
+
+    a = np.array(sorted(ids), np.int64)
+    s = IdSet(a)
+    assert s.decode().tolist() == a.tolist()
+    p = np.array(sorted(set(probes + ids[:3])), np.int64)
+    assert sorted(a[s.positions(p)].tolist()) == sorted(set(a.tolist()) & set(p.tolist()))
+
+
+def test_spill_store_drops_deleted_rows_without_reading_the_disk():
+    from cqlstream.cql import types as T
+    from cqlstream.engine.batch import Batch
+    from cqlstream.engine.kconstraints import store as S
+
+    def rows(ids: list[int]) -> S.Rows:
+        n = len(ids)
+        b = Batch([np.array(ids, np.int64)], [None], np.array(ids), np.ones(n, np.int8), np.array(ids, np.uint64))
+        z = np.zeros(n, np.int64)
+        return S.Rows(
+            b,
+            {
+                "rank": np.array(ids),
+                "born": z,
+                "joined": z.astype(bool),
+                "key": np.array(ids) % 7,
+                "valid": np.ones(n, bool),
+                "reason": z + 1,
+            },
+        )
+
+    st = S.SpillStore([T.INT])
+    st.put(rows([9, 3, 5, 1]))  # written in id order
+    st.put(rows([20, 22]))
+    assert st.drop_ids(np.array([3, 22, 40], np.uint64)) == 2 and len(st) == 4 and st.reads == 0
+    assert st.drop_ids(np.array([3], np.uint64)) == 0  # gone already
+    assert st.drop_ids(np.array([20], np.uint64)) == 1 and len(st.segments) == 1  # an empty segment goes
+    got = st.take_matching(np.array([3 % 7, 5 % 7], np.int64))  # key 3 was row 3's: it is not given back
+    assert sorted(got.b.id.tolist()) == [5] and len(st) == 2
+    reads = st.reads  # that read rebuilt the segment's key filter from the rows left: key 3 is gone
+    assert len(st.take_matching(np.array([3], np.int64))) == 0 and st.reads == reads
+    assert sorted(st.take_reason(-1).b.id.tolist()) == [1, 9]
     st.close()
 
 

@@ -1,10 +1,15 @@
 """Binding declared k-constraints to the 2-way joins of a newly registered query.
 
 A join input qualifies when it is a window over a registered stream (through selections and
-column-only projections), so its inserts are that stream's arrivals, and the join has an equality
-between two integer columns. The constraints of both streams that speak about those columns are
-applied; the join then keeps private state (instead of reading the windows' shared stores) so that
-it can move rows out of memory."""
+column-only projections), so its inserts are that stream's arrivals, or a registered relation
+(inserts and deletes, as Linear Road's AccSeg joins), and the join has an equality between two
+integer columns. The constraints of the streams that speak about those columns are applied (a
+relation declares none, but its rows are pruned by the stream side's many-one, CA and OA, whose
+arrivals say which relation rows no future insert can meet); the join then keeps private state
+(instead of reading the inputs' shared stores) so that it can move rows out of memory. An input
+qualifies only while nothing has flowed into it, since private state starts empty. Deletes
+of a relation's rows keep exact mode exact like a window's expirations: a delete brings back the
+other input's spilled rows of its key, and a spilled row's own delete removes it from the store."""
 
 from __future__ import annotations
 
@@ -27,11 +32,14 @@ CONFIG_ATTR = "kconstraints"  # a Dsms attribute holding the KMonConfig new join
 
 
 def lineage(plan: L.Plan, col: int) -> tuple[str, str] | None:
-    """(stream, column) that column `col` of `plan` reads, through a window over that stream."""
+    """(source, column) that column `col` of `plan` reads: through a window over a stream, or of
+    a relation."""
     windowed = False
     while True:
         if isinstance(plan, L.StreamSource):
             return (plan.name, plan.attrs[col].name) if windowed else None
+        if isinstance(plan, L.RelationSource):
+            return (plan.name, plan.attrs[col].name)
         if isinstance(plan, L.Window):
             windowed = True
             plan = plan.input
@@ -69,6 +77,11 @@ def applicable(
     return out
 
 
+def _is_stream(catalog: Catalog, name: str) -> bool:
+    d = catalog.get(name)
+    return isinstance(d, SourceDef) and d.kind == "stream"
+
+
 def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig) -> KMonStrategy | None:
     if not isinstance(node, L.Join) or op.n != 2:
         return None
@@ -87,6 +100,8 @@ def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig)
             declared.append(from_defs(d.name, d.constraints) if isinstance(d, SourceDef) else [])
         if config.detect:  # candidates the monitors may find (k = -1: not declared, starts at ∞)
             for x in range(2):
+                if not _is_stream(catalog, sides[x][0]):  # type: ignore[index]
+                    continue  # constraints describe stream arrivals
                 (sx, cx), (sy, cy) = sides[x], sides[1 - x]  # type: ignore[misc]
                 have = {(type(c), c.column.lower()) for c in declared[x]}
                 for kind in (CA, OA):
@@ -99,6 +114,18 @@ def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig)
             exprs = (e.ea, e.eb) if e.a == 0 else (e.eb, e.ea)
             return KMonStrategy(op, exprs, applied, config)
     return None
+
+
+def _fresh(op: JoinOp) -> bool:
+    """Nothing has reached the join's input stores yet (a relation's earlier contents, or rows a
+    shared window already holds): its private state, which starts empty, would miss them."""
+    for st in op.stores or ():
+        q = st.queue
+        if len(st) or q.watermark is not None or q.start is not None or q.last_ts is not None:
+            return False
+        if getattr(st.reader, "prefix", None) is not None:
+            return False
+    return True
 
 
 def _private_state(d: Dsms, op: JoinOp) -> None:
@@ -136,7 +163,7 @@ def bind(d: Dsms, h: QueryHandle) -> list[KMonStrategy]:
         return []
     out = []
     for pn, op in _joins(h.pnode):
-        if op.kmon is not None or op.counters.calls or pn.flowed or pn.users - {h.id}:
+        if op.kmon is not None or op.counters.calls or pn.flowed or pn.users - {h.id} or not _fresh(op):
             continue
         s = strategy_for(d.catalog, op, pn.node, config)
         if s is None:

@@ -1,10 +1,19 @@
 """Exact mode's disk store: join state judged unnecessary is written here instead of being dropped,
 and comes back whenever an event might need it, so results never change.
 
-Rows are kept in segments (one pickle file each) with their bookkeeping columns. Each segment has
-a Bloom filter over its join keys and one over its tuple ids, so most events are answered "not
-here" without touching the disk; a segment is read only when a probe key or a deleted id may be
-in it. Segments are merged when there are many of them.
+Rows are kept in segments (one pickle file each, rows in id order) with their bookkeeping columns.
+Each segment has a Bloom filter over its join keys (or the keys themselves, delta-coded, when that
+is smaller: dense keys, as arrival-ordered ids are), so most probes are answered "not here" without
+touching the disk; a segment is read only when a probe key may be in it. Before the Bloom filter,
+the segment's exact key range rules out the probes outside it: a call's probe keys number in the
+hundreds or thousands, so at the filter's ≈ 1% false-positive rate nearly every segment would
+otherwise be read on every call, while join keys drift with time and the ranges of old segments
+rarely overlap a call's. Tuple ids are kept exactly (engine/kconstraints/idset.py, ≈ 1 byte per
+row): the delete of a spilled row (its window expiring it) only marks it gone, with no disk read;
+the join sees that delete without its row, which changes nothing in its results since a delete's
+results come from the delete event itself. A segment read for a probe gets its key filter rebuilt
+from the rows left (rows gone by id leave their keys in it until then). Segments are rewritten
+smaller once under a quarter of their rows are left, and merged when there are many of them.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import numpy as np
 
 from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.kconstraints.bloom import Bloom
+from cqlstream.engine.kconstraints.idset import IdSet
 
 MAX_SEGMENTS = 32  # merge all segments into one beyond this
 
@@ -52,10 +62,44 @@ class Rows:
 class Segment:
     path: str
     n: int  # rows still in the segment
-    keys: Bloom
-    ids: Bloom
+    keys: Bloom | IdSet  # the join keys: exact when their gaps fit a byte (smaller than the filter)
+    ids: IdSet  # the rows' ids, exact (row i of the file has the i-th smallest id)
     reasons: int  # OR of the rows' reason bits
     alive: np.ndarray  # per stored row: not taken back yet (rows taken are only marked, until half are gone)
+    key_range: tuple[int, int]  # smallest and largest valid join key written (lo > hi: none)
+    filter_n: int = -1  # live rows when `keys` was built (rows gone since leave their keys in it)
+
+    def __post_init__(self) -> None:
+        if self.filter_n < 0:
+            self.filter_n = self.n
+
+    def may_hold(self, keys: np.ndarray) -> bool:
+        """Whether a row with one of `keys` (sorted, distinct) may be here: the exact key range,
+        then the exact keys or the Bloom filter."""
+        lo = np.searchsorted(keys, self.key_range[0], "left")
+        hi = np.searchsorted(keys, self.key_range[1], "right")
+        if hi <= lo:
+            return False
+        if isinstance(self.keys, IdSet):
+            return bool(len(self.keys.positions(keys[lo:hi])))
+        return bool(self.keys.contains(keys[lo:hi]).any())
+
+    def live_positions(self, ids: np.ndarray) -> np.ndarray:
+        """Positions of the live rows whose id is in `ids` (sorted int64)."""
+        pos = self.ids.positions(ids)
+        return pos[self.alive[pos]]
+
+
+def _key_filter(rows: Rows) -> tuple[Bloom | IdSet, tuple[int, int]]:
+    """The key filter of a segment's rows (exact keys when their gaps fit a byte, as dense keys'
+    do: smaller than the Bloom filter) and their exact range."""
+    keys = rows.cols["key"][rows.cols["valid"]]
+    exact = IdSet(np.unique(keys))
+    kb: Bloom | IdSet = exact
+    if exact.gaps.itemsize > 1:
+        kb = Bloom(len(keys))
+        kb.add(keys)
+    return kb, ((int(keys.min()), int(keys.max())) if len(keys) else (1, 0))
 
 
 class SpillStore:
@@ -75,7 +119,7 @@ class SpillStore:
 
     def nbytes(self) -> int:
         """Memory the store holds (its Bloom filters and row marks), not the disk it uses."""
-        return sum(s.keys.nbytes() + s.ids.nbytes() + s.alive.nbytes for s in self.segments)
+        return sum(s.keys.nbytes() + s.ids.nbytes() + s.alive.nbytes + 16 for s in self.segments)
 
     def close(self) -> None:
         self._cleanup()
@@ -83,16 +127,18 @@ class SpillStore:
 
     # ------------------------------------------------------------ writing and reading segments
     def _write(self, rows: Rows) -> Segment:
+        ids = rows.b.id.view(np.int64)
+        if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            o = np.argsort(ids, kind="stable")
+            rows, ids = rows.take(o), ids[o]
         self.counter += 1
         path = os.path.join(self.dir, f"seg{self.counter}.pkl")
         with open(path, "wb") as f:
             pickle.dump(rows, f, protocol=pickle.HIGHEST_PROTOCOL)
         self.writes += 1
-        kb, ib = Bloom(len(rows)), Bloom(len(rows))
-        kb.add(rows.cols["key"][rows.cols["valid"]])
-        ib.add(rows.b.id.view(np.int64))
+        kb, rng = _key_filter(rows)
         bits = int(np.bitwise_or.reduce(rows.cols["reason"])) if len(rows) else 0
-        return Segment(path, len(rows), kb, ib, bits, np.ones(len(rows), bool))
+        return Segment(path, len(rows), kb, IdSet(ids), bits, np.ones(len(rows), bool), rng)
 
     def _read(self, seg: Segment) -> Rows:
         """The segment's rows still in it."""
@@ -122,36 +168,61 @@ class SpillStore:
             rows = self._read(seg)
             m = select(rows)
             if not m.any():
+                if seg.n < seg.filter_n:  # rows went since the key filter was built: rebuild it
+                    seg.keys, seg.key_range = _key_filter(rows)
+                    seg.filter_n = seg.n
                 keep.append(seg)
                 continue
             out.append(rows.take(np.flatnonzero(m)))
             rest = np.flatnonzero(~m)
             if not len(rest):
                 os.unlink(seg.path)
-            elif 2 * len(rest) < len(seg.alive):  # under half left: rewrite the segment smaller
+            elif 4 * len(rest) < len(seg.alive):  # under a quarter left: rewrite the segment smaller
                 os.unlink(seg.path)
                 keep.append(self._write(rows.take(rest)))
             else:  # mark the rows taken; the file stays
                 pos = np.flatnonzero(seg.alive)
                 seg.alive[pos[m]] = False
-                seg.n = len(rest)
+                seg.n = seg.filter_n = len(rest)
+                seg.keys, seg.key_range = _key_filter(rows.take(rest))
                 keep.append(seg)
         self.segments = keep
         return Rows.cat(out, self.types) if out else Rows(Batch.empty(self.types), {})
 
     # ------------------------------------------------------------ what comes back
-    def take_matching(self, keys: np.ndarray, ids: np.ndarray) -> Rows:
+    def take_matching(self, keys: np.ndarray, ids: np.ndarray | None = None) -> Rows:
         """Remove and return the rows whose key is in `keys` or whose id is in `ids`."""
-        if not self.segments or (not len(keys) and not len(ids)):
+        ui = np.unique(ids.view(np.int64)) if ids is not None and len(ids) else np.zeros(0, np.int64)
+        if not self.segments or (not len(keys) and not len(ui)):
             return Rows(Batch.empty(self.types), {})
-        ids64 = ids.view(np.int64)
-        hit = [s for s in self.segments if s.keys.contains(keys).any() or s.ids.contains(ids64).any()]
+        uk = np.unique(keys)
+        hit = [s for s in self.segments if s.may_hold(uk) or len(s.live_positions(ui))]
         if not hit:
             return Rows(Batch.empty(self.types), {})
-        uk, ui = np.unique(keys), np.unique(ids64)
         return self._take_all(
             lambda r: (np.isin(r.cols["key"], uk) & r.cols["valid"]) | np.isin(r.b.id.view(np.int64), ui), hit
         )
+
+    def drop_ids(self, ids: np.ndarray) -> int:
+        """Remove the rows whose id is in `ids` without reading them (their deletes came): they are
+        marked gone in memory; a segment with no row left is deleted. Returns how many went."""
+        if not self.segments or not len(ids):
+            return 0
+        ui = np.unique(ids.view(np.int64))
+        gone = 0
+        keep: list[Segment] = []
+        for seg in self.segments:
+            pos = seg.live_positions(ui)
+            if len(pos):
+                seg.alive[pos] = False
+                seg.n -= len(pos)
+                gone += len(pos)
+            if seg.n:
+                keep.append(seg)
+            else:
+                os.unlink(seg.path)
+        self.segments = keep
+        return gone
 
     def take_reason(self, bit: int) -> Rows:
         """Remove and return the rows a (withdrawn) rule put here."""

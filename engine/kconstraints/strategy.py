@@ -1,7 +1,8 @@
 """The object a 2-way join calls around each call to keep its carried state small (k-Mon).
 
 `before` brings back from the disk store the rows this call's events may need (exact mode): rows
-whose join key an event of the other input has, and rows whose own delete arrives. `after` keeps
+whose join key an event of the other input has; rows whose own delete arrives are removed from the
+store in memory (the join needs only the delete event to retract their results). `after` keeps
 the bookkeeping of every state row (arrival rank, partner arrivals before it, met a partner or
 not), feeds the monitors with the call's partner arrivals and join distances, withdraws a
 constraint that a tuple violated (its rows come back from the store), then moves the rows the
@@ -42,10 +43,24 @@ class KeyCount:
         return self.keys.nbytes + self.counts.nbytes
 
     def add(self, keys: np.ndarray, delta: np.ndarray) -> None:
-        u, inv = np.unique(np.concatenate([self.keys, keys]), return_inverse=True)
-        c = np.bincount(inv, weights=np.concatenate([self.counts, delta]), minlength=len(u)).astype(np.int64)
-        live = c > 0
-        self.keys, self.counts = u[live], c[live]
+        """Count a call's events (+1 insert, −1 delete per key): the call's keys are sorted, the
+        table's are merged in by position (no re-sort of the whole table per call)."""
+        if not len(keys):
+            return
+        u, inv = np.unique(keys, return_inverse=True)
+        d = np.bincount(inv.ravel(), weights=delta, minlength=len(u)).astype(np.int64)
+        at = np.searchsorted(self.keys, u)
+        old = at < len(self.keys)
+        old[old] = self.keys[at[old]] == u[old]
+        if old.any():
+            self.counts[at[old]] += d[old]
+        new = ~old & (d != 0)
+        if new.any():
+            self.keys = np.insert(self.keys, at[new], u[new])
+            self.counts = np.insert(self.counts, at[new], d[new])
+        if (self.counts <= 0).any():
+            live = self.counts > 0
+            self.keys, self.counts = self.keys[live], self.counts[live]
 
 
 BOOK = ("rank", "born", "joined", "key", "valid", "reason")  # bookkeeping columns per state row
@@ -99,6 +114,7 @@ class KMonStrategy:
         self._raw: list[Batch] = []
         self._key_cache: dict[tuple[int, int], tuple[Batch, np.ndarray, np.ndarray]] = {}
         self._was: list[np.ndarray] = [np.zeros(0, np.int64)] * 2  # reasons of rows restored this call
+        self._deleted_in_store = [0, 0]  # per input: this call's deletes applied in the disk store
         self.withdrawals: list[str] = []  # labels of constraints withdrawn so far
         self._events: list[tuple[str, float]] = []
         self.peak = {"state": 0, "baseline": 0}
@@ -158,17 +174,22 @@ class KMonStrategy:
         """`evs`: the call's events after the join's selections; `raw`: before them."""
         self._evs, self._raw = evs, raw
         self._key_cache = {}
+        self._deleted_in_store = [0, 0]
         self._was = [np.zeros(len(state[x]), np.int64) for x in range(2)]
         for x in range(2):
             st = self.stores[x]
             if not st.segments:
                 continue
             keys, valid = self._keys(1 - x, evs[1 - x])
-            ex = evs[x]
-            got = st.take_matching(keys[valid], ex.id[ex.sign < 0] if len(ex) else np.zeros(0, np.uint64))
+            got = st.take_matching(keys[valid])
             if len(got):
                 self.restored += len(got)
                 self._merge(x, state, got)
+            ex = evs[x]
+            if len(ex):
+                # spilled rows deleted now (left behind by the key probe) go without a disk read:
+                # the join meets their deletes without the rows, which changes none of its results
+                self._deleted_in_store[x] = st.drop_ids(ex.id[ex.sign < 0])
         return state
 
     def _merge(self, x: int, state: list[Batch], got: Rows) -> None:
@@ -285,7 +306,9 @@ class KMonStrategy:
                 rb = Rows(rb.b, {**rb.cols, "reason": np.zeros(len(rb), np.int64)})
                 surv = Rows.cat([surv, rb], join.input_types[x])
                 surv = surv.take(np.argsort(surv.cols["rank"], kind="stable"))
-            self._prune(x, surv, t.unmatched_deletes)
+            # deletes applied in the store are not deletes of rows never seen (the join's counter)
+            self.join.counters.extra["unmatched_deletes"] -= self._deleted_in_store[x]
+            self._prune(x, surv, t.unmatched_deletes - self._deleted_in_store[x])
         for x in range(2):
             self.ledgers[x].tick(tuples, suspected[x], probes[x])
         self._evs, self._raw, self._key_cache = [], [], {}  # hold no batch between calls
