@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from cqlstream.cql.analyzer import AnalyzeOptions
 from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import execute_ddl
@@ -169,3 +171,23 @@ def feed(d, events, step: int | None = None, after=None):
         d.run()
         if after is not None:
             after(n)
+
+
+def random_join_inputs(seed: int, n: int) -> dict[str, list]:
+    """Streams S, T, U of `n` rows (three per instant, values 0–2) and relation R's 60 random
+    inserts and deletes of the rows it holds."""
+    rng = np.random.default_rng(seed)
+    inputs: dict[str, list] = {
+        name: [(k // 3, (int(rng.integers(0, 3)), int(rng.integers(0, 3)))) for k in range(n)] for name in "STU"
+    }
+    rel, alive = [], []
+    for k in range(60):
+        if alive and rng.random() < 0.4:
+            row = alive.pop(int(rng.integers(0, len(alive))))
+            rel.append((k, -1, row))
+        else:
+            row = (int(rng.integers(0, 3)), int(rng.integers(0, 3)))
+            alive.append(row)
+            rel.append((k, 1, row))
+    inputs["R"] = rel
+    return inputs

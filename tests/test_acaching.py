@@ -189,21 +189,7 @@ EAGER = CachingConfig(
 
 
 def _random_inputs(seed, n=90):
-    rng = np.random.default_rng(seed)
-    inputs: dict[str, list] = {
-        name: [(k // 3, (int(rng.integers(0, 3)), int(rng.integers(0, 3)))) for k in range(n)] for name in "STU"
-    }
-    rel, alive = [], []
-    for k in range(60):
-        if alive and rng.random() < 0.4:
-            row = alive.pop(int(rng.integers(0, len(alive))))
-            rel.append((k, -1, row))
-        else:
-            row = (int(rng.integers(0, 3)), int(rng.integers(0, 3)))
-            alive.append(row)
-            rel.append((k, 1, row))
-    inputs["R"] = rel
-    return inputs
+    return H.random_join_inputs(seed, n)
 
 
 def _force_any(op: JoinOp) -> None:

@@ -12,7 +12,7 @@ from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.mjoin import linearize, spanning_tree
 from cqlstream.engine.control import _query_selections
 from cqlstream.engine.operators.join import Equi, JoinOp
-from tests.engine_harness import run_engine, run_reference
+from tests.engine_harness import random_join_inputs, run_engine, run_reference
 
 DDL = "register stream S (a int, v int); register stream T (a int, w int); register stream U (a int, x int); register stream V (a int, y int);"
 QUERY = (
@@ -155,21 +155,7 @@ RANDOM_QUERIES = [
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("qi", range(len(RANDOM_QUERIES)))
 def test_random_joins_same_results(seed, qi):
-    rng = np.random.default_rng(seed)
-    n = 120
-    inputs: dict[str, list] = {
-        name: [(k // 3, (int(rng.integers(0, 3)), int(rng.integers(0, 3)))) for k in range(n)] for name in "STU"
-    }
-    rel, alive = [], []
-    for k in range(60):
-        if alive and rng.random() < 0.4:
-            row = alive.pop(int(rng.integers(0, len(alive))))
-            rel.append((k, -1, row))
-        else:
-            row = (int(rng.integers(0, 3)), int(rng.integers(0, 3)))
-            alive.append(row)
-            rel.append((k, 1, row))
-    inputs["R"] = rel
+    inputs = random_join_inputs(seed, 120)
     q = RANDOM_QUERIES[qi]
     expected = run_reference(RANDOM_DDL, q, inputs)
     config = AdaptiveConfig(probability=1.0, window=8, profile_batch=2, alpha=1.0)

@@ -13,6 +13,22 @@ from cqlstream.engine.batch import splitmix64
 _H2_SALT = np.uint64(0xC2B2AE3D27D4EB4F)
 
 
+def probe_count(m: int, k: int | None, expected: int | None) -> int:
+    """k probes: as given, else optimal (m/n · ln 2) for `expected` distinct keys, else 4; at most 32."""
+    if k is None:
+        k = max(1, round(m / expected * math.log(2.0))) if expected else 4
+    return min(k, 32)
+
+
+def probe_positions(keys: np.ndarray, seed: np.uint64, k: int, m: int) -> np.ndarray:
+    """(n, k) positions h1 + i·h2 mod m of each key's probes (double hashing; h2 odd)."""
+    h1 = splitmix64(keys.astype(np.uint64) ^ seed)
+    h2 = splitmix64(h1 ^ _H2_SALT) | np.uint64(1)
+    i = np.arange(k, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return ((h1[:, None] + i[None, :] * h2[:, None]) % np.uint64(m)).astype(np.int64)
+
+
 class BloomFilter:
     """`nbytes` of bits (rounded up to 8-byte words) and `k` probes (default: optimal for `expected` keys)."""
 
@@ -20,9 +36,7 @@ class BloomFilter:
         words = max(1, math.ceil(nbytes / 8))
         self.bits = np.zeros(words, np.uint64)
         self.m = words * 64
-        if k is None:
-            k = max(1, round(self.m / expected * math.log(2.0))) if expected else 4
-        self.k = min(k, 32)
+        self.k = probe_count(self.m, k, expected)
         self.seed = np.uint64(seed)
         self.added = 0  # keys offered to add (with repeats)
 
@@ -31,11 +45,7 @@ class BloomFilter:
 
     def _probes(self, keys: np.ndarray) -> np.ndarray:
         """(n, k) bit positions."""
-        h1 = splitmix64(keys.astype(np.uint64) ^ self.seed)
-        h2 = splitmix64(h1 ^ _H2_SALT) | np.uint64(1)
-        i = np.arange(self.k, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            return ((h1[:, None] + i[None, :] * h2[:, None]) % np.uint64(self.m)).astype(np.int64)
+        return probe_positions(keys, self.seed, self.k, self.m)
 
     def add(self, keys: np.ndarray) -> None:
         if not len(keys):

@@ -11,13 +11,10 @@ np.add.at per batch over the (n, k) probe positions."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from cqlstream.engine.batch import splitmix64
+from cqlstream.engine.summaries.bloom import probe_count, probe_positions
 
-_H2_SALT = np.uint64(0xC2B2AE3D27D4EB4F)
 SATURATED = 255
 
 
@@ -27,9 +24,7 @@ class CountingBloom:
     def __init__(self, nbytes: int, k: int | None = None, expected: int | None = None, seed: int = 0) -> None:
         self.m = max(8, int(nbytes))
         self.counts = np.zeros(self.m, np.uint8)
-        if k is None:
-            k = max(1, round(self.m / expected * math.log(2.0))) if expected else 4
-        self.k = min(k, 32)
+        self.k = probe_count(self.m, k, expected)
         self.seed = np.uint64(seed)
         self.saturated = 0  # counters stuck at SATURATED
 
@@ -38,11 +33,7 @@ class CountingBloom:
 
     def _probes(self, keys: np.ndarray) -> np.ndarray:
         """(n, k) counter positions h1 + i·h2 mod m."""
-        h1 = splitmix64(keys.astype(np.uint64) ^ self.seed)
-        h2 = splitmix64(h1 ^ _H2_SALT) | np.uint64(1)
-        i = np.arange(self.k, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            return ((h1[:, None] + i[None, :] * h2[:, None]) % np.uint64(self.m)).astype(np.int64)
+        return probe_positions(keys, self.seed, self.k, self.m)
 
     def update(self, keys: np.ndarray, signs: np.ndarray) -> None:
         """Add each key's sign (+1 insert, −1 delete of a key inserted before) to its counters."""

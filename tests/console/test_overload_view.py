@@ -11,6 +11,7 @@ from cqlstream.server.settings import Settings
 from tests.console.conftest import OfflinePage
 from tests.console.test_views import setup_stream
 from tests.server.conftest import ServerThread
+from tests.server.hand_overload import HandOverload
 
 
 def test_query_table_shows_static_approximation_and_refused_rows(browser) -> None:
@@ -49,19 +50,10 @@ def test_query_table_shows_static_approximation_and_refused_rows(browser) -> Non
 def test_results_view_shows_the_sampling_rate_in_force(browser) -> None:
     """The live results view hears the stream's `approximation` message: `sampled N%` while the
     overload controller samples the query, and nothing once it is exact again."""
-    from dataclasses import replace
-
-    from cqlstream.engine.approx.controller import Load
-
     s = ServerThread(Settings(overload_control=True)).start()
     p = OfflinePage(browser, s.url)
     host = s.host
-    a = host.d.approx
-    assert a is not None
-    load = [Load(0)]
-    with host.lock:
-        a.config = replace(a.config, interval=0.0, settle=1)
-        a.measure = lambda: load[0]
+    hand = HandOverload(host)
     try:
         setup_stream(s)
         with s.client() as c:
@@ -70,22 +62,13 @@ def test_results_view_shows_the_sampling_rate_in_force(browser) -> None:
         page.goto(f"/#results/{q}")
         expect(page.locator("#results-state")).to_have_text("live")
         expect(page.locator("#results-approx")).to_have_text("")
-        load[0] = Load(400 << 20)  # four times the default queue limit
-        with host.lock:
-            host._approximate()
+        hand.press(400)  # four times the default queue limit
         rate = host.get_query(q)["approximation"]["sampling_rate"]
         assert rate < 1.0
         expect(page.locator("#results-approx")).to_have_text(f"sampled {round(rate * 100)}%")
         expect(page.locator("#results-approx")).to_have_attribute("title", re.compile("queue memory"))
         p.shot("results-approximated")
-        load[0] = Load(0)
-        with host.lock:
-            a.config = replace(a.config, calm=1)
-        for _ in range(40):
-            with host.lock:
-                host._approximate()
-            if host.get_query(q)["approximation"] is None:
-                break
+        hand.release(q)
         assert host.get_query(q)["approximation"] is None
         expect(page.locator("#results-approx")).to_have_text("")
         assert p.external == [] and p.errors == []

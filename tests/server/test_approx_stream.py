@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import replace
 
-from cqlstream.engine.approx.controller import Load
 from cqlstream.server.publication import ControlChunk, approximation_message
+from tests.server.hand_overload import HandOverload
 
 
 def _reader(server, qid: int, out: list[dict], stop: threading.Event) -> threading.Thread:
@@ -42,12 +41,7 @@ def _wait(cond, what: str, limit: float = 20.0) -> None:
 def test_result_stream_tells_the_approximation(make_server):
     server = make_server(overload_control=True)
     host = server.host
-    a = host.d.approx
-    assert a is not None
-    load = [Load(0)]
-    with host.lock:
-        a.config = replace(a.config, interval=0.0, settle=1)
-        a.measure = lambda: load[0]
+    hand = HandOverload(host)
     with server.client() as http:
         assert (
             http.post(
@@ -69,10 +63,7 @@ def test_result_stream_tells_the_approximation(make_server):
         _wait(lambda: len(first) >= 19, "the exact rows")
         assert all("event" not in m for m in first)
 
-        load[0] = Load(400 << 20)  # four times the default queue limit
-        with host.lock:
-            host._approximate()
-            host._approximate()
+        hand.press(400, turns=2)  # four times the default queue limit
         push(100)
         _wait(lambda: any(m.get("event") == "approximation" for m in first), "the approximation message")
         msg = next(m for m in first if m.get("event") == "approximation")
@@ -90,14 +81,7 @@ def test_result_stream_tells_the_approximation(make_server):
         assert second[0]["event"] == "approximation" and second[0]["sampling_rate"] < 1.0
 
         # load falls: precision comes back, and the stream says it is exact again
-        load[0] = Load(0)
-        with host.lock:
-            a.config = replace(a.config, calm=1)
-        for _ in range(40):
-            with host.lock:
-                host._approximate()
-            if host.get_query(qid)["approximation"] is None or host.get_query(qid)["approximation"]["since"] is None:
-                break
+        hand.release(qid)
         push(300)
         _wait(
             lambda: any(m.get("event") == "approximation" and m["sampling_rate"] == 1.0 for m in first),
