@@ -3,6 +3,7 @@ at registration, and the rows admission control refused under overload."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from playwright.sync_api import expect
@@ -65,7 +66,9 @@ def test_results_view_shows_the_sampling_rate_in_force(browser) -> None:
         hand.press(400)  # four times the default queue limit
         rate = host.get_query(q)["approximation"]["sampling_rate"]
         assert rate < 1.0
-        expect(page.locator("#results-approx")).to_have_text(f"sampled {round(rate * 100)}%")
+        expect(page.locator("#results-approx")).to_have_text(
+            f"sampled {math.floor(rate * 100 + 0.5)}%"
+        )  # as Math.round
         expect(page.locator("#results-approx")).to_have_attribute("title", re.compile("queue memory"))
         p.shot("results-approximated")
         hand.release(q)

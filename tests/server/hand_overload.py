@@ -19,11 +19,14 @@ class HandOverload:
             self.a.measure = lambda: self.load
 
     def press(self, mib: int = 400, turns: int = 1) -> None:
-        """Queue memory of `mib` MiB (the default limit is 100), seen for `turns` looks."""
+        """Queue memory of `mib` MiB (the default limit is 100), seen for `turns` looks; then a
+        load in the hold band (under the limit, above where precision comes back), so the server's
+        own looks on its clock change nothing until `release`."""
         self.load = Load(mib << 20)
         for _ in range(turns):
             with self.host.lock:
                 self.host._approximate()
+        self.load = Load(75 << 20)
 
     def release(self, qid: int) -> None:
         """No load, and looks until query `qid` is exact again."""
