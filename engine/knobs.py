@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cqlstream.engine.errors import KnobError
@@ -47,6 +47,18 @@ def _set_memory_limit(e: Any, v: object) -> None:
 
 
 MEMORY_LIMIT = Knob("memory_limit", lambda e: e.memory_limit, _set_memory_limit)
+
+
+def config_field(name: str, part: str, field: str, check: Callable[[object], Any]) -> Knob:
+    """A knob over one field of the frozen `config` of the entity's `part` (its adaptive
+    profiler, its caches, ...): setting it validates with `check` and hands the part a new config
+    through its `configure`, which decides what restarts."""
+
+    def set_(e: Any, v: object) -> None:
+        obj = getattr(e, part)
+        obj.configure(replace(obj.config, **{field: check(v)}))
+
+    return Knob(name, lambda e: getattr(getattr(e, part).config, field), set_)
 
 
 def values(entity: object, knobs: tuple[Knob, ...]) -> dict[str, Any]:

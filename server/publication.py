@@ -307,7 +307,9 @@ class Fanout:
     def _tell_approximation(self, pub: Publication, wakes: list[Subscriber]) -> None:
         """A change of the query's approximation becomes an `approximation` control message, ahead
         of the results published with it (docs/approximation.md)."""
-        now = approximation_message(None if self.d.approx is None else self.d.approx.of(pub.handle.id))
+        if self.d.approx is None:  # the controller is off: queries stay exact
+            return
+        now = approximation_message(self.d.approx.of(pub.handle.id))
         if now == pub.approximation:
             return
         pub.approximation = now

@@ -40,7 +40,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -795,18 +794,11 @@ def _lo_of_rows(t: Table, rows: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ knobs
 
 
-def _knob(name: str, field: str, check: Any) -> K.Knob:
-    def set_(op: JoinOp, v: object) -> None:
-        op.caching.configure(replace(op.caching.config, **{field: check(v)}))
-
-    return K.Knob(name, lambda op: getattr(op.caching.config, field), set_)
-
-
 CACHING_KNOBS = (
-    _knob("caching", "enabled", CC.enabled),
-    _knob("cache_memory", "memory", CC.memory),
-    _knob("cache_interval", "interval_seconds", CC.seconds),
-    _knob("cache_interval_tuples", "interval_tuples", CC.tuples),
+    K.config_field("caching", "caching", "enabled", CC.enabled),
+    K.config_field("cache_memory", "caching", "memory", CC.memory),
+    K.config_field("cache_interval", "caching", "interval_seconds", CC.seconds),
+    K.config_field("cache_interval_tuples", "caching", "interval_tuples", CC.tuples),
 )
 """Settings of A-Caching: on/off, the cache memory of the join in bytes, and the
 re-optimization interval in seconds and in tuples."""

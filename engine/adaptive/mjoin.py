@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -332,18 +331,9 @@ def probe_edge(
 # ------------------------------------------------------------------ knobs of the join
 
 
-def _knob(name: str, field: str, check: Any) -> K.Knob:
-    """A knob setting one field of the join's adaptive configuration (restarts profiling)."""
-
-    def set_(op: JoinOp, v: object) -> None:
-        op.adaptive.configure(replace(op.adaptive.config, **{field: check(v)}))
-
-    return K.Knob(name, lambda op: getattr(op.adaptive.config, field), set_)
-
-
 MJOIN_KNOBS = (
-    _knob("adaptive", "policy", AC.policy_name),
-    _knob("profile_probability", "probability", AC.probability),
-    _knob("profile_window", "window", AC.window),
-    _knob("alpha", "alpha", AC.alpha),
+    K.config_field("adaptive", "adaptive", "policy", AC.policy_name),
+    K.config_field("profile_probability", "adaptive", "probability", AC.probability),
+    K.config_field("profile_window", "adaptive", "window", AC.window),
+    K.config_field("alpha", "adaptive", "alpha", AC.alpha),
 )

@@ -130,12 +130,8 @@ def _fresh(op: JoinOp) -> bool:
 
 def _private_state(d: Dsms, op: JoinOp) -> None:
     """Stop reading the shared stores (the join starts before any data, so its state is empty)."""
-    for st in op.stores or ():
-        if op in st.users:
-            st.users.remove(op)
-        if not st.users:
-            st.release()
-            d.plan._forget(st)
+    for st in op.leave_stores():
+        d.plan._forget(st)
     op.stores = None
 
 

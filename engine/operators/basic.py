@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
@@ -36,22 +35,12 @@ def _set_conjunct_order(op: FilterOp, value: object) -> None:
 CONJUNCT_ORDER = K.Knob("conjunct_order", lambda op: list(op.adaptive.order), _set_conjunct_order)
 
 
-def _adaptive_knob(name: str, field: str, check: Callable[[object], Any]) -> K.Knob:
-    """A knob setting one field of the selection's adaptive configuration (restarts profiling)."""
-
-    def set_(op: FilterOp, v: object) -> None:
-        changes: dict[str, Any] = {field: check(v)}
-        op.adaptive.configure(replace(op.adaptive.config, **changes))
-
-    return K.Knob(name, lambda op: getattr(op.adaptive.config, field), set_)
-
-
 ADAPTIVE_KNOBS = (
-    _adaptive_knob("adaptive", "policy", AC.policy_name),
-    _adaptive_knob("profile_probability", "probability", AC.probability),
-    _adaptive_knob("profile_window", "window", AC.window),
-    _adaptive_knob("alpha", "alpha", AC.alpha),
-    _adaptive_knob("cost_model", "cost_model", AC.cost_model),
+    K.config_field("adaptive", "adaptive", "policy", AC.policy_name),
+    K.config_field("profile_probability", "adaptive", "probability", AC.probability),
+    K.config_field("profile_window", "adaptive", "window", AC.window),
+    K.config_field("alpha", "adaptive", "alpha", AC.alpha),
+    K.config_field("cost_model", "adaptive", "cost_model", AC.cost_model),
 )
 
 

@@ -658,7 +658,12 @@ class JoinOp(Operator):
         return held_state(node, kids, "join state")
 
     def release(self) -> list[object]:
-        freed = super().release()
+        return super().release() + self.leave_stores()
+
+    def leave_stores(self) -> list[object]:
+        """Stop being a user of the shared stores; those no other operator reads are released and
+        returned (the plan forgets them)."""
+        freed: list[object] = []
         for st in self.stores or ():
             if self in st.users:
                 st.users.remove(self)

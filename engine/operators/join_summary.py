@@ -52,13 +52,7 @@ def stores_empty(stores: list[Any] | None) -> bool:
 def private_state(join: Any) -> list[object]:
     """Make the join keep its own state instead of reading shared stores (allowed only while they
     are empty, so nothing is lost); the stores no other operator reads are released and returned."""
-    freed = []
-    for st in join.stores or ():
-        if join in st.users:
-            st.users.remove(join)
-        if not st.users:
-            st.release()
-            freed.append(st)
+    freed = join.leave_stores()
     join.stores = None
     return freed
 
