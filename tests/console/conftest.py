@@ -11,7 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import Browser, Page, Playwright, Route, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, Route, expect, sync_playwright
 
 from tests.server.conftest import ROOT, ServerThread
 
@@ -43,8 +43,14 @@ def chromium_path() -> str | None:
     return None
 
 
+# Assertions wait up to 15 s, not Playwright's 5: on a loaded two-core machine ReDoc alone took over
+# 5 s to render its bundle (a passing page is not slowed; only a failing assertion waits longer).
+EXPECT_TIMEOUT_MS = 15_000
+
+
 @pytest.fixture(scope="session")
 def playwright() -> Iterator[Playwright]:
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     with sync_playwright() as p:
         yield p
 

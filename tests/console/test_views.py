@@ -140,7 +140,7 @@ def test_catalog_push_csv_and_drop(server: ServerThread, offline: OfflinePage) -
     assert float(in_rate.inner_text()) > 0
     with server.client() as c:
         assert c.post("/queries", json={"cql": "select A from T [rows 1]", "name": "last"}).status_code == 201
-    expect(page.locator("#queries tr[data-id='1']")).to_contain_text("active", timeout=5000)
+    expect(page.locator("#queries tr[data-id='1']")).to_contain_text("active")
     offline.shot("catalog")
     page.get_by_role("button", name="Drop last").click()
     expect(page.locator("#queries tr[data-id='1']")).to_have_count(0)
