@@ -403,6 +403,9 @@ class ACaching:
         c.net = c.benefit - c.cost
         entries = max(m, 0.01) * cfg.distinct_window * cfg.window
         c.bytes_wanted = entries * (16 * len(c.keys) + out * 8 * (2 * len(c.keys) + s))
+        st = c.store
+        if st is not None and st.evicted:  # a used cache that ran out: ask for twice what it holds
+            c.bytes_wanted = max(c.bytes_wanted, 2.0 * st.nbytes())
 
     def _maybe_reoptimize(self) -> None:
         cfg = self.config
@@ -462,7 +465,9 @@ class ACaching:
         for c in list(self.cands.values()):
             c.net_at_selection = c.net
             want = chosen.get(c.i) is c and c.i in grant
-            if want and c.state == USED:
+            if want and c.state == USED and c.pinned:
+                pass  # a forced cache keeps the memory it was given
+            elif want and c.state == USED:
                 assert c.store is not None
                 c.store.capacity = grant[c.i]
             elif want:
@@ -628,12 +633,22 @@ class PipelineCall:
         for pos, k in enumerate(c.seg):
             t = self.tables[k]
             state_ids = t.b.id[: t.n_state]
-            order = np.argsort(state_ids, kind="stable")
             want = c.store.combo_ids[combos, pos]
-            at = np.searchsorted(state_ids[order], want)
-            if len(at) and not (at < len(order)).all():
-                return None
-            r = order[at]
+            if not len(want):
+                continue
+            if len(state_ids) < 2 or bool(
+                (state_ids[1:] >= state_ids[:-1]).all()
+            ):  # windows keep arrival order: no sort needed
+                at = np.searchsorted(state_ids, want)
+                if not (at < len(state_ids)).all():
+                    return None
+                r = at
+            else:
+                order = np.argsort(state_ids, kind="stable")
+                at = np.searchsorted(state_ids[order], want)
+                if not (at < len(order)).all():
+                    return None
+                r = order[at]
             if not (state_ids[r] == want).all():
                 return None
             rows[:, pos] = r
