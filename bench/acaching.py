@@ -166,6 +166,9 @@ def run(
         "hit_rate": sum(c["hits"] for c in used) / max(sum(c["probes"] for c in used), 1),
         "cache_bytes": st["memory_used"],
         "selections": st["selections"],
+        "profile_seconds": st["profile_seconds"],
+        "cache_seconds": st["cache_seconds"],
+        "cpu_seconds": t_all,
     }
 
 

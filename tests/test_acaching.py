@@ -185,6 +185,8 @@ EAGER = CachingConfig(
     hit_row_cost=0.0,
     update_cost=0.01,
     threshold=0.0,
+    costs="rows",  # the step-count model: selections independent of timing
+    profile_every=1,
 )
 
 
