@@ -128,6 +128,7 @@ class Candidate:
         self.call_work = 0.0
         self.call_rows = 0
         self.calls_all_hit = self.calls_probed = 0
+        self.calls_partial = 0  # calls where some probing events hit and others missed
 
     @property
     def name(self) -> str:
@@ -153,6 +154,7 @@ class Candidate:
             "capacity": s.capacity if s is not None else 0,
             "hits": self.total_hits,
             "probes": self.total_probes,
+            "calls_partial_hit": self.calls_partial,
             "work_seconds_per_call": round(float(np.mean([w for _r, w in self.work_obs])), 9)
             if self.work_obs
             else None,
@@ -748,6 +750,7 @@ class PipelineCall:
         self.rows_in = int(miss.sum())
         c.calls_probed += 1
         c.calls_all_hit += int(not self.rows_in)
+        c.calls_partial += int(0 < self.rows_in < len(ev))
         return out, seq[miss]
 
     def _stored(
