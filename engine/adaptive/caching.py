@@ -353,9 +353,23 @@ class ACaching:
         return True
 
     def pipeline(self, i: int, tables: Sequence[Table], ev: np.ndarray, seq: np.ndarray) -> PipelineCall | None:
+        """The cache work of pipeline i in this call; None when there is none: no used cache
+        involves the pipeline and it is not profiled in this call (its events are only counted)."""
         if not self.live:
             return None
+        if not any(c.i == i or i in c.seg for c in self.used()) and not self._profiling(i):
+            self.record(i, len(ev))
+            self.pipe_calls[i] += 1
+            self.pipe_rows[i] += len(ev)
+            return None
         return PipelineCall(self, i, tables, ev, seq)
+
+    def _profiling(self, i: int) -> bool:
+        """Pipeline i is profiled in this call: one call in `profile_every`, while some candidate
+        of the pipeline is Profiled (its keys feed the Bloom filter, its steps are timed)."""
+        if self.join_calls % max(self.config.profile_every, 1):
+            return False
+        return any(c.i == i and c.state == PROFILED for c in self.cands.values()) or not self.cands
 
     def end_call(self, tables: Sequence[Table]) -> None:
         if not self.live:
