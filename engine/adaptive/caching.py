@@ -113,6 +113,10 @@ class Candidate:
         self.store: SegmentCache | None = None
         self.miss_obs: deque[float] = deque(maxlen=window)
         self.window_keys: list[np.ndarray] = []
+        # the keys of the last W profiled windows: a cache keeps its entries across windows, so
+        # its miss rate is the share of new keys over that whole span, not per window
+        self.span_keys: deque[np.ndarray] = deque(maxlen=window)
+        self.span_miss: float | None = None
         self.window_rows = 0
         self.probes = self.hits = 0  # in the current observation window (used)
         self.total_probes = self.total_hits = self.created = self.maintained = 0
@@ -135,6 +139,8 @@ class Candidate:
         return f"{self.i}:{list(self.seg)}"
 
     def miss(self) -> float | None:
+        if self.state != USED and self.span_miss is not None:
+            return self.span_miss
         return float(np.mean(self.miss_obs)) if self.miss_obs else None
 
     def as_dict(self) -> dict[str, Any]:
@@ -424,6 +430,10 @@ class ACaching:
             elif c.state == PROFILED:
                 ks = np.concatenate(c.window_keys) if c.window_keys else np.zeros((0, 2 * len(c.keys)), np.int64)
                 c.miss_obs.append(_bloom_fraction(ks, self.config.bloom_bits) if len(ks) else 1.0)
+                # one Bloom filter over the span, once per window (amortized over its keys)
+                c.span_keys.append(ks)
+                span = np.concatenate(list(c.span_keys))
+                c.span_miss = _bloom_fraction(span, self.config.bloom_bits) if len(span) else 1.0
             c.window_keys, c.window_rows, c.probes, c.hits = [], 0, 0, 0
             if self.acc[c.i][0] > 0:
                 self.step_obs[c.i].append(self.acc[c.i].copy())
