@@ -26,7 +26,7 @@ def test_acaching_bench_runs(tmp_path, capsys):
         assert all(r["throughput"] > 0 for r in runs.values())
         assert len(runs["X"]["caches_used"]) == 2  # the XJoin's two subresults
     costly = data["costly"]
-    assert {p: r["rows"] for p, r in costly.items()} == {p: costly["M"]["rows"] for p in "MFP"}
+    assert {p: r["rows"] for p, r in costly.items()} == {p: costly["M"]["rows"] for p in ("M", "MF", "F", "P", "PF")}
     assert costly["F"]["caches_used"] == ["2:[1, 0]"]  # T's pipeline caches S ⋈ R
     f522 = data["fig_5_22"]
     assert 1 <= len(f522["M"]["slices"]) == len(f522["P"]["slices"]) <= 10
