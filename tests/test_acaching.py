@@ -10,6 +10,8 @@ import functools
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tests.engine_harness as H
 from cqlstream.engine.adaptive.cache_config import CachingConfig
@@ -185,6 +187,8 @@ EAGER = CachingConfig(
     hit_row_cost=0.0,
     update_cost=0.01,
     threshold=0.0,
+    costs="rows",  # the step-count model: selections independent of timing
+    profile_every=1,
 )
 
 
@@ -316,3 +320,59 @@ def test_string_keys_are_not_cached():
     got, h = _run(ddl, q, inputs, 1, {0: _force(0, 1)})
     assert got == run_reference(ddl, q, inputs)
     assert not _join(h).caching.used()
+
+
+# ------------------------------------------------------------------ partial hits (Hypothesis)
+
+
+@st.composite
+def _partial_hit_case(draw):
+    """A 3-way join's inputs over a key domain small enough that keys repeat (so calls mix hits
+    and misses), a forced cache, a push size, and the instant at which the cache is forced."""
+    n = draw(st.integers(6, 60))
+    dom = draw(st.integers(1, 6))
+    per = draw(st.integers(1, 4))  # events per instant
+    keys = draw(st.lists(st.integers(0, dom - 1), min_size=3 * n, max_size=3 * n))
+    inputs = {
+        "R": [(k // per, (keys[k],)) for k in range(n)],
+        "S": [(k // per, (keys[n + k], keys[(n + 3 * k) % (3 * n)])) for k in range(n)],
+        "T": [(k // per, (keys[2 * n + k],)) for k in range(n)],
+    }
+    fi = draw(st.integers(0, len(FORCED) - 1))
+    chunk = draw(st.sampled_from([1, 2, 3, 7, 64, None]))
+    at = draw(st.integers(0, 4))
+    return inputs, fi, chunk, at
+
+
+def test_partial_hit_calls_happen_and_agree():
+    """At push sizes 3 and 7 over shifting keys, many calls mix hits and misses (the hits skip the
+    segment, the misses run it): the result is still caching off's and the reference's."""
+    orders, i, s = FORCED[0]
+    for chunk in (3, 7):
+        got, h = _run(DDL3, Q3, _shifting3(), chunk, {0: _force(i, s, orders)})
+        assert got == _expected3()
+        (c,) = _join(h).caching.used()
+        assert c.calls_partial >= 3 and c.total_hits > c.calls_partial, chunk
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_partial_hit_case())
+def test_partial_hits_same_results(case):
+    """Calls where some events hit and others miss: the hits take the cached combos, the misses
+    run the segment, and the merged result equals caching off and the reference evaluator."""
+    inputs, fi, chunk, at = case
+    orders, i, s = FORCED[fi]
+    off, _ = _run(DDL3, Q3, inputs, chunk, {0: _orders(orders)}, caching=CachingConfig())
+    forced = []
+
+    def force(op):
+        _force(i, s, orders)(op)
+        forced.append(op)
+
+    acts = {0: _orders(orders)} if at else {}
+    acts[at] = force
+    got, h = _run(DDL3, Q3, inputs, chunk, acts)
+    assert got == off == _expected(DDL3, Q3, inputs)
+    if forced:  # the cache stays (forced) and counts its hits among its probes
+        (c,) = _join(h).caching.used()
+        assert (c.i, len(c.seg)) == (i, s) and c.total_hits <= c.total_probes

@@ -12,9 +12,11 @@ from bench import acaching
 
 def test_acaching_bench_runs(tmp_path, capsys):
     report = tmp_path / "ac.json"
-    assert acaching.main(["--tuples", "240", "--push", "30", "--base", "6", "--json", str(report)]) == 0
+    assert (
+        acaching.main(["--repeat", "1", "--tuples", "240", "--push", "30", "--base", "6", "--json", str(report)]) == 0
+    )
     out = capsys.readouterr().out
-    for fig in ("Fig 5.21", "Fig 5.22", "Fig 5.23"):
+    for fig in ("Fig 5.21", "Costly probes", "Fig 5.22", "Fig 5.23"):
         assert fig in out
     data = json.loads(report.read_text())
     f521 = data["fig_5_21"]
@@ -23,6 +25,9 @@ def test_acaching_bench_runs(tmp_path, capsys):
         assert {p: r["rows"] for p, r in runs.items()} == {p: runs["M"]["rows"] for p in "MXP"}
         assert all(r["throughput"] > 0 for r in runs.values())
         assert len(runs["X"]["caches_used"]) == 2  # the XJoin's two subresults
+    costly = data["costly"]
+    assert {p: r["rows"] for p, r in costly.items()} == {p: costly["M"]["rows"] for p in ("M", "MF", "F", "P", "PF")}
+    assert costly["F"]["caches_used"] == ["2:[1, 0]"]  # T's pipeline caches S ⋈ R
     f522 = data["fig_5_22"]
     assert 1 <= len(f522["M"]["slices"]) == len(f522["P"]["slices"]) <= 10
     f523 = data["fig_5_23"]

@@ -13,7 +13,16 @@ probability before it is used; `bloom_bits`: α, bits per key of that filter (�
 fraction since the last selection (thesis refinement (c), 20 %).
 `probe_cost` / `hit_row_cost` / `update_cost`: the cost model's unit costs of a cache lookup per
 probing tuple, per cached row returned on a hit, and per row inserted into or removed from a
-cache, in the units of a join step (1 per probing row plus 1 per row it produces)."""
+cache, in the units of a join step (1 per probing row plus 1 per row it produces); used only by
+the `costs = "rows"` model.
+`costs`: "time" (default) estimates benefit and cost in measured seconds per join call (thesis
+§5.5.1's units are time): a segment's steps as a per-call plus a per-row time fitted to their
+measured times, a cache's work (lookups, merges, maintenance, entry creation) as measured while
+it is used, or, for a cache not used yet, from the work of the join's used caches (the priors
+`prior_call_seconds` + `prior_row_seconds` per probing row until some is measured). "rows": the
+step-count model above (deterministic; tests use it to make selections independent of timing).
+`profile_every`: a profiled candidate takes the keys of one call in this many (the Bloom
+filter's miss-rate estimate sees a sample of the calls; 1: every call)."""
 
 from __future__ import annotations
 
@@ -35,6 +44,10 @@ class CachingConfig:
     probe_cost: float = 0.5
     hit_row_cost: float = 1.0
     update_cost: float = 1.0
+    costs: str = "time"
+    prior_call_seconds: float = 2e-4
+    prior_row_seconds: float = 2e-6
+    profile_every: int = 4
 
 
 def enabled(v: object) -> bool:

@@ -8,13 +8,23 @@ all of them, kept current by `maintain` (combos of a deleted or expired tuple le
 join under present keys only). Entries are kept in creation order; over the byte budget the
 oldest entries go (the thesis replaces direct-mapped; either keeps the cache consistent).
 Everything is vectorized over numpy arrays; a key is a row of int64 codes (one per equi
-conjunct into the segment), compared within one call by dense joint codes."""
+conjunct into the segment); entries and combos are kept sorted by a 64-bit hash of the key, so
+a lookup is a binary search and costs nothing in the size of the cache."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from cqlstream.engine.batch import splitmix64
 from cqlstream.engine.kernels import expand, joint_dense
+
+
+def key_hash(keys: np.ndarray) -> np.ndarray:
+    """A 64-bit hash per key row (n, p) of int64 codes, equal across calls for equal rows."""
+    h = np.zeros(len(keys), np.uint64)
+    for c in range(keys.shape[1]):
+        h = splitmix64(h ^ keys[:, c].view(np.uint64))
+    return h
 
 
 def row_codes(parts: list[np.ndarray]) -> list[np.ndarray]:
@@ -36,15 +46,25 @@ def row_codes(parts: list[np.ndarray]) -> list[np.ndarray]:
 
 
 class SegmentCache:
-    """Entries (present keys) and their combos; `capacity` in bytes (0: none may be created)."""
+    """Entries (present keys) and their combos; `capacity` in bytes (0: none may be created).
+
+    Both are kept sorted by a 64-bit hash of the key across calls (`khash`, `chash`), so a
+    lookup is a binary search per probe, O(q log n), not a pass over the whole cache: a hit then
+    costs less than the segment's probes, which is the point of the cache. Equal hashes are
+    confirmed on the full key (a collision is never taken for a hit). `age` orders entries by
+    creation for the oldest-first eviction."""
 
     def __init__(self, n_key: int, n_seg: int, capacity: int) -> None:
         self.n_key, self.n_seg = n_key, n_seg
         self.capacity = capacity
         self.keys = np.zeros((0, n_key), np.int64)
+        self.khash = np.zeros(0, np.uint64)
+        self.age = np.zeros(0, np.int64)
         self.combo_key = np.zeros((0, n_key), np.int64)
+        self.chash = np.zeros(0, np.uint64)
         self.combo_ids = np.zeros((0, n_seg), np.uint64)
         self.evicted = 0
+        self._born = 0
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -64,9 +84,8 @@ class SegmentCache:
         return per_key + self.rows / len(self.keys) * 8 * (self.n_key + self.n_seg)
 
     def clear(self) -> None:
-        self.keys = self.keys[:0]
-        self.combo_key = self.combo_key[:0]
-        self.combo_ids = self.combo_ids[:0]
+        self.keys, self.khash, self.age = self.keys[:0], self.khash[:0], self.age[:0]
+        self.combo_key, self.chash, self.combo_ids = self.combo_key[:0], self.chash[:0], self.combo_ids[:0]
 
     # ------------------------------------------------------------ probe
     def lookup(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -74,29 +93,28 @@ class SegmentCache:
         if not len(self.keys) or not len(q):
             z = np.zeros(0, np.int64)
             return np.zeros(len(q), bool), z, z
-        qc, ec, cc = row_codes([q, self.keys, self.combo_key])
-        present = np.isin(qc, ec)
-        order = np.argsort(cc, kind="stable")
-        sc = cc[order]
-        lo = np.searchsorted(sc, qc, side="left")
-        hi = np.searchsorted(sc, qc, side="right")
-        hi = np.where(present, hi, lo)
+        h = key_hash(q)
+        at = np.minimum(np.searchsorted(self.khash, h), len(self.khash) - 1)
+        present = self.khash[at] == h
+        if present.any():
+            present[present] = (self.keys[at[present]] == q[present]).all(axis=1)
+        lo = np.searchsorted(self.chash, h, side="left")
+        hi = np.where(present, np.searchsorted(self.chash, h, side="right"), lo)
         rep, pos = expand(lo, hi - lo)
-        return present, rep, order[pos]
+        same = (self.combo_key[pos] == q[rep]).all(axis=1) if len(pos) else np.zeros(0, bool)
+        return present, rep[same], pos[same]
 
     # ------------------------------------------------------------ updates
     def maintain(self, keep: np.ndarray, key: np.ndarray, ids: np.ndarray) -> int:
         """Keep the combos flagged in `keep` (the others lost a component), then add the new
         combos (key, ids) whose key is present. Returns the rows added."""
         if not keep.all():
-            self.combo_key, self.combo_ids = self.combo_key[keep], self.combo_ids[keep]
+            self.combo_key, self.chash, self.combo_ids = self.combo_key[keep], self.chash[keep], self.combo_ids[keep]
         if not len(key) or not len(self.keys):
             return 0
-        kc, ec = row_codes([key, self.keys])
-        take = np.isin(kc, ec)
+        take = self.lookup(key)[0]
         if take.any():
-            self.combo_key = np.concatenate([self.combo_key, key[take]])
-            self.combo_ids = np.concatenate([self.combo_ids, ids[take]])
+            self._add_combos(key[take], ids[take])
         return int(take.sum())
 
     def create(self, keys: np.ndarray, key: np.ndarray, ids: np.ndarray) -> int:
@@ -104,26 +122,57 @@ class SegmentCache:
         oldest entries leave while over capacity. Returns the entries created."""
         if not len(keys) or self.capacity <= 0:
             return 0
-        self.keys = np.concatenate([self.keys, keys])
-        self.combo_key = np.concatenate([self.combo_key, key])
-        self.combo_ids = np.concatenate([self.combo_ids, ids])
+        h = key_hash(keys)
+        # a key whose hash another entry has is not cached (always a miss, still correct): each
+        # hash names one entry, so a lookup's binary search finds the only candidate
+        clash = np.isin(h, self.khash)
+        o = np.argsort(h, kind="stable")
+        dup = np.zeros(len(h), bool)
+        dup[o[1:]] = h[o][1:] == h[o][:-1]
+        dup[o[:-1]] |= h[o][1:] == h[o][:-1]
+        ok = ~(clash | dup)
+        if not ok.all():
+            keys, h = keys[ok], h[ok]
+            keep = np.isin(key_hash(key), h) if len(key) else np.zeros(0, bool)
+            key, ids = key[keep], ids[keep]
+            if not len(keys):
+                return 0
+        o = np.argsort(h, kind="stable")
+        at = np.searchsorted(self.khash, h[o], side="right")
+        self.keys = np.insert(self.keys, at, keys[o], axis=0)
+        self.khash = np.insert(self.khash, at, h[o])
+        self.age = np.insert(self.age, at, self._born + np.arange(len(keys))[o])
+        self._born += len(keys)
+        if len(key):
+            self._add_combos(key, ids)
         self._fit()
         return len(keys)
 
+    def _add_combos(self, key: np.ndarray, ids: np.ndarray) -> None:
+        """Merge combos into the hash-sorted arrays (in their order among equal hashes)."""
+        h = key_hash(key)
+        o = np.argsort(h, kind="stable")
+        at = np.searchsorted(self.chash, h[o], side="right")
+        self.combo_key = np.insert(self.combo_key, at, key[o], axis=0)
+        self.chash = np.insert(self.chash, at, h[o])
+        self.combo_ids = np.insert(self.combo_ids, at, ids[o], axis=0)
+
     def _fit(self) -> None:
         over = self.nbytes() - self.capacity
-        if over <= 0:
+        if over <= 0 or not len(self.keys):
             return
         # drop whole entries, oldest first, until the rest fits
-        ec, cc = row_codes([self.keys, self.combo_key])
-        per = np.zeros(len(ec), np.int64)
-        order = np.argsort(ec, kind="stable")
-        pos = np.searchsorted(ec[order], cc)
-        np.add.at(per, order[pos], 1)
-        size = 8 * self.n_key + per * 8 * (self.n_key + self.n_seg)
+        lo = np.searchsorted(self.chash, self.khash, side="left")
+        hi = np.searchsorted(self.chash, self.khash, side="right")
+        order = np.argsort(self.age, kind="stable")
+        size = 8 * self.n_key + (hi - lo)[order] * 8 * (self.n_key + self.n_seg)
         k = int(np.searchsorted(np.cumsum(size), over, side="left")) + 1
-        gone = ec[:k]
-        self.keys = self.keys[k:]
-        keep = ~np.isin(cc, gone)
-        self.combo_key, self.combo_ids = self.combo_key[keep], self.combo_ids[keep]
+        gone = np.zeros(len(self.keys), bool)
+        gone[order[:k]] = True
+        # a combo leaves with its entry (entries have distinct hashes: `create`)
+        at = np.minimum(np.searchsorted(self.khash, self.chash), len(self.khash) - 1)
+        drop = gone[at] & (self.khash[at] == self.chash)
+        self.keys, self.khash, self.age = self.keys[~gone], self.khash[~gone], self.age[~gone]
+        keep = ~drop
+        self.combo_key, self.chash, self.combo_ids = self.combo_key[keep], self.chash[keep], self.combo_ids[keep]
         self.evicted += k

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("cqlstream.adaptive")
 
 INF = np.iinfo(np.int64).max
+_clock = time.thread_time  # CPU time of this thread: measured costs do not count other processes' turns
 USED, PROFILED, UNUSED = "used", "profiled", "unused"
 
 
@@ -112,6 +113,10 @@ class Candidate:
         self.store: SegmentCache | None = None
         self.miss_obs: deque[float] = deque(maxlen=window)
         self.window_keys: list[np.ndarray] = []
+        # the keys of the last W profiled windows: a cache keeps its entries across windows, so
+        # its miss rate is the share of new keys over that whole span, not per window
+        self.span_keys: deque[np.ndarray] = deque(maxlen=window)
+        self.span_miss: float | None = None
         self.window_rows = 0
         self.probes = self.hits = 0  # in the current observation window (used)
         self.total_probes = self.total_hits = self.created = self.maintained = 0
@@ -120,12 +125,22 @@ class Candidate:
         self.bytes_wanted = 0.0
         self.net_at_selection: float | None = None
         self.pinned = False  # forced: kept whatever its statistics, until dropped or invalid
+        # measured time (costs = "time"): this cache's work per join call while used, as
+        # (probing rows of its pipeline, seconds); the work of the current call; calls whose
+        # probing events all hit, of the calls with probing events
+        self.work_obs: deque[tuple[float, float]] = deque(maxlen=64)
+        self.call_work = 0.0
+        self.call_rows = 0
+        self.calls_all_hit = self.calls_probed = 0
+        self.calls_partial = 0  # calls where some probing events hit and others missed
 
     @property
     def name(self) -> str:
         return f"{self.i}:{list(self.seg)}"
 
     def miss(self) -> float | None:
+        if self.state != USED and self.span_miss is not None:
+            return self.span_miss
         return float(np.mean(self.miss_obs)) if self.miss_obs else None
 
     def as_dict(self) -> dict[str, Any]:
@@ -145,6 +160,10 @@ class Candidate:
             "capacity": s.capacity if s is not None else 0,
             "hits": self.total_hits,
             "probes": self.total_probes,
+            "calls_partial_hit": self.calls_partial,
+            "work_seconds_per_call": round(float(np.mean([w for _r, w in self.work_obs])), 9)
+            if self.work_obs
+            else None,
         }
 
 
@@ -203,6 +222,19 @@ class ACaching:
         self.last_tick_events = 0
         self.last_tick_time = time.monotonic()
         self.phase = PROFILED  # profiling after a tick, until the selection runs
+        # measured time (costs = "time"): per pipeline and step, (rows in, seconds) of the
+        # step's runs; the pipeline's calls and probing rows; the caches' work per join call
+        # (rows, seconds) pooled over all used caches; the profiler's own time
+        self.step_time: list[list[deque[tuple[float, float]]]] = [
+            [deque(maxlen=64) for _ in range(max(n - 1, 1))] for _ in range(n)
+        ]
+        self.pipe_calls = np.zeros(n)
+        self.pipe_rows = np.zeros(n)
+        self.join_calls = 0
+        self.work_obs: deque[tuple[float, float]] = deque(maxlen=256)
+        self.profile_seconds = 0.0
+        self.cache_seconds = 0.0
+        self._current_memo: tuple[tuple[tuple[int, ...], ...], list[Candidate]] | None = None
         # per call
         self.live = False
         self.deltas: dict[tuple[int, tuple[int, ...]], list[Delta]] = {}
@@ -258,14 +290,17 @@ class ACaching:
         return c
 
     def _current(self) -> list[Candidate]:
-        out = []
-        for i in range(self.op.n):
-            order = self.op._order(i)
-            for s in range(1, len(order) + 1):
-                c = self._candidate(i, tuple(order[:s]))
-                if c is not None and self._eligible(c):
-                    out.append(c)
-        return out
+        """The eligible candidates of the current orders (recomputed only when an order changed)."""
+        orders = tuple(tuple(self.op._order(i)) for i in range(self.op.n))
+        if self._current_memo is None or self._current_memo[0] != orders:
+            out = []
+            for i in range(self.op.n):
+                for s in range(1, len(orders[i]) + 1):
+                    c = self._candidate(i, orders[i][:s])
+                    if c is not None and self._eligible(c):
+                        out.append(c)
+            self._current_memo = (orders, out)
+        return [c for c in self._current_memo[1] if c.ok]
 
     def _eligible(self, c: Candidate) -> bool:
         if not c.ok:
@@ -298,11 +333,14 @@ class ACaching:
         for c in self.used():
             if not self._fits(c, [d for d in self.used() if d is not c]):
                 self._drop(c, "a segment input's cache covers it", unused=False)
+        self.join_calls += 1
         for c in self.used():
             if len(c.seg) == 1:
+                t0 = _clock()
                 (k,) = c.seg
                 t = tables[k]
                 supply(self, tables, c, k, {k: t.inst[t.lo >= 0]}, None)
+                c.call_work += _clock() - t0
         length = {c.i: len(c.seg) for c in self.used()}
         return sorted(range(self.op.n), key=lambda i: length.get(i, 0))
 
@@ -321,15 +359,30 @@ class ACaching:
         return True
 
     def pipeline(self, i: int, tables: Sequence[Table], ev: np.ndarray, seq: np.ndarray) -> PipelineCall | None:
+        """The cache work of pipeline i in this call; None when there is none: no used cache
+        involves the pipeline and it is not profiled in this call (its events are only counted)."""
         if not self.live:
             return None
+        if not any(c.i == i or i in c.seg for c in self.used()) and not self._profiling(i):
+            self.record(i, len(ev))
+            self.pipe_calls[i] += 1
+            self.pipe_rows[i] += len(ev)
+            return None
         return PipelineCall(self, i, tables, ev, seq)
+
+    def _profiling(self, i: int) -> bool:
+        """Pipeline i is profiled in this call: one call in `profile_every`, while some candidate
+        of the pipeline is Profiled (its keys feed the Bloom filter, its steps are timed)."""
+        if self.join_calls % max(self.config.profile_every, 1):
+            return False
+        return any(c.i == i and c.state == PROFILED for c in self.cands.values()) or not self.cands
 
     def end_call(self, tables: Sequence[Table]) -> None:
         if not self.live:
             return
         for c in self.used():
             assert c.store is not None
+            t0 = _clock()
             delta = _cat_delta(self.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
             keep = np.ones(c.store.rows, bool)
             for pos, k in enumerate(c.seg):
@@ -341,9 +394,18 @@ class ACaching:
             removed = int((~keep).sum())
             added = c.store.maintain(keep, delta.key[end], delta.ids[end])
             c.maintained += removed + added
+            c.call_work += _clock() - t0
         for c, keys, combo_key, combo_ids in self.pending:
             if c.state == USED and c.store is not None:
+                t0 = _clock()
                 c.created += c.store.create(keys, combo_key, combo_ids)
+                c.call_work += _clock() - t0
+        for c in self.used():
+            obs = (float(c.call_rows), c.call_work)
+            c.work_obs.append(obs)
+            self.work_obs.append(obs)
+            self.cache_seconds += c.call_work
+            c.call_work, c.call_rows = 0.0, 0
         self.pending = []
         self.deltas = {}
         self._maybe_reoptimize()
@@ -368,6 +430,10 @@ class ACaching:
             elif c.state == PROFILED:
                 ks = np.concatenate(c.window_keys) if c.window_keys else np.zeros((0, 2 * len(c.keys)), np.int64)
                 c.miss_obs.append(_bloom_fraction(ks, self.config.bloom_bits) if len(ks) else 1.0)
+                # one Bloom filter over the span, once per window (amortized over its keys)
+                c.span_keys.append(ks)
+                span = np.concatenate(list(c.span_keys))
+                c.span_miss = _bloom_fraction(span, self.config.bloom_bits) if len(span) else 1.0
             c.window_keys, c.window_rows, c.probes, c.hits = [], 0, 0, 0
             if self.acc[c.i][0] > 0:
                 self.step_obs[c.i].append(self.acc[c.i].copy())
@@ -381,8 +447,68 @@ class ACaching:
         tot = np.sum(obs, axis=0)
         return tot[1:] / max(tot[0], 1.0)
 
+    def observe_step(self, i: int, step: int, rows: int, seconds: float) -> None:
+        """One run of step `step` of pipeline i: its probing rows and its time."""
+        self.step_time[i][step].append((float(rows), seconds))
+
+    @staticmethod
+    def _fit(obs: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+        """Least-squares seconds = a + b·rows over (rows, seconds) observations (a, b ≥ 0)."""
+        if len(obs) < 3:
+            return None
+        x, y = np.array(obs).T
+        vx = float(x.var())
+        if vx <= 1e-9:  # one row count: the split is unknown, charge it per row
+            mx = float(x.mean())
+            return (0.0, float(y.mean()) / mx) if mx > 0 else (float(y.mean()), 0.0)
+        b = max(float(((x - x.mean()) * (y - y.mean())).mean()) / vx, 0.0)
+        return max(float(y.mean()) - b * float(x.mean()), 0.0), b
+
+    def _estimate_time(self, c: Candidate) -> None:
+        """Benefit and cost in seconds per join call (costs = "time"): the segment's measured
+        step times it saves (a step's per-call time when every probing event of the call hits,
+        its per-row time for each hit) against the cache's measured work."""
+        cfg = self.config
+        r = self._ratios(c.i)
+        m = c.miss()
+        if r is None or m is None or not self.pipe_calls[c.i]:
+            return
+        s = len(c.seg)
+        calls = max(self.join_calls, 1)
+        f = self.pipe_calls[c.i] / calls  # pipeline calls per join call
+        n = self.pipe_rows[c.i] / self.pipe_calls[c.i]  # probing rows per pipeline call
+        if c.state == USED and c.calls_probed >= cfg.window:
+            p_all = c.calls_all_hit / c.calls_probed
+        else:
+            p_all = (1.0 - m) ** n
+        saved = 0.0
+        for k in range(s):
+            fit = self._fit(self.step_time[c.i][k])
+            if fit is None:
+                return
+            a, b = fit
+            saved += a * p_all + b * n * float(r[2 * k]) * (1.0 - m)
+        if c.state == USED and len(c.work_obs) >= 4:
+            cost = float(np.mean([w for _r, w in c.work_obs]))
+        else:
+            fit = self._fit(self.work_obs) if len(self.work_obs) >= 8 else None
+            a, b = fit if fit is not None else (cfg.prior_call_seconds, cfg.prior_row_seconds)
+            cost = a + b * n * f
+        c.benefit = f * saved
+        c.cost = cost
+        c.net = c.benefit - c.cost
+        out = float(r[2 * s - 1])
+        entries = max(m, 0.01) * cfg.distinct_window * cfg.window
+        c.bytes_wanted = entries * (16 * len(c.keys) + out * 8 * (2 * len(c.keys) + s))
+        st = c.store
+        if st is not None and st.evicted:
+            c.bytes_wanted = max(c.bytes_wanted, 2.0 * st.nbytes())
+
     def _estimate(self, c: Candidate) -> None:
         cfg = self.config
+        if cfg.costs == "time":
+            self._estimate_time(c)
+            return
         r = self._ratios(c.i)
         m = c.miss()
         if r is None or m is None:
@@ -403,6 +529,9 @@ class ACaching:
         c.net = c.benefit - c.cost
         entries = max(m, 0.01) * cfg.distinct_window * cfg.window
         c.bytes_wanted = entries * (16 * len(c.keys) + out * 8 * (2 * len(c.keys) + s))
+        st = c.store
+        if st is not None and st.evicted:  # a used cache that ran out: ask for twice what it holds
+            c.bytes_wanted = max(c.bytes_wanted, 2.0 * st.nbytes())
 
     def _maybe_reoptimize(self) -> None:
         cfg = self.config
@@ -462,11 +591,14 @@ class ACaching:
         for c in list(self.cands.values()):
             c.net_at_selection = c.net
             want = chosen.get(c.i) is c and c.i in grant
-            if want and c.state == USED:
+            if want and c.state == USED and c.pinned:
+                pass  # a forced cache keeps the memory it was given
+            elif want and c.state == USED:
                 assert c.store is not None
                 c.store.capacity = grant[c.i]
             elif want:
-                self._use(c, grant[c.i], f"net benefit {c.net:.3g} per tuple")
+                unit = "s per call" if self.config.costs == "time" else "per tuple"
+                self._use(c, grant[c.i], f"net benefit {c.net:.3g} {unit}")
             elif c.state == USED and c.pinned:
                 pass
             elif c.state == USED:
@@ -486,6 +618,8 @@ class ACaching:
         c.state = USED
         c.store = SegmentCache(2 * len(c.keys), len(c.seg), capacity)
         c.miss_obs.clear()
+        c.work_obs.clear()
+        c.call_work, c.call_rows, c.calls_all_hit, c.calls_probed = 0.0, 0, 0, 0
         self.events.append(("cache_used", float(c.i)))
         self.log.append({"cache": c.name, "to": USED, "reason": reason})
         log.info("cache %s used: %s", c.name, reason)
@@ -510,6 +644,9 @@ class ACaching:
             "interval_seconds": cfg.interval_seconds,
             "interval_tuples": cfg.interval_tuples,
             "selections": self.selections,
+            "costs": cfg.costs,
+            "profile_seconds": round(self.profile_seconds, 6),
+            "cache_seconds": round(self.cache_seconds, 6),
             "candidates": [c.as_dict() for c in self.cands.values() if c.state != UNUSED or c.store is not None]
             + [c.as_dict() for c in self.cands.values() if c.state == UNUSED and c.store is None],
             "log": list(self.log)[-10:],
@@ -548,18 +685,24 @@ class PipelineCall:
     pipeline supplies, step counts for the statistics."""
 
     def __init__(self, ac: ACaching, i: int, tables: Sequence[Table], ev: np.ndarray, seq: np.ndarray) -> None:
+        t0 = _clock()
         self.ac, self.i, self.tables = ac, i, tables
         op = ac.op
         self.rows_in = len(seq)
+        self.skipped = False
         ac.record(i, len(ev))
+        ac.pipe_calls[i] += 1
+        ac.pipe_rows[i] += len(ev)
         self.own: Candidate | None = next((c for c in ac.used() if c.i == i), None)
         # caches this pipeline supplies: (candidate, the step after which its combos are complete)
         self.supplies = [(c, len(c.seg) - 2) for c in ac.used() if i in c.seg and len(c.seg) > 1]
         self.hits: tuple[dict[int, np.ndarray], np.ndarray] | None = None
         self.miss_rows = ev
         self.miss_keys: np.ndarray | None = None
-        # profiled candidates of this pipeline see every probing key
-        order = op._order(i)
+        if self.own is not None:
+            self.own.call_rows += len(ev)
+        # profiled candidates of this pipeline see the probing keys of one call in `profile_every`
+        order = op._order(i) if ac.join_calls % max(ac.config.profile_every, 1) == 0 else []
         for s in range(1, len(order) + 1):
             c = ac.cands.get((i, tuple(order[:s])))
             if c is not None and c.state == PROFILED and c is not self.own and c.ok:
@@ -568,6 +711,8 @@ class PipelineCall:
                     c.ok = False
                 else:
                     ac.observe_keys(c, got[0], got[1], len(ev), 0)
+        self.mark = _clock()  # the steps' times are measured from here
+        ac.profile_seconds += self.mark - t0
 
     def _keys(self, c: Candidate, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """Probe keys of input i's rows for candidate c."""
@@ -578,6 +723,17 @@ class PipelineCall:
         c = self.own
         if c is None or c.store is None or not len(seq):
             return idx, seq
+        t0 = _clock()
+        try:
+            return self._split(c, idx, seq)
+        finally:
+            self.mark = _clock()
+            c.call_work += self.mark - t0
+
+    def _split(
+        self, c: Candidate, idx: dict[int, np.ndarray], seq: np.ndarray
+    ) -> tuple[dict[int, np.ndarray], np.ndarray]:
+        assert c.store is not None
         ev = idx[self.i]
         got = self._keys(c, ev)
         if got is None:
@@ -616,6 +772,9 @@ class PipelineCall:
         self.delta = d
         out = {self.i: ev[miss]}
         self.rows_in = int(miss.sum())
+        c.calls_probed += 1
+        c.calls_all_hit += int(not self.rows_in)
+        c.calls_partial += int(0 < self.rows_in < len(ev))
         return out, seq[miss]
 
     def _stored(
@@ -628,12 +787,22 @@ class PipelineCall:
         for pos, k in enumerate(c.seg):
             t = self.tables[k]
             state_ids = t.b.id[: t.n_state]
-            order = np.argsort(state_ids, kind="stable")
             want = c.store.combo_ids[combos, pos]
-            at = np.searchsorted(state_ids[order], want)
-            if len(at) and not (at < len(order)).all():
-                return None
-            r = order[at]
+            if not len(want):
+                continue
+            if len(state_ids) < 2 or bool(
+                (state_ids[1:] >= state_ids[:-1]).all()
+            ):  # windows keep arrival order: no sort needed
+                at = np.searchsorted(state_ids, want)
+                if not (at < len(state_ids)).all():
+                    return None
+                r = at
+            else:
+                order = np.argsort(state_ids, kind="stable")
+                at = np.searchsorted(state_ids[order], want)
+                if not (at < len(order)).all():
+                    return None
+                r = order[at]
             if not (state_ids[r] == want).all():
                 return None
             rows[:, pos] = r
@@ -660,10 +829,15 @@ class PipelineCall:
     # ------------------------------------------------------------ after each step
     def skips(self, step: int, seq: np.ndarray) -> bool:
         """True when the step can be skipped: every event hit the cache covering it."""
-        return self.own is not None and self.hits is not None and step < len(self.own.seg) and not len(seq)
+        self.skipped = self.own is not None and self.hits is not None and step < len(self.own.seg) and not len(seq)
+        return self.skipped
 
     def after(self, step: int, idx: dict[int, np.ndarray], seq: np.ndarray) -> tuple[dict[int, np.ndarray], np.ndarray]:
         n_in = self.rows_in
+        now = _clock()
+        if not self.skipped:
+            self.ac.observe_step(self.i, step, n_in, now - self.mark)
+        self.skipped = False
         acc = self.ac.acc[self.i]
         if step == 0:
             acc[0] += n_in
@@ -677,9 +851,16 @@ class PipelineCall:
             idx = {k: np.concatenate([idx.get(k, np.zeros(0, np.int64)), hidx[k]]) for k in hidx}
             seq = np.concatenate([seq, hseq])
             self.hits = None
+            t = _clock()
+            c.call_work += t - now
+            now = t
         for d, at in self.supplies:
             if at == step:
                 supply(self.ac, self.tables, d, self.i, idx, seq)
+                t = _clock()
+                d.call_work += t - now
+                now = t
+        self.mark = now
         return idx, seq
 
     @property
