@@ -1,9 +1,15 @@
 """Group keys → dense group ids, persistently across batches (NULL is a key value of its own).
 
-Per key column a value → code map (`IntInterner`: a sorted array searched with np.searchsorted,
-plus a direct lookup table when the integer keys span a small range; `ObjInterner`: strings
-through a dict touched once per distinct value of the batch), chained over the key columns by
-interning (previous id, code) pairs.
+Every key column is first turned into int64 codes: integer-like values as themselves (floats by
+their bit pattern, `int_key`), strings through `ObjInterner` (a dict touched once per distinct
+value of a batch). Then, while the columns' value ranges seen so far fit 62 bits, the codes of a
+row are packed side by side into one int64 (engine/operators/valuekeys.py's `KeyLayout`: per
+column value − base + 1, 0 for NULL) and one `IntInterner` maps packed keys to group ids: one
+sort of the batch's keys, one search and one insert into the sorted known keys per batch, however
+many key columns. A batch outside the layout re-packs the known keys under a wider one (packing is
+monotone per column, so the sorted keys stay sorted and ids do not change). When the ranges no
+longer fit 62 bits, the keys move for good to `ChainKeys` (one interner per column chained by
+interning (previous id, code) pairs), whose ids are translated to the ids already handed out.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import numpy as np
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import dtype_of
 from cqlstream.engine.kernels import factorize
+from cqlstream.engine.operators.valuekeys import KeyLayout
 
 _EMPTY_I = np.zeros(0, np.int64)
 
@@ -134,39 +141,30 @@ def int_key(v: np.ndarray, kind: str) -> np.ndarray:
     return v.astype(np.int64, copy=False)
 
 
-class GroupKeys:
-    """Dense group ids for the key columns (NULL is a value of its own), persistent."""
+class ChainKeys:
+    """Dense ids for int64 code columns (NULL is a value of its own): one interner per column,
+    chained by interning (prefix id, code) pairs. Used when the packed layout does not fit."""
 
-    def __init__(self, types: Iterable[DataType]) -> None:
-        self.types = list(types)
-        self.cols = [ObjInterner() if dtype_of(t) is object and t.kind != "null" else IntInterner() for t in self.types]
-        self.pairs = [IntInterner() for _ in self.types[1:]]
+    def __init__(self, ncols: int) -> None:
+        self.cols = [IntInterner() for _ in range(ncols)]
+        self.pairs = [IntInterner() for _ in range(ncols - 1)]
 
     @property
     def n(self) -> int:
         """An upper bound of the ids handed out so far (ids are < n)."""
-        if not self.types:
-            return 1
-        if len(self.types) == 1:
-            c = self.cols[0]
-            return (len(c.d) if isinstance(c, ObjInterner) else c.n) + 1
-        return self.pairs[-1].n
+        return self.cols[0].n + 1 if len(self.cols) == 1 else self.pairs[-1].n
 
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.cols) + sum(p.nbytes() for p in self.pairs)
 
-    def map(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
-        if not self.types:
-            return np.zeros(n, np.int64)
+    def map(self, codes: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
         gid: np.ndarray | None = None
-        for i, (t, v, m) in enumerate(zip(self.types, vals, nulls)):
-            interner = self.cols[i]
-            enc = (lambda x: x) if isinstance(interner, ObjInterner) else (lambda x, kind=t.kind: int_key(x, kind))
+        for i, (v, m) in enumerate(zip(codes, nulls)):
             if m is None:
-                code = interner.map(enc(v)) + 1
+                code = self.cols[i].map(v) + 1
             else:  # NULL: code 0 (only real values are interned)
                 code = np.zeros(n, np.int64)
-                code[~m] = interner.map(enc(v[~m])) + 1
+                code[~m] = self.cols[i].map(v[~m]) + 1
             gid = code if gid is None else self._pair(i - 1, gid, code)
         assert gid is not None
         return gid
@@ -178,3 +176,141 @@ class GroupKeys:
         g_hi = int(gid.max())
         compact = gid * w + code if g_hi < (1 << 62) // w else None
         return self.pairs[i].map((gid << 32) | code, compact)
+
+
+Range = tuple[int, int] | None
+
+
+class GroupKeys:
+    """Dense group ids 0, 1, 2, ... for the key columns (NULL is a value of its own), persistent:
+    packed keys through one interner while they fit 62 bits, else `ChainKeys` (module doc)."""
+
+    def __init__(self, types: Iterable[DataType]) -> None:
+        self.types = list(types)
+        self.obj = [ObjInterner() if dtype_of(t) is object and t.kind != "null" else None for t in self.types]
+        self.rng: list[Range] = [None] * len(self.types)  # union of the code ranges seen
+        self.layout: KeyLayout | None = None
+        self.packed: IntInterner | None = IntInterner()
+        self.chain: ChainKeys | None = None
+        self.tr = _EMPTY_I  # chain mode: chain id → group id (−1: none yet)
+        self.count = 0  # chain mode: group ids handed out
+
+    @property
+    def n(self) -> int:
+        """The number of group ids handed out so far (ids are < n); 1 without key columns."""
+        if not self.types:
+            return 1
+        return self.packed.n if self.packed is not None else self.count
+
+    def nbytes(self) -> int:
+        n = sum(o.nbytes() for o in self.obj if o is not None) + self.tr.nbytes
+        n += self.packed.nbytes() if self.packed is not None else 0
+        return n + (self.chain.nbytes() if self.chain is not None else 0)
+
+    def map(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
+        if not self.types:
+            return np.zeros(n, np.int64)
+        codes = self._codes(vals, nulls, n)
+        if self.packed is not None:
+            rng = _ranges(codes, nulls)
+            lay = self.layout
+            if lay is None or not lay.covers(rng):
+                self._widen(rng)
+            else:
+                self.rng = [_union(a, b) for a, b in zip(self.rng, rng)]
+        if self.packed is not None:
+            assert self.layout is not None
+            return self.packed.map(_pack(self.layout, codes, nulls, n))
+        return self._chain_map(codes, nulls, n)
+
+    def _codes(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> list[np.ndarray]:
+        """int64 codes per column (equal values ⇔ equal codes; arbitrary under NULL)."""
+        out = []
+        for t, v, m, obj in zip(self.types, vals, nulls, self.obj):
+            if obj is None:
+                out.append(int_key(v, t.kind))
+            elif m is None:
+                out.append(obj.map(v))
+            else:
+                code = np.zeros(n, np.int64)
+                code[~m] = obj.map(v[~m])
+                out.append(code)
+        return out
+
+    def _widen(self, rng: list[Range]) -> None:
+        """A layout covering every range seen and `rng`; the known keys re-packed under it (or
+        moved to ChainKeys when no layout fits)."""
+        merged = [_union(a, b) for a, b in zip(self.rng, rng)]
+        lay = KeyLayout.fit(merged)
+        it = self.packed
+        assert it is not None
+        old = self.layout
+        if lay is None:
+            self._to_chain()
+            return
+        self.rng = merged
+        self.layout = lay
+        if old is not None and len(it.keys):
+            cols, nl = old.unpack(it.keys)
+            it.keys = _pack(lay, cols, list(nl), len(it.keys))  # monotone per column: still sorted
+            it.table = None
+            it._retable()
+
+    def _to_chain(self) -> None:
+        """Move the known keys to ChainKeys, keeping their group ids."""
+        it = self.packed
+        assert it is not None
+        self.chain = ChainKeys(len(self.types))
+        self.count = it.n
+        self.tr = np.full(0, -1, np.int64)
+        if self.layout is not None and len(it.keys):
+            cols, nl = self.layout.unpack(it.keys)
+            cid = self.chain.map(cols, [m if m.any() else None for m in nl], len(it.keys))
+            self.tr = np.full(self.chain.n, -1, np.int64)
+            self.tr[cid] = it.ids
+        self.packed = None
+        self.layout = None
+
+    def _chain_map(self, codes: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
+        assert self.chain is not None
+        cid = self.chain.map(codes, nulls, n)
+        if len(self.tr) < self.chain.n:
+            tr = np.full(max(self.chain.n, 2 * len(self.tr)), -1, np.int64)
+            tr[: len(self.tr)] = self.tr
+            self.tr = tr
+        g = self.tr[cid]
+        miss = g < 0
+        if miss.any():
+            u = np.unique(cid[miss])  # new groups numbered in chain-id order
+            self.tr[u] = np.arange(self.count, self.count + len(u), dtype=np.int64)
+            self.count += len(u)
+            g = self.tr[cid]
+        return g
+
+
+def _ranges(codes: list[np.ndarray], nulls: list[np.ndarray | None]) -> list[Range]:
+    """(min, max) of each column's non-NULL codes; None for a column with none."""
+    out: list[Range] = []
+    for c, m in zip(codes, nulls):
+        v = c if m is None else c[~m]
+        out.append((int(v.min()), int(v.max())) if len(v) else None)
+    return out
+
+
+def _union(a: Range, b: Range) -> Range:
+    if a is None or b is None:
+        return a if b is None else b
+    return (min(a[0], b[0]), max(a[1], b[1]))
+
+
+def _pack(lay: KeyLayout, codes: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
+    """Packed keys of all n rows (every non-NULL code covered by `lay`)."""
+    key = np.zeros(n, np.int64)
+    for c, m, base, shift in zip(codes, nulls, lay.base, lay.shifts):
+        code = c - np.int64(base - 1)
+        if m is not None:
+            code[m] = 0
+        if shift:
+            code <<= shift
+        key |= code
+    return key
