@@ -38,13 +38,17 @@ class IntInterner:
         self.n = 0
         self.lo = 0
         self.table: np.ndarray | None = None
+        self.added: np.ndarray | None = None  # the last _add's new keys (mask over its u), None: none
+        self.new_ids = self.new_rows = _EMPTY_I
 
     def nbytes(self) -> int:
         return self.keys.nbytes + self.ids.nbytes + (0 if self.table is None else self.table.nbytes)
 
     def map(self, x: np.ndarray, compact: np.ndarray | None = None) -> np.ndarray:
         """Ids of keys `x`. `compact`: the same keys renumbered into a narrower range in the same
-        order (equal ↔ equal, x order ↔ compact order), so the batch factorizes by a cheap sort."""
+        order (equal ↔ equal, x order ↔ compact order), so the batch factorizes by a cheap sort.
+        Afterwards `new_ids` are the ids this call added and `new_rows` one row of x with each."""
+        self.new_ids = self.new_rows = _EMPTY_I
         if not len(x):
             return _EMPTY_I
         mn, mx = int(x.min()), int(x.max())
@@ -54,17 +58,23 @@ class IntInterner:
             miss = out < 0
             if not miss.any():
                 return out
-            self._add(np.unique(x[miss]))  # all within the table's range: it stays
+            rows = np.flatnonzero(miss)
+            u, first = np.unique(x[rows], return_index=True)
+            self.new_ids = self._add(u)  # all unknown, all within the table's range: it stays
+            self.new_rows = rows[first]
             assert self.table is not None
             return self.table[x - self.lo]
         if compact is None:
             u, inv = factorize(x)
         else:
             _, inv = factorize(compact)
-            at = np.empty(int(inv.max()) + 1, np.int64)
-            at[inv] = np.arange(len(x), dtype=np.int64)  # one row of each distinct key
+        at = np.empty(int(inv.max()) + 1, np.int64)
+        at[inv] = np.arange(len(x), dtype=np.int64)  # one row of each distinct key
+        if compact is not None:
             u = x[at]
         ids = self._add(u)
+        if self.added is not None:
+            self.new_ids, self.new_rows = ids[self.added], at[self.added]
         self._retable()
         return ids[inv]
 
@@ -78,6 +88,7 @@ class IntInterner:
         ids[found] = self.ids[pos[found]]
         new = ~found
         k = int(new.sum())
+        self.added = new if k else None
         if k:
             ids[new] = np.arange(self.n, self.n + k, dtype=np.int64)
             self.n += k
@@ -194,6 +205,7 @@ class GroupKeys:
         self.chain: ChainKeys | None = None
         self.tr = _EMPTY_I  # chain mode: chain id → group id (−1: none yet)
         self.count = 0  # chain mode: group ids handed out
+        self.fresh = (_EMPTY_I, _EMPTY_I)  # groups the last map call created: (ids, one row of each)
 
     @property
     def n(self) -> int:
@@ -208,6 +220,8 @@ class GroupKeys:
         return n + (self.chain.nbytes() if self.chain is not None else 0)
 
     def map(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
+        """Group id of every row; `fresh` then holds the ids this call created and one row of
+        each (the rows their key values are stored from)."""
         if not self.types:
             return np.zeros(n, np.int64)
         codes = self._codes(vals, nulls, n)
@@ -220,7 +234,10 @@ class GroupKeys:
                 self.rng = [_union(a, b) for a, b in zip(self.rng, rng)]
         if self.packed is not None:
             assert self.layout is not None
-            return self.packed.map(_pack(self.layout, codes, nulls, n))
+            it = self.packed
+            gid = it.map(_pack(self.layout, codes, nulls, n))
+            self.fresh = (it.new_ids, it.new_rows)
+            return gid
         return self._chain_map(codes, nulls, n)
 
     def _codes(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> list[np.ndarray]:
@@ -279,11 +296,14 @@ class GroupKeys:
             tr[: len(self.tr)] = self.tr
             self.tr = tr
         g = self.tr[cid]
-        miss = g < 0
-        if miss.any():
-            u = np.unique(cid[miss])  # new groups numbered in chain-id order
-            self.tr[u] = np.arange(self.count, self.count + len(u), dtype=np.int64)
+        miss = np.flatnonzero(g < 0)
+        self.fresh = (_EMPTY_I, _EMPTY_I)
+        if len(miss):
+            u, first = np.unique(cid[miss], return_index=True)  # new groups numbered in chain-id order
+            ids = np.arange(self.count, self.count + len(u), dtype=np.int64)
+            self.tr[u] = ids
             self.count += len(u)
+            self.fresh = (ids, miss[first])
             g = self.tr[cid]
         return g
 

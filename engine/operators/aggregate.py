@@ -140,8 +140,8 @@ class AggregateOp(Operator):
             kn.append(None if m is None or not m.any() else m)
         gid = self.gkeys.map(kv, kn, len(b))
         state.ensure(self.gkeys.n)
-        if self.keys and len(gid):
-            state.store_keys(gid, kv, kn)
+        if self.keys:
+            state.store_keys(*self.gkeys.fresh, kv, kn)
         av, an, nulls_in = [], [], []  # values (dtype per arg), not-NULL masks, any NULL
         for ai, e in enumerate(self.args):
             v, m = self.ev.eval(e, b)
@@ -299,18 +299,22 @@ class AggregateOp(Operator):
             return flat if slot is None else flat[slot]
 
         cts_o = cts[o]
-        ts = pick(cts_o, cts_o, np.int64)
-        sign = pick(-1, 1, np.int8)
+        half = np.arange(2 * k, dtype=np.int64) if slot is None else slot
+        half = half >> 1  # per output row: its cell's place in c
+        ts = cts_o[half]
+        sign = np.empty((k, 2), np.int8)
+        sign[:, 0] = -1
+        sign[:, 1] = 1
+        sign = sign.reshape(-1) if slot is None else sign.reshape(-1)[slot]
         ids = pick(old_id[o], nid[o], np.uint64)
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
-        if self.keys:
-            g = cell_g[c]
+        if self.keys:  # a row's keys are its group's: one gather per key column
+            g = cell_g[c][half]
             for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
-                kv = kvals[g]
-                cols.append(pick(kv, kv, kv.dtype))
+                cols.append(kvals[g])
                 m = knulls[g]
-                nulls.append(pick(m, m, bool) if m.any() else None)
+                nulls.append(m if m.any() else None)
         for (v, nl), (pv, pn) in zip(outs, prevs):
             cols.append(pick(pv[c], v[c], v.dtype))
             pm, nm = pn[c], nl[c]
