@@ -222,7 +222,8 @@ class GroupKeys:
     def map(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
         """Group id of every row; `fresh` then holds the ids this call created and one row of
         each (the rows their key values are stored from)."""
-        if not self.types:
+        self.fresh = (_EMPTY_I, _EMPTY_I)
+        if not self.types or not n:
             return np.zeros(n, np.int64)
         codes = self._codes(vals, nulls, n)
         if self.packed is not None:
@@ -297,7 +298,6 @@ class GroupKeys:
             self.tr = tr
         g = self.tr[cid]
         miss = np.flatnonzero(g < 0)
-        self.fresh = (_EMPTY_I, _EMPTY_I)
         if len(miss):
             u, first = np.unique(cid[miss], return_index=True)  # new groups numbered in chain-id order
             ids = np.arange(self.count, self.count + len(u), dtype=np.int64)
