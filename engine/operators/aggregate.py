@@ -15,8 +15,10 @@ engine/aggregates/registry.py); this operator runs the shared, vectorized pipeli
 Vectorized evaluation (one pass per batch, whatever the number of instants it spans)
 -----------------------------------------------------------------------------------------
 1. Key and argument expressions are evaluated once over the batch; group keys are factorized to
-   dense group ids (gid) through persistent interners (engine/aggregates/keys.py). NULL is a key
-   value of its own.
+   dense group ids (gid) through a persistent interner of packed keys (engine/aggregates/keys.py:
+   all key columns in one int64, one sort, search and insert per batch). NULL is a key value of
+   its own. The interner names the groups the batch created, with a row of each, whose key values
+   are stored for the output.
 2. Events are stable-sorted by (gid, ts) (ts order is already there: a radix/packed sort on the
    gid keeps it). A *cell* is one (gid, instant) with events; its end is the last event
    (engine/aggregates/cells.py).
