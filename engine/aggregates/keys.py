@@ -325,12 +325,14 @@ def _union(a: Range, b: Range) -> Range:
 
 def _pack(lay: KeyLayout, codes: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
     """Packed keys of all n rows (every non-NULL code covered by `lay`)."""
-    key = np.zeros(n, np.int64)
+    key: np.ndarray | None = None
     for c, m, base, shift in zip(codes, nulls, lay.base, lay.shifts):
         code = c - np.int64(base - 1)
         if m is not None:
             code[m] = 0
-        if shift:
-            code <<= shift
+        if key is None:  # the first column: shift 0, the key itself
+            key = code
+            continue
+        code <<= shift
         key |= code
-    return key
+    return np.zeros(n, np.int64) if key is None else key

@@ -301,18 +301,23 @@ class AggregateOp(Operator):
             return flat if slot is None else flat[slot]
 
         cts_o = cts[o]
-        half = np.arange(2 * k, dtype=np.int64) if slot is None else slot
-        half = half >> 1  # per output row: its cell's place in c
-        ts = cts_o[half]
-        sign = np.empty((k, 2), np.int8)
-        sign[:, 0] = -1
-        sign[:, 1] = 1
-        sign = sign.reshape(-1) if slot is None else sign.reshape(-1)[slot]
+        sign = pick(-1, 1, np.int8)
         ids = pick(old_id[o], nid[o], np.uint64)
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
-        if self.keys:  # a row's keys are its group's: one gather per key column
-            g = cell_g[c][half]
+        g = cell_g[c]
+        if slot is None:  # every cell has both rows: strided writes, no gather
+            ts = pick(cts_o, cts_o, np.int64)
+            for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
+                kv = kvals[g]
+                cols.append(pick(kv, kv, kv.dtype))
+                m = knulls[g]
+                nulls.append(pick(m, m, bool) if m.any() else None)
+        else:  # per kept row its cell (slot // 2): one gather per key column
+            half = slot >> 1
+            ts = cts_o[half]
+            if self.keys:
+                g = g[half]
             for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
                 cols.append(kvals[g])
                 m = knulls[g]
