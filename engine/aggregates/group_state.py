@@ -16,7 +16,6 @@ from numpy.typing import DTypeLike
 
 from cqlstream.engine.aggregates.quantities import Quantity, Totals
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.kernels import stable_order
 
 Fill = Callable[[np.ndarray, object], np.ndarray]
 
@@ -38,7 +37,6 @@ class GroupState:
         self.cap = 0
         self.exists = _filled(np.bool_, False, 0)  # the group has an output row
         self.row_id = _filled(np.uint64, 0, 0)  # the id its output row was inserted with
-        self.key_set = _filled(np.bool_, False, 0)  # its key values are stored
         self.key_vals = [_filled(dt, 0, 0) for dt in key_dtypes]
         self.key_nulls = [_filled(np.bool_, True, 0) for _ in key_dtypes]
         self.out_vals = [_filled(dt, 0, 0) for dt in out_dtypes]
@@ -52,7 +50,6 @@ class GroupState:
         """Replace every array a (default value fill) by fn(a, fill)."""
         self.exists = fn(self.exists, False)
         self.row_id = fn(self.row_id, 0)
-        self.key_set = fn(self.key_set, False)
         self.key_vals = [fn(a, 0) for a in self.key_vals]
         self.key_nulls = [fn(a, True) for a in self.key_nulls]
         self.out_vals = [fn(a, 0) for a in self.out_vals]
@@ -65,7 +62,6 @@ class GroupState:
         return [
             self.exists,
             self.row_id,
-            self.key_set,
             *self.key_vals,
             *self.key_nulls,
             *self.out_vals,
@@ -115,23 +111,15 @@ class GroupState:
             else:
                 self.totals[q][G] = val[lastc]
 
-    def store_keys(self, gid: np.ndarray, kv: list[np.ndarray], kn: list[np.ndarray | None]) -> None:
-        """Remember the key values of groups seen for the first time (output columns)."""
-        new = np.flatnonzero(~self.key_set[gid])
-        if not len(new):
+    def store_keys(self, g: np.ndarray, rows: np.ndarray, kv: list[np.ndarray], kn: list[np.ndarray | None]) -> None:
+        """Remember the key values of groups `g`, new this batch, from their rows `rows` of the
+        batch's key columns (output columns)."""
+        if not len(g):
             return
-        gn = gid[new]
-        o = stable_order(gn, 0, self.cap - 1)  # stable: the first row of each group leads its run
-        so = gn[o]
-        head = np.empty(len(so), bool)
-        head[0] = True
-        np.not_equal(so[1:], so[:-1], out=head[1:])
-        g, rows = so[head], new[o[head]]
         for i in range(len(self.key_vals)):
             m = kn[i]
             self.key_vals[i][g] = kv[i][rows]
             self.key_nulls[i][g] = False if m is None else m[rows]
-        self.key_set[g] = True
 
     def current_rows(self, at: int) -> Batch:
         """Every existing group's output row (keys, then aggregate values) as `+` at `at`."""

@@ -1,9 +1,15 @@
 """Group keys → dense group ids, persistently across batches (NULL is a key value of its own).
 
-Per key column a value → code map (`IntInterner`: a sorted array searched with np.searchsorted,
-plus a direct lookup table when the integer keys span a small range; `ObjInterner`: strings
-through a dict touched once per distinct value of the batch), chained over the key columns by
-interning (previous id, code) pairs.
+Every key column is first turned into int64 codes: integer-like values as themselves (floats by
+their bit pattern, `int_key`), strings through `ObjInterner` (a dict touched once per distinct
+value of a batch). Then, while the columns' value ranges seen so far fit 62 bits, the codes of a
+row are packed side by side into one int64 (engine/operators/valuekeys.py's `KeyLayout`: per
+column value − base + 1, 0 for NULL) and one `IntInterner` maps packed keys to group ids: one
+sort of the batch's keys, one search and one insert into the sorted known keys per batch, however
+many key columns. A batch outside the layout re-packs the known keys under a wider one (packing is
+monotone per column, so the sorted keys stay sorted and ids do not change). When the ranges no
+longer fit 62 bits, the keys move for good to `ChainKeys` (one interner per column chained by
+interning (previous id, code) pairs), whose ids are translated to the ids already handed out.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import numpy as np
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import dtype_of
 from cqlstream.engine.kernels import factorize
+from cqlstream.engine.operators.valuekeys import KeyLayout
 
 _EMPTY_I = np.zeros(0, np.int64)
 
@@ -31,13 +38,17 @@ class IntInterner:
         self.n = 0
         self.lo = 0
         self.table: np.ndarray | None = None
+        self.added: np.ndarray | None = None  # the last _add's new keys (mask over its u), None: none
+        self.new_ids = self.new_rows = _EMPTY_I
 
     def nbytes(self) -> int:
         return self.keys.nbytes + self.ids.nbytes + (0 if self.table is None else self.table.nbytes)
 
     def map(self, x: np.ndarray, compact: np.ndarray | None = None) -> np.ndarray:
         """Ids of keys `x`. `compact`: the same keys renumbered into a narrower range in the same
-        order (equal ↔ equal, x order ↔ compact order), so the batch factorizes by a cheap sort."""
+        order (equal ↔ equal, x order ↔ compact order), so the batch factorizes by a cheap sort.
+        Afterwards `new_ids` are the ids this call added and `new_rows` one row of x with each."""
+        self.new_ids = self.new_rows = _EMPTY_I
         if not len(x):
             return _EMPTY_I
         mn, mx = int(x.min()), int(x.max())
@@ -47,17 +58,23 @@ class IntInterner:
             miss = out < 0
             if not miss.any():
                 return out
-            self._add(np.unique(x[miss]))  # all within the table's range: it stays
+            rows = np.flatnonzero(miss)
+            u, first = np.unique(x[rows], return_index=True)
+            self.new_ids = self._add(u)  # all unknown, all within the table's range: it stays
+            self.new_rows = rows[first]
             assert self.table is not None
             return self.table[x - self.lo]
         if compact is None:
             u, inv = factorize(x)
         else:
             _, inv = factorize(compact)
-            at = np.empty(int(inv.max()) + 1, np.int64)
-            at[inv] = np.arange(len(x), dtype=np.int64)  # one row of each distinct key
+        at = np.empty(int(inv.max()) + 1, np.int64)
+        at[inv] = np.arange(len(x), dtype=np.int64)  # one row of each distinct key
+        if compact is not None:
             u = x[at]
         ids = self._add(u)
+        if self.added is not None:
+            self.new_ids, self.new_rows = ids[self.added], at[self.added]
         self._retable()
         return ids[inv]
 
@@ -71,6 +88,7 @@ class IntInterner:
         ids[found] = self.ids[pos[found]]
         new = ~found
         k = int(new.sum())
+        self.added = new if k else None
         if k:
             ids[new] = np.arange(self.n, self.n + k, dtype=np.int64)
             self.n += k
@@ -134,39 +152,30 @@ def int_key(v: np.ndarray, kind: str) -> np.ndarray:
     return v.astype(np.int64, copy=False)
 
 
-class GroupKeys:
-    """Dense group ids for the key columns (NULL is a value of its own), persistent."""
+class ChainKeys:
+    """Dense ids for int64 code columns (NULL is a value of its own): one interner per column,
+    chained by interning (prefix id, code) pairs. Used when the packed layout does not fit."""
 
-    def __init__(self, types: Iterable[DataType]) -> None:
-        self.types = list(types)
-        self.cols = [ObjInterner() if dtype_of(t) is object and t.kind != "null" else IntInterner() for t in self.types]
-        self.pairs = [IntInterner() for _ in self.types[1:]]
+    def __init__(self, ncols: int) -> None:
+        self.cols = [IntInterner() for _ in range(ncols)]
+        self.pairs = [IntInterner() for _ in range(ncols - 1)]
 
     @property
     def n(self) -> int:
         """An upper bound of the ids handed out so far (ids are < n)."""
-        if not self.types:
-            return 1
-        if len(self.types) == 1:
-            c = self.cols[0]
-            return (len(c.d) if isinstance(c, ObjInterner) else c.n) + 1
-        return self.pairs[-1].n
+        return self.cols[0].n + 1 if len(self.cols) == 1 else self.pairs[-1].n
 
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.cols) + sum(p.nbytes() for p in self.pairs)
 
-    def map(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
-        if not self.types:
-            return np.zeros(n, np.int64)
+    def map(self, codes: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
         gid: np.ndarray | None = None
-        for i, (t, v, m) in enumerate(zip(self.types, vals, nulls)):
-            interner = self.cols[i]
-            enc = (lambda x: x) if isinstance(interner, ObjInterner) else (lambda x, kind=t.kind: int_key(x, kind))
+        for i, (v, m) in enumerate(zip(codes, nulls)):
             if m is None:
-                code = interner.map(enc(v)) + 1
+                code = self.cols[i].map(v) + 1
             else:  # NULL: code 0 (only real values are interned)
                 code = np.zeros(n, np.int64)
-                code[~m] = interner.map(enc(v[~m])) + 1
+                code[~m] = self.cols[i].map(v[~m]) + 1
             gid = code if gid is None else self._pair(i - 1, gid, code)
         assert gid is not None
         return gid
@@ -178,3 +187,152 @@ class GroupKeys:
         g_hi = int(gid.max())
         compact = gid * w + code if g_hi < (1 << 62) // w else None
         return self.pairs[i].map((gid << 32) | code, compact)
+
+
+Range = tuple[int, int] | None
+
+
+class GroupKeys:
+    """Dense group ids 0, 1, 2, ... for the key columns (NULL is a value of its own), persistent:
+    packed keys through one interner while they fit 62 bits, else `ChainKeys` (module doc)."""
+
+    def __init__(self, types: Iterable[DataType]) -> None:
+        self.types = list(types)
+        self.obj = [ObjInterner() if dtype_of(t) is object and t.kind != "null" else None for t in self.types]
+        self.rng: list[Range] = [None] * len(self.types)  # union of the code ranges seen
+        self.layout: KeyLayout | None = None
+        self.packed: IntInterner | None = IntInterner()
+        self.chain: ChainKeys | None = None
+        self.tr = _EMPTY_I  # chain mode: chain id → group id (−1: none yet)
+        self.count = 0  # chain mode: group ids handed out
+        self.fresh = (_EMPTY_I, _EMPTY_I)  # groups the last map call created: (ids, one row of each)
+
+    @property
+    def n(self) -> int:
+        """The number of group ids handed out so far (ids are < n); 1 without key columns."""
+        if not self.types:
+            return 1
+        return self.packed.n if self.packed is not None else self.count
+
+    def nbytes(self) -> int:
+        n = sum(o.nbytes() for o in self.obj if o is not None) + self.tr.nbytes
+        n += self.packed.nbytes() if self.packed is not None else 0
+        return n + (self.chain.nbytes() if self.chain is not None else 0)
+
+    def map(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
+        """Group id of every row; `fresh` then holds the ids this call created and one row of
+        each (the rows their key values are stored from)."""
+        self.fresh = (_EMPTY_I, _EMPTY_I)
+        if not self.types or not n:
+            return np.zeros(n, np.int64)
+        codes = self._codes(vals, nulls, n)
+        if self.packed is not None:
+            rng = _ranges(codes, nulls)
+            lay = self.layout
+            if lay is None or not lay.covers(rng):
+                self._widen(rng)
+            else:
+                self.rng = [_union(a, b) for a, b in zip(self.rng, rng)]
+        if self.packed is not None:
+            assert self.layout is not None
+            it = self.packed
+            gid = it.map(_pack(self.layout, codes, nulls, n))
+            self.fresh = (it.new_ids, it.new_rows)
+            return gid
+        return self._chain_map(codes, nulls, n)
+
+    def _codes(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> list[np.ndarray]:
+        """int64 codes per column (equal values ⇔ equal codes; arbitrary under NULL)."""
+        out = []
+        for t, v, m, obj in zip(self.types, vals, nulls, self.obj):
+            if obj is None:
+                out.append(int_key(v, t.kind))
+            elif m is None:
+                out.append(obj.map(v))
+            else:
+                code = np.zeros(n, np.int64)
+                code[~m] = obj.map(v[~m])
+                out.append(code)
+        return out
+
+    def _widen(self, rng: list[Range]) -> None:
+        """A layout covering every range seen and `rng`; the known keys re-packed under it (or
+        moved to ChainKeys when no layout fits)."""
+        merged = [_union(a, b) for a, b in zip(self.rng, rng)]
+        lay = KeyLayout.fit(merged)
+        it = self.packed
+        assert it is not None
+        old = self.layout
+        if lay is None:
+            self._to_chain()
+            return
+        self.rng = merged
+        self.layout = lay
+        if old is not None and len(it.keys):
+            cols, nl = old.unpack(it.keys)
+            it.keys = _pack(lay, cols, list(nl), len(it.keys))  # monotone per column: still sorted
+            it.table = None
+            it._retable()
+
+    def _to_chain(self) -> None:
+        """Move the known keys to ChainKeys, keeping their group ids."""
+        it = self.packed
+        assert it is not None
+        self.chain = ChainKeys(len(self.types))
+        self.count = it.n
+        self.tr = np.full(0, -1, np.int64)
+        if self.layout is not None and len(it.keys):
+            cols, nl = self.layout.unpack(it.keys)
+            cid = self.chain.map(cols, [m if m.any() else None for m in nl], len(it.keys))
+            self.tr = np.full(self.chain.n, -1, np.int64)
+            self.tr[cid] = it.ids
+        self.packed = None
+        self.layout = None
+
+    def _chain_map(self, codes: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
+        assert self.chain is not None
+        cid = self.chain.map(codes, nulls, n)
+        if len(self.tr) < self.chain.n:
+            tr = np.full(max(self.chain.n, 2 * len(self.tr)), -1, np.int64)
+            tr[: len(self.tr)] = self.tr
+            self.tr = tr
+        g = self.tr[cid]
+        miss = np.flatnonzero(g < 0)
+        if len(miss):
+            u, first = np.unique(cid[miss], return_index=True)  # new groups numbered in chain-id order
+            ids = np.arange(self.count, self.count + len(u), dtype=np.int64)
+            self.tr[u] = ids
+            self.count += len(u)
+            self.fresh = (ids, miss[first])
+            g = self.tr[cid]
+        return g
+
+
+def _ranges(codes: list[np.ndarray], nulls: list[np.ndarray | None]) -> list[Range]:
+    """(min, max) of each column's non-NULL codes; None for a column with none."""
+    out: list[Range] = []
+    for c, m in zip(codes, nulls):
+        v = c if m is None else c[~m]
+        out.append((int(v.min()), int(v.max())) if len(v) else None)
+    return out
+
+
+def _union(a: Range, b: Range) -> Range:
+    if a is None or b is None:
+        return a if b is None else b
+    return (min(a[0], b[0]), max(a[1], b[1]))
+
+
+def _pack(lay: KeyLayout, codes: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
+    """Packed keys of all n rows (every non-NULL code covered by `lay`)."""
+    key: np.ndarray | None = None
+    for c, m, base, shift in zip(codes, nulls, lay.base, lay.shifts):
+        code = c - np.int64(base - 1)
+        if m is not None:
+            code[m] = 0
+        if key is None:  # the first column: shift 0, the key itself
+            key = code
+            continue
+        code <<= shift
+        key |= code
+    return np.zeros(n, np.int64) if key is None else key

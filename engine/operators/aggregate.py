@@ -15,8 +15,10 @@ engine/aggregates/registry.py); this operator runs the shared, vectorized pipeli
 Vectorized evaluation (one pass per batch, whatever the number of instants it spans)
 -----------------------------------------------------------------------------------------
 1. Key and argument expressions are evaluated once over the batch; group keys are factorized to
-   dense group ids (gid) through persistent interners (engine/aggregates/keys.py). NULL is a key
-   value of its own.
+   dense group ids (gid) through a persistent interner of packed keys (engine/aggregates/keys.py:
+   all key columns in one int64, one sort, search and insert per batch). NULL is a key value of
+   its own. The interner names the groups the batch created, with a row of each, whose key values
+   are stored for the output.
 2. Events are stable-sorted by (gid, ts) (ts order is already there: a radix/packed sort on the
    gid keeps it). A *cell* is one (gid, instant) with events; its end is the last event
    (engine/aggregates/cells.py).
@@ -140,8 +142,8 @@ class AggregateOp(Operator):
             kn.append(None if m is None or not m.any() else m)
         gid = self.gkeys.map(kv, kn, len(b))
         state.ensure(self.gkeys.n)
-        if self.keys and len(gid):
-            state.store_keys(gid, kv, kn)
+        if self.keys:
+            state.store_keys(*self.gkeys.fresh, kv, kn)
         av, an, nulls_in = [], [], []  # values (dtype per arg), not-NULL masks, any NULL
         for ai, e in enumerate(self.args):
             v, m = self.ev.eval(e, b)
@@ -299,18 +301,27 @@ class AggregateOp(Operator):
             return flat if slot is None else flat[slot]
 
         cts_o = cts[o]
-        ts = pick(cts_o, cts_o, np.int64)
         sign = pick(-1, 1, np.int8)
         ids = pick(old_id[o], nid[o], np.uint64)
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
-        if self.keys:
-            g = cell_g[c]
+        g = cell_g[c]
+        if slot is None:  # every cell has both rows: strided writes, no gather
+            ts = pick(cts_o, cts_o, np.int64)
             for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
                 kv = kvals[g]
                 cols.append(pick(kv, kv, kv.dtype))
                 m = knulls[g]
                 nulls.append(pick(m, m, bool) if m.any() else None)
+        else:  # per kept row its cell (slot // 2): one gather per key column
+            half = slot >> 1
+            ts = cts_o[half]
+            if self.keys:
+                g = g[half]
+            for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
+                cols.append(kvals[g])
+                m = knulls[g]
+                nulls.append(m if m.any() else None)
         for (v, nl), (pv, pn) in zip(outs, prevs):
             cols.append(pick(pv[c], v[c], v.dtype))
             pm, nm = pn[c], nl[c]
