@@ -15,6 +15,7 @@ from cqlstream.cql.logical.rewrites.push_selections import push_selections
 from cqlstream.cql.logical.rewrites.remove_projections import remove_projections
 from cqlstream.cql.logical.rewrites.rstream_now import rstream_now
 from cqlstream.cql.logical.rewrites.static_unbounded_to_now import static_unbounded_to_now
+from cqlstream.cql.logical.rewrites.stream_join import stream_join
 
 Rule = Callable[[Plan], Plan | None]  # a rewrite of one node, or None when it does not apply
 RULES: tuple[Rule, ...] = (
@@ -24,10 +25,17 @@ RULES: tuple[Rule, ...] = (
     static_unbounded_to_now,
     rstream_now,
     narrow_windows,
+    stream_join,
 )
 # STREAM 0.6 emits no Istream/Rstream output at the last instant; removing those operators
 # would change that, so compat mode keeps them.
-COMPAT_RULES: tuple[Rule, ...] = (push_selections, remove_projections, static_unbounded_to_now, narrow_windows)
+COMPAT_RULES: tuple[Rule, ...] = (
+    push_selections,
+    remove_projections,
+    static_unbounded_to_now,
+    narrow_windows,
+    stream_join,
+)
 
 
 def optimize(plan: Plan, rules: Sequence[Rule] | None = None, max_passes: int = 50, *, compat: bool = False) -> Plan:
