@@ -30,7 +30,9 @@ def stream_join(node: L.Plan) -> L.Plan | None:
         return None
     predicate = base.predicate
     while chain and isinstance(chain[-1], L.Filter):  # a selection over a join is part of its predicate
-        predicate = X.conjoin([*X.conjuncts(predicate), *X.conjuncts(chain.pop().predicate)])
+        f = chain.pop()
+        assert isinstance(f, L.Filter)
+        predicate = X.conjoin([*X.conjuncts(predicate), *X.conjuncts(f.predicate)])
     now = [k for k, i in enumerate(base.inputs_) if isinstance(i, L.Window) and i.spec == L.RangeSpec(0)]
     if not now:
         return None
