@@ -83,8 +83,7 @@ def test_stream_join_equals_reference(query, s, t, r, compat):
 
 
 def _without_rule(monkeypatch):
-    monkeypatch.setattr(rewrites, "RULES", tuple(x for x in rewrites.RULES if x is not stream_join))
-    monkeypatch.setattr(rewrites, "COMPAT_RULES", tuple(x for x in rewrites.COMPAT_RULES if x is not stream_join))
+    monkeypatch.setattr(rewrites, "FINAL_RULES", tuple(x for x in rewrites.FINAL_RULES if x is not stream_join))
 
 
 def _rows(batches) -> list[tuple]:
