@@ -52,12 +52,15 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def compile_query(query: str | ast.Query, catalog: Catalog, *, options: AnalyzeOptions | None = None) -> CompiledQuery:
-    """Parse (if text), analyze and optimize one query. Raises CqlError only."""
+def compile_query(
+    query: str | ast.Query, catalog: Catalog, *, options: AnalyzeOptions | None = None, final: bool = True
+) -> CompiledQuery:
+    """Parse (if text), analyze and optimize one query. Raises CqlError only. `final=False` leaves
+    out the final rewrites (`rewrites.FINAL_RULES`): static approximation runs before them."""
     text = query if isinstance(query, str) else None
     q = parse_query(query) if isinstance(query, str) else query
     analyzed = analyze(q, catalog, text=text, options=options)
-    return CompiledQuery(analyzed, optimize(analyzed.plan, compat=bool(options and options.stream_compat)))
+    return CompiledQuery(analyzed, optimize(analyzed.plan, compat=bool(options and options.stream_compat), final=final))
 
 
 def explain(query: str, catalog: Catalog, *, options: AnalyzeOptions | None = None) -> str:

@@ -418,8 +418,9 @@ class Dsms:
         text = query if isinstance(query, str) else (text or to_cql(query))
         tree = parse_query(query) if isinstance(query, str) else query
         try:
-            compiled = compile_query(tree, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
             spec = ApproxSpec.parse(approximate)
+            options = AnalyzeOptions(stream_compat=self.compat)
+            compiled = compile_query(tree, self.catalog, options=options, final=not spec.static)
             if spec.static:
                 compiled = approximate_query(compiled, spec, self.catalog)
         except CqlError as e:

@@ -63,7 +63,7 @@ def _order(e: X.Expr) -> str:
     return e.sql() if hasattr(e, "sql") else repr(e)
 
 
-PREDICATE_FIELDS = {L.Filter: "predicate", L.Join: "predicate", L.SemiJoin: "predicate"}
+PREDICATE_FIELDS = {L.Filter: "predicate", L.Join: "predicate", L.StreamJoin: "predicate", L.SemiJoin: "predicate"}
 
 
 @lru_cache(maxsize=4096)

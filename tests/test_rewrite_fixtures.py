@@ -102,7 +102,7 @@ def applied(fixture: Fixture, case: Case) -> tuple[str, str]:
 
 def test_one_fixture_file_per_rule() -> None:
     assert [p.stem for p in FIXTURE_FILES] == rule_names()
-    registered = {r.__name__ for r in rewrites.RULES} | {r.__name__ for r in rewrites.COMPAT_RULES}
+    registered = {r.__name__ for r in (*rewrites.RULES, *rewrites.COMPAT_RULES, *rewrites.FINAL_RULES)}
     assert registered == set(rule_names())
 
 

@@ -123,11 +123,18 @@ def _r2s(node: L.Plan, i: int, ctx: Ctx) -> Ctx:
     return replace(ctx, istream=node_label(node))
 
 
+def _stream_join(node: L.Plan, i: int, ctx: Ctx) -> Ctx:
+    # Rstream(S [Now] ⋈ X): the Rstream and the [Now] window each reset what is below an Istream
+    assert isinstance(node, L.StreamJoin)
+    return replace(ctx, istream=None)
+
+
 Transition = Callable[[L.Plan, int, Ctx], Ctx]
 TRANSITIONS: dict[type, Transition] = {
     L.Filter: _same,
     L.Project: _same,
     L.Join: _same,
+    L.StreamJoin: _stream_join,
     L.SetOp: _setop,
     L.SemiJoin: _semijoin,
     L.Distinct: _distinct,

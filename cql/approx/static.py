@@ -20,6 +20,7 @@ from cqlstream.cql.approx.window_reduction import window_reduction
 from cqlstream.cql.catalog import Catalog, SourceDef
 from cqlstream.cql.frontend import CompiledQuery
 from cqlstream.cql.logical.nodes import Plan, with_inputs
+from cqlstream.cql.logical.rewrites import FINAL_RULES, optimize
 
 # In order at each node: push a Sample down first, so the rate rules then see where it landed.
 RULES: tuple[Rule, ...] = (sample_join, window_reduction, sample_rate)
@@ -54,11 +55,12 @@ def approximate(
 
 
 def approximate_query(compiled: CompiledQuery, spec: ApproxSpec, catalog: Catalog) -> CompiledQuery:
-    """A compiled query with static approximation applied under `spec` (keys from `catalog`)."""
+    """A compiled query (compiled with `final=False`) with static approximation applied under
+    `spec` (keys from `catalog`), then the final rewrites (`rewrites.FINAL_RULES`)."""
 
     def keys(name: str) -> tuple[tuple[str, ...], ...]:
         d = catalog.get(name)
         return d.keys if isinstance(d, SourceDef) else ()
 
     plan, report = approximate(compiled.plan, spec, keys)
-    return replace(compiled, plan=plan, approximation=report)
+    return replace(compiled, plan=optimize(plan, FINAL_RULES), approximation=report)

@@ -55,6 +55,9 @@ def node_label(n: L.Plan) -> str:
             return f"{kind}{' (null-aware)' if n.null_aware else ''} ON {n.predicate.sql()}"
         case L.RelToStream():
             return n.op.upper()
+        case L.StreamJoin():
+            on = f" ON {n.predicate.sql()}" if n.predicate is not None else " (cross product)"
+            return f"RSTREAM JOIN [NOW] of input {n.now + 1}" + on
     label = getattr(n, "explain_label", None)  # a node defined outside cql/logical (an engine's own)
     return label() if label is not None else type(n).__name__.upper()
 

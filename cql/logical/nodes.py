@@ -452,11 +452,46 @@ class RelToStream(Plan):
         return True
 
 
+@dataclass(frozen=True)
+class StreamJoin(Plan):
+    """`Rstream(S [Now] ⋈ X)` as one stream-valued node (cql/logical/rewrites/stream_join.py):
+    `inputs_` are the binary join's inputs with the `[Now]` window at position `now` replaced by
+    its stream S; the other input X is a relation. At every instant t it emits S's tuples of t
+    joined with X as of the end of t — what the Rstream of the join emits — and X's changes only
+    maintain X's state instead of being joined. The schema (and the predicate's columns) are the
+    join's: S's columns at position `now`, X's at the other."""
+
+    inputs_: tuple[Plan, ...]
+    now: int
+    predicate: Expr | None = None
+
+    def __post_init__(self) -> None:
+        _check(len(self.inputs_) == 2 and self.now in (0, 1), "StreamJoin joins a stream with one relation")
+        _check(self.inputs_[self.now].is_stream, "StreamJoin: the [Now] side must be a stream")
+        _relations(self, (self.inputs_[1 - self.now],))
+        if self.predicate is not None:
+            self._check_expr(self.predicate, len(self.schema), "predicate")
+
+    @property
+    def inputs(self) -> tuple[Plan, ...]:
+        return self.inputs_
+
+    @cached_property
+    def schema(self) -> tuple[Attribute, ...]:
+        return tuple(a for i in self.inputs_ for a in i.schema)
+
+    is_stream = True
+
+    @property
+    def monotonic(self) -> bool:
+        return True
+
+
 def with_inputs(node: Plan, new: tuple[Plan, ...]) -> Plan:
     """The same node over new inputs (rewrite rules use this to rebuild trees)."""
     from dataclasses import replace
 
-    if isinstance(node, Join):
+    if isinstance(node, (Join, StreamJoin)):
         return replace(node, inputs_=tuple(new))
     if isinstance(node, (SetOp, SemiJoin)):
         return replace(node, left=new[0], right=new[1])

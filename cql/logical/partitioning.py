@@ -141,7 +141,7 @@ class _Analysis:
         rule = RULES.get(type(n))
         if rule is None:
             raise _NoKey(n, f"{type(n).__name__} is not analysed for partitioning")
-        if any(k.broadcast for k in kids) and not isinstance(n, (L.Join, L.SemiJoin)):
+        if any(k.broadcast for k in kids) and not isinstance(n, (L.Join, L.StreamJoin, L.SemiJoin)):
             if not all(k.broadcast for k in kids) or not isinstance(n, _PER_TUPLE):
                 raise _NoKey(
                     n, f"{node_label(n)} reads a broadcast relation: only a join may combine one with the streams"
@@ -296,6 +296,12 @@ def _join(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
     return _join_like(an, n, kids, n.predicate, "the join")
 
 
+def _stream_join(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
+    # Rstream(S [Now] ⋈ X): a [Now] window and Rstream keep the key of what they read
+    assert isinstance(n, L.StreamJoin)
+    return _join_like(an, n, kids, n.predicate, "the join")
+
+
 def _semijoin(an: _Analysis, n: L.Plan, kids: list[_Info]) -> _Info:
     assert isinstance(n, L.SemiJoin)
     if kids[0].broadcast and not kids[1].broadcast:
@@ -330,6 +336,7 @@ RULES: dict[type, Callable[[_Analysis, L.Plan, list[_Info]], _Info]] = {
     L.Filter: _passthrough,
     L.Project: _project,
     L.Join: _join,
+    L.StreamJoin: _stream_join,
     L.Aggregate: _aggregate,
     L.Distinct: _row_keyed("the rows Distinct compares"),
     L.SetOp: _setop,

@@ -22,6 +22,7 @@ OPERATORS: dict[type, tuple[str, str]] = {
     L.SetOp: ("relational", "SetOpOp"),
     L.SemiJoin: ("semijoin", "SemiJoinOp"),
     L.RelToStream: ("r2s", "RelToStreamOp"),
+    L.StreamJoin: ("stream_join", "StreamJoinOp"),
     SynopsisJoinPlan: ("synopsis_join", "SynopsisJoinOp"),
 }
 

@@ -159,6 +159,10 @@ class _Reference:
                     emitted = now
                 out.extend((t, row) for row in emitted)
             return out
+        if isinstance(n, L.StreamJoin):  # by definition: Rstream(S [Now] ⋈ X)
+            now = L.Window(n.inputs_[n.now], L.RangeSpec(0))
+            join = L.Join(tuple(now if k == n.now else x for k, x in enumerate(n.inputs_)), n.predicate)
+            return self.stream(L.RelToStream("rstream", join))
         raise TypeError(f"{type(n).__name__} is not a stream operator")
 
     @staticmethod

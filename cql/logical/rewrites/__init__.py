@@ -15,6 +15,7 @@ from cqlstream.cql.logical.rewrites.push_selections import push_selections
 from cqlstream.cql.logical.rewrites.remove_projections import remove_projections
 from cqlstream.cql.logical.rewrites.rstream_now import rstream_now
 from cqlstream.cql.logical.rewrites.static_unbounded_to_now import static_unbounded_to_now
+from cqlstream.cql.logical.rewrites.stream_join import stream_join
 
 Rule = Callable[[Plan], Plan | None]  # a rewrite of one node, or None when it does not apply
 RULES: tuple[Rule, ...] = (
@@ -27,12 +28,25 @@ RULES: tuple[Rule, ...] = (
 )
 # STREAM 0.6 emits no Istream/Rstream output at the last instant; removing those operators
 # would change that, so compat mode keeps them.
-COMPAT_RULES: tuple[Rule, ...] = (push_selections, remove_projections, static_unbounded_to_now, narrow_windows)
+COMPAT_RULES: tuple[Rule, ...] = (
+    push_selections,
+    remove_projections,
+    static_unbounded_to_now,
+    narrow_windows,
+)
+# Rules choosing an operator shape that static approximation (cql/approx/) does not analyse: they
+# run after the rules above and, when a query is approximated, after its approximation (both modes).
+FINAL_RULES: tuple[Rule, ...] = (stream_join,)
 
 
-def optimize(plan: Plan, rules: Sequence[Rule] | None = None, max_passes: int = 50, *, compat: bool = False) -> Plan:
-    """Apply `rules` (default: all, or the compat-safe ones) bottom-up until nothing changes."""
-    rules = rules or (COMPAT_RULES if compat else RULES)
+def optimize(
+    plan: Plan, rules: Sequence[Rule] | None = None, max_passes: int = 50, *, compat: bool = False, final: bool = True
+) -> Plan:
+    """Apply `rules` bottom-up until nothing changes; by default all rules (or the compat-safe
+    ones), then, unless `final` is False, the FINAL_RULES."""
+    if rules is None:
+        plan = optimize(plan, COMPAT_RULES if compat else RULES, max_passes)
+        return optimize(plan, FINAL_RULES, max_passes) if final else plan
     for _ in range(max_passes):
         new = _pass(plan, rules)
         if new == plan:

@@ -1,0 +1,46 @@
+"""`Rstream(S [Now] ⋈ X)` (through selections and projections) becomes one `StreamJoin` node.
+
+Under Rstream a `[Now]` side makes only the instants where S has tuples produce anything: at t the
+result is S(t) ⋈ X(t). The general join processes every insert and expiry of the `[Now]` window and
+every change of X as delta events, and the Rstream re-expands the result; the stream–relation
+join (engine/operators/stream_join.py) keeps X's live rows and has each S tuple probe them as of
+its instant. Selections and projections are per tuple, so they commute with Rstream (a tuple of
+R(t) maps to a tuple of the projected R(t), in the same insertion order): they stay above the new
+node (selections directly above the join join its predicate). Exact in both modes: the operator gives the Rstream's order within an instant and, in compat
+mode, its silence at the last instant. Binary joins only, with a `[Now]` window (no slide) over a
+stream as one input; with two such inputs the first is the probing stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
+
+
+def stream_join(node: L.Plan) -> L.Plan | None:
+    if not (isinstance(node, L.RelToStream) and node.op == "rstream"):
+        return None
+    chain, base = [], node.input
+    while isinstance(base, (L.Filter, L.Project)):
+        chain.append(base)
+        base = base.input
+    if not (isinstance(base, L.Join) and len(base.inputs_) == 2):
+        return None
+    predicate = base.predicate
+    while chain and isinstance(chain[-1], L.Filter):  # a selection over a join is part of its predicate
+        f = chain.pop()
+        assert isinstance(f, L.Filter)
+        predicate = X.conjoin([*X.conjuncts(predicate), *X.conjuncts(f.predicate)])
+    now = [k for k, i in enumerate(base.inputs_) if isinstance(i, L.Window) and i.spec == L.RangeSpec(0)]
+    if not now:
+        return None
+    k = now[0]
+    window = base.inputs_[k]
+    assert isinstance(window, L.Window)
+    inputs = tuple(window.input if j == k else i for j, i in enumerate(base.inputs_))
+    out: L.Plan = L.StreamJoin(inputs, k, predicate)
+    for n in reversed(chain):
+        out = replace(n, input=out)
+    return out

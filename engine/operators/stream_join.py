@@ -1,0 +1,240 @@
+"""The stream–relation join: `Rstream(S [Now] ⋈ X)` in one operator (logical node `StreamJoin`,
+chosen by cql/logical/rewrites/stream_join.py), as STREAM's own engine runs it.
+
+Under Rstream a `[Now]` side makes only the instants where S has tuples produce anything: at t
+the result is S(t) ⋈ X(t), X(t) being the relation as of the end of t (every X event with
+timestamp ≤ t). The general join (join.py) would process every insert and expiry of the `[Now]`
+window and every change of X as delta events and the Rstream would then re-expand the result; here
+X's changes only maintain X's state, and each S tuple probes that state as of its instant and is
+emitted at once as stream tuples (the Rstream folded in). No window over S is kept at all.
+
+One call. X's carried rows (alive at the start of the call, in insertion order) and the call's X
+events form a `Table` (join.py) on a per-call instant scale: with r the dense rank of an instant
+among the call's S and X timestamps, X's events at r get seq 2r + 1 and an S tuple at r probes at
+2r + 2, so an X instance (lo, hi) is alive for it iff inserted at or before its instant and not
+deleted by its end — X(t) exactly (an insert and its delete within one instant make an empty
+instance). Pairs are found by `scan_pairs` when the S tuples are few against the instances, else by
+a `StabIndex`, both exact; conjuncts reading one side filter that side's tuples first (X's before
+they enter the state), others are evaluated on the pairs.
+
+Output order within an instant is the one `Rstream(join)` gives (its elements in insertion order,
+which the join's event order decides): with S the join's first input, S's tuples of t come before
+X's events of t, so first every S tuple (arrival order) with its partners inserted before t
+(insertion order), then every X row inserted at t (insertion order) with its S partners (arrival
+order); with S second, X's events of t come first and all pairs are in (S tuple, partner) order.
+Compat (STREAM 0.6): like Rstream, nothing at the last input instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Self
+
+import numpy as np
+
+from cqlstream.cql.logical import expr as X
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan
+from cqlstream.cql.types import DataType
+from cqlstream.engine.batch import Batch
+from cqlstream.engine.limits import reserve
+from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
+from cqlstream.engine.operators.join import (
+    SCAN_RATIO,
+    Keyed,
+    StabIndex,
+    Table,
+    classify,
+    combine_keys,
+    input_layout,
+    key_codes,
+    scan_pairs,
+)
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Evaluator
+    from cqlstream.engine.planner import EngineOptions
+
+
+class StreamJoinOp(Operator):
+    """Evaluates a `StreamJoin` node: input `now` is the stream S, the other input the relation X
+    whose live rows (`state`, insertion order) the operator keeps."""
+
+    kind = "stream join"
+
+    def __init__(
+        self,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        predicate: X.Expr | None,
+        input_types: Sequence[Sequence[DataType]],
+        ev: Evaluator,
+        now: int,
+        compat: bool = False,
+        options: EngineOptions | None = None,
+    ) -> None:
+        super().__init__(inputs, output, ids, options)
+        self.now, self.rel = now, 1 - now
+        self.input_types = [list(t) for t in input_types]
+        self.out_types = [t for ts in self.input_types for t in ts]
+        self.offsets, self.widths = input_layout(self.input_types)
+        self.equi, self.const, self.local, self.theta = classify(predicate, self.offsets, self.widths)
+        self.predicate = predicate
+        self.ev = ev
+        self.compat = compat
+        self.state: Batch = Batch.empty(self.input_types[self.rel])  # X's live rows, insertion order
+        self.counters.extra.update(unmatched_deletes=0, candidate_pairs=0, state_tuples=0)
+
+    @classmethod
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
+        assert isinstance(node, L.StreamJoin)
+        types = [[a.type for a in i.schema] for i in node.inputs]
+        return cls(
+            ctx.inputs, ctx.output, ctx.ids, node.predicate, types, ctx.ev, node.now, ctx.options.compat, ctx.options
+        )
+
+    def state_bytes(self) -> int:
+        return self.state.nbytes()
+
+    @classmethod
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
+        assert isinstance(node, L.StreamJoin)
+        held = kids[1 - node.now]
+        return max(kids, default=held), [(held, "stream join state (the relation's live rows)")]
+
+    def _final(self, bound: int) -> bool:
+        """This call processes the last input instant (every input ended there): what the
+        Rstream over the join sees as its final call."""
+        return all(q.ended and q.watermark == bound for q in self.inputs)
+
+    def _filtered(self, k: int, b: Batch) -> Batch:
+        for c in self.local[k]:
+            if len(b):
+                b = b.take(self.ev.predicate(c, b))
+        return b
+
+    def _const_ok(self) -> bool:
+        if not self.const:
+            return True
+        one = Batch([], [], np.zeros(1, np.int64), np.ones(1, np.int8), np.zeros(1, np.uint64))
+        return all(bool(self.ev.predicate(c, one)[0]) for c in self.const)
+
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
+        s = self._filtered(self.now, inputs[self.now])
+        xe = self._filtered(self.rel, inputs[self.rel])
+        if not len(xe) and (not len(s) or not len(self.state)):
+            return Batch.empty(self.out_types)
+        inst = _instants(s.ts, xe.ts)
+        s_rank = _ranks(s.ts, inst)
+        x_seq = _ranks(xe.ts, inst) * 2 + 1
+        table = Table(self.state, xe, x_seq, self.input_types[self.rel])
+        self.counters.extra["unmatched_deletes"] += table.unmatched_deletes
+        self.state = table.b.take(table.survivors) if len(table.survivors) != len(table.b) else table.b
+        self.counters.extra["state_tuples"] = len(self.state)
+        if not len(s) or not len(table.inst) or not self._const_ok():
+            return Batch.empty(self.out_types)
+        p, rows = self._pairs(s, s_rank * 2 + 2, table, 2 * len(inst) + 4)
+        if self.theta and len(p):
+            keep = self.ev.predicate(X.conjunction([c for c, _ in self.theta]), self._gather(s, table.b, p, rows))
+            p, rows = p[keep], rows[keep]
+        if len(p) and self.compat and self._final(bound):
+            keep = s.ts[p] < bound  # STREAM 0.6: no Rstream output at the last instant
+            p, rows = p[keep], rows[keep]
+        if not len(p):
+            return Batch.empty(self.out_types)
+        p, rows = self._ordered(p, rows, s_rank, table.seq)
+        reserve(self, len(p), [s, table.b])  # over a memory limit: stop here
+        out = self._gather(s, table.b, p, rows)
+        out.id = self.ids.take(len(p))
+        return out
+
+    def _pairs(self, s: Batch, seq: np.ndarray, table: Table, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """(S row, X table row) of every S tuple with each X instance alive at its instant whose
+        equi keys equal its own."""
+        ikey, ivalid, pkey, pvalid = self._keys(s, table)
+        inst = table.inst
+        ikey, ivalid = ikey[inst], ivalid[inst]
+        if SCAN_RATIO * len(s) < len(inst):
+            got = scan_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
+            if got is not None:
+                self.counters.extra["candidate_pairs"] += len(got[0])
+                return got[0], inst[got[1]]
+        index = StabIndex(inst[ivalid], ikey[ivalid], table.lo[ivalid], table.hi[ivalid], m)
+        p, rows = index.probe(pkey, pvalid, seq)
+        self.counters.extra["candidate_pairs"] += index.examined
+        return p, rows
+
+    def _keys(self, s: Batch, table: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(X table keys, valid, S keys, valid): one int64 code per row for all equi conjuncts."""
+        if not self.equi:
+            n, k = len(table.b), len(s)
+            return np.zeros(n, np.int64), np.ones(n, bool), np.zeros(k, np.int64), np.ones(k, bool)
+        xs: list[Keyed] = []
+        ss: list[Keyed] = []
+        for e in self.equi:
+            es, ex = (e.ea, e.eb) if e.a == self.now else (e.eb, e.ea)
+            (cs, oks, _), (cx, okx, _) = key_codes([self.ev.eval(es, s), self.ev.eval(ex, table.b)])
+            ss.append((cs, oks))
+            xs.append((cx, okx))
+        (ik, iv), (pk, pv) = combine_keys(xs, ss)
+        return ik, iv, pk, pv
+
+    def _ordered(
+        self, p: np.ndarray, rows: np.ndarray, s_rank: np.ndarray, x_seq: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs in the Rstream-of-the-join order (module docstring): by instant; with S
+        first, pairs of X rows inserted before the instant by (S row, X row), then those of rows
+        inserted at it by (X row, S row); with S second all by (S row, X row). S rows are in
+        (instant, arrival) order and X table rows in insertion order."""
+        nr = max(len(x_seq), 1)
+        late = (x_seq[rows] == s_rank[p] * 2 + 1) if self.now == 0 else None
+        if late is None or not late.any():
+            comp = p.astype(np.int64) * nr + rows
+            o = np.argsort(comp, kind="stable")
+        else:
+            major = np.where(late, rows, p)
+            minor = np.where(late, p, rows)
+            o = np.lexsort((minor, major, late, s_rank[p]))
+        return p[o], rows[o]
+
+    def _gather(self, s: Batch, xb: Batch, p: np.ndarray, rows: np.ndarray) -> Batch:
+        """The joined rows (columns in the join's input order), stamped with their S tuple's instant."""
+        cols, nulls = [], []
+        for k in range(2):
+            b, r = (s, p) if k == self.now else (xb, rows)
+            for c in range(self.widths[k]):
+                cols.append(b.cols[c][r])
+                msk = b.nulls[c]
+                msk = None if msk is None else msk[r]
+                nulls.append(msk if msk is not None and msk.any() else None)
+        n = len(p)
+        return Batch(cols, nulls, s.ts[p], np.ones(n, np.int8), np.zeros(n, np.uint64))
+
+
+def _runs(ts: np.ndarray) -> np.ndarray:
+    """Mask of the first element of each run of equal values of a sorted array."""
+    first = np.ones(len(ts), bool)
+    if len(ts) > 1:
+        np.not_equal(ts[1:], ts[:-1], out=first[1:])
+    return first
+
+
+def _distinct_sorted(ts: np.ndarray) -> np.ndarray:
+    """The distinct values of a sorted array (one comparison pass, no sort)."""
+    return ts[_runs(ts)]
+
+
+def _ranks(ts: np.ndarray, inst: np.ndarray) -> np.ndarray:
+    """Each element's position in `inst` (sorted, holding every value of the sorted `ts`): the
+    distinct values are looked up, and repeated over their runs."""
+    first = np.flatnonzero(_runs(ts))
+    sizes = np.diff(np.append(first, len(ts)))
+    return np.repeat(np.searchsorted(inst, ts[first]).astype(np.int64), sizes)
+
+
+def _instants(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The sorted distinct instants of two ts-sorted batches: each batch's distinct instants (a
+    few hundred per call against ~100k tuples) are merged, not the tuples."""
+    return np.unique(np.concatenate([_distinct_sorted(a), _distinct_sorted(b)]))
