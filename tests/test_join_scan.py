@@ -29,7 +29,9 @@ def ddl(kind: str) -> str:
 
 QUERIES = [
     "select * from S [Now] as x, R as y where x.a = y.a",
+    # under Rstream this is the stream–relation join; under Dstream the general join's scan runs
     "Rstream(select x.b, y.b from S [Now] as x, R as y where x.a = y.a and x.b <> y.b)",
+    "Dstream(select x.b, y.b from S [Now] as x, R as y where x.a = y.a and x.b <> y.b)",
     "select * from S [Range 2] as x, R as y where x.a = y.a and x.b = y.b",
     "Istream(select x.a, y.b from R as y, S [Rows 1] as x where y.a = x.a)",
 ]

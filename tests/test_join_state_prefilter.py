@@ -19,6 +19,7 @@ from tests.test_join_scan import KEYS, QUERIES, ddl
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 MORE = [
     "Rstream(select x.b, y.b from S [Now] as x, R as y where x.a = y.a and x.b = y.b)",  # two equi conjuncts
+    "Istream(select x.b, y.b from S [Now] as x, R as y where x.a = y.a and x.b = y.b)",  # the same, general join
     "select * from R as y, S [Range 3] as x where y.a = x.a and y.b >= x.b",
 ]
 
