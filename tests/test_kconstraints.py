@@ -550,3 +550,41 @@ def test_a_derived_key_attaches_many_one_spills_and_withdraws_when_the_key_comes
     step(9)
     assert s.withdrawals == [label_part] and len(s.stores[0]) == 0 and len(join.state[0]) == 4
     assert got[(8, (12, 2))] == 1 and sum(got.values()) == 5  # the second partner's result is out
+
+
+def test_spilled_rows_a_live_partner_may_retract_stay_in_memory_and_go_to_disk_after():
+    """Retraction in memory: a spilled row that met a partner still alive is kept in the tier, so
+    the partner's delete retracts its result with no disk read; once no partner of its key is
+    left it goes to disk. The `retraction = disk` knob puts every spilled row on disk."""
+    d = Dsms()
+    d.execute("register stream S (a int, b int) with constraints (unique(a)); register relation R (a int, b int)")
+    h = d.register_query("select * from S [rows 3], R where S.a = R.a")
+    sub = d.subscribe(h.id)
+    join = next(o for o in d.plan.operators if isinstance(o, JoinOp))
+    got: Counter = Counter()
+
+    def step(t):
+        d.heartbeat("S", t)
+        d.heartbeat("R", t)
+        d.run()
+        b = sub.poll()
+        got.update({(r, t, int(sg)) for r, t, sg in zip(d.rows(b), b.ts.tolist(), b.sign.tolist())})
+
+    d.push("R", [(i, 10 * i) for i in range(6)], ts=[1] * 6)
+    d.push("S", [(i, 0) for i in range(3)], ts=[2] * 3)
+    step(3)
+    st = join.kmon.stores[1]
+    assert len(st.tier) == 3 and st.on_disk() == 0 and len(join.state[1]) == 3
+    d.push("S", [(3, 0)], ts=[5])  # S's row of key 0 leaves the window: its result is retracted
+    step(6)
+    assert ((0, 0, 0, 0), 5, -1) in got and st.reads == 0 and st.borrowed == 1
+    assert sorted(st.tier.cols["key"].tolist()) == [1, 2, 3] and st.on_disk() == 1  # key 0: no partner left
+    ctl = join.kmon.control_table()["counters"]
+    assert ctl["retraction_tuples"] == 3 and ctl["borrowed_tuples"] == 1 and ctl["retraction_bytes"] > 0
+    join.kmon.set_knob("retraction", "disk")
+    assert len(st.tier) == 0 and st.on_disk() == 4
+    d.push("S", [(4, 0)], ts=[7])  # key 1's retraction now reads the disk
+    step(8)
+    assert ((1, 0, 1, 10), 7, -1) in got and st.reads > 0
+    with pytest.raises(KnobError):
+        join.kmon.set_knob("retraction", "nowhere")
