@@ -263,7 +263,7 @@ GENERATORS = {"RIDS": gen_rids, "CA": gen_clustered, "OAP": gen_clustered, "OAC"
 
 
 def memory_table(
-    children: int, window: int, ks: list[int], chunk: int, kinds: list[str] | None = None, retraction: str = "memory"
+    children: int, window: int, ks: list[int], chunk: int, kinds: list[str] | None = None, retraction: str = "disk"
 ) -> list[dict]:
     rows = []
     for kind, gen in GENERATORS.items():
@@ -376,8 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--retraction",
         choices=("memory", "disk"),
-        default="memory",
-        help="spilled rows that met a live partner: in memory for its delete (default) or on disk",
+        default="disk",
+        help="spilled rows that met a live partner: on disk (default) or in memory for its delete",
     )
     p.add_argument("--no-fn", action="store_true", help="skip the approximate-mode false-negative runs")
     p.add_argument("--json", default=None)

@@ -100,7 +100,9 @@ def streams(size: str) -> dict[str, tuple[np.ndarray, list[tuple]]]:
 
 def run(
     ddl: str, query: str, names: tuple[str, ...], data: dict, mode: str = "exact", detect: bool = False
-) -> tuple[Counter, list[int], object]:
+) -> tuple[Counter, list[int], object, list[int]]:
+    """Results, state tuples in memory after each call, the strategy, and the spilled rows kept in
+    memory for retraction after each call."""
     d = Dsms()
     setattr(d, CONFIG_ATTR, KMonConfig(mode=mode, detect=detect))
     d.execute(ddl)
@@ -111,6 +113,7 @@ def run(
     pos = dict.fromkeys(names, 0)
     out: Counter = Counter()
     mem: list[int] = []
+    tier: list[int] = []
     for t in range(0, end + STEP, STEP):
         for n in names:
             ts, rows = data[n]
@@ -123,23 +126,25 @@ def run(
         b = sub.poll()
         out.update(zip(b.ts.tolist(), d.rows(b)))
         mem.append(sum(len(s) for s in join.state) if join.stores is None else int(join.counters.extra["state_tuples"]))
-    return out, mem, join.kmon
+        tier.append(join.kmon.counts()["tier"] if join.kmon is not None else 0)
+    return out, mem, join.kmon, tier
 
 
-def _row(name: str, bmem: list[int], kmem: list[int], exact: bool, strat: object, cars: str) -> dict:
+def _row(name: str, bmem: list[int], kmem: list[int], ktier: list[int], exact: bool, strat: object, cars: str) -> dict:
     half = len(bmem) // 2
-    b, k = float(np.mean(bmem[half:])), float(np.mean(kmem[half:]))
+    b, k, kt = float(np.mean(bmem[half:])), float(np.mean(kmem[half:])), float(np.mean(ktier[half:]))
     withdrawn = getattr(strat, "withdrawals", ["(not attached)"])
     paper = next((v for key, v in PAPER.items() if name.startswith(key)), None)
     print(
         f"{name:<46} state {k:>8.0f} / baseline {b:>8.0f} = {k / b:.3f}  (paper Table III: {paper})"
-        f"  exact={exact}  withdrawn={withdrawn}  {cars}",
+        f"  +{kt:.0f} kept for retraction ({(k + kt) / b:.3f} with them)  exact={exact}  withdrawn={withdrawn}  {cars}",
         flush=True,
     )
     return {
         "query": name,
         "baseline": b,
         "kmon": k,
+        "retraction": kt,
         "ratio": k / b if b else None,
         "paper": paper,
         "exact": exact,
@@ -156,13 +161,13 @@ def table(size: str = "small", shapes: bool = True, windows: bool = True) -> lis
     cars = f"(cars seen {len(np.unique(vid))}, reporting in the 2nd half {len(np.unique(vid[half]))})"
     out = []
     for name, (ddl, q, names) in PAPER_SHAPES.items() if shapes else ():
-        base, bmem, _ = run(ddl, q, names, data, "off")
-        got, kmem, strat = run(ddl, q, names, data)
-        out.append(_row(name, bmem, kmem, got == base, strat, cars))
+        base, bmem, _, _ = run(ddl, q, names, data, "off")
+        got, kmem, strat, ktier = run(ddl, q, names, data)
+        out.append(_row(name, bmem, kmem, ktier, got == base, strat, cars))
     for name, (ddl, q, (ce, cx), names) in QUERIES.items() if windows else ():
-        base, bmem, _ = run(ddl.format(e="", x=""), q, names, data)
-        got, kmem, strat = run(ddl.format(e=ce, x=cx), q, names, data)
-        out.append(_row(name, bmem, kmem, got == base, strat, ""))
+        base, bmem, _, _ = run(ddl.format(e="", x=""), q, names, data)
+        got, kmem, strat, ktier = run(ddl.format(e=ce, x=cx), q, names, data)
+        out.append(_row(name, bmem, kmem, ktier, got == base, strat, ""))
     return out
 
 

@@ -1,4 +1,4 @@
-"""Spilled rows kept in memory for retraction only (exact mode's `retraction = memory`).
+"""Spilled rows kept in memory for retraction only (exact mode's knob `retraction = memory`).
 
 A spilled row that met a partner (a Yes row) is needed again when one of those partners is deleted
 (its window expiring it, or a relation deleting it): the join retracts the pair's result and needs

@@ -20,7 +20,7 @@ import numpy as np
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kconstraints.approx import BLOCK, DropLedger
-from cqlstream.engine.kconstraints.constraints import UNDECLARED, Constraint
+from cqlstream.engine.kconstraints.constraints import UNDECLARED, Constraint, ManyOne
 from cqlstream.engine.kconstraints.monitors import INF, Monitor
 from cqlstream.engine.kconstraints.reduction import RULES, ManyOneRule, Partition, RidsRule, Rule, StateView, partition
 from cqlstream.engine.kconstraints.retract import TieredStore
@@ -73,7 +73,8 @@ class KMonConfig:
     """`mode`: exact (spill, results unchanged), approx (drop No rows, the paper's mode) or off.
     `detect`: monitors may lower k from observed arrivals (W, c, p as in the paper). `threshold`:
     constraints whose k is above it are not used. `retraction`: spilled rows that met a partner
-    still alive stay in memory for its delete (engine/kconstraints/retract.py), or go to disk."""
+    still alive go to disk with the others (the paper's memory figures), or stay in memory for
+    that partner's delete (engine/kconstraints/retract.py: less time, more memory)."""
 
     mode: str = "exact"
     detect: bool = False
@@ -81,7 +82,7 @@ class KMonConfig:
     c: float = 1.0
     p: float = 0.01
     threshold: float = INF
-    retraction: str = "memory"
+    retraction: str = "disk"
 
 
 def _sampled(ids: np.ndarray, p: float) -> np.ndarray:
@@ -89,6 +90,14 @@ def _sampled(ids: np.ndarray, p: float) -> np.ndarray:
     with np.errstate(over="ignore"):
         h = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
     return h < np.uint64(int(p * (1 << 24)))
+
+
+def _origin(r: Rule) -> str:
+    """Where a rule's constraint comes from: declared with the stream, a candidate the monitors
+    look for (detected once they give it a finite k), or the plan (a derived relation's key)."""
+    if isinstance(r.c, ManyOne) and r.c.derived:
+        return "derived"
+    return "detected" if r.monitor.declared == INF else "declared"
 
 
 class KMonStrategy:
@@ -481,6 +490,9 @@ class KMonStrategy:
             "constraints": [
                 {
                     "constraint": r.label(),
+                    "stream": r.c.stream,
+                    "column": r.c.column,
+                    "origin": _origin(r),
                     "prunes_input": r.x,
                     "k_declared": None if r.monitor.declared == INF else r.monitor.declared,
                     "k_in_use": None if r.monitor.k_u == INF else r.monitor.k_u,
