@@ -170,6 +170,7 @@ def ddl(kind: str, k: int, window: int, swj: bool = False) -> tuple[str, str]:
 class Run:
     results: list[tuple[int, tuple]]  # (ts, row)
     mem: list[int]  # join state tuples after each chunk
+    tier: list[int]  # spilled rows kept in memory for retraction (engine/kconstraints/retract.py)
     seconds: float
     strategy: KMonStrategy | None
     tuples: int
@@ -195,6 +196,7 @@ def run(
     strat = join.kmon
     out: list[tuple[int, tuple]] = []
     mem: list[int] = []
+    tier: list[int] = []
     secs = 0.0
     n = w.tuples
     pi = ci = 0
@@ -215,10 +217,11 @@ def run(
         b = sub.poll()
         out.extend(zip(b.ts.tolist(), d.rows(b)))
         mem.append(sum(len(s) for s in join.state) if join.stores is None else int(join.counters.extra["state_tuples"]))
+        tier.append(strat.counts()["tier"] if strat is not None else 0)
     d.end()
     b = sub.poll()
     out.extend(zip(b.ts.tolist(), d.rows(b)))
-    return Run(out, mem, secs, strat, n)
+    return Run(out, mem, tier, secs, strat, n)
 
 
 def swj_entries(w: Workload, window: int, at: int) -> int:
@@ -259,7 +262,9 @@ def k_schedule(n: int, base: int, top: int) -> np.ndarray:
 GENERATORS = {"RIDS": gen_rids, "CA": gen_clustered, "OAP": gen_clustered, "OAC": gen_oac}
 
 
-def memory_table(children: int, window: int, ks: list[int], chunk: int, kinds: list[str] | None = None) -> list[dict]:
+def memory_table(
+    children: int, window: int, ks: list[int], chunk: int, kinds: list[str] | None = None, retraction: str = "disk"
+) -> list[dict]:
     rows = []
     for kind, gen in GENERATORS.items():
         if kinds is not None and kind not in kinds:
@@ -268,13 +273,14 @@ def memory_table(children: int, window: int, ks: list[int], chunk: int, kinds: l
             w = gen(children, k, seed=1)
             kd = measured(w, kind)
             base = run(w, "none", 0, window, chunk=chunk)
-            km = run(w, kind, kd, window, chunk=chunk)
+            km = run(w, kind, kd, window, KMonConfig(retraction=retraction), chunk=chunk)
             sw = run(w, "none", 0, window, chunk=chunk, swj=True)
             ref = Counter(base.results)
             same = ref == Counter(km.results)
             steady = slice(len(base.mem) // 2, None)  # after the windows fill
             bmem = float(np.mean(base.mem[steady]))
             kmem = float(np.mean(km.mem[steady]))
+            ktier = float(np.mean(km.tier[steady]))
             swj_run = float(np.mean(sw.mem[steady]))
             swj = swj_entries(w, window, w.tuples)
             s = km.strategy
@@ -294,6 +300,8 @@ def memory_table(children: int, window: int, ks: list[int], chunk: int, kinds: l
                     "swj_results_equal": ref == Counter(sw.results),
                     "kmon_bytes": s.monitor_bytes() if s else 0,
                     "spilled": s.counts()["spilled"] if s else 0,
+                    "retraction_tuples": ktier,
+                    "store_reads": sum(st.reads for st in s.stores) if s else 0,
                     "us_per_tuple_base": 1e6 * base.seconds / w.tuples,
                     "us_per_tuple_kmon": 1e6 * km.seconds / w.tuples,
                     "paper_us": paper,
@@ -304,6 +312,7 @@ def memory_table(children: int, window: int, ks: list[int], chunk: int, kinds: l
             r = rows[-1]
             print(
                 f"{kind:<5} k={k:<6} declared {kd:<6} state {kmem:>9.0f} / baseline {bmem:>9.0f} = {r['ratio']:.3f}"
+                f"  (+{ktier:.0f} kept for retraction, {r['store_reads']} store reads)"
                 f"  SWJ run {swj_run:>7.0f} (computed {swj})"
                 f"  µs/tuple k-Mon {r['us_per_tuple_kmon']:.1f} / baseline {r['us_per_tuple_base']:.1f}"
                 f" / SWJ {r['us_per_tuple_swj']:.1f}"
@@ -364,12 +373,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk", type=int, default=2000, help="arrivals per engine call")
     p.add_argument("--lr", default="small", help="Linear Road size (bench.linear_road.gen presets; 'none' skips)")
     p.add_argument("--kinds", default="RIDS,CA,OAP,OAC", help="constraint kinds of the memory table")
+    p.add_argument(
+        "--retraction",
+        choices=("memory", "disk"),
+        default="disk",
+        help="spilled rows that met a live partner: on disk (default) or in memory for its delete",
+    )
     p.add_argument("--no-fn", action="store_true", help="skip the approximate-mode false-negative runs")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     ks = [int(x) for x in args.ks.split(",")]
     print(f"== synthetic workload: {args.children} children, {MULT * args.children} parents, [Rows {args.window}]")
-    mem = memory_table(args.children, args.window, ks, args.chunk, args.kinds.split(","))
+    mem = memory_table(args.children, args.window, ks, args.chunk, args.kinds.split(","), args.retraction)
     fn = []
     if not args.no_fn:
         print("== approximate mode, k varying over time (monitors on)")

@@ -5,7 +5,14 @@ column-only projections), so its inserts are that stream's arrivals, or a regist
 (inserts and deletes, as Linear Road's AccSeg joins), and the join has an equality between two
 integer columns. The constraints of the streams that speak about those columns are applied (a
 relation declares none, but its rows are pruned by the stream side's many-one, CA and OA, whose
-arrivals say which relation rows no future insert can meet); the join then keeps private state
+arrivals say which relation rows no future insert can meet). A derived relation qualifies too
+(a DISTINCT or an aggregate over such an input, as the paper's CurActiveCars): its inserts are not
+the stream's arrivals, so no declared constraint applies to it, but when its plan makes the key
+column unique at every instant (the only DISTINCT column, or the only group key) many-one holds
+at every instant by construction. The paper's many-one (a row meets at most one insert of the key)
+can still fail when the key is deleted and inserted again while a row of the other input lives: the
+row then meets a second insert and withdraws the rule, as for a declared key; exact mode stays exact
+either way. The join then keeps private state
 (instead of reading the inputs' shared stores) so that it can move rows out of memory. An input
 qualifies only while nothing has flowed into it, since private state starts empty. Deletes
 of a relation's rows keep exact mode exact like a window's expirations: a delete brings back the
@@ -13,6 +20,7 @@ other input's spilled rows of its key, and a spilled row's own delete removes it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from cqlstream.cql.catalog import SourceDef
@@ -31,17 +39,60 @@ INTEGER_KINDS = ("int", "byte", "timestamp")  # join keys k-Mon handles (int64 v
 CONFIG_ATTR = "kconstraints"  # a Dsms attribute holding the KMonConfig new joins get (default exact)
 
 
-def lineage(plan: L.Plan, col: int) -> tuple[str, str] | None:
-    """(source, column) that column `col` of `plan` reads: through a window over a stream, or of
-    a relation."""
-    windowed = False
+@dataclass(frozen=True)
+class Side:
+    """Where one join input's key column comes from. `arrivals`: the input's inserts are the
+    source stream's arrivals (windows, selections, column projections only), so the stream's
+    declared constraints speak about them. `unique`: why the column holds each value at most once
+    at every instant (a derived relation's key), or None."""
+
+    source: str
+    column: str
+    arrivals: bool = True
+    unique: str | None = None
+
+
+def unique_reason(plan: L.Plan, col: int) -> str | None:
+    """Why column `col` of relation `plan` holds each value at most once at every instant: the
+    only column of a DISTINCT, or the only group key of an aggregate. Selections and column
+    projections keep it. (A `[Partition By col Rows 1]` window's key is unique at every instant
+    too, but it is inserted again at every arrival of its value, so a row of the other input
+    would meet many inserts of it: not many-one in the paper's sense.)"""
+    while True:
+        if isinstance(plan, L.Distinct):
+            return "distinct" if len(plan.schema) == 1 else None
+        if isinstance(plan, L.Aggregate):
+            return "group by" if len(plan.keys) == 1 and col == 0 else None
+        if isinstance(plan, L.Filter):
+            plan = plan.input
+        elif isinstance(plan, L.Project) and isinstance(plan.exprs[col], X.ColRef):
+            col = plan.exprs[col].index  # type: ignore[attr-defined]
+            plan = plan.input
+        else:
+            return None
+
+
+def lineage(plan: L.Plan, col: int) -> Side | None:
+    """The source column that column `col` of `plan` reads: through a window over a stream, of a
+    relation, or (not as the stream's arrivals) through a DISTINCT or an aggregate's group key."""
+    top, top_col = plan, col
+    windowed, arrivals = False, True
     while True:
         if isinstance(plan, L.StreamSource):
-            return (plan.name, plan.attrs[col].name) if windowed else None
+            if not windowed:
+                return None
+            return Side(plan.name, plan.attrs[col].name, arrivals, unique_reason(top, top_col))
         if isinstance(plan, L.RelationSource):
-            return (plan.name, plan.attrs[col].name)
+            return Side(plan.name, plan.attrs[col].name, arrivals, unique_reason(top, top_col))
         if isinstance(plan, L.Window):
             windowed = True
+            plan = plan.input
+        elif isinstance(plan, L.Distinct):
+            arrivals = False
+            plan = plan.input
+        elif isinstance(plan, L.Aggregate) and col < len(plan.keys) and isinstance(plan.keys[col], X.ColRef):
+            arrivals = False
+            col = plan.keys[col].index  # type: ignore[attr-defined]
             plan = plan.input
         elif isinstance(plan, L.Filter):
             plan = plan.input
@@ -56,15 +107,13 @@ def _same(a: str, b: str) -> bool:
     return a.lower() == b.lower()
 
 
-def applicable(
-    sides: list[tuple[str, str]], declared: list[list[Constraint]]
-) -> list[tuple[int, Constraint, str | None]]:
+def applicable(sides: list[Side], declared: list[list[Constraint]]) -> list[tuple[int, Constraint, str | None]]:
     """(input whose state it prunes, constraint, role) for a join on sides[0] = sides[1]."""
     out: list[tuple[int, Constraint, str | None]] = []
-    unique = [any(isinstance(c, ManyOne) and _same(c.column, sides[x][1]) for c in declared[x]) for x in range(2)]
+    unique = [any(isinstance(c, ManyOne) and _same(c.column, sides[x].column) for c in declared[x]) for x in range(2)]
     for x in range(2):
         y = 1 - x
-        cx, (sy, cy) = sides[x][1], sides[y]
+        cx, sy, cy = sides[x].column, sides[y].source, sides[y].column
         for c in declared[y]:
             if isinstance(c, (ManyOne, CA, OA)) and _same(c.column, cy):
                 role = None
@@ -82,6 +131,16 @@ def _is_stream(catalog: Catalog, name: str) -> bool:
     return isinstance(d, SourceDef) and d.kind == "stream"
 
 
+def constraints_of(catalog: Catalog, side: Side) -> list[Constraint]:
+    """The constraints that hold on one join input's key: the source stream's declared ones when
+    the input's inserts are its arrivals, and many-one when the plan makes the key unique."""
+    d = catalog.get(side.source)
+    out = from_defs(d.name, d.constraints) if side.arrivals and isinstance(d, SourceDef) else []
+    if side.unique is not None and not any(isinstance(c, ManyOne) and _same(c.column, side.column) for c in out):
+        out.append(ManyOne(side.source, side.column, derived=side.unique))
+    return out
+
+
 def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig) -> KMonStrategy | None:
     if not isinstance(node, L.Join) or op.n != 2:
         return None
@@ -91,25 +150,23 @@ def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig)
         if not all(c.type.kind in INTEGER_KINDS for c in (e.ea, e.eb)):
             continue
         cols = {e.a: e.ea.index, e.b: e.eb.index}
-        sides = [lineage(node.inputs_[x], cols[x]) for x in range(2)]
-        if sides[0] is None or sides[1] is None:
+        found = [lineage(node.inputs_[x], cols[x]) for x in range(2)]
+        if found[0] is None or found[1] is None:
             continue
-        declared: list[list[Constraint]] = []
-        for s, _ in sides:  # type: ignore[misc]
-            d = catalog.get(s)
-            declared.append(from_defs(d.name, d.constraints) if isinstance(d, SourceDef) else [])
+        sides: list[Side] = [found[0], found[1]]
+        declared = [constraints_of(catalog, s) for s in sides]
         if config.detect:  # candidates the monitors may find (k = -1: not declared, starts at ∞)
             for x in range(2):
-                if not _is_stream(catalog, sides[x][0]):  # type: ignore[index]
+                if not (sides[x].arrivals and _is_stream(catalog, sides[x].source)):
                     continue  # constraints describe stream arrivals
-                (sx, cx), (sy, cy) = sides[x], sides[1 - x]  # type: ignore[misc]
+                sx, cx, sy, cy = sides[x].source, sides[x].column, sides[1 - x].source, sides[1 - x].column
                 have = {(type(c), c.column.lower()) for c in declared[x]}
                 for kind in (CA, OA):
                     if (kind, cx.lower()) not in have:
                         declared[x].append(kind(sx, cx, UNDECLARED))
                 if not any(isinstance(c, RIDS) and _same(c.column, cx) for c in declared[x]):
                     declared[x].append(RIDS(sx, cx, sy, cy, UNDECLARED))
-        applied = applicable(sides, declared)  # type: ignore[arg-type]
+        applied = applicable(sides, declared)
         if applied:
             exprs = (e.ea, e.eb) if e.a == 0 else (e.eb, e.ea)
             return KMonStrategy(op, exprs, applied, config)

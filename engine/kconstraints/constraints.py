@@ -15,11 +15,14 @@ from cqlstream.cql.ast import ConstraintDef
 
 @dataclass(frozen=True)
 class ManyOne:
-    """`stream.column` is a key: a tuple of another stream joins at most one tuple of `stream` on it."""
+    """`stream.column` is a key: a tuple of another stream joins at most one tuple of `stream` on it.
+    `derived` names the plan shape that makes a derived relation's column a key (DISTINCT, a
+    single group key, `[Partition By c Rows 1]`); empty when the stream declares it."""
 
     stream: str
     column: str
     k: int = 0
+    derived: str = ""
     name = "many-one"
 
 
@@ -80,7 +83,7 @@ def label(c: Constraint, k: float | None = None, role: str | None = None) -> str
     ks = "∞" if kk == float("inf") else str(int(kk))
     name = role or c.name
     if isinstance(c, ManyOne):
-        return f"many-one on {c.stream}.{c.column}"
+        return f"many-one on {c.stream}.{c.column}" + (f" ({c.derived})" if c.derived else "")
     if isinstance(c, RIDS):
         return f"{name}(k={ks}) on {c.stream}.{c.column} → {c.ref_stream}.{c.ref_column}"
     return f"{name}(k={ks}) on {c.stream}.{c.column}"

@@ -20,16 +20,18 @@ import numpy as np
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kconstraints.approx import BLOCK, DropLedger
-from cqlstream.engine.kconstraints.constraints import UNDECLARED, Constraint
+from cqlstream.engine.kconstraints.constraints import UNDECLARED, Constraint, ManyOne
 from cqlstream.engine.kconstraints.monitors import INF, Monitor
 from cqlstream.engine.kconstraints.reduction import RULES, ManyOneRule, Partition, RidsRule, Rule, StateView, partition
-from cqlstream.engine.kconstraints.store import Rows, SpillStore
+from cqlstream.engine.kconstraints.retract import TieredStore
+from cqlstream.engine.kconstraints.store import Rows
 
 if TYPE_CHECKING:
     from cqlstream.cql.logical.expr import Expr
     from cqlstream.engine.operators.join import JoinOp, Probed, Table
 
 MODES = ("exact", "approx", "off")
+RETRACTION = ("memory", "disk")  # where spilled rows a partner's delete needs are kept
 
 
 class KeyCount:
@@ -70,7 +72,9 @@ BOOK = ("rank", "born", "joined", "key", "valid", "reason")  # bookkeeping colum
 class KMonConfig:
     """`mode`: exact (spill, results unchanged), approx (drop No rows, the paper's mode) or off.
     `detect`: monitors may lower k from observed arrivals (W, c, p as in the paper). `threshold`:
-    constraints whose k is above it are not used."""
+    constraints whose k is above it are not used. `retraction`: spilled rows that met a partner
+    still alive go to disk with the others (the paper's memory figures), or stay in memory for
+    that partner's delete (engine/kconstraints/retract.py: less time, more memory)."""
 
     mode: str = "exact"
     detect: bool = False
@@ -78,6 +82,7 @@ class KMonConfig:
     c: float = 1.0
     p: float = 0.01
     threshold: float = INF
+    retraction: str = "disk"
 
 
 def _sampled(ids: np.ndarray, p: float) -> np.ndarray:
@@ -85,6 +90,14 @@ def _sampled(ids: np.ndarray, p: float) -> np.ndarray:
     with np.errstate(over="ignore"):
         h = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
     return h < np.uint64(int(p * (1 << 24)))
+
+
+def _origin(r: Rule) -> str:
+    """Where a rule's constraint comes from: declared with the stream, a candidate the monitors
+    look for (detected once they give it a finite k), or the plan (a derived relation's key)."""
+    if isinstance(r.c, ManyOne) and r.c.derived:
+        return "derived"
+    return "detected" if r.monitor.declared == INF else "declared"
 
 
 class KMonStrategy:
@@ -105,7 +118,7 @@ class KMonStrategy:
             self.rules.append(RULES[type(c)](c, x, 1 << bit, mon, role))
         types = join.input_types
         self.book: list[dict[str, np.ndarray]] = [self._empty_book() for _ in range(2)]
-        self.stores = [SpillStore(types[x]) for x in range(2)]
+        self.stores = [TieredStore(types[x]) for x in range(2)]
         self.ledgers = [DropLedger(), DropLedger()]
         self.next_rank = [0, 0]
         self.alive_keys = [KeyCount(), KeyCount()]  # per input: live rows (memory or store) per key
@@ -176,12 +189,20 @@ class KMonStrategy:
         self._key_cache = {}
         self._deleted_in_store = [0, 0]
         self._was = [np.zeros(len(state[x]), np.int64) for x in range(2)]
+        tiered = self.config.retraction == "memory"
         for x in range(2):
             st = self.stores[x]
-            if not st.segments:
+            if not len(st):
                 continue
             keys, valid = self._keys(1 - x, evs[1 - x])
-            got = st.take_matching(keys[valid])
+            if tiered:  # a partner's delete needs only the tier (rows that met a live partner)
+                ins = evs[1 - x].sign > 0
+                got = st.take_matching(keys[valid & ins])
+                lent = st.borrow(keys[valid & ~ins])
+                if len(lent):
+                    got = Rows.cat([g for g in (got, lent) if len(g)], self.join.input_types[x])
+            else:
+                got = st.take_matching(keys[valid])
             if len(got):
                 self.restored += len(got)
                 self._merge(x, state, got)
@@ -273,6 +294,9 @@ class KMonStrategy:
                 self.alive_keys[x].add(k[ok], np.where(evs[x].sign[ok] > 0, 1, -1))
         for r in self.rules:
             r.forget(self.alive_keys[r.x].keys)
+        if self.config.retraction == "memory":
+            for x in range(2):
+                self.stores[x].evict(self.alive_keys[1 - x].keys)
         # approximate mode: partner inserts meeting a dropped row's key lost results: withdraw the rules
         suspected, probes = [0, 0], [0, 0]
         if self.config.mode == "approx":
@@ -366,7 +390,11 @@ class KMonStrategy:
         else:
             spill = blocked
         if spill.any():
-            self.stores[x].put(allr.take(np.flatnonzero(spill)))
+            out_rows = allr.take(np.flatnonzero(spill))
+            if cfg.retraction == "memory":
+                self.stores[x].put_split(out_rows, self.alive_keys[1 - x].keys)
+            else:
+                self.stores[x].put(out_rows)
             self.spilled += int(spill.sum())
         keep = np.flatnonzero(~blocked)
         kept = allr.take(keep)
@@ -390,7 +418,8 @@ class KMonStrategy:
         mem = sum(len(s) for s in self.join.state)
         spilled = sum(len(s) for s in self.stores)
         dropped = sum(led.dropped_alive for led in self.ledgers)
-        return {"state": mem, "spilled": spilled, "dropped": dropped, "baseline": mem + spilled + dropped}
+        tier = sum(len(s.tier) for s in self.stores)
+        return {"state": mem, "spilled": spilled, "dropped": dropped, "baseline": mem + spilled + dropped, "tier": tier}
 
     def _stats(self) -> None:
         c = self.counts()
@@ -436,6 +465,9 @@ class KMonStrategy:
         counters: dict[str, Any] = {
             "state_tuples": c["state"],
             "spilled_tuples": c["spilled"],
+            "retraction_tuples": c["tier"],
+            "retraction_bytes": sum(s.tier_bytes() for s in self.stores),
+            "borrowed_tuples": sum(s.borrowed for s in self.stores),
             "dropped_tuples": c["dropped"],
             "baseline_tuples": c["baseline"],
             "state_ratio": round(c["state"] / c["baseline"], 6) if c["baseline"] else None,
@@ -458,6 +490,9 @@ class KMonStrategy:
             "constraints": [
                 {
                     "constraint": r.label(),
+                    "stream": r.c.stream,
+                    "column": r.c.column,
+                    "origin": _origin(r),
                     "prunes_input": r.x,
                     "k_declared": None if r.monitor.declared == INF else r.monitor.declared,
                     "k_in_use": None if r.monitor.k_u == INF else r.monitor.k_u,
@@ -474,6 +509,7 @@ class KMonStrategy:
                 "c": self.config.c,
                 "p": self.config.p,
                 "threshold": None if self.config.threshold == INF else self.config.threshold,
+                "retraction": self.config.retraction,
             },
             "block_size": BLOCK,
         }
@@ -488,6 +524,13 @@ class KMonStrategy:
             self.config = replace(cfg, mode=value)
             if value == "off":
                 self._restore_all()
+        elif knob == "retraction":
+            if value not in RETRACTION:
+                raise KnobError(f"retraction is one of {', '.join(RETRACTION)}, not {value!r}")
+            self.config = replace(cfg, retraction=value)
+            if value == "disk":  # the tier's rows go to disk with the others
+                for st in self.stores:
+                    st.evict(np.zeros(0, np.int64))
         elif knob == "detect":
             if not isinstance(value, bool):
                 raise KnobError("detect is true or false")
@@ -502,7 +545,7 @@ class KMonStrategy:
             for r in self.rules:
                 r.monitor.W, r.monitor.c, r.monitor.p = self.config.W, self.config.c, self.config.p
         else:
-            raise KnobError(f"unknown knob '{knob}' (known: mode, detect, W, c, p, threshold)")
+            raise KnobError(f"unknown knob '{knob}' (known: mode, detect, W, c, p, threshold, retraction)")
 
     def _restore_all(self) -> None:
         """Everything spilled comes back (leaving exact mode, or turned off)."""

@@ -1,11 +1,12 @@
-// Console entry: tabs (with the URL hash: #catalog, #editor, #results/3, #plan) and the API key field.
+// Console entry: tabs (with the URL hash: #catalog, #editor, #results/3, #plan, #kmon) and the API key field.
 import { apiKey } from "./api.js";
 import * as catalog from "./catalog.js";
 import * as editor from "./editor.js";
 import * as results from "./results.js";
 import * as plan from "./plan.js";
+import * as kmon from "./kmon.js";
 
-const VIEWS = { catalog, editor, results, plan };
+const VIEWS = { catalog, editor, results, plan, kmon };
 const tabs = [...document.querySelectorAll("[role=tab]")];
 let current = null;
 
