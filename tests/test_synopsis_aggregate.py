@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cqlstream.cli import main
 from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.errors import KnobError
 from cqlstream.engine.operators.synopsis_aggregate import SynopsisAggregateOp
 from cqlstream.engine.synopsis_plan import SynopsisAggregatePlan, synopsis_node
 from cqlstream.server import checkpoint
@@ -134,3 +136,58 @@ def test_a_checkpoint_restores_the_groups(tmp_path):
         step(copy, t, batches[t])
     a, b = sub.poll().elements(), copy_sub.poll().elements()
     assert a == b and any(e[1] == -1 for e in a), a
+
+
+# ---------------------------------------------------------------- the synopsis_joins knob and option
+
+
+def test_the_engine_knob_sets_the_default_of_later_queries():
+    d = Dsms()
+    d.execute(DDL)
+    before = d.register_query(BOUNDED_AGGREGATES[0])
+    d.set_knob("engine", "synopsis_joins", False)
+    assert d.control_table("engine")["knobs"]["synopsis_joins"] is False
+    after = d.register_query(BOUNDED_AGGREGATES[0])
+    assert synopsis_node(before.physical_plan) is not None and synopsis_node(after.physical_plan) is None
+    assert d.control_table(f"query:{after.id}")["knobs"]["synopsis_joins"] is False
+    with pytest.raises(KnobError):
+        d.set_knob("engine", "synopsis_joins", "yes")
+
+
+def test_the_query_knob_replans_the_query_with_the_same_results():
+    """Switched off, the query runs on windows, the ordinary join and aggregate; on again, on the
+    synopsis aggregate; either way its results from then on are the reference's."""
+    rows = {"S": [(11, 1, 5), (12, 2, 6)], "T": [(11, 3), (12, 4), (11, 5)]}
+    outs = []
+    for on in (True, False):
+        d, h = _register(BOUNDED_AGGREGATES[1])
+        d.set_knob(f"query:{h.id}", "synopsis_joins", on)
+        assert d.control_table(f"query:{h.id}")["knobs"]["synopsis_joins"] is on
+        assert any(isinstance(op, SynopsisAggregateOp) for op in d.plan.operators) is on
+        sub = d.subscribe(h.id)
+        for name, rs in rows.items():
+            d.push(name, rs, ts=[1] * len(rs))
+        d.run()
+        with pytest.raises(KnobError):
+            d.set_knob(f"query:{h.id}", "synopsis_joins", 1)
+        d.end()
+        outs.append(sorted(r for _, s, r in sub.poll().elements() if s == 1))
+    assert outs[0] == outs[1] and outs[0], outs
+
+
+def test_cqlstream_run_takes_the_option(tmp_path):
+    """`cqlstream run --synopsis-joins off` writes the same bytes as the default (on)."""
+    (tmp_path / "s.dat").write_text("i,i,i,i\n1,11,5,1\n1,12,7,2\n2,11,-3,3\n3,12,9,4\n")
+    (tmp_path / "t.dat").write_text("i,i,i\n1,11,1\n2,12,2\n3,11,3\n")
+    (tmp_path / "run.cql").write_text(
+        "table : register stream S (A integer, B integer, C integer);\nsource : s.dat\n"
+        "table : register stream T (D integer, E integer);\nsource : t.dat\n"
+        f"query : {BOUNDED_AGGREGATES[1]};\ndest : out.txt\n"
+    )
+    got = []
+    for flag in ("on", "off"):
+        assert (
+            main(["run", str(tmp_path / "run.cql"), "--out-dir", str(tmp_path / flag), "--synopsis-joins", flag]) == 0
+        )
+        got.append((tmp_path / flag / "out.txt").read_text())
+    assert got[0] == got[1] and got[0].count("\n") > 2, got
