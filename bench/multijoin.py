@@ -11,7 +11,9 @@ time advances 1/Σλ per tuple (so stream i arrives at λ_i per time unit and it
    loop) — eager NLJ, eager hash with 5 buckets per window, lazy (τ = 5, 10) of both — for the
    best and the worst of the 24 global orders (all 24 measured for the eager runs). This is where
    NLJ lives: the engine's MJoin always probes an index. Measured comparisons per tuple are
-   printed beside the cost model's prediction.
+   printed beside the cost model's prediction, with probes per tuple, and each eager algorithm's
+   time per tuple split into fixed work and time per comparison (`per_comparison`), giving the
+   hash/NLJ ratio on comparison time alone, the regime the paper measured in.
 2. `engine`: the same workload through the engine's MJoin (`Dsms`, vectorized index probes,
    pushes of `--push` time units), each global order set through the `probe_orders` knob, and
    the orders the cost model picks per input (`join_order` = cost with the workload's rates).
