@@ -11,7 +11,9 @@ time advances 1/Σλ per tuple (so stream i arrives at λ_i per time unit and it
    loop) — eager NLJ, eager hash with 5 buckets per window, lazy (τ = 5, 10) of both — for the
    best and the worst of the 24 global orders (all 24 measured for the eager runs). This is where
    NLJ lives: the engine's MJoin always probes an index. Measured comparisons per tuple are
-   printed beside the cost model's prediction.
+   printed beside the cost model's prediction, with probes per tuple, and each eager algorithm's
+   time per tuple split into fixed work and time per comparison (`per_comparison`), giving the
+   hash/NLJ ratio on comparison time alone, the regime the paper measured in.
 2. `engine`: the same workload through the engine's MJoin (`Dsms`, vectorized index probes,
    pushes of `--push` time units), each global order set through the `probe_orders` knob, and
    the orders the cost model picks per input (`join_order` = cost with the workload's rates).
@@ -106,7 +108,12 @@ def run_model(order: Sequence[int], buckets: int, tau: int, tuples: int, seed: i
                         rows += len(compute_join(kk, j, orders[j], windows, True, counter))
                 batch = [[] for _ in windows]
     cpu = time.process_time() - began
-    return {"tuples_per_s": tuples / cpu, "comparisons_per_tuple": counter.comparisons / tuples, "rows": rows}
+    return {
+        "tuples_per_s": tuples / cpu,
+        "comparisons_per_tuple": counter.comparisons / tuples,
+        "probes_per_tuple": counter.probes / tuples,
+        "rows": rows,
+    }
 
 
 def best_of(f, *a) -> dict[str, float]:
@@ -174,6 +181,7 @@ def print_model_summary(m: dict[str, Any]) -> None:
             f"{hi['comparisons_per_tuple'] / lo['comparisons_per_tuple']:.2f} (cost model 5.43); the heuristic's "
             f"plan is #{by_cmp.index(m['heuristic']) + 1} by comparisons"
         )
+    m["per_comparison"] = per_comparison(m)
     for label in ("eager NLJ", "eager hash"):
         r = m[label]
         ranked = sorted(r["plans"], key=lambda o: -r["plans"][o]["tuples_per_s"])
@@ -183,6 +191,58 @@ def print_model_summary(m: dict[str, Any]) -> None:
             f"({got['tuples_per_s']:,.0f}/s); comparisons/tuple measured {got['comparisons_per_tuple']:.0f}, "
             f"predicted {r['predicted_comparisons_per_tuple'][m['heuristic']]:.0f}"
         )
+
+
+def per_comparison(m: dict[str, Any]) -> dict[str, Any]:
+    """Where the time per tuple goes: over the 24 plans of each eager algorithm, CPU seconds per
+    tuple fitted as fixed + cost × comparisons (least squares), so the fixed work per tuple (the
+    call, expiring every bucket of every window, building results) is told apart from the cost of
+    a comparison; then the hash/NLJ ratio with only the comparisons' time, as the paper's Java loop
+    spent it (its per-tuple time is ~all comparisons: its rates over the cost model's comparisons
+    give its time per comparison)."""
+    out: dict[str, Any] = {}
+    paper_ns = {}
+    for label in ("eager NLJ", "eager hash"):
+        r = m[label]
+        c = np.array([p["comparisons_per_tuple"] for p in r["plans"].values()])
+        t = np.array([1 / p["tuples_per_s"] for p in r["plans"].values()])
+        slope, fixed = np.polyfit(c, t, 1)
+        resid = t - (fixed + slope * c)
+        r2 = 1 - float(resid @ resid) / float((t - t.mean()) @ (t - t.mean()))
+        best = r["plans"][r["best"]]
+        predicted = r["predicted_comparisons_per_tuple"][r["best"]]
+        paper_ns[label] = 1e9 / (PAPER_TABLE8[label][0] * predicted)
+        out[label] = {
+            "fixed_us_per_tuple": fixed * 1e6,
+            "ns_per_comparison": slope * 1e9,
+            "r2": r2,
+            "best_comparisons_per_tuple": best["comparisons_per_tuple"],
+            "best_probes_per_tuple": best["probes_per_tuple"],
+            "comparison_share": slope * best["comparisons_per_tuple"] / (1 / best["tuples_per_s"]),
+            "paper_ns_per_comparison": paper_ns[label],
+        }
+    n, h = out["eager NLJ"], out["eager hash"]
+    out["measured_ratio"] = m["eager hash"]["best_tuples_per_s"] / m["eager NLJ"]["best_tuples_per_s"]
+    out["comparison_ratio"] = n["best_comparisons_per_tuple"] / h["best_comparisons_per_tuple"]
+    # the throughput ratio with the fixed per-tuple work taken out (comparisons only)
+    out["comparison_bound_ratio"] = (n["ns_per_comparison"] * n["best_comparisons_per_tuple"]) / (
+        h["ns_per_comparison"] * h["best_comparisons_per_tuple"]
+    )
+    out["paper_ratio"] = PAPER_TABLE8["eager hash"][0] / PAPER_TABLE8["eager NLJ"][0]
+    print("  where the time per tuple goes (eager, fit over the 24 plans: time = fixed + cost × comparisons):")
+    for label in ("eager NLJ", "eager hash"):
+        x = out[label]
+        print(
+            f"    {label:10}: fixed {x['fixed_us_per_tuple']:.1f} µs/tuple, {x['ns_per_comparison']:.0f} ns per "
+            f"comparison (R² {x['r2']:.2f}); best plan {x['best_comparisons_per_tuple']:.0f} comparisons, "
+            f"{x['best_probes_per_tuple']:.1f} probes per tuple, comparisons {100 * x['comparison_share']:.0f}% "
+            f"of its time; paper: {x['paper_ns_per_comparison']:.0f} ns per predicted comparison, ~all of its time"
+        )
+    print(
+        f"  hash/NLJ: measured {out['measured_ratio']:.2f}×, comparisons {out['comparison_ratio']:.2f}×, "
+        f"comparison time only {out['comparison_bound_ratio']:.2f}×; paper {out['paper_ratio']:.2f}×"
+    )
+    return out
 
 
 # ---------------------------------------------------------------------- 2. the engine's MJoin

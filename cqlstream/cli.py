@@ -91,6 +91,7 @@ def _run(
     source_dir: str | None = None,
     threads: int | None = None,
     approximate: str | None = None,
+    synopsis_joins: bool = True,
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
     from cqlstream.io.errors import ScriptError
@@ -106,6 +107,7 @@ def _run(
                 source_dir=source_dir,
                 threads=threads,
                 approximate=approximate,
+                synopsis_joins=synopsis_joins,
             ),
             None,
         )
@@ -129,7 +131,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     approx = None if args.approximate == "exact" else args.approximate
     counts, err = _run(
-        args.script, args.out_dir, args.stream_compat, args.batch_rows, args.source_dir, args.threads, approx
+        args.script,
+        args.out_dir,
+        args.stream_compat,
+        args.batch_rows,
+        args.source_dir,
+        args.threads,
+        approx,
+        args.synopsis_joins == "on",
     )
     if counts is None:
         print(err, file=sys.stderr)
@@ -284,6 +293,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sources=sources,
         spark_master=args.spark_master,
         checkpoint_dir=args.checkpoint_dir,
+        synopsis_joins=args.synopsis_joins == "on",
         **durability_settings(args),
         **limit_settings(args),
     )
@@ -363,6 +373,11 @@ APPROXIMATE = ("exact", "static")
 _APPROXIMATE_HELP = (
     "static: approve static approximation at registration (smaller windows and samples only where they "
     "cannot increase output; docs/approximation.md); exact (the default): no approximation at registration"
+)
+_SYNOPSIS_HELP = (
+    "on (the default): a join or COUNT/SUM/AVG/MAX/MIN aggregate over streams read whole that the "
+    "bounded-memory characterization judges bounded runs on constant-size synopses "
+    "(docs/bounded-memory.md); off: with windows and the ordinary join and aggregate (same results)"
 )
 
 
@@ -537,6 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 2 when two CPUs are available, else 1)",
     )
     r.add_argument("--approximate", choices=APPROXIMATE, default="exact", help=_APPROXIMATE_HELP)
+    r.add_argument("--synopsis-joins", choices=["on", "off"], default="on", help=_SYNOPSIS_HELP)
     r.set_defaults(func=cmd_run)
 
     dm = sub.add_parser(
@@ -627,6 +643,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="DDL",
         help="register these streams, relations or views at start (;-separated; kept when --data-dir has them)",
+    )
+    sv.add_argument(
+        "--synopsis-joins",
+        choices=["on", "off"],
+        default="on",
+        help=_SYNOPSIS_HELP
+        + "; the engine knob synopsis_joins changes it for later queries, a query's own knob for it",
     )
     add_source_options(sv)
     add_durability_options(sv)

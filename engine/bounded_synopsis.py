@@ -39,6 +39,7 @@ from cqlstream.cql.boundedness.closure import Atom, Closure, Elem
 from cqlstream.cql.boundedness.from_plan import normal_form
 from cqlstream.cql.boundedness.lto import refs
 from cqlstream.cql.boundedness.normal_form import Occurrence, Spj
+from cqlstream.cql.boundedness.theorems import decide as decide_normal_form
 from cqlstream.cql.logical.nodes import Plan
 
 _OPS = {"<": np.less, "=": np.equal}
@@ -80,11 +81,13 @@ class SynopsisJoin:
     `push(stream, rows)` returns the new results as (distinct result tuples, multiplicities); under
     π every multiplicity is 1 and no result is returned twice over the synopsis's life."""
 
-    def __init__(self, plan: Plan) -> None:
-        q = normal_form(plan)
+    def __init__(self, plan: Plan | Spj) -> None:
+        """`plan`: a logical plan, or directly the normal form (the synopsis aggregate passes the
+        join projected on its grouping attributes, duplicates kept)."""
+        q = plan if isinstance(plan, Spj) else normal_form(plan)
         if not isinstance(q, Spj) or len(q.occurrences) < 2:
             raise ValueError("the synopsis join evaluates select-project-joins of several streams")
-        verdict = decide(plan)
+        verdict = decide_normal_form(q) if isinstance(plan, Spj) else decide(plan)
         if not (isinstance(verdict, Decision) and verdict.bounded):
             raise ValueError(f"not bounded-memory computable: {getattr(verdict, 'reason', verdict)}")
         c = Closure.of(q.n_attrs, list(q.atoms))

@@ -126,16 +126,18 @@ def decide(plan: L.Plan, run: L.Plan | None = None) -> Verdict:
     """The characterization's verdict where it applies, else the plan-based one (its reason
     then says why the characterization did not apply). `run`: the plan the engine runs for it
     (default: a synopsis join where one applies, else `plan`), which `engine_plan` describes."""
-    from cqlstream.engine.synopsis_plan import SynopsisJoinPlan, synopsis_plan
+    from cqlstream.engine.synopsis_plan import SynopsisJoinPlan, synopsis_node, synopsis_plan
 
     if run is None:
         run = synopsis_plan(plan) or plan
     bounded, note = verdict(plan)
     found = characterize(plan)
     if isinstance(found, Decision):
-        if isinstance(run, SynopsisJoinPlan):
+        node = synopsis_node(run)
+        if node is not None:
             units = "" if found.memory_units is None else f" of at most {found.memory_units} units"
-            note = f"bounded: run as a synopsis join holding the synopsis{units} (the ordinary plan's {note})"
+            what = "a synopsis join" if isinstance(node, SynopsisJoinPlan) else "a synopsis aggregate"
+            note = f"bounded: run as {what} holding the synopsis{units} (the ordinary plan's {note})"
         return Verdict(
             found.bounded,
             CHARACTERIZATION,

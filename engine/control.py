@@ -149,6 +149,7 @@ def _query_table(d: Dsms, h: QueryHandle, attr: dict[int, dict[str, float]]) -> 
             "share": h.share,
             "memory_limit": h.memory_limit,
             "cpu_limit": h.cpu_limit,
+            "synopsis_joins": h.synopsis_joins,
         },
         "queries": [h.id],
         "summaries": query_summaries(h.pnode),
@@ -177,6 +178,7 @@ def _engine_table(d: Dsms) -> Table:
             "budget": s.budget,
             "share": d.share,
             "adaptive": d.plan.options.adaptive.policy,
+            "synopsis_joins": d.plan.options.synopsis_joins,
         },
         "queries": sorted(d.queries),
     }
@@ -289,13 +291,13 @@ def set_knob(d: Dsms, eid: str, knob: str, value: Any) -> Table:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise KnobError(f"weight must be a positive number, got {value!r}")
             d.set_weight(h.id, value)
-        elif knob == "share":
-            share = _bool(value)
-            if share != h.share:
+        elif knob in ("share", "synopsis_joins"):  # a new plan: the query restarts on it
+            on = _bool(value)
+            if on != getattr(h, knob):
                 was = h.active
                 if was:
                     d.set_active(h.id, False)
-                h.share = share
+                setattr(h, knob, on)
                 if was:
                     d.set_active(h.id, True)
         elif knob == "memory_limit":  # null: the engine's default (query_memory_limit)
@@ -308,7 +310,8 @@ def set_knob(d: Dsms, eid: str, knob: str, value: Any) -> Table:
             adaptive.set_policy(_query_selections(h), value)
         else:
             raise KnobError(
-                f"query knobs are active, weight, share, memory_limit, cpu_limit and adaptive; not '{knob}'"
+                "query knobs are active, weight, share, memory_limit, cpu_limit, adaptive and synopsis_joins; "
+                f"not '{knob}'"
             )
     elif eid.startswith("src:"):
         inp = next((i for _, i in _sources(d) if i.d.name.lower() == eid[4:].lower()), None)
@@ -347,8 +350,11 @@ def _engine_knob(d: Dsms, knob: str, value: Any) -> None:
     elif knob == "adaptive":  # the default of new selections, and every selection now
         d.plan.options = replace(d.plan.options, adaptive=AC.with_policy(d.plan.options.adaptive, value))
         adaptive.set_policy(d.plan.operators, value)
+    elif knob == "synopsis_joins":  # the default of queries registered from now on
+        d.plan.options = replace(d.plan.options, synopsis_joins=_bool(value))
     elif not AK.set_knob(d, knob, value):
-        raise KnobError(f"engine knobs are scheduler, budget, share, adaptive and {', '.join(AK.KNOBS)}; not '{knob}'")
+        knobs = ", ".join(["scheduler", "budget", "share", "adaptive", "synopsis_joins", *AK.KNOBS])
+        raise KnobError(f"engine knobs are {knobs}; not '{knob}'")
 
 
 def _query_selections(h: QueryHandle) -> list[Any]:

@@ -47,7 +47,7 @@ from cqlstream.engine.planner import INF, EngineOptions, PhysicalPlan, PNode
 from cqlstream.engine.queues import Queue, Reader
 from cqlstream.engine.scheduler import RoundRobin
 from cqlstream.engine.sharing import lift_filters
-from cqlstream.engine.synopsis_plan import SynopsisJoinPlan, synopsis_plan
+from cqlstream.engine.synopsis_plan import SynopsisJoinPlan, synopsis_node, synopsis_plan
 
 if TYPE_CHECKING:
     from cqlstream.engine.approx.admission import Decision
@@ -153,8 +153,11 @@ class QueryHandle:
         shared = self.physical_plan
         if shared != self.compiled.plan:
             why = "shared: selections stay above windows so queries share them"
-            if isinstance(shared, SynopsisJoinPlan):
+            node = synopsis_node(shared)
+            if isinstance(node, SynopsisJoinPlan):
                 why = "a synopsis join: judged bounded, it keeps constant-size synopses (docs/bounded-memory.md)"
+            elif node is not None:
+                why = "a synopsis aggregate: judged bounded, it keeps partial aggregates per bucket (docs/bounded-memory.md)"
             text += f"\nRuns as ({why}):\n" + "\n".join("  " + line for line in explain_plan(shared).splitlines())
         text += "\n" + explain_partitioning(self.compiled.plan)
         text += "".join("\n" + line for line in kconstraints.explain_lines(self))

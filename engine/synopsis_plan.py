@@ -1,8 +1,11 @@
-"""The plan node of a query the synopsis join runs (engine/operators/synopsis_join.py), and the
-rewrite that chooses it: a select-project-join of several streams read whole, duplicate-preserving
-or duplicate-eliminating, that the bounded-memory characterization judges bounded, is run by one
-operator reading the streams directly and holding constant-size synopses, instead of windows, a
-join and a projection whose state keeps every tuple (docs/bounded-memory.md)."""
+"""The plan nodes of queries the synopsis strategies run, and the rewrite that chooses them: a
+select-project-join of several streams read whole, duplicate-preserving or duplicate-eliminating,
+that the bounded-memory characterization judges bounded, is run by one synopsis join
+(engine/operators/synopsis_join.py) reading the streams directly and holding constant-size
+synopses, instead of windows, a join and a projection whose state keeps every tuple; a bounded
+aggregate over such a join (COUNT / SUM / AVG / MAX / MIN, engine/bounded_aggregate.py) by one
+synopsis aggregate (engine/operators/synopsis_aggregate.py) whose result relation feeds what the
+query computes above the aggregate (docs/bounded-memory.md)."""
 
 from __future__ import annotations
 
@@ -47,14 +50,69 @@ class SynopsisJoinPlan(L.Plan):
         return not isinstance(n, L.Distinct)
 
 
-def synopsis_plan(plan: L.Plan) -> SynopsisJoinPlan | None:
-    """`plan` as a synopsis join when the synopsis join evaluates it exactly in constant memory:
-    judged bounded by the characterization, over several stream occurrences, and its result
-    columns exactly the projected attributes (no constants, no repeats); else None."""
+@dataclass(frozen=True)
+class SynopsisAggregatePlan(L.Plan):
+    """`query` (an aggregate over a join of streams read whole; its schema: the keys, then the
+    aggregates) evaluated with partial aggregates per bucket over `sources`; a relation."""
+
+    query: L.Aggregate
+    sources: tuple[L.StreamSource, ...]
+
+    @property
+    def inputs(self) -> tuple[L.Plan, ...]:
+        return self.sources
+
+    @property
+    def schema(self) -> tuple[L.Attribute, ...]:
+        return self.query.schema
+
+    is_stream = False
+
+    @property
+    def monotonic(self) -> bool:
+        return False
+
+    def replace_inputs(self, new: tuple[L.Plan, ...]) -> SynopsisAggregatePlan:
+        return SynopsisAggregatePlan(self.query, tuple(s for s in new if isinstance(s, L.StreamSource)))
+
+    def explain_label(self) -> str:
+        aggs = ", ".join(a.sql() for a in self.query.aggs)
+        return (
+            f"SYNOPSIS AGGREGATE ({aggs}; partial aggregates per bucket) of {', '.join(s.name for s in self.sources)}"
+        )
+
+
+SynopsisPlan = SynopsisJoinPlan | SynopsisAggregatePlan
+
+
+def _sources(plan: L.Plan) -> tuple[L.StreamSource, ...]:
+    return tuple({n.name: n for n in L.walk(plan) if isinstance(n, L.StreamSource)}.values())
+
+
+def synopsis_plan(plan: L.Plan) -> L.Plan | None:
+    """`plan` rewritten to a synopsis strategy when one evaluates it exactly in constant memory,
+    else None: a synopsis join for a select-project-join judged bounded by the characterization,
+    over several stream occurrences, whose result columns are exactly the projected attributes
+    (no constants, no repeats); a synopsis aggregate in place of an aggregate (under projections
+    and a relation-to-stream operator) that `bounded_aggregate.applicable` accepts."""
+    from cqlstream.engine.bounded_aggregate import applicable as aggregate_applicable
     from cqlstream.engine.bounded_synopsis import applicable
 
     q = applicable(plan)
-    if q is None or len(plan.schema) != len(q.projected):
+    if q is not None and len(plan.schema) == len(q.projected):
+        return SynopsisJoinPlan(plan, _sources(plan))
+    node, above = plan, []
+    while isinstance(node, (L.RelToStream, L.Project)):
+        above.append(node)
+        node = node.input
+    if not isinstance(node, L.Aggregate) or aggregate_applicable(node) is None:
         return None
-    sources = {n.name: n for n in L.walk(plan) if isinstance(n, L.StreamSource)}
-    return SynopsisJoinPlan(plan, tuple(sources.values()))
+    out: L.Plan = SynopsisAggregatePlan(node, _sources(node))
+    for n in reversed(above):
+        out = L.with_inputs(n, (out,))
+    return out
+
+
+def synopsis_node(plan: L.Plan) -> SynopsisJoinPlan | SynopsisAggregatePlan | None:
+    """The synopsis join or aggregate a (rewritten) plan runs, if any."""
+    return next((n for n in L.walk(plan) if isinstance(n, (SynopsisJoinPlan, SynopsisAggregatePlan))), None)

@@ -91,6 +91,7 @@ def run_script(
     threads: int | None = None,
     block_size: int | None = None,
     approximate: str | None = None,
+    synopsis_joins: bool = True,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -102,6 +103,7 @@ def run_script(
     `block_size`: bytes of source text parsed at a time (default: from `batch_rows`).
     Sources are read from `source_dir` when given (same file name). `approximate` "static":
     every query is registered with static approximation approved (docs/approximation.md).
+    `synopsis_joins`: queries judged bounded run on constant-size synopses (docs/bounded-memory.md).
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -110,7 +112,7 @@ def run_script(
         raise ValueError("threads must be at least 1")
     _tune_malloc()
     script = parse_script(path, compat=compat, source_dir=source_dir)
-    d = Dsms(compat=compat)
+    d = Dsms(compat=compat, synopsis_joins=synopsis_joins)
     reg = Registrar(script, d, compat, approximate)
     reg.register_all()
     if out_dir is not None:

@@ -66,7 +66,11 @@ class ArchiveReplay:
         self.t = int(t)
         self.now = 0.0
         self.shadow = Dsms(
-            compat=settings.compat, silence_timeout=settings.silence_timeout, sys_stream=False, clock=self._clock
+            compat=settings.compat,
+            silence_timeout=settings.silence_timeout,
+            sys_stream=False,
+            clock=self._clock,
+            synopsis_joins=settings.synopsis_joins,
         )
         self.next = 1  # the next log record to replay
         self.records = 0

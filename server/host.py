@@ -56,6 +56,7 @@ def make_dsms(settings: Settings) -> Dsms:
         query_memory_limit=settings.query_memory_limit,
         query_cpu_limit=settings.query_cpu_limit,
         overload=_overload(settings),
+        synopsis_joins=settings.synopsis_joins,
     )
     if with_log and data_dir is not None:
         from cqlstream.engine.persist import PlanFile

@@ -48,6 +48,7 @@ class Settings:
     retain_log: bool = False  # keep the log segments a checkpoint covers (an archive) instead of deleting them
     segment_bytes: int = 64 << 20  # a log segment is rolled at this size
     # limits (README "Limits"): no one query or client takes the server down
+    synopsis_joins: bool = True  # bounded joins / aggregates over streams run on synopses (serve --synopsis-joins)
     query_memory_limit: int | None = 1 << 30  # bytes of state a query may hold before it is suspended (None: no limit)
     query_cpu_limit: float | None = 10.0  # s of engine time a query may take in one run before it is suspended
     # the overload controller (docs/approximation.md): off, or on with these limits

@@ -25,3 +25,12 @@ def test_multijoin_bench_runs(tmp_path):
     assert 3 < nlj["S1,S2,S3,S4"]["comparisons_per_tuple"] / hsh < 7
     # every plan and algorithm produces the same join rows
     assert len({r["rows"] for r in nlj.values()}) == 1
+    # probes (scans of a window or bucket, one per partial result) do not depend on the buckets:
+    # hashing shortens each scan, it does not change how many there are
+    for plan in nlj:
+        assert nlj[plan]["probes_per_tuple"] == model["eager hash"]["plans"][plan]["probes_per_tuple"] > 1
+    # the time per tuple is split into fixed work and comparisons, and the comparison-only ratio reported
+    split = model["per_comparison"]
+    assert {"eager NLJ", "eager hash", "comparison_bound_ratio", "paper_ratio"} <= set(split)
+    best_n, best_h = nlj[model["eager NLJ"]["best"]], model["eager hash"]["plans"][model["eager hash"]["best"]]
+    assert split["comparison_ratio"] == best_n["comparisons_per_tuple"] / best_h["comparisons_per_tuple"]

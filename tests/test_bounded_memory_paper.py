@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cqlstream.cql.boundedness import Decision, Outside, decide, lto, theorems
+from cqlstream.cql.boundedness import Decision, Outside, checker, decide, lto, theorems
 from cqlstream.cql.boundedness.closure import Atom, Closure, Elem
 from cqlstream.cql.boundedness.from_plan import normal_form
-from cqlstream.cql.boundedness.normal_form import Spj
+from cqlstream.cql.boundedness.normal_form import Aggregation, Spj
 from cqlstream.cql.ddl import catalog_from_ddl
 from cqlstream.cql.frontend import compile_query
 from cqlstream.engine.boundedness import CHARACTERIZATION, PLAN
@@ -102,6 +102,29 @@ CASES = {
     "select max(S.B) from S, T where S.C > T.D": (False, "Theorem 8.6, C3", "MAX(S.B)"),
     "select sum(S.B) from S, T where S.B > T.D": (False, "Theorem 8.6, C1", "T.D < S.B"),
     "select count(distinct S.B) from S, T where S.A = T.D and S.A = 1": (False, "Theorem 8.6, C2", "S.B"),
+    # Theorem 8.6, C3 case by case (MIN is MAX's mirror, with MinRef): MAX(A) of an unbounded A is
+    # bounded when MaxRef(S) is exactly A's class or empty; otherwise not. And, which the printed
+    # theorem omits, only when MinRef(S) is empty: MIN(S.B) over S.B > T.D is the smallest B above
+    # the smallest D, a successor search over every B kept (docs/bounded-memory.md)
+    "select min(S.B) from S, T where S.B > T.D": (False, "Theorem 8.6, C3", "depends on which tuples pass"),
+    "select max(S.B) from S, T where S.C < T.D": (False, "Theorem 8.6, C3", "T.D"),
+    "select min(T.D) from S, T where S.B > T.D": (True, "Theorem 8.6", ""),  # MinRef(T) = {D}
+    "select min(T.E) from S, T where S.B > T.D": (False, "Theorem 8.6, C3", "MIN(T.E)"),
+    "select min(S.C) from S, T where S.C < T.D": (True, "Theorem 8.6", ""),
+    "select min(S.B) from S, T where S.C < T.D": (False, "Theorem 8.6, C3", "MIN(S.B)"),
+    "select max(S.C), min(T.E) from S, T where S.C > T.E": (True, "Theorem 8.6", ""),
+    "select max(S.A) from S, T where S.B = T.D and S.B > 0 and T.D < 9": (True, "Theorem 8.6", ""),  # no refs
+    "select max(S.C) from S, T where S.B > T.D and S.B = S.C": (True, "Theorem 8.6", ""),  # one class {B, C}
+    "select max(distinct S.C) from S, T where S.B > T.D": (False, "Theorem 8.6, C3", "MAX(S.C)"),
+    "select max(S.C) from S, T where S.B > T.D and S.C < 10": (False, "Theorem 8.6, C3", "MAX(S.C)"),
+    "select max(S.C) from S, T where S.B > T.D and S.C > 0 and S.C < 10": (True, "Theorem 8.6", ""),  # C bounded
+    # the join is redundant through the constants (B in 12..19): MaxRef(S) is empty
+    "select max(S.C) from S, T where S.B > T.D and T.D > 10 and S.B < 20": (True, "Theorem 8.6", ""),
+    # two classes in MaxRef(S): already the reduced characteristic query (π) fails
+    "select max(S.B) from S, T where S.B > T.D and S.C > T.E": (False, "Theorem 8.6, C1", "stream S has 2"),
+    # with a duplicate-sensitive aggregate beside it, the reduced query is π̃ and MaxRef(S) must be empty
+    "select max(S.B), count(*) from S, T where S.B > T.D": (False, "Theorem 8.6, C1", "T.D < S.B"),
+    "select S.A, max(S.B) from S, T where S.B > T.D and S.A = 10 group by S.A": (True, "Theorem 8.6", ""),
     # a non-integer attribute projected: no predicate bounds it
     "select distinct Y from U where X = 1": (False, "Theorem 5.10, C1", "U.Y"),
 }
@@ -330,6 +353,53 @@ def test_the_checker_agrees_with_the_enumeration(q):
     enumeration of derived LTO queries give the same verdict by the same rule."""
     text = _text(*q, from_="S, T, T2")
     assert _by(theorems.CHECKER, text) == _by(theorems.ENUMERATION, text), text
+
+
+_agg = st.tuples(st.sampled_from(["max", "min", "max", "min", "sum", "count"]), st.sampled_from(_ATTRS3))
+_agg_query = st.tuples(
+    st.lists(_atom3, min_size=1, max_size=6),
+    st.lists(st.sampled_from(_ATTRS3), max_size=1),
+    st.lists(_agg, min_size=1, max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_agg_query)
+def test_the_checker_agrees_with_the_enumeration_on_aggregates(q):
+    """Theorem 8.6 over three streams, MAX / MIN mostly (C3), SUM / COUNT beside them: the
+    checker's witness search and the enumeration give the same verdict by the same rule."""
+    atoms, keys, aggs = q
+    where = " and ".join(f"{a} {op} {b}" for a, op, b in atoms if a != b)
+    sel = ", ".join([*keys, *(f"{f}({x})" for f, x in aggs)])
+    text = (
+        f"select {sel} from S, T, T2" + (f" where {where}" if where else "") + (f" group by {keys[0]}" if keys else "")
+    )
+    assert _by(theorems.CHECKER, text) == _by(theorems.ENUMERATION, text), text
+
+
+def _aggregation(query: str) -> tuple[Aggregation, Closure]:
+    a = normal_form(_plan(query))
+    assert isinstance(a, Aggregation)
+    c = Closure.of(a.spj.n_attrs, list(a.spj.atoms))
+    assert c is not None
+    return a, c
+
+
+def test_the_checker_looks_only_where_a_max_witness_survives():
+    """Theorem 8.6's C3 goes through the checker like C3 of Theorems 5.6 and 5.10: it returns only
+    the LTO queries where a candidate violation may survive (10 of 567 here, where C's class is
+    MaxRef(S) and S.A > T.E is redundant or bounded in each), and where one does, a violating one."""
+    text = "select max(S.C) from S, T where S.B > T.D and S.B = S.C and T.E < 15 and S.A > T.E and S.A > 5 and T.D < 20"
+    a, c = _aggregation(text)
+    leaves = list(checker.extreme_leaves(a, c))
+    assert len(leaves) == 10 and len(list(lto.derived(a.spj, c))) == 567
+    assert not any(theorems._extreme(a, lq) for lq in leaves)
+    a, c = _aggregation("select max(S.C) from S, T where S.B > T.D and T.E < T.D and T.E > 5")
+    found = [lq for lq in checker.extreme_leaves(a, c) if theorems._extreme(a, lq)]
+    assert found and all(lto.refs(a.spj, lq)[0].max_ref for lq in found)
+    with theorems.using(theorems.CHECKER):
+        d = decide(_plan("select max(S.C) from S, T where S.B > T.D and T.E < T.D and T.E > 5"))
+    assert isinstance(d, Decision) and d.rule == "Theorem 8.6, C3" and d.method == "checker", d
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_I))

@@ -336,6 +336,7 @@ def test_weights_and_scheduler_knobs_do_not_change_results():
         "budget": 7,
         "share": True,
         "adaptive": "a-greedy",
+        "synopsis_joins": True,
         "approximation": "off",
         "queue_memory_limit": 100 << 20,
         "cpu_limit": None,
@@ -409,7 +410,14 @@ def test_control_tables_count_and_limit():
     src = d.control_table("src:S")
     assert src["counters"]["accepted"] == 3 and src["queries"] == [h.id]
     q = d.control_table(f"query:{h.id}")
-    assert q["knobs"] == {"active": True, "weight": 1.0, "share": True, "memory_limit": None, "cpu_limit": None}
+    assert q["knobs"] == {
+        "active": True,
+        "weight": 1.0,
+        "share": True,
+        "memory_limit": None,
+        "cpu_limit": None,
+        "synopsis_joins": True,
+    }
     assert q["counters"]["state"] == "active" and q["counters"]["suspended"] is None
     assert q["counters"]["memory_bytes"] > 0
 

@@ -20,6 +20,13 @@ holds no leaf where the witness holds, and the answer is exact:
 - an attribute is out of MaxRef (MinRef) once it is bounded or every join with it on the greater
   (smaller) side is dead; two attributes are one class once they are implied equal.
 
+Theorem 8.6's C3 (MAX / MIN of an unbounded attribute A over several streams) is checked the same
+way: for MAX it fails in an LTO query iff A is unbounded there and its stream's MaxRef holds an
+attribute x not equal to A (two classes in MaxRef, or one that is not A's, both contain such an
+x), or its MinRef holds any attribute (MIN: the mirror). A candidate is such a pair (A, x), dead
+once A is bounded, x is out of that side's Ref, or (same side) x = A is implied, each of which
+only becomes more true with more filters.
+
 A candidate whose attributes P⁺ already settles dies at once, and most die after a few filters
 on its own attributes: the candidates are polynomially many (O(n²) for π̃, O(k²) per stream of k
 attributes for π), and the search per candidate is small unless the candidate survives.
@@ -37,7 +44,7 @@ import numpy as np
 
 from cqlstream.cql.boundedness import lto
 from cqlstream.cql.boundedness.closure import Closure, Elem
-from cqlstream.cql.boundedness.normal_form import Spj
+from cqlstream.cql.boundedness.normal_form import Aggregation, Spj
 
 
 def _state(q: Spj, c: Closure) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
@@ -98,6 +105,54 @@ def _set_prune(q: Spj, a: int, sa: int, b: int, sb: int) -> Callable[[Closure], 
         return not (_in_ref(live, bounded, a, sa) and _in_ref(live, bounded, b, sb))
 
     return dead
+
+
+def _extreme_candidates(a: Aggregation, c: Closure) -> list[tuple[int | None, int, int, bool]]:
+    """(index of the aggregated attribute A, or None when P and the grouping never mention it;
+    side of x's Ref: 0 MaxRef, 1 MinRef; index of x; whether x must differ from A): x of A's
+    stream may sit in MAX's MaxRef apart from A's class, or in its MinRef at all (MIN: mirrored)."""
+    q = a.spj
+    live, eq, bounded, attrs = _state(q, c)
+    out: list[tuple[int | None, int, int, bool]] = []
+    for t in a.aggs:
+        which = extreme_side(t.func)
+        if which is None or t.arg is None or c.bounded(t.arg):
+            continue
+        ai = attrs.index(t.arg) if t.arg in attrs else None
+        for xi, x in enumerate(attrs):
+            if q.owner(x) != q.owner(t.arg):
+                continue
+            for side in (0, 1):
+                same = side == which
+                if _in_ref(live, bounded, xi, side) and not (same and ai is not None and eq[ai, xi]):
+                    out.append((ai, side, xi, same))
+    return list(dict.fromkeys(out))
+
+
+def _extreme_prune(q: Spj, ai: int | None, side: int, xi: int, same: bool) -> Callable[[Closure], bool]:
+    def dead(c: Closure) -> bool:
+        live, eq, bounded, _ = _state(q, c)
+        if ai is not None and (bounded[ai] or (same and eq[ai, xi])):
+            return True
+        return not _in_ref(live, bounded, xi, side)
+
+    return dead
+
+
+def extreme_side(func: str) -> int | None:
+    """0 for MAX, 1 for MIN (with or without DISTINCT, which they ignore), None for the others."""
+    return {"max": 0, "min": 1}.get(func.split()[0])
+
+
+def extreme_leaves(a: Aggregation, c: Closure, limit: int = 20 * lto.LIMIT) -> Iterator[Closure]:
+    """Derived LTO queries of a's join in which a candidate violation of Theorem 8.6's C3 survived
+    to the end (none: C3 holds in every derived LTO query). TooMany past `limit` partial queries."""
+    budget = lto.Budget(limit)
+    attrs = [e.attr for e in a.spj.elements() if not e.is_const]
+    for ai, side, xi, same in _extreme_candidates(a, c):
+        first = {attrs[xi]} | (set() if ai is None else {attrs[ai]})
+        prune = _extreme_prune(a.spj, ai, side, xi, same)
+        yield from lto.derived(a.spj, c, prune=prune, first=first, budget=budget)
 
 
 def leaves(q: Spj, c: Closure, limit: int = 20 * lto.LIMIT) -> Iterator[Closure]:

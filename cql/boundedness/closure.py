@@ -121,7 +121,7 @@ class Closure:
         return self._relations[key]
 
     def _compute_relations(self, elements: list[Elem]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        nodes = np.array([e.attr for e in elements])
+        nodes = np.array([e.attr for e in elements], dtype=np.int64)
         off = np.array([e.value for e in elements], dtype=float)
         d = self.d[np.ix_(nodes, nodes)]
         lt = d <= -1 - off[:, None] + off[None, :]

@@ -13,7 +13,9 @@ query's shape (projection kind, one stream or several, aggregation).
 - aggregation over several streams (Theorem 8.6): the reduced characteristic query (the join
   projected on the grouping attributes; π when every aggregate ignores duplicates) is bounded,
   as above, and MAX/MIN of an unbounded attribute is allowed only when that attribute's class is
-  the stream's only one in nonredundant inequality joins on that side.
+  the stream's only one in nonredundant inequality joins on that side, and the stream has none on
+  the other side (which the printed theorem omits; docs/bounded-memory.md). C3 is checked by
+  enumeration or by the §6 checker's witness search, like C3 of Theorems 5.6 and 5.10.
 
 C1 and C2 are first checked on the query itself (an attribute unbounded there is unbounded in
 some derived LTO query), so most "no" answers name the attribute without enumerating.
@@ -175,17 +177,31 @@ def theorem_8_5(a: Aggregation, c: Closure) -> Decision:
 
 def _extreme(a: Aggregation, c: Closure) -> str | None:
     """C3 of Theorem 8.6 on one LTO query: MAX(A) (MIN(A)) of an unbounded A needs A's class to be
-    the stream's only one on the greater (smaller) side of nonredundant inequality joins."""
+    the stream's only one on the greater (smaller) side of nonredundant inequality joins, and, which
+    the printed theorem leaves out, nothing of the stream on the other side (docs/bounded-memory.md:
+    MAX(A) over S.B < T.D must answer "the largest A among the S tuples with B below the largest
+    D", a predecessor search over every S tuple kept)."""
     q = a.spj
     per = lto.refs(q, c)
     for t in a.aggs:
-        if t.func not in ("max", "min") or t.arg is None or c.bounded(t.arg):
+        which = checker.extreme_side(t.func)
+        if which is None or t.arg is None or c.bounded(t.arg):
             continue
         r = per[q.owner(t.arg)]
-        side = r.max_ref if t.func == "max" else r.min_ref
+        side, other = (r.max_ref, r.min_ref) if which == 0 else (r.min_ref, r.max_ref)
+        f = t.func.split()[0].upper()
         if side and (lto.classes(c, list(side)) > 1 or not any(c.eq(Elem(t.arg), Elem(m)) for m in side)):
             joins = ", ".join(dict.fromkeys(side.values()))
-            return f"{t.func.upper()}({q.names[t.arg]}) of an unbounded attribute, but the stream must also keep extremes for {joins}"
+            return (
+                f"{f}({q.names[t.arg]}) of an unbounded attribute, but the stream must also keep extremes for {joins}"
+            )
+        if other:
+            joins = ", ".join(dict.fromkeys(other.values()))
+            word = "smallest" if which == 0 else "largest"
+            return (
+                f"{f}({q.names[t.arg]}) of an unbounded attribute over the tuples that satisfy {joins}: the "
+                f"answer depends on which tuples pass, not only on the {word} one"
+            )
     return None
 
 
@@ -200,14 +216,16 @@ def theorem_8_6(a: Aggregation, c: Closure) -> Decision:
     holistic = _holistic(a, c)
     if holistic:
         return Decision(False, "Theorem 8.6, C2", holistic)
-    if any(t.func in ("max", "min") for t in a.aggs):
-        for lq in lto.derived(q, c):
+    method = reduced.method
+    if any(checker.extreme_side(t.func) is not None for t in a.aggs):
+        method = method_for(q, c)
+        for lq in checker.extreme_leaves(a, c) if method == CHECKER else lto.derived(q, c):
             extreme = _extreme(a, lq)
             if extreme:
-                return Decision(False, "Theorem 8.6, C3", extreme + _when(q, lq))
+                return Decision(False, "Theorem 8.6, C3", extreme + _when(q, lq), method=method)
     lines, units = synopsis.aggregation(a, c)
     why = "the join projected on the grouping attributes is bounded (" + reduced.rule + "), and so are the aggregates"
-    return Decision(True, "Theorem 8.6", why, lines, units, reduced.method)
+    return Decision(True, "Theorem 8.6", why, lines, units, method)
 
 
 # (shape, one stream?) → the theorem that decides; shape: "bag" (π̃), "set" (π) or "aggregate".

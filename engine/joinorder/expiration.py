@@ -54,7 +54,11 @@ class SlidingWindow:
 
 @dataclass
 class Counter:
+    """Work of COMPUTEJOIN: `comparisons` (window tuples examined, what the cost model counts)
+    and `probes` (scans of a window or bucket, one per partial result of the loops above)."""
+
     comparisons: int = 0
+    probes: int = 0
 
 
 def compute_join(
@@ -75,12 +79,13 @@ def compute_join(
     lows = [kts - windows[j].size if checked else -(2**62) for j in order]
     highs = kts if checked else 2**62
     out: list[tuple[Tuple, ...]] = []
-    visits = [0]
+    visits = [0, 0]  # comparisons, probes
     parts: list[Tuple] = [k] * (n + 1)
 
     def loop(d: int) -> None:
         scan, lo = scans[d], lows[d]
         visits[0] += len(scan)
+        visits[1] += 1
         for u in scan:
             if u[1] == key and lo <= u[0] <= highs:
                 parts[d + 1] = u
@@ -93,6 +98,7 @@ def compute_join(
         loop(0)
     if counter is not None:
         counter.comparisons += visits[0]
+        counter.probes += visits[1]
     if not out:
         return out
     pos = [origin, *order]  # composite tuples are in probe order: put them in input order

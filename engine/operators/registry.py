@@ -8,7 +8,7 @@ from importlib import import_module
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.operators.base import Operator
-from cqlstream.engine.synopsis_plan import SynopsisJoinPlan
+from cqlstream.engine.synopsis_plan import SynopsisAggregatePlan, SynopsisJoinPlan
 
 # logical node type → (module under cqlstream.engine.operators, class name)
 OPERATORS: dict[type, tuple[str, str]] = {
@@ -24,6 +24,7 @@ OPERATORS: dict[type, tuple[str, str]] = {
     L.RelToStream: ("r2s", "RelToStreamOp"),
     L.StreamJoin: ("stream_join", "StreamJoinOp"),
     SynopsisJoinPlan: ("synopsis_join", "SynopsisJoinOp"),
+    SynopsisAggregatePlan: ("synopsis_aggregate", "SynopsisAggregateOp"),
 }
 
 _loaded: dict[type, type[Operator]] = {}
