@@ -76,7 +76,9 @@ def pusher(url: str, case: Case, period: float, seconds: float, epoch: float, go
         k = 0
         first = None
         t1 = t0
-        while time.monotonic() - t0 < seconds + WARMUP:
+        # at least one measured push, however long the warm-up's took (a fresh server's first push
+        # on a loaded machine took more than the whole --quick case once, leaving nothing measured)
+        while time.monotonic() - t0 < seconds + WARMUP or first is None:
             k += 1
             if first is None and time.monotonic() - t0 >= WARMUP:
                 first, pushes, sent_rows, errors, t1 = k, 0, 0, 0, time.monotonic()
