@@ -21,6 +21,7 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, from_rows
 from cqlstream.engine.bounded_aggregate import SynopsisAggregate
 from cqlstream.engine.operators.base import BOUNDED, BuildContext, IdSource, Operator
+from cqlstream.engine.operators.synopsis_inputs import columns_by_stream, int_matrix, per_stream
 from cqlstream.engine.queues import Queue
 from cqlstream.engine.synopsis_plan import SynopsisAggregatePlan
 
@@ -45,13 +46,9 @@ class SynopsisAggregateOp(Operator):
         self.plan = node
         self.agg = SynopsisAggregate(node.query)
         self.names = [s.name for s in node.sources]
-        read: dict[str, set[int]] = {}
-        args: dict[str, set[int]] = {}
-        for o, cols, aggd in zip(self.agg.join.q.occurrences, self.agg.columns, self.agg.arguments):
-            read.setdefault(o.stream, set()).update(cols)
-            args.setdefault(o.stream, set()).update(aggd)
-        self.read = [sorted(read.get(n, ())) for n in self.names]
-        self.args = [sorted(args.get(n, ())) for n in self.names]
+        streams = [o.stream for o in self.agg.join.q.occurrences]
+        self.read = columns_by_stream(self.names, streams, self.agg.columns)
+        self.args = columns_by_stream(self.names, streams, self.agg.arguments)
         self.out_types = [a.type for a in node.schema]
         self.current: dict[int, tuple[tuple[object, ...], int]] = {}  # group → (row emitted, its id)
         self.scalar_pending = not node.query.keys and not (options is not None and options.compat)
@@ -65,14 +62,8 @@ class SynopsisAggregateOp(Operator):
     def _rows(self, k: int, b: Batch) -> tuple[np.ndarray, np.ndarray]:
         """Input k's batch as an int64 matrix of the stream's width and its NULL marks on the
         aggregated columns; rows with a NULL in a read column dropped."""
-        m = np.zeros((len(b), b.width), dtype=np.int64)
+        m, keep = int_matrix(b, self.read[k])
         nulls = np.zeros((len(b), b.width), dtype=bool)
-        keep = np.ones(len(b), dtype=bool)
-        for c in self.read[k]:
-            m[:, c] = b.cols[c]
-            null = b.nulls[c]
-            if null is not None:
-                keep &= ~null
         for c in self.args[k]:
             if np.issubdtype(b.cols[c].dtype, np.integer):
                 m[:, c] = b.cols[c]
@@ -154,9 +145,7 @@ class SynopsisAggregateOp(Operator):
             "mode": "partial aggregates per bucket",
             "units": a.units(),
             "bound_units": a.join.verdict.memory_units,
-            "per_stream": [
-                {"stream": tb.occ.label, "entries": len(tb.keys), "bucketed": tb.bucketed} for tb in a.join.tables
-            ],
+            "per_stream": per_stream(a.join),
             "groups": len(a.groups),
         }
         return t

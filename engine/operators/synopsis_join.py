@@ -23,6 +23,7 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.bounded_synopsis import SynopsisJoin
 from cqlstream.engine.operators.base import BOUNDED, BuildContext, IdSource, Operator
+from cqlstream.engine.operators.synopsis_inputs import columns_by_stream, int_matrix, per_stream
 from cqlstream.engine.queues import Queue
 from cqlstream.engine.synopsis_plan import SynopsisJoinPlan
 
@@ -47,10 +48,8 @@ class SynopsisJoinOp(Operator):
         self.plan = node
         self.join = SynopsisJoin(node.query)
         self.names = [s.name for s in node.sources]
-        wanted: dict[str, set[int]] = {}
-        for o, cols in zip(self.join.q.occurrences, self.join.columns):
-            wanted.setdefault(o.stream, set()).update(cols)
-        self.read = [sorted(wanted.get(n, ())) for n in self.names]  # columns read, per input
+        occ = self.join.q.occurrences
+        self.read = columns_by_stream(self.names, (o.stream for o in occ), self.join.columns)  # per input
         self.out_types = [a.type for a in node.schema]
         self.dropped_null = 0
 
@@ -62,13 +61,7 @@ class SynopsisJoinOp(Operator):
     def _rows(self, k: int, b: Batch) -> np.ndarray:
         """Input k's batch as an int64 matrix of the stream's width (unread columns zero), rows
         with a NULL in a read column dropped."""
-        m = np.zeros((len(b), b.width), dtype=np.int64)
-        keep = np.ones(len(b), dtype=bool)
-        for c in self.read[k]:
-            m[:, c] = b.cols[c]
-            null = b.nulls[c]
-            if null is not None:
-                keep &= ~null
+        m, keep = int_matrix(b, self.read[k])
         if not keep.all():
             self.dropped_null += int((~keep).sum())
             m = m[keep]
@@ -128,9 +121,7 @@ class SynopsisJoinOp(Operator):
             "mode": "distinct (representatives)" if j.distinct else "counts",
             "units": j.units(),
             "bound_units": j.verdict.memory_units,
-            "per_stream": [
-                {"stream": tb.occ.label, "entries": len(tb.keys), "bucketed": tb.bucketed} for tb in j.tables
-            ],
+            "per_stream": per_stream(j),
             "emitted": len(j.emitted) if j.distinct else None,
         }
         return t
