@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
 from cqlstream.io.errors import ScriptError
+from cqlstream.io.lazy_compute import pc
 from cqlstream.io.line_blocks import line_blocks
 
 LETTER_DESC = "i integer, f float, b byte, cN char(N)"

@@ -29,11 +29,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.engine.batch import Batch
 from cqlstream.io.errors import IngestError
+from cqlstream.io.lazy_compute import pc
 from cqlstream.io.value_checks import check_floats, check_texts, check_timestamps
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1

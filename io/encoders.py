@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cqlstream.engine.batch import Batch
+from cqlstream.io.lazy_compute import pc
 
 # ---------------------------------------------------------------- value columns as text
 

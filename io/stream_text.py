@@ -16,9 +16,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cqlstream.engine.batch import Batch
+from cqlstream.io.lazy_compute import pc
 
 _PAD = 0  # padding byte inside the fixed-width line matrix, removed at the end
 Chunk = bytes | memoryview  # the text of a chunk of lines (a buffer: files and b"".join take either)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cqlstream.io.errors import IngestError
+from cqlstream.io.lazy_compute import pc
 
 # the largest |timestamp| (and heartbeat) accepted: with |t| ≤ 2^62, t ± a window, slack or 1 stays
 # inside int64 for every window and slack up to 2^62, and the bound is the one the HTTP API's
