@@ -63,13 +63,19 @@ def unique_reason(plan: L.Plan, col: int) -> str | None:
             return "distinct" if len(plan.schema) == 1 else None
         if isinstance(plan, L.Aggregate):
             return "group by" if len(plan.keys) == 1 and col == 0 else None
-        if isinstance(plan, L.Filter):
-            plan = plan.input
-        elif isinstance(plan, L.Project) and isinstance(plan.exprs[col], X.ColRef):
-            col = plan.exprs[col].index  # type: ignore[attr-defined]
-            plan = plan.input
-        else:
+        step = _through(plan, col)
+        if step is None:
             return None
+        plan, col = step
+
+
+def _through(plan: L.Plan, col: int) -> tuple[L.Plan, int] | None:
+    """Column `col` of `plan` followed through a selection or a plain column of a projection."""
+    if isinstance(plan, L.Filter):
+        return plan.input, col
+    if isinstance(plan, L.Project) and isinstance(plan.exprs[col], X.ColRef):
+        return plan.input, plan.exprs[col].index  # type: ignore[attr-defined]
+    return None
 
 
 def lineage(plan: L.Plan, col: int) -> Side | None:
@@ -94,13 +100,11 @@ def lineage(plan: L.Plan, col: int) -> Side | None:
             arrivals = False
             col = plan.keys[col].index  # type: ignore[attr-defined]
             plan = plan.input
-        elif isinstance(plan, L.Filter):
-            plan = plan.input
-        elif isinstance(plan, L.Project) and isinstance(plan.exprs[col], X.ColRef):
-            col = plan.exprs[col].index  # type: ignore[attr-defined]
-            plan = plan.input
         else:
-            return None
+            step = _through(plan, col)
+            if step is None:
+                return None
+            plan, col = step
 
 
 def _same(a: str, b: str) -> bool:
