@@ -43,7 +43,7 @@ typecheck: setup
 
 test: setup lint typecheck
 	@echo "==> tests (pytest)"
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 clean:
 	rm -rf $(VENV) build *.egg-info
