@@ -14,6 +14,12 @@ windows unless said, exact mode, results checked equal to the baseline's:
    baseline also holds a LastRep row for every car ever seen. The ratio therefore falls with the
    length of the run (cars seen grow, cars active do not): `3h` is a three-hour, one-expressway
    input, the length of a Linear Road run.
+   AccSeg, the paper's query as printed (over `CarStr(cid, xpos, sid)`), joins CurCarSeg, a join
+   output, with AccCars (the cars whose last 4 reports share one position, a GROUP BY on cid).
+   Its top join keeps nothing of CurCarSeg in memory: AccCars' key makes it many-one, and RIDS(0)
+   from CurCarSeg to AccCars is assumed (a car enters AccCars at one of its reports, the instant
+   its CurCarSeg row is replaced) and holds, so each row leaves memory after the call it came in.
+   Its memory is the sum over both joins, and its CPU time is the run's engine calls.
 2. Joins of windows over the raw streams, with declared constraints:
    - CarSeg: each position report (lanes 1-3) joins its vehicle's entry report:
      `Pos.vid references Entry(vid)` (RIDS(0)), `unique(vid)` on Entry (many-one);
@@ -31,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
 
 import numpy as np
@@ -77,7 +84,27 @@ PAPER_SHAPES = {
         ("Car",),
     ),
 }
-PAPER = {"CurCarSeg": 0.09, "TripTimes": 0.10, "Balance": 0.13, "CarSeg": 0.09}  # Table III (by the closest query)
+# Fig. 17's AccSeg as printed (CarStr(cid, xpos, sid)); CurCarSeg selects LastRep.cid, which the
+# paper leaves ambiguous. Both joins: the top one reads the bottom one's output.
+PAPER_SHAPES["AccSeg (Fig. 17: CurCarSeg ⋈ AccCars)"] = (
+    "register stream CarStr (cid int, xpos int, sid int)",
+    "select distinct sid from"
+    " (select LastRep.cid, sid from CarStr [Partition By cid Rows 1] as LastRep,"
+    "   (select distinct cid from CarStr [Range 30 seconds]) as CurActiveCars"
+    "   where LastRep.cid = CurActiveCars.cid) as CurCarSeg,"
+    " (select cid from CarStr [Partition By cid Rows 4] group by cid"
+    "   having count(distinct xpos) = 1 and count(*) = 4) as AccCars"
+    " where CurCarSeg.cid = AccCars.cid",
+    ("CarStr",),
+)
+PAPER = {
+    "CurCarSeg": 0.09,
+    "AccSeg": 0.13,
+    "TripTimes": 0.10,
+    "Balance": 0.13,
+    "CarSeg": 0.09,
+}  # Table III (by the closest query)
+PAPER_TIME = {"CurCarSeg": 0.65, "AccSeg": 0.99, "TripTimes": 0.49, "Balance": 0.62, "CarSeg": 0.65}  # Table III's time
 
 
 def streams(size: str) -> dict[str, tuple[np.ndarray, list[tuple]]]:
@@ -88,6 +115,7 @@ def streams(size: str) -> dict[str, tuple[np.ndarray, list[tuple]]]:
     out = {}
     for name, m, cols in (
         ("Car", rep, ("Vid", "Seg", "Scd")),
+        ("CarStr", rep, ("Vid", "Pos", "Seg")),
         ("Entry", rep & (c["Lane"] == 0), ("Vid", "Seg", "Scd")),
         ("Exit", rep & (c["Lane"] == 4), ("Vid", "Seg", "Scd")),
         ("Req", c["Type"] == 2, ("Vid", "Qid", "Scd")),
@@ -98,23 +126,31 @@ def streams(size: str) -> dict[str, tuple[np.ndarray, list[tuple]]]:
     return out
 
 
+def _state(join: JoinOp) -> int:
+    """A join's state tuples in memory (its own state with k-Mon, the shared stores it reads without)."""
+    return sum(len(s) for s in join.state) if join.stores is None else int(join.counters.extra["state_tuples"])
+
+
 def run(
     ddl: str, query: str, names: tuple[str, ...], data: dict, mode: str = "exact", detect: bool = False
-) -> tuple[Counter, list[int], object, list[int]]:
-    """Results, state tuples in memory after each call, the strategy, and the spilled rows kept in
-    memory for retraction after each call."""
+) -> tuple[Counter, list[list[int]], list, list[int], float]:
+    """Results (with their signs: a relation's changes), state tuples in memory of each of the
+    query's joins (in plan order, inputs first) after each call, their strategies, the spilled rows kept in memory for retraction after
+    each call, and the CPU seconds of the run's engine calls."""
     d = Dsms()
     setattr(d, CONFIG_ATTR, KMonConfig(mode=mode, detect=detect))
     d.execute(ddl)
     h = d.register_query(query)
     sub = d.subscribe(h.id)
-    join = next(o for o in d.plan.operators if isinstance(o, JoinOp))
+    joins = [o for o in d.plan.operators if isinstance(o, JoinOp)]
     end = int(max(data[n][0].max() for n in names)) + 1
     pos = dict.fromkeys(names, 0)
     out: Counter = Counter()
-    mem: list[int] = []
+    mem: list[list[int]] = []
     tier: list[int] = []
+    cpu = 0.0
     for t in range(0, end + STEP, STEP):
+        began = time.process_time()
         for n in names:
             ts, rows = data[n]
             j = int(np.searchsorted(ts, t))
@@ -124,36 +160,52 @@ def run(
             d.heartbeat(n, t)
         d.run()
         b = sub.poll()
-        out.update(zip(b.ts.tolist(), d.rows(b)))
-        mem.append(sum(len(s) for s in join.state) if join.stores is None else int(join.counters.extra["state_tuples"]))
-        tier.append(join.kmon.counts()["tier"] if join.kmon is not None else 0)
-    return out, mem, join.kmon, tier
+        cpu += time.process_time() - began
+        out.update(zip(b.ts.tolist(), d.rows(b), b.sign.tolist()))
+        mem.append([_state(j) for j in joins])
+        tier.append(sum(j.kmon.counts()["tier"] for j in joins if j.kmon is not None))
+    return out, mem, [j.kmon for j in joins if j.kmon is not None], tier, cpu
 
 
-def _row(name: str, bmem: list[int], kmem: list[int], ktier: list[int], exact: bool, strat: object, cars: str) -> dict:
+def _row(name: str, base: tuple, got: tuple, cars: str) -> dict:
+    """Mean state over the second half of the run (all the query's joins, and each), with k-Mon
+    (`got`) and without (`base`), the run's CPU time, and whether the results are equal."""
+    bres, bmem, _, _, bcpu = base
+    kres, kmem, strats, ktier, kcpu = got
     half = len(bmem) // 2
-    b, k, kt = float(np.mean(bmem[half:])), float(np.mean(kmem[half:])), float(np.mean(ktier[half:]))
-    withdrawn = getattr(strat, "withdrawals", ["(not attached)"])
+    bj = np.mean(np.asarray(bmem[half:], float), axis=0)
+    kj = np.mean(np.asarray(kmem[half:], float), axis=0)
+    b, k, kt = float(bj.sum()), float(kj.sum()), float(np.mean(ktier[half:]))
+    withdrawn = [w for s in strats for w in s.withdrawals] if strats else ["(not attached)"]
     paper = next((v for key, v in PAPER.items() if name.startswith(key)), None)
+    ptime = next((v for key, v in PAPER_TIME.items() if name.startswith(key)), None)
+    per_join = " + ".join(f"{x:.0f}/{y:.0f}" for x, y in zip(kj, bj)) if len(kj) > 1 else ""
     print(
         f"{name:<46} state {k:>8.0f} / baseline {b:>8.0f} = {k / b:.3f}  (paper Table III: {paper})"
-        f"  +{kt:.0f} kept for retraction ({(k + kt) / b:.3f} with them)  exact={exact}  withdrawn={withdrawn}  {cars}",
+        + (f"  [per join, inner first: {per_join}]" if per_join else "")
+        + f"  +{kt:.0f} kept for retraction ({(k + kt) / b:.3f} with them)"
+        f"  CPU {kcpu:.1f} s / {bcpu:.1f} s = {kcpu / bcpu:.2f} (paper: {ptime})"
+        f"  exact={kres == bres}  withdrawn={withdrawn}  {cars}",
         flush=True,
     )
     return {
         "query": name,
         "baseline": b,
         "kmon": k,
+        "per_join": [[float(x), float(y)] for x, y in zip(kj, bj)],
         "retraction": kt,
         "ratio": k / b if b else None,
         "paper": paper,
-        "exact": exact,
+        "cpu": [kcpu, bcpu],
+        "paper_time": ptime,
+        "exact": kres == bres,
         "withdrawn": withdrawn,
     }
 
 
-def table(size: str = "small", shapes: bool = True, windows: bool = True) -> list[dict]:
-    """One row per join: its mean state in the second half of the run with constraints and without."""
+def table(size: str = "small", shapes: bool = True, windows: bool = True, only: str | None = None) -> list[dict]:
+    """One row per query: the mean state of its joins in the second half of the run with
+    constraints and without. `only`: the queries whose name contains it."""
     data = streams(size)
     ts, rows = data["Car"]
     vid = np.array([r[0] for r in rows])
@@ -161,25 +213,25 @@ def table(size: str = "small", shapes: bool = True, windows: bool = True) -> lis
     cars = f"(cars seen {len(np.unique(vid))}, reporting in the 2nd half {len(np.unique(vid[half]))})"
     out = []
     for name, (ddl, q, names) in PAPER_SHAPES.items() if shapes else ():
-        base, bmem, _, _ = run(ddl, q, names, data, "off")
-        got, kmem, strat, ktier = run(ddl, q, names, data)
-        out.append(_row(name, bmem, kmem, ktier, got == base, strat, cars))
+        if only is None or only.lower() in name.lower():
+            out.append(_row(name, run(ddl, q, names, data, "off"), run(ddl, q, names, data), cars))
     for name, (ddl, q, (ce, cx), names) in QUERIES.items() if windows else ():
-        base, bmem, _, _ = run(ddl.format(e="", x=""), q, names, data)
-        got, kmem, strat, ktier = run(ddl.format(e=ce, x=cx), q, names, data)
-        out.append(_row(name, bmem, kmem, ktier, got == base, strat, ""))
+        if only is None or only.lower() in name.lower():
+            base = run(ddl.format(e="", x=""), q, names, data)
+            out.append(_row(name, base, run(ddl.format(e=ce, x=cx), q, names, data), ""))
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.kmon_lr", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", action="append", choices=list(SIZES), help="input size(s) (default: small and 3h)")
+    p.add_argument("--only", default=None, help="run only the queries whose name contains this (e.g. AccSeg)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     res = {}
     for size in args.size or ["small", "3h"]:
         print(f"== Linear Road input {size}: {SIZES[size]}", flush=True)
-        res[size] = table(size, windows=size != "3h")
+        res[size] = table(size, windows=size != "3h", only=args.only)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1, default=str)

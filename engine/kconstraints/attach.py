@@ -12,7 +12,10 @@ column unique at every instant (the only DISTINCT column, or the only group key)
 at every instant by construction. The paper's many-one (a row meets at most one insert of the key)
 can still fail when the key is deleted and inserted again while a row of the other input lives: the
 row then meets a second insert and withdraws the rule, as for a declared key; exact mode stays exact
-either way. The join then keeps private state
+either way. A join's output qualifies as well (the paper's AccSeg joins CurCarSeg, itself a join,
+with AccCars): its column is a key when the join keeps one (`_join_keeps_unique`), and between a
+derived relation and a partner with a unique key RIDS(0) is assumed (`assumed_rids`), since no
+DDL can declare it, and withdrawn by its monitor if a row meets its partner later. The join then keeps private state
 (instead of reading the inputs' shared stores) so that it can move rows out of memory. An input
 qualifies only while nothing has flowed into it, since private state starts empty. Deletes
 of a relation's rows keep exact mode exact like a window's expirations: a delete brings back the
@@ -28,7 +31,7 @@ from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.kconstraints.constraints import CA, OA, RIDS, UNDECLARED, Constraint, ManyOne, from_defs
 from cqlstream.engine.kconstraints.strategy import KMonConfig, KMonStrategy
-from cqlstream.engine.operators.join import JoinOp
+from cqlstream.engine.operators.join import JoinOp, classify
 
 if TYPE_CHECKING:
     from cqlstream.cql.catalog import Catalog
@@ -44,29 +47,69 @@ class Side:
     """Where one join input's key column comes from. `arrivals`: the input's inserts are the
     source stream's arrivals (windows, selections, column projections only), so the stream's
     declared constraints speak about them. `unique`: why the column holds each value at most once
-    at every instant (a derived relation's key), or None."""
+    at every instant (a derived relation's key), or None. `shape`: the derivation nearest the join
+    when the input is a derived relation (`distinct`, `group by`, `join`), else empty."""
 
     source: str
     column: str
     arrivals: bool = True
     unique: str | None = None
+    shape: str = ""
 
 
 def unique_reason(plan: L.Plan, col: int) -> str | None:
     """Why column `col` of relation `plan` holds each value at most once at every instant: the
-    only column of a DISTINCT, or the only group key of an aggregate. Selections and column
-    projections keep it. (A `[Partition By col Rows 1]` window's key is unique at every instant
-    too, but it is inserted again at every arrival of its value, so a row of the other input
-    would meet many inserts of it: not many-one in the paper's sense.)"""
+    only column of a DISTINCT, the only group key of an aggregate, or a join that keeps a column
+    unique (`_join_keeps_unique`). Selections and column projections keep it. (A
+    `[Partition By col Rows 1]` window's key is unique at every instant too, but it is inserted
+    again at every arrival of its value, so a row of the other input would meet many inserts of
+    it: not many-one in the paper's sense.)"""
     while True:
         if isinstance(plan, L.Distinct):
             return "distinct" if len(plan.schema) == 1 else None
         if isinstance(plan, L.Aggregate):
             return "group by" if len(plan.keys) == 1 and col == 0 else None
+        if isinstance(plan, L.Join):
+            return "join" if _join_keeps_unique(plan, col) else None
         step = _through(plan, col)
         if step is None:
             return None
         plan, col = step
+
+
+def _owner(join: L.Join, col: int) -> tuple[int, int]:
+    """(input, column of that input) that output column `col` of a join is."""
+    offs = join.offsets()
+    i = max(k for k, o in enumerate(offs) if o <= col)
+    return i, col - offs[i]
+
+
+def _join_keeps_unique(join: L.Join, col: int) -> bool:
+    """Output column `col` of a join, read from input i, is unique at every instant when it is
+    unique in input i and every other input is reached from i through equalities whose far side
+    is a unique column of that input: a row of i then joins at most one row of each other input
+    (the join is many-one from i), so it is in at most one output row. Example: a DISTINCT joined
+    on its key with a GROUP BY on its key; not LastRep ⋈ CurActiveCars read from LastRep, whose
+    partitioned window is not taken as a key (above)."""
+    i, ci = _owner(join, col)
+    if unique_reason(join.inputs_[i], ci) is None:
+        return False
+    widths = [len(p.schema) for p in join.inputs_]
+    equi = classify(join.predicate, join.offsets(), widths)[0]
+    covered, grew = {i}, True
+    while grew:
+        grew = False
+        for e in equi:
+            for near, far, ef in ((e.a, e.b, e.eb), (e.b, e.a, e.ea)):
+                if (
+                    near in covered
+                    and far not in covered
+                    and isinstance(ef, X.ColRef)
+                    and unique_reason(join.inputs_[far], ef.index) is not None
+                ):
+                    covered.add(far)
+                    grew = True
+    return len(covered) == len(join.inputs_)
 
 
 def _through(plan: L.Plan, col: int) -> tuple[L.Plan, int] | None:
@@ -80,26 +123,31 @@ def _through(plan: L.Plan, col: int) -> tuple[L.Plan, int] | None:
 
 def lineage(plan: L.Plan, col: int) -> Side | None:
     """The source column that column `col` of `plan` reads: through a window over a stream, of a
-    relation, or (not as the stream's arrivals) through a DISTINCT or an aggregate's group key."""
+    relation, or (not as the stream's arrivals) through a DISTINCT, an aggregate's group key or a
+    join (the input the column comes from). `shape` names the derivation met first."""
     top, top_col = plan, col
-    windowed, arrivals = False, True
+    windowed, arrivals, shape = False, True, ""
     while True:
         if isinstance(plan, L.StreamSource):
             if not windowed:
                 return None
-            return Side(plan.name, plan.attrs[col].name, arrivals, unique_reason(top, top_col))
+            return Side(plan.name, plan.attrs[col].name, arrivals, unique_reason(top, top_col), shape)
         if isinstance(plan, L.RelationSource):
-            return Side(plan.name, plan.attrs[col].name, arrivals, unique_reason(top, top_col))
+            return Side(plan.name, plan.attrs[col].name, arrivals, unique_reason(top, top_col), shape)
         if isinstance(plan, L.Window):
             windowed = True
             plan = plan.input
         elif isinstance(plan, L.Distinct):
-            arrivals = False
+            arrivals, shape = False, shape or "distinct"
             plan = plan.input
         elif isinstance(plan, L.Aggregate) and col < len(plan.keys) and isinstance(plan.keys[col], X.ColRef):
-            arrivals = False
+            arrivals, shape = False, shape or "group by"
             col = plan.keys[col].index  # type: ignore[attr-defined]
             plan = plan.input
+        elif isinstance(plan, L.Join):
+            arrivals, shape = False, shape or "join"
+            i, col = _owner(plan, col)
+            plan = plan.inputs_[i]
         else:
             step = _through(plan, col)
             if step is None:
@@ -145,6 +193,20 @@ def constraints_of(catalog: Catalog, side: Side) -> list[Constraint]:
     return out
 
 
+def assumed_rids(x: Side, y: Side, declared_y: list[Constraint]) -> RIDS | None:
+    """RIDS(0) from a derived relation X to a partner Y whose key is unique (many-one X → Y),
+    assumed rather than declared: no DDL can speak about a relation the plan computes, and a join of
+    two relations derived from the same arrivals often meets its partner at the instant the row is
+    born or never (the paper's AccSeg: a car's CurCarSeg row is replaced at each of its reports, and
+    AccCars inserts the car only at one of them). The monitor withdraws it at the first row that
+    meets a partner later; exact mode's store brings the rows back, so results do not change, and
+    approximate mode does not use it (`KMonStrategy._active`). Not for an X that is a stream's
+    arrivals: a RIDS on those can be declared."""
+    if x.arrivals or not any(isinstance(c, ManyOne) and _same(c.column, y.column) for c in declared_y):
+        return None
+    return RIDS(x.source, x.column, y.source, y.column, 0, assumed=f"{x.shape} → {y.shape or 'window'}")
+
+
 def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig) -> KMonStrategy | None:
     if not isinstance(node, L.Join) or op.n != 2:
         return None
@@ -170,10 +232,14 @@ def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig)
                         declared[x].append(kind(sx, cx, UNDECLARED))
                 if not any(isinstance(c, RIDS) and _same(c.column, cx) for c in declared[x]):
                     declared[x].append(RIDS(sx, cx, sy, cy, UNDECLARED))
+        for x in range(2):
+            assumed = assumed_rids(sides[x], sides[1 - x], declared[1 - x])
+            if assumed is not None:
+                declared[x].append(assumed)
         applied = applicable(sides, declared)
         if applied:
             exprs = (e.ea, e.eb) if e.a == 0 else (e.eb, e.ea)
-            return KMonStrategy(op, exprs, applied, config)
+            return KMonStrategy(op, exprs, applied, config, relational=(not sides[0].arrivals, not sides[1].arrivals))
     return None
 
 

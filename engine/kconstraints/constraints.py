@@ -17,7 +17,7 @@ from cqlstream.cql.ast import ConstraintDef
 class ManyOne:
     """`stream.column` is a key: a tuple of another stream joins at most one tuple of `stream` on it.
     `derived` names the plan shape that makes a derived relation's column a key (DISTINCT, a
-    single group key, `[Partition By c Rows 1]`); empty when the stream declares it."""
+    single group key, a join that keeps a key); empty when the stream declares it."""
 
     stream: str
     column: str
@@ -29,13 +29,17 @@ class ManyOne:
 @dataclass(frozen=True)
 class RIDS:
     """RIDS(k): the `ref_stream` tuple joining a `stream` tuple on `column = ref_column` arrives at most
-    `k` `ref_stream` arrivals after it (k = 0: always before it)."""
+    `k` `ref_stream` arrivals after it (k = 0: always before it). `assumed` names the derived
+    relations it joins (their shapes, `join → group by`) when nobody declared it: between two
+    relations computed by the plan, where no DDL can say it, the join assumes the strict form and
+    the monitor withdraws it at the first row that breaks it."""
 
     stream: str
     column: str
     ref_stream: str
     ref_column: str
     k: int = 0
+    assumed: str = ""
     name = "RIDS"
 
 
@@ -85,5 +89,6 @@ def label(c: Constraint, k: float | None = None, role: str | None = None) -> str
     if isinstance(c, ManyOne):
         return f"many-one on {c.stream}.{c.column}" + (f" ({c.derived})" if c.derived else "")
     if isinstance(c, RIDS):
-        return f"{name}(k={ks}) on {c.stream}.{c.column} → {c.ref_stream}.{c.ref_column}"
+        tail = f" (assumed: {c.assumed})" if c.assumed else ""
+        return f"{name}(k={ks}) on {c.stream}.{c.column} → {c.ref_stream}.{c.ref_column}{tail}"
     return f"{name}(k={ks}) on {c.stream}.{c.column}"

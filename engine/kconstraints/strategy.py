@@ -20,7 +20,7 @@ import numpy as np
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kconstraints.approx import BLOCK, DropLedger
-from cqlstream.engine.kconstraints.constraints import UNDECLARED, Constraint, ManyOne
+from cqlstream.engine.kconstraints.constraints import RIDS, UNDECLARED, Constraint, ManyOne
 from cqlstream.engine.kconstraints.monitors import INF, Monitor
 from cqlstream.engine.kconstraints.reduction import RULES, ManyOneRule, Partition, RidsRule, Rule, StateView, partition
 from cqlstream.engine.kconstraints.retract import TieredStore
@@ -92,11 +92,18 @@ def _sampled(ids: np.ndarray, p: float) -> np.ndarray:
     return h < np.uint64(int(p * (1 << 24)))
 
 
+def _assumed(r: Rule) -> bool:
+    return isinstance(r.c, RIDS) and bool(r.c.assumed)
+
+
 def _origin(r: Rule) -> str:
     """Where a rule's constraint comes from: declared with the stream, a candidate the monitors
-    look for (detected once they give it a finite k), or the plan (a derived relation's key)."""
+    look for (detected once they give it a finite k), the plan (a derived relation's key), or
+    assumed between two derived relations (attach.assumed_rids)."""
     if isinstance(r.c, ManyOne) and r.c.derived:
         return "derived"
+    if _assumed(r):
+        return "assumed"
     return "detected" if r.monitor.declared == INF else "declared"
 
 
@@ -107,9 +114,15 @@ class KMonStrategy:
         key_exprs: tuple[Expr, Expr],
         applied: list[tuple[int, Constraint, str | None]],
         config: KMonConfig = KMonConfig(),
+        relational: tuple[bool, bool] = (False, False),
     ) -> None:
-        """`applied`: (input x whose state the constraint prunes, constraint, role name or None)."""
+        """`applied`: (input x whose state the constraint prunes, constraint, role name or None).
+        `relational[x]`: input x is a relation the plan derives (its inserts are changes computed
+        per instant, not a stream's arrivals): a partner insert at the same instant as one of its
+        rows counts as arriving before the row (join distance 0), since an instant's changes have
+        no order between the inputs (the join's order of them, by input index, is arbitrary)."""
         self.join = join
+        self.relational = relational
         self.key_exprs = key_exprs
         self.config = config
         self.rules: list[Rule] = []
@@ -168,6 +181,8 @@ class KMonStrategy:
         k = r.monitor.k_u
         if k == INF or k > self.config.threshold:
             return None
+        if self.config.mode == "approx" and _assumed(r):
+            return None  # approximate mode drops rows on a k declared or measured, not on an assumption
         if self.config.mode == "approx" and r.evidence:
             k = r.monitor.k_e
         return k
@@ -248,7 +263,10 @@ class KMonStrategy:
             n_ev = len(t.b) - t.n_state
             key, valid = self._keys(x, evs[x]) if n_ev else (np.zeros(0, np.int64), np.zeros(0, bool))
             # partner arrivals before each event in the join's order (ts, then input index)
-            born = partner_before[x] + np.searchsorted(ins_ts[1 - x], t.b.ts[t.n_state :], "right" if x else "left")
+            # (at the same instant: input 0 first, or both ways for a relational input)
+            at = t.b.ts[t.n_state :]
+            tied = np.searchsorted(ins_ts[1 - x], at, "right") if x or self.relational[x] else None
+            born = partner_before[x] + (np.searchsorted(ins_ts[1 - x], at, "left") if tied is None else tied)
             new = {
                 "rank": self.next_rank[x] + np.arange(n_ev, dtype=np.int64),
                 "born": born.astype(np.int64),
@@ -494,7 +512,7 @@ class KMonStrategy:
                     "column": r.c.column,
                     "origin": _origin(r),
                     "prunes_input": r.x,
-                    "k_declared": None if r.monitor.declared == INF else r.monitor.declared,
+                    "k_declared": None if r.monitor.declared == INF or _assumed(r) else r.monitor.declared,
                     "k_in_use": None if r.monitor.k_u == INF else r.monitor.k_u,
                     "max_distance_seen": r.monitor.max_seen,
                     "withdrawn": r.monitor.withdrawn,
