@@ -142,13 +142,17 @@ class CAAux:
 
     def forget_older(self, horizon: float, needed: np.ndarray) -> None:
         """Drop values closed for more than `horizon` arrivals that no row still needs (`needed`:
-        sorted keys of the partner rows alive); a value coming back after that is not seen as a
-        violation by this structure."""
+        sorted, distinct keys of the partner rows alive); a value coming back after that is not
+        seen as a violation by this structure."""
         if horizon == INF or not len(self.vals):
             return
         keep = (self.n - self.first - self.count) <= horizon
-        if len(needed):
-            keep |= np.isin(self.vals, needed, assume_unique=False)
+        if keep.all():
+            return
+        if len(needed):  # only the values closed that long are looked up (needed is sorted)
+            old = np.flatnonzero(~keep)
+            at = np.minimum(np.searchsorted(needed, self.vals[old]), len(needed) - 1)
+            keep[old] = needed[at] == self.vals[old]
         if not keep.all():
             self.vals, self.first, self.count = self.vals[keep], self.first[keep], self.count[keep]
 

@@ -24,7 +24,7 @@ from cqlstream.engine.kconstraints.constraints import UNDECLARED, Constraint, Ma
 from cqlstream.engine.kconstraints.monitors import INF, Monitor
 from cqlstream.engine.kconstraints.reduction import RULES, ManyOneRule, Partition, RidsRule, Rule, StateView, partition
 from cqlstream.engine.kconstraints.retract import TieredStore
-from cqlstream.engine.kconstraints.store import Rows
+from cqlstream.engine.kconstraints.store import Rows, sorted_unique
 
 if TYPE_CHECKING:
     from cqlstream.cql.logical.expr import Expr
@@ -44,25 +44,38 @@ class KeyCount:
     def nbytes(self) -> int:
         return self.keys.nbytes + self.counts.nbytes
 
-    def add(self, keys: np.ndarray, delta: np.ndarray) -> None:
-        """Count a call's events (+1 insert, −1 delete per key): the call's keys are sorted, the
-        table's are merged in by position (no re-sort of the whole table per call)."""
+    def add(self, keys: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """Count a call's events (+1 insert, −1 delete per key): the call's keys are sorted once
+        and summed per key, then merged into the table by position (no re-sort of the table).
+        Returns the keys whose count fell to 0 in this call (sorted): the only keys a structure
+        that holds rows of live keys can lose now."""
+        gone = np.zeros(0, np.int64)
         if not len(keys):
-            return
-        u, inv = np.unique(keys, return_inverse=True)
-        d = np.bincount(inv.ravel(), weights=delta, minlength=len(u)).astype(np.int64)
+            return gone
+        o = np.argsort(keys)
+        ks = keys[o]
+        head = np.empty(len(ks), bool)
+        head[0] = True
+        np.not_equal(ks[1:], ks[:-1], out=head[1:])
+        starts = np.flatnonzero(head)
+        u = ks[starts]
+        d = np.add.reduceat(np.asarray(delta, np.int64)[o], starts)
         at = np.searchsorted(self.keys, u)
         old = at < len(self.keys)
         old[old] = self.keys[at[old]] == u[old]
         if old.any():
             self.counts[at[old]] += d[old]
-        new = ~old & (d != 0)
+            dead = self.counts[at[old]] <= 0
+            if dead.any():
+                gone = u[old][dead]
+        new = ~old & (d > 0)
         if new.any():
             self.keys = np.insert(self.keys, at[new], u[new])
             self.counts = np.insert(self.counts, at[new], d[new])
-        if (self.counts <= 0).any():
+        if len(gone):
             live = self.counts > 0
             self.keys, self.counts = self.keys[live], self.counts[live]
+        return gone
 
 
 BOOK = ("rank", "born", "joined", "key", "valid", "reason")  # bookkeeping columns per state row
@@ -90,6 +103,19 @@ def _sampled(ids: np.ndarray, p: float) -> np.ndarray:
     with np.errstate(over="ignore"):
         h = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
     return h < np.uint64(int(p * (1 << 24)))
+
+
+def _keys_inserted(keys: np.ndarray, ins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A call's event keys sorted and distinct, and per key whether an insert has it (one sort)."""
+    if not len(keys):
+        return keys, np.zeros(0, bool)
+    o = np.argsort(keys)
+    ks = keys[o]
+    head = np.empty(len(ks), bool)
+    head[0] = True
+    np.not_equal(ks[1:], ks[:-1], out=head[1:])
+    starts = np.flatnonzero(head)
+    return ks[starts], np.logical_or.reduceat(ins[o], starts)
 
 
 def _origin(r: Rule) -> str:
@@ -196,13 +222,9 @@ class KMonStrategy:
                 continue
             keys, valid = self._keys(1 - x, evs[1 - x])
             if tiered:  # a partner's delete needs only the tier (rows that met a live partner)
-                ins = evs[1 - x].sign > 0
-                got = st.take_matching(keys[valid & ins])
-                lent = st.borrow(keys[valid & ~ins])
-                if len(lent):
-                    got = Rows.cat([g for g in (got, lent) if len(g)], self.join.input_types[x])
+                got = st.take_for_call(*_keys_inserted(keys[valid], evs[1 - x].sign[valid] > 0))
             else:
-                got = st.take_matching(keys[valid])
+                got = st.take_matching(sorted_unique(keys[valid]))
             if len(got):
                 self.restored += len(got)
                 self._merge(x, state, got)
@@ -287,16 +309,17 @@ class KMonStrategy:
                 d = r.arrive(k[ins_mask[y] & ok])
                 if d is not None:
                     r.monitor.observe(d)
+        gone = [np.zeros(0, np.int64), np.zeros(0, np.int64)]  # per input: keys whose last live row went
         for x in range(2):
             self.inserts[x] += len(ins_ts[x])
             k, ok = self._keys(x, evs[x])
             if len(k):
-                self.alive_keys[x].add(k[ok], np.where(evs[x].sign[ok] > 0, 1, -1))
+                gone[x] = self.alive_keys[x].add(k[ok], np.where(evs[x].sign[ok] > 0, 1, -1))
         for r in self.rules:
             r.forget(self.alive_keys[r.x].keys)
         if self.config.retraction == "memory":
             for x in range(2):
-                self.stores[x].evict(self.alive_keys[1 - x].keys)
+                self.stores[x].evict_keys(gone[1 - x])
         # approximate mode: partner inserts meeting a dropped row's key lost results: withdraw the rules
         suspected, probes = [0, 0], [0, 0]
         if self.config.mode == "approx":
