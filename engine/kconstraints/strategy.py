@@ -45,37 +45,58 @@ class KeyCount:
         return self.keys.nbytes + self.counts.nbytes
 
     def add(self, keys: np.ndarray, delta: np.ndarray) -> np.ndarray:
-        """Count a call's events (+1 insert, −1 delete per key): the call's keys are sorted once
-        and summed per key, then merged into the table by position (no re-sort of the table).
-        Returns the keys whose count fell to 0 in this call (sorted): the only keys a structure
-        that holds rows of live keys can lose now."""
+        """Count a call's events (+1 insert, −1 delete per key): the call's keys are grouped by
+        one sort (none when they come sorted, as arrival-ordered ids do), then merged into the
+        table by position (no re-sort of the table). Returns the keys whose count fell to 0 in
+        this call (sorted): the only keys a structure that holds rows of live keys can lose now."""
         gone = np.zeros(0, np.int64)
         if not len(keys):
             return gone
-        o = np.argsort(keys)
-        ks = keys[o]
-        head = np.empty(len(ks), bool)
-        head[0] = True
-        np.not_equal(ks[1:], ks[:-1], out=head[1:])
-        starts = np.flatnonzero(head)
-        u = ks[starts]
-        d = np.add.reduceat(np.asarray(delta, np.int64)[o], starts)
+        u, d = _grouped(keys, np.asarray(delta, np.int64), np.add)
         at = np.searchsorted(self.keys, u)
         old = at < len(self.keys)
         old[old] = self.keys[at[old]] == u[old]
         if old.any():
-            self.counts[at[old]] += d[old]
-            dead = self.counts[at[old]] <= 0
+            pos = at[old]
+            self.counts[pos] += d[old]
+            dead = self.counts[pos] <= 0
             if dead.any():
                 gone = u[old][dead]
         new = ~old & (d > 0)
         if new.any():
-            self.keys = np.insert(self.keys, at[new], u[new])
-            self.counts = np.insert(self.counts, at[new], d[new])
+            self.keys, self.counts = _merged(self.keys, self.counts, at[new], u[new], d[new])
         if len(gone):
             live = self.counts > 0
             self.keys, self.counts = self.keys[live], self.counts[live]
         return gone
+
+
+def _grouped(keys: np.ndarray, values: np.ndarray, op: np.ufunc) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct `keys` (sorted) and `op` reduced over each one's `values`: one argsort, or
+    none when the keys come sorted."""
+    if len(keys) > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
+        o = np.argsort(keys)
+        keys, values = keys[o], values[o]
+    head = np.empty(len(keys), bool)
+    head[:1] = True
+    np.not_equal(keys[1:], keys[:-1], out=head[1:])
+    starts = np.flatnonzero(head)
+    return keys[starts], op.reduceat(values, starts) if len(keys) else values
+
+
+def _merged(
+    keys: np.ndarray, counts: np.ndarray, at: np.ndarray, k: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`keys`/`counts` with `k`/`c` put in before positions `at` (from searchsorted of the sorted,
+    distinct `k` into `keys`): a merge of two sorted runs, no sort."""
+    n = len(keys) + len(k)
+    slot = at + np.arange(len(k))  # where each new key lands in the merged table
+    mine = np.ones(n, bool)
+    mine[slot] = False
+    out_k, out_c = np.empty(n, keys.dtype), np.empty(n, counts.dtype)
+    out_k[slot], out_c[slot] = k, c
+    out_k[mine], out_c[mine] = keys, counts
+    return out_k, out_c
 
 
 BOOK = ("rank", "born", "joined", "key", "valid", "reason")  # bookkeeping columns per state row
@@ -109,13 +130,7 @@ def _keys_inserted(keys: np.ndarray, ins: np.ndarray) -> tuple[np.ndarray, np.nd
     """A call's event keys sorted and distinct, and per key whether an insert has it (one sort)."""
     if not len(keys):
         return keys, np.zeros(0, bool)
-    o = np.argsort(keys)
-    ks = keys[o]
-    head = np.empty(len(ks), bool)
-    head[0] = True
-    np.not_equal(ks[1:], ks[:-1], out=head[1:])
-    starts = np.flatnonzero(head)
-    return ks[starts], np.logical_or.reduceat(ins[o], starts)
+    return _grouped(keys, ins, np.logical_or)
 
 
 def _origin(r: Rule) -> str:
