@@ -713,7 +713,11 @@ def test_tier_calls_equal_their_whole_table_forms(keys, dead, events):
     assert sorted(a.tier.b.id.tolist()) == sorted(b.tier.b.id.tolist()) and a.on_disk() == b.on_disk()
     ek = np.array([k for k, _ in events] + [20], np.int64)
     ins = np.array([i for _, i in events] + [True])
-    got_a = a.take_for_call(*_keys_inserted(ek, ins))
+    u, has_ins, net = _keys_inserted(ek, ins)
+    assert net.tolist() == [
+        sum(1 if i else -1 for k, i in zip(ek.tolist(), ins.tolist()) if k == x) for x in u.tolist()
+    ]
+    got_a = a.take_for_call(u, has_ins)
     got_b = [b.take_matching(ek[ins]), b.borrow(ek[~ins])]
     ids_b = sorted(i for g in got_b for i in g.b.id.tolist())
     assert sorted(got_a.b.id.tolist()) == ids_b and a.borrowed == b.borrowed

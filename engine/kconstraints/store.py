@@ -96,7 +96,11 @@ def sorted_unique(v: np.ndarray) -> np.ndarray:
     v = v.view(np.int64) if v.dtype == np.uint64 else v
     if len(v) < 2 or bool(np.all(v[1:] > v[:-1])):
         return v
-    return np.unique(v)
+    v = np.sort(v)  # a plain sort and a mask: np.unique costs more per call on small arrays
+    keep = np.empty(len(v), bool)
+    keep[0] = True
+    np.not_equal(v[1:], v[:-1], out=keep[1:])
+    return v[keep]
 
 
 def _overlapping(probes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -109,7 +113,7 @@ def _key_filter(rows: Rows) -> tuple[Bloom | IdSet, tuple[int, int]]:
     """The key filter of a segment's rows (exact keys when their gaps fit a byte, as dense keys'
     do: smaller than the Bloom filter) and their exact range."""
     keys = rows.cols["key"][rows.cols["valid"]]
-    exact = IdSet(np.unique(keys))
+    exact = IdSet(sorted_unique(keys))
     kb: Bloom | IdSet = exact
     if exact.gaps.itemsize > 1:
         kb = Bloom(len(keys))
