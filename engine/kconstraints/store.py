@@ -103,6 +103,15 @@ def sorted_unique(v: np.ndarray) -> np.ndarray:
     return v[keep]
 
 
+def in_sorted(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """Whether each value is in `sorted_keys` (sorted, distinct): one binary search per value,
+    no sort of both as np.isin does."""
+    if not len(sorted_keys) or not len(values):
+        return np.zeros(len(values), bool)
+    at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return sorted_keys[at] == values
+
+
 def _overlapping(probes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Per range [lo, hi]: whether one of `probes` (sorted) falls in it (one search for all
     segments instead of a Python call per segment)."""
@@ -229,7 +238,7 @@ class SpillStore:
         if not hit:
             return Rows(Batch.empty(self.types), {})
         return self._take_all(
-            lambda r: (np.isin(r.cols["key"], uk) & r.cols["valid"]) | np.isin(r.b.id.view(np.int64), ui), hit
+            lambda r: (in_sorted(r.cols["key"], uk) & r.cols["valid"]) | in_sorted(r.b.id.view(np.int64), ui), hit
         )
 
     def drop_ids(self, ids: np.ndarray) -> int:
