@@ -257,17 +257,18 @@ def test_a_relation_input_gets_k_mon_and_its_spilled_rows_deletes_are_applied_in
     assert ((1, 0, 1, 10), 2, 1) in got and ((1, 0, 1, 10), 5, -1) in got  # the spilled row's result retracted
 
 
-def _synthetic_run(w, kind, k, window, mode="exact", chunk=500):
-    return B.run(w, kind, k, window, config=KMonConfig(mode=mode), chunk=chunk)
+def _synthetic_run(w, kind, k, window, mode="exact", chunk=500, retraction="disk"):
+    return B.run(w, kind, k, window, config=KMonConfig(mode=mode, retraction=retraction), chunk=chunk)
 
 
+@pytest.mark.parametrize("retraction", ["disk", "memory"])
 @pytest.mark.parametrize("kind", ["RIDS", "CA", "OAP", "OAC"])
-def test_exact_mode_on_the_synthetic_workload_keeps_less_and_changes_nothing(kind):
+def test_exact_mode_on_the_synthetic_workload_keeps_less_and_changes_nothing(kind, retraction):
     gen = {"RIDS": B.gen_rids, "CA": B.gen_clustered, "OAP": B.gen_clustered, "OAC": B.gen_oac}[kind]
     w = gen(3000, 50, seed=4)
     k = B.measured(w, kind)
     base = B.run(w, "none", 0, 1500, chunk=500)
-    got = _synthetic_run(w, kind, k, 1500)
+    got = _synthetic_run(w, kind, k, 1500, retraction=retraction)
     assert base.strategy is None and got.strategy is not None
     assert Counter(got.results) == Counter(base.results) and len(base.results) > 1000
     assert not got.strategy.withdrawals  # the declared k holds
@@ -736,3 +737,115 @@ def test_approximate_mode_does_not_drop_rows_on_an_assumed_rids():
     d.push("U", [(2,)], ts=[5])
     assert step(6)[(5, (20, 1), 1)] == 1  # not lost; the monitor still sees the late partner
     assert top.kmon.withdrawals == ["RIDS(k=∞) on S.a → U.a (assumed: join → group by)"]
+
+
+# ------------------------------------------------------------------ incremental per-call structures
+
+calls_of_events = st.lists(
+    st.lists(st.tuples(st.integers(-3, 12), st.sampled_from([1, -1])), max_size=12), min_size=1, max_size=8
+)
+
+
+@given(calls_of_events)
+def test_key_count_keeps_the_live_keys_and_names_those_whose_last_row_went(calls):
+    """KeyCount against a Counter: after each call the table is the keys with a count > 0, and
+    `add` returns exactly the keys that had live rows before the call and have none after (a
+    delete of a key never counted leaves nothing behind)."""
+    from cqlstream.engine.kconstraints.strategy import KeyCount
+
+    kc, model = KeyCount(), Counter()
+    for call in calls:
+        keys = np.array([k for k, _ in call], np.int64)
+        delta = np.array([d for _, d in call], np.int64)
+        before = {k for k, c in model.items() if c > 0}
+        for k, d in call:
+            model[k] += d
+        # a key's call is summed first, and a count never goes below 0
+        for k in {k for k, _ in call}:
+            model[k] = max(0, model[k])
+        gone = kc.add(keys, delta)
+        live = sorted(k for k, c in model.items() if c > 0)
+        assert kc.keys.tolist() == live and kc.counts.tolist() == [model[k] for k in live]
+        assert gone.tolist() == sorted(before - set(live))
+
+
+@given(st.lists(st.integers(-(1 << 40), 1 << 40), max_size=40), st.booleans())
+def test_sorted_unique_equals_numpy_unique(xs, presort):
+    from cqlstream.engine.kconstraints.store import sorted_unique
+
+    a = np.array(sorted(set(xs)) if presort else xs, np.int64)
+    assert sorted_unique(a).tolist() == np.unique(a).tolist()
+    assert sorted_unique(a.view(np.uint64)).tolist() == np.unique(a).tolist()  # ids: the same bits
+
+
+@given(
+    st.lists(st.integers(0, 60), max_size=20), st.lists(st.tuples(st.integers(0, 60), st.integers(-5, 30)), max_size=10)
+)
+def test_overlapping_finds_the_ranges_a_probe_falls_in(probes, ranges):
+    from cqlstream.engine.kconstraints.store import _overlapping
+
+    p = np.array(sorted(set(probes)), np.int64)
+    lo = np.array([a for a, _ in ranges], np.int64)
+    hi = np.array([a + w for a, w in ranges], np.int64)
+    want = [any(a <= x <= b for x in p.tolist()) for a, b in zip(lo.tolist(), hi.tolist())]
+    assert _overlapping(p, lo, hi).tolist() == want
+
+
+def _tier_rows(keys: list[int], first_id: int):
+    from cqlstream.engine.batch import Batch
+    from cqlstream.engine.kconstraints.store import Rows
+
+    n = len(keys)
+    ids = np.arange(first_id, first_id + n)
+    b = Batch([ids.astype(np.int64)], [None], ids, np.ones(n, np.int8), ids.astype(np.uint64))
+    return Rows(
+        b,
+        {
+            "rank": ids.astype(np.int64),
+            "born": np.zeros(n, np.int64),
+            "joined": np.ones(n, bool),
+            "key": np.array(keys, np.int64),
+            "valid": np.ones(n, bool),
+            "reason": np.ones(n, np.int64),
+        },
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 15), min_size=1, max_size=20),
+    st.lists(st.integers(0, 15), max_size=12),
+    st.lists(st.tuples(st.integers(0, 15), st.booleans()), max_size=12),
+)
+def test_tier_calls_equal_their_whole_table_forms(keys, dead, events):
+    """The retraction tier's per-call forms against the whole-table ones they replace: evicting
+    the keys that died equals evicting against every live key, and one pass for a call's events
+    (`take_for_call`) gives the rows and the borrowed count of `take_matching(inserts)` then
+    `borrow(deletes)`."""
+    from cqlstream.cql import types as T
+    from cqlstream.engine.kconstraints.retract import TieredStore
+    from cqlstream.engine.kconstraints.strategy import _keys_inserted
+
+    live = np.array(sorted(set(keys)), np.int64)  # every tier row's key has live partners when it comes in
+    a, b = TieredStore([T.INT]), TieredStore([T.INT])
+    for s in (a, b):
+        s.put_split(_tier_rows(keys, 1), live)
+        s.put(_tier_rows([20, 21], 100))  # rows on disk, keys 20 and 21
+    assert len(a.tier) == len(keys)
+    gone = np.array(sorted(set(dead) & set(keys)), np.int64)
+    still = np.setdiff1d(live, gone)
+    assert a.evict_keys(gone) == b.evict(still)
+    assert sorted(a.tier.b.id.tolist()) == sorted(b.tier.b.id.tolist()) and a.on_disk() == b.on_disk()
+    ek = np.array([k for k, _ in events] + [20], np.int64)
+    ins = np.array([i for _, i in events] + [True])
+    u, has_ins, net = _keys_inserted(ek, ins)
+    assert net.tolist() == [
+        sum(1 if i else -1 for k, i in zip(ek.tolist(), ins.tolist()) if k == x) for x in u.tolist()
+    ]
+    got_a = a.take_for_call(u, has_ins)
+    got_b = [b.take_matching(ek[ins]), b.borrow(ek[~ins])]
+    ids_b = sorted(i for g in got_b for i in g.b.id.tolist())
+    assert sorted(got_a.b.id.tolist()) == ids_b and a.borrowed == b.borrowed
+    assert sorted(a.tier.b.id.tolist()) == sorted(b.tier.b.id.tolist()) and len(a) == len(b)
+    for s in (a, b):
+        s.close()

@@ -100,13 +100,21 @@ class CAAux:
         if not m:
             return np.zeros(0, np.int64)
         pos = self.n + np.arange(m, dtype=np.int64)
-        u, inv = np.unique(v, return_inverse=True)
-        # occurrence index of each arrival among equal values of the call (stable by position)
-        order = np.argsort(inv, kind="stable")
-        starts = np.searchsorted(inv[order], np.arange(len(u)))
-        occ = np.empty(m, np.int64)
-        occ[order] = np.arange(m) - np.repeat(starts, np.bincount(inv, minlength=len(u)))
-        first_here = pos[order][starts]
+        # one stable sort groups the call's values; position order is kept within a value
+        order = np.argsort(v, kind="stable")
+        vs = v[order]
+        head = np.empty(m, bool)
+        head[0] = True
+        np.not_equal(vs[1:], vs[:-1], out=head[1:])
+        starts = np.flatnonzero(head)
+        u = vs[starts]
+        run = np.cumsum(head) - 1  # the value's index in u, per sorted arrival
+        inv = np.empty(m, np.int64)
+        inv[order] = run
+        occ = np.empty(m, np.int64)  # occurrence index of each arrival among equal values of the call
+        occ[order] = np.arange(m) - starts[run]
+        first_here = pos[order[starts]]
+        add = np.diff(np.append(starts, m))
         at = np.searchsorted(self.vals, u)
         if len(self.vals):
             j = np.minimum(at, len(self.vals) - 1)
@@ -118,17 +126,18 @@ class CAAux:
             first_u, count_u = first_here, np.zeros(len(u), np.int64)
         before = count_u[inv] + occ  # arrivals of the value before this one
         d = np.where(before > 0, pos - first_u[inv] - before, 0)
-        # merge the call's counts into the table
-        add = np.bincount(inv, minlength=len(u)).astype(np.int64)
+        # merge the call's counts into the table (two sorted runs: by position, no sort)
         if old.any():
             self.count[at[old]] += add[old]
         new = ~old
         if new.any():
-            vals = np.concatenate([self.vals, u[new]])
-            o = np.argsort(vals, kind="stable")
-            self.vals = vals[o]
-            self.first = np.concatenate([self.first, first_here[new]])[o]
-            self.count = np.concatenate([self.count, add[new]])[o]
+            slot = at[new] + np.arange(int(new.sum()))
+            mine = np.ones(len(self.vals) + len(slot), bool)
+            mine[slot] = False
+            for name, fresh in (("vals", u[new]), ("first", first_here[new]), ("count", add[new])):
+                col = np.empty(len(mine), np.int64)
+                col[slot], col[mine] = fresh, getattr(self, name)
+                setattr(self, name, col)
         self.n += m
         return d
 
@@ -142,13 +151,17 @@ class CAAux:
 
     def forget_older(self, horizon: float, needed: np.ndarray) -> None:
         """Drop values closed for more than `horizon` arrivals that no row still needs (`needed`:
-        sorted keys of the partner rows alive); a value coming back after that is not seen as a
-        violation by this structure."""
+        sorted, distinct keys of the partner rows alive); a value coming back after that is not
+        seen as a violation by this structure."""
         if horizon == INF or not len(self.vals):
             return
         keep = (self.n - self.first - self.count) <= horizon
-        if len(needed):
-            keep |= np.isin(self.vals, needed, assume_unique=False)
+        if keep.all():
+            return
+        if len(needed):  # only the values closed that long are looked up (needed is sorted)
+            old = np.flatnonzero(~keep)
+            at = np.minimum(np.searchsorted(needed, self.vals[old]), len(needed) - 1)
+            keep[old] = needed[at] == self.vals[old]
         if not keep.all():
             self.vals, self.first, self.count = self.vals[keep], self.first[keep], self.count[keep]
 

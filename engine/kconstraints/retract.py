@@ -21,17 +21,9 @@ from typing import Any
 import numpy as np
 
 from cqlstream.engine.batch import Batch
-from cqlstream.engine.kconstraints.store import Rows, SpillStore
+from cqlstream.engine.kconstraints.store import Rows, SpillStore, in_sorted, sorted_unique
 
 TIER_COLS = ("rank", "key", "reason")  # bookkeeping the tier keeps per row
-
-
-def _in_sorted(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
-    """Whether each value is in `sorted_keys` (sorted, distinct)."""
-    if not len(sorted_keys) or not len(values):
-        return np.zeros(len(values), bool)
-    at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
-    return sorted_keys[at] == values
 
 
 class TieredStore(SpillStore):
@@ -82,7 +74,7 @@ class TieredStore(SpillStore):
         """Spill `rows`: those that met a partner whose key has live partner rows to the tier, the
         rest to disk."""
         c = rows.cols
-        m = c["joined"] & c["valid"] & _in_sorted(c["key"], live_partner_keys)
+        m = c["joined"] & c["valid"] & in_sorted(c["key"], live_partner_keys)
         if m.any():
             t = rows.take(np.flatnonzero(m))
             self.tier = Rows.cat([self.tier, Rows(t.b, {k: t.cols[k] for k in TIER_COLS})], self.types)
@@ -94,7 +86,17 @@ class TieredStore(SpillStore):
         of their key). Returns how many moved."""
         if not len(self.tier):
             return 0
-        gone = ~_in_sorted(self.tier.cols["key"], live_partner_keys)
+        return self._evict_where(~in_sorted(self.tier.cols["key"], live_partner_keys))
+
+    def evict_keys(self, gone_partner_keys: np.ndarray) -> int:
+        """`evict` told only the partner keys whose last live row went in this call (sorted): a
+        tier row's key had live partner rows when it came in, so these are the only keys whose
+        rows can have become unneeded since the last call. Returns how many moved."""
+        if not len(self.tier) or not len(gone_partner_keys):
+            return 0
+        return self._evict_where(in_sorted(self.tier.cols["key"], gone_partner_keys))
+
+    def _evict_where(self, gone: np.ndarray) -> int:
         if gone.any():
             self.put(self._tier_take(gone))
         return int(gone.sum())
@@ -104,24 +106,40 @@ class TieredStore(SpillStore):
         after it moves them out again."""
         if not len(self.tier) or not len(keys):
             return Rows(Batch.empty(self.types), {})
-        got = self._tier_take(_in_sorted(self.tier.cols["key"], np.unique(keys)))
+        got = self._tier_take(in_sorted(self.tier.cols["key"], sorted_unique(keys)))
         self.borrowed += len(got)
         return got
+
+    def take_for_call(self, keys: np.ndarray, inserted: np.ndarray) -> Rows:
+        """What a call's partner events need, in one pass over the tier: `keys` (sorted, distinct)
+        are their valid join keys, `inserted` marks the keys an insert has. The tier's rows of
+        every key come out (a delete needs them for the retraction, an insert to join), those of
+        delete-only keys counted as borrowed; the disk is probed for the inserted keys only."""
+        got = [SpillStore.take_matching(self, keys[inserted])]
+        if len(self.tier) and len(keys):
+            tk = self.tier.cols["key"]
+            at = np.minimum(np.searchsorted(keys, tk), len(keys) - 1)
+            m = keys[at] == tk
+            if m.any():
+                self.borrowed += int((m & ~inserted[at]).sum())
+                got.append(self._tier_take(m))
+        return Rows.cat([g for g in got if len(g)], self.types) if any(len(g) for g in got) else got[0]
 
     # ------------------------------------------------------------ the disk store's calls, tier too
     def take_matching(self, keys: np.ndarray, ids: np.ndarray | None = None) -> Rows:
         got = [super().take_matching(keys, ids)]
         if len(self.tier):
-            m = _in_sorted(self.tier.cols["key"], np.unique(keys))
+            m = in_sorted(self.tier.cols["key"], sorted_unique(keys))
             if ids is not None and len(ids):
-                m |= np.isin(self.tier.b.id.view(np.int64), ids.view(np.int64))
+                m |= in_sorted(self.tier.b.id.view(np.int64), sorted_unique(ids))
             got.append(self._tier_take(m))
         return Rows.cat([g for g in got if len(g)], self.types) if any(len(g) for g in got) else got[0]
 
     def drop_ids(self, ids: np.ndarray) -> int:
         gone = 0
+        ids = sorted_unique(ids) if len(ids) else ids
         if len(self.tier) and len(ids):
-            m = np.isin(self.tier.b.id.view(np.int64), ids.view(np.int64))
+            m = in_sorted(self.tier.b.id.view(np.int64), ids)
             if m.any():
                 self.tier = self.tier.take(np.flatnonzero(~m))
                 gone = int(m.sum())

@@ -90,11 +90,39 @@ class Segment:
         return pos[self.alive[pos]]
 
 
+def sorted_unique(v: np.ndarray) -> np.ndarray:
+    """`v` (int64, or uint64 ids seen as int64) sorted and distinct; a call's keys and ids often
+    are already (arrival-ordered ids, window expiries), which one comparison pass finds."""
+    v = v.view(np.int64) if v.dtype == np.uint64 else v
+    if len(v) < 2 or bool(np.all(v[1:] > v[:-1])):
+        return v
+    v = np.sort(v)  # a plain sort and a mask: np.unique costs more per call on small arrays
+    keep = np.empty(len(v), bool)
+    keep[0] = True
+    np.not_equal(v[1:], v[:-1], out=keep[1:])
+    return v[keep]
+
+
+def in_sorted(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """Whether each value is in `sorted_keys` (sorted, distinct): one binary search per value,
+    no sort of both as np.isin does."""
+    if not len(sorted_keys) or not len(values):
+        return np.zeros(len(values), bool)
+    at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return sorted_keys[at] == values
+
+
+def _overlapping(probes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per range [lo, hi]: whether one of `probes` (sorted) falls in it (one search for all
+    segments instead of a Python call per segment)."""
+    return np.searchsorted(probes, hi, "right") > np.searchsorted(probes, lo, "left")
+
+
 def _key_filter(rows: Rows) -> tuple[Bloom | IdSet, tuple[int, int]]:
     """The key filter of a segment's rows (exact keys when their gaps fit a byte, as dense keys'
     do: smaller than the Bloom filter) and their exact range."""
     keys = rows.cols["key"][rows.cols["valid"]]
-    exact = IdSet(np.unique(keys))
+    exact = IdSet(sorted_unique(keys))
     kb: Bloom | IdSet = exact
     if exact.gaps.itemsize > 1:
         kb = Bloom(len(keys))
@@ -192,15 +220,25 @@ class SpillStore:
     # ------------------------------------------------------------ what comes back
     def take_matching(self, keys: np.ndarray, ids: np.ndarray | None = None) -> Rows:
         """Remove and return the rows whose key is in `keys` or whose id is in `ids`."""
-        ui = np.unique(ids.view(np.int64)) if ids is not None and len(ids) else np.zeros(0, np.int64)
+        ui = sorted_unique(ids) if ids is not None and len(ids) else np.zeros(0, np.int64)
         if not self.segments or (not len(keys) and not len(ui)):
             return Rows(Batch.empty(self.types), {})
-        uk = np.unique(keys)
-        hit = [s for s in self.segments if s.may_hold(uk) or len(s.live_positions(ui))]
+        uk = sorted_unique(keys)
+        segs = self.segments
+        near = np.zeros(len(segs), bool)
+        if len(uk):  # the exact key ranges first, for all segments at once
+            near = _overlapping(uk, *np.array([s.key_range for s in segs], np.int64).reshape(-1, 2).T)
+        if len(ui):
+            near |= _overlapping(ui, *np.array([(s.ids.first, s.ids.last) for s in segs], np.int64).reshape(-1, 2).T)
+        hit = [
+            s
+            for s, go in zip(segs, near.tolist())
+            if go and (s.may_hold(uk) or (len(ui) > 0 and len(s.live_positions(ui)) > 0))
+        ]
         if not hit:
             return Rows(Batch.empty(self.types), {})
         return self._take_all(
-            lambda r: (np.isin(r.cols["key"], uk) & r.cols["valid"]) | np.isin(r.b.id.view(np.int64), ui), hit
+            lambda r: (in_sorted(r.cols["key"], uk) & r.cols["valid"]) | in_sorted(r.b.id.view(np.int64), ui), hit
         )
 
     def drop_ids(self, ids: np.ndarray) -> int:
@@ -208,10 +246,18 @@ class SpillStore:
         marked gone in memory; a segment with no row left is deleted. Returns how many went."""
         if not self.segments or not len(ids):
             return 0
-        ui = np.unique(ids.view(np.int64))
+        ui = sorted_unique(ids)
+        near = _overlapping(
+            ui, *np.array([(s.ids.first, s.ids.last) for s in self.segments], np.int64).reshape(-1, 2).T
+        )
+        if not near.any():
+            return 0
         gone = 0
         keep: list[Segment] = []
-        for seg in self.segments:
+        for seg, go in zip(self.segments, near.tolist()):
+            if not go:
+                keep.append(seg)
+                continue
             pos = seg.live_positions(ui)
             if len(pos):
                 seg.alive[pos] = False

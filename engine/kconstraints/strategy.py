@@ -24,7 +24,7 @@ from cqlstream.engine.kconstraints.constraints import RIDS, UNDECLARED, Constrai
 from cqlstream.engine.kconstraints.monitors import INF, Monitor
 from cqlstream.engine.kconstraints.reduction import RULES, ManyOneRule, Partition, RidsRule, Rule, StateView, partition
 from cqlstream.engine.kconstraints.retract import TieredStore
-from cqlstream.engine.kconstraints.store import Rows
+from cqlstream.engine.kconstraints.store import Rows, sorted_unique
 
 if TYPE_CHECKING:
     from cqlstream.cql.logical.expr import Expr
@@ -44,25 +44,71 @@ class KeyCount:
     def nbytes(self) -> int:
         return self.keys.nbytes + self.counts.nbytes
 
-    def add(self, keys: np.ndarray, delta: np.ndarray) -> None:
-        """Count a call's events (+1 insert, −1 delete per key): the call's keys are sorted, the
-        table's are merged in by position (no re-sort of the whole table per call)."""
+    def add(self, keys: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """Count a call's events (+1 insert, −1 delete per key): the call's keys are grouped by
+        one sort (none when they come sorted, as arrival-ordered ids do), then merged into the
+        table by position (no re-sort of the table). Returns the keys whose count fell to 0 in
+        this call (sorted): the only keys a structure that holds rows of live keys can lose now."""
         if not len(keys):
-            return
-        u, inv = np.unique(keys, return_inverse=True)
-        d = np.bincount(inv.ravel(), weights=delta, minlength=len(u)).astype(np.int64)
+            return np.zeros(0, np.int64)
+        return self.add_grouped(*_grouped(keys, np.asarray(delta, np.int64), np.add))
+
+    def add_grouped(self, u: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """`add` with the call's keys already grouped: `u` sorted and distinct, `d` the sum of
+        their deltas."""
+        gone = np.zeros(0, np.int64)
         at = np.searchsorted(self.keys, u)
         old = at < len(self.keys)
         old[old] = self.keys[at[old]] == u[old]
         if old.any():
-            self.counts[at[old]] += d[old]
-        new = ~old & (d != 0)
+            pos = at[old]
+            self.counts[pos] += d[old]
+            dead = self.counts[pos] <= 0
+            if dead.any():
+                gone = u[old][dead]
+        new = ~old & (d > 0)
         if new.any():
-            self.keys = np.insert(self.keys, at[new], u[new])
-            self.counts = np.insert(self.counts, at[new], d[new])
-        if (self.counts <= 0).any():
+            self.keys, self.counts = _merged(self.keys, self.counts, at[new], u[new], d[new])
+        if len(gone):
             live = self.counts > 0
             self.keys, self.counts = self.keys[live], self.counts[live]
+        return gone
+
+
+def _groups(keys: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Group `keys` (non-empty): the sorting order (None when they come sorted, as
+    arrival-ordered ids do), where each distinct key's run starts in sorted order, and the
+    distinct keys (sorted)."""
+    o = None
+    if len(keys) > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
+        o = np.argsort(keys)
+        keys = keys[o]
+    head = np.empty(len(keys), bool)
+    head[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=head[1:])
+    starts = np.flatnonzero(head)
+    return o, starts, keys[starts]
+
+
+def _grouped(keys: np.ndarray, values: np.ndarray, op: np.ufunc) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct `keys` (sorted, non-empty) and `op` reduced over each one's `values`."""
+    o, starts, u = _groups(keys)
+    return u, op.reduceat(values if o is None else values[o], starts)
+
+
+def _merged(
+    keys: np.ndarray, counts: np.ndarray, at: np.ndarray, k: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`keys`/`counts` with `k`/`c` put in before positions `at` (from searchsorted of the sorted,
+    distinct `k` into `keys`): a merge of two sorted runs, no sort."""
+    n = len(keys) + len(k)
+    slot = at + np.arange(len(k))  # where each new key lands in the merged table
+    mine = np.ones(n, bool)
+    mine[slot] = False
+    out_k, out_c = np.empty(n, keys.dtype), np.empty(n, counts.dtype)
+    out_k[slot], out_c[slot] = k, c
+    out_k[mine], out_c[mine] = keys, counts
+    return out_k, out_c
 
 
 BOOK = ("rank", "born", "joined", "key", "valid", "reason")  # bookkeeping columns per state row
@@ -94,6 +140,18 @@ def _sampled(ids: np.ndarray, p: float) -> np.ndarray:
 
 def _assumed(r: Rule) -> bool:
     return isinstance(r.c, RIDS) and bool(r.c.assumed)
+
+
+def _keys_inserted(keys: np.ndarray, ins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A call's valid event keys sorted and distinct, per key whether an insert has it, and the
+    sum of its events' signs (+1 insert, −1 delete): one sort serves the store probe before the
+    call and the live-key counts after it."""
+    if not len(keys):
+        return keys, np.zeros(0, bool), np.zeros(0, np.int64)
+    o, starts, u = _groups(keys)
+    sign = np.where(ins, 1, -1).astype(np.int64)
+    sign = sign if o is None else sign[o]
+    return u, np.maximum.reduceat(sign, starts) > 0, np.add.reduceat(sign, starts)
 
 
 def _origin(r: Rule) -> str:
@@ -139,6 +197,7 @@ class KMonStrategy:
         self._evs: list[Batch] = []
         self._raw: list[Batch] = []
         self._key_cache: dict[tuple[int, int], tuple[Batch, np.ndarray, np.ndarray]] = {}
+        self._groups_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._was: list[np.ndarray] = [np.zeros(0, np.int64)] * 2  # reasons of rows restored this call
         self._deleted_in_store = [0, 0]  # per input: this call's deletes applied in the disk store
         self.withdrawals: list[str] = []  # labels of constraints withdrawn so far
@@ -176,6 +235,16 @@ class KMonStrategy:
         self._key_cache[(x, id(b))] = (b, out, valid)
         return out, valid
 
+    def _event_groups(self, y: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Input y's events of this call grouped by valid join key (`_keys_inserted`), once per
+        call: the other input's store probe and y's live-key counts both use them."""
+        hit = self._groups_cache.get(y)
+        if hit is None:
+            e = self._evs[y]
+            k, ok = self._keys(y, e)
+            hit = self._groups_cache[y] = _keys_inserted(k[ok], e.sign[ok] > 0)
+        return hit
+
     def _active(self, r: Rule) -> float | None:
         """The k a rule runs with now, or None when it is not used (withdrawn or above threshold)."""
         k = r.monitor.k_u
@@ -201,7 +270,7 @@ class KMonStrategy:
     def before(self, state: list[Batch], evs: list[Batch], raw: list[Batch]) -> list[Batch]:
         """`evs`: the call's events after the join's selections; `raw`: before them."""
         self._evs, self._raw = evs, raw
-        self._key_cache = {}
+        self._key_cache, self._groups_cache = {}, {}
         self._deleted_in_store = [0, 0]
         self._was = [np.zeros(len(state[x]), np.int64) for x in range(2)]
         tiered = self.config.retraction == "memory"
@@ -209,15 +278,11 @@ class KMonStrategy:
             st = self.stores[x]
             if not len(st):
                 continue
-            keys, valid = self._keys(1 - x, evs[1 - x])
             if tiered:  # a partner's delete needs only the tier (rows that met a live partner)
-                ins = evs[1 - x].sign > 0
-                got = st.take_matching(keys[valid & ins])
-                lent = st.borrow(keys[valid & ~ins])
-                if len(lent):
-                    got = Rows.cat([g for g in (got, lent) if len(g)], self.join.input_types[x])
+                u, has_ins, _ = self._event_groups(1 - x)
+                got = st.take_for_call(u, has_ins)
             else:
-                got = st.take_matching(keys[valid])
+                got = st.take_matching(self._event_groups(1 - x)[0])
             if len(got):
                 self.restored += len(got)
                 self._merge(x, state, got)
@@ -305,16 +370,17 @@ class KMonStrategy:
                 d = r.arrive(k[ins_mask[y] & ok])
                 if d is not None:
                     r.monitor.observe(d)
+        gone = [np.zeros(0, np.int64), np.zeros(0, np.int64)]  # per input: keys whose last live row went
         for x in range(2):
             self.inserts[x] += len(ins_ts[x])
-            k, ok = self._keys(x, evs[x])
-            if len(k):
-                self.alive_keys[x].add(k[ok], np.where(evs[x].sign[ok] > 0, 1, -1))
+            u, _, d = self._event_groups(x)
+            if len(u):
+                gone[x] = self.alive_keys[x].add_grouped(u, d)
         for r in self.rules:
             r.forget(self.alive_keys[r.x].keys)
         if self.config.retraction == "memory":
             for x in range(2):
-                self.stores[x].evict(self.alive_keys[1 - x].keys)
+                self.stores[x].evict_keys(gone[1 - x])
         # approximate mode: partner inserts meeting a dropped row's key lost results: withdraw the rules
         suspected, probes = [0, 0], [0, 0]
         if self.config.mode == "approx":
@@ -353,7 +419,7 @@ class KMonStrategy:
             self._prune(x, surv, t.unmatched_deletes - self._deleted_in_store[x])
         for x in range(2):
             self.ledgers[x].tick(tuples, suspected[x], probes[x])
-        self._evs, self._raw, self._key_cache = [], [], {}  # hold no batch between calls
+        self._evs, self._raw, self._key_cache, self._groups_cache = [], [], {}, {}  # hold no batch between calls
         self._stats()
 
     def _violations(self, x: int, rows: np.ndarray, joined_before: np.ndarray, was: np.ndarray) -> None:
@@ -366,7 +432,7 @@ class KMonStrategy:
             if bits & r.bit or (
                 isinstance(r, ManyOneRule)
                 and (
-                    bool(joined_before[rows].any()) or len(np.unique(rows)) < len(rows)  # a 2nd partner
+                    bool(joined_before[rows].any()) or len(sorted_unique(rows)) < len(rows)  # a 2nd partner
                 )
             ):
                 r.monitor.withdraw()
