@@ -141,12 +141,18 @@ class SynopsisJoin:
         """Bytes of the arrays held."""
         return sum(t.keys.nbytes + t.reps.nbytes + t.counts.nbytes for t in self.tables) + self.emitted.nbytes
 
-    def push(self, stream: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """New results for a batch of `stream`'s tuples (rows × the stream's columns, integers)."""
+    def push(self, stream: str, rows: np.ndarray, nulls: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """New results for a batch of `stream`'s tuples (rows × the stream's columns, integers;
+        `nulls` marks NULLs: each occurrence drops the rows with a NULL in a column it reads)."""
         outs, mults = [], []
+        rows = np.asarray(rows, dtype=np.int64).reshape(len(rows), -1)
         for i, t in enumerate(self.tables):
             if t.occ.stream == stream:
-                o, m = self._arrive(i, np.asarray(rows, dtype=np.int64).reshape(len(rows), -1))
+                mine = rows
+                read = self.columns[i]
+                if nulls is not None and read:
+                    mine = rows[~nulls[:, read].any(axis=1)]
+                o, m = self._arrive(i, mine)
                 outs.append(o)
                 mults.append(m)
         if not outs:
