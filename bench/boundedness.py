@@ -222,6 +222,9 @@ MEMORY_QUERIES = [
         "Q7 agg",
         "select count(*), sum(S.C), avg(S.C), max(S.C) from S, T where S.B < T.D and T.D > 10 and S.B < 20 and S.A = 10",
     ),
+    # MAX / MIN bounded only through extreme tuples: representatives per bucket (MaxRef(S) is B's
+    # class, MinRef(T) D's); the filters keep the ordinary plan's join result small enough to run
+    ("ext agg", "select max(S.B), min(T.D) from S, T where S.B > T.D and S.A = 10 and T.E = 10"),
 ]
 
 

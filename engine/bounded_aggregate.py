@@ -24,18 +24,33 @@ the ordinary aggregate's over integers.
 
 This covers every query Theorem 8.6 judges bounded with a duplicate-sensitive aggregate (its
 reduced characteristic query is then π̃) and the MAX / MIN queries whose join has no inequality
-join left to summarize by an extreme; a MAX / MIN query bounded only through representatives
-(MAX(S.B) over S.B > T.D) keeps the ordinary plan.
+join left to summarize by an extreme.
+
+MAX / MIN queries bounded only through representatives (MAX(S.B) over S.B > T.D: the reduced query
+is bounded under π, not under π̃) run on the §7.2 synopsis instead: per bucket at most two
+representative tuples, chosen by the bucket's MaxRef / MinRef as the synopsis join chooses them
+(engine/bounded_synopsis.py), plus the partial extremes of the bucket's aggregated values. A
+joining combination of representatives adds its buckets' extremes to its group. That is exact when,
+in every bucket b of a stream with MAX(A) of an A that b does not fix to one value, MinRef(S, b) is
+empty and MaxRef(S, b) lies in A's class (MIN mirrored): then the representative is the tuple with
+the largest A, which joins every combination of the others' tuples that any tuple of b joins, and a
+bucket with both sets empty holds interchangeable tuples. Every combination of representatives
+that joins is a real join result, and every real result is met by one (the π synopsis's property),
+so each group's extreme is exact and only groups with a result appear. The condition is checked
+on every bucket when the plan is chosen (`_extremes_hold`); a query with more buckets than
+`BUCKETS_CHECKED` keeps the ordinary plan.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import replace
 
 import numpy as np
 
-from cqlstream.cql.boundedness import Decision, decide
-from cqlstream.cql.boundedness.closure import Closure
+from cqlstream.cql.boundedness import Decision, decide, lto
+from cqlstream.cql.boundedness.closure import Closure, Elem
 from cqlstream.cql.boundedness.from_plan import normal_form
 from cqlstream.cql.boundedness.normal_form import Aggregation
 from cqlstream.cql.boundedness.theorems import decide as decide_normal_form
@@ -46,13 +61,23 @@ from cqlstream.engine.bounded_synopsis import _OPS, SynopsisJoin, _value
 FUNCS = frozenset({"count", "sum", "avg", "max", "min", "max distinct", "min distinct"})
 _LO, _HI = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 _MERGE = (np.add, np.add, np.maximum, np.minimum)  # how two partials of (nn, sum, max, min) combine
+# buckets whose MaxRef / MinRef the representatives strategy checks when a plan is chosen, at most
+BUCKETS_CHECKED = 1024
 
 
 def applicable(node: L.Aggregate) -> Aggregation | None:
-    """The aggregate's normal form when this strategy evaluates it exactly in constant memory:
-    over several stream occurrences, judged bounded, the join on the grouping attributes bounded
-    with duplicates kept (Theorem 5.6), standard non-holistic aggregates, of integers except
-    COUNT; None otherwise."""
+    """The aggregate's normal form when this strategy evaluates it exactly in constant memory
+    (`strategy`); None otherwise."""
+    got = strategy(node)
+    return None if got is None else got[0]
+
+
+def strategy(node: L.Aggregate) -> tuple[Aggregation, bool] | None:
+    """(normal form, representatives?) when the aggregate runs on synopses: over several stream
+    occurrences, judged bounded, standard non-holistic aggregates of integers (COUNT of anything),
+    and either the join on the grouping attributes bounded with duplicates kept (Theorem 5.6:
+    counts per bucket, False) or, for MAX / MIN only, bounded under π with every bucket's
+    representatives carrying its extremes (`_extremes_hold`: representatives, True)."""
     a = normal_form(node)
     if not isinstance(a, Aggregation) or len(a.spj.occurrences) < 2:
         return None
@@ -68,7 +93,57 @@ def applicable(node: L.Aggregate) -> Aggregation | None:
     if Closure.of(bag.n_attrs, list(bag.atoms)) is None:
         return None
     b = decide_normal_form(bag)
-    return a if isinstance(b, Decision) and b.bounded else None
+    if isinstance(b, Decision) and b.bounded:
+        return a, False
+    # all aggregates ignore duplicates (the reduced query is π) and Theorem 8.6 judged it bounded
+    if a.spj.distinct and _extremes_hold(a, SynopsisJoin(a.spj)):
+        return a, True
+    return None
+
+
+def _extremes_hold(a: Aggregation, join: SynopsisJoin) -> bool:
+    """Whether, in every bucket of every stream with a MAX(A) / MIN(A), the representatives carry
+    the bucket's extreme of A: A fixed to one value by the bucket (A bounded: every bucket that
+    can hold a tuple fixes it), or MinRef(S, b) empty and MaxRef(S, b) within A's class (MIN:
+    mirrored); both empty makes the bucket's tuples interchangeable. Attributes compared with
+    constants only are left out of the buckets looked at (their range only decides whether the
+    bucket can hold a tuple that joins); False when more than BUCKETS_CHECKED buckets remain (about
+    1 ms each)."""
+    c, linked = join.c, lto.linked(join.q)
+    span = list(range(join.lo, join.hi + 1))
+    for t in join.tables:
+        terms = [x for x in a.aggs if x.arg is not None and x.arg in t.occ.attrs and not c.bounded(x.arg)]
+        if not terms:
+            continue
+        cols = [i for i in t.cols if i in linked] if t.bucketed else []
+        # P bounds some of them: every bucket that can hold a tuple places those at a value between
+        # their bounds; a bucket placing the others between the constants too bounds them all, so
+        # has no MaxRef / MinRef (and fixes A or leaves it out of inequality joins): only buckets
+        # with one of the others below or above the constants need looking at
+        values = [_between(c, i) or span for i in cols]
+        free = sum(1 for i in cols if not c.bounded(i))
+        n = math.prod(len(v) for v in values) // len(span) ** free
+        if n * (len(span) ** free - (len(span) - 2) ** free) > BUCKETS_CHECKED:
+            return False
+        for key in itertools.product(*values):
+            if all(join.lo < v < join.hi for v in key):
+                continue
+            ranges = dict(zip(cols, key))
+            hi, lo = join.refs_within(t, ranges)
+            for x in terms:
+                assert x.arg is not None
+                if join.lo < ranges.get(x.arg, join.lo) < join.hi:
+                    continue  # the bucket fixes A
+                same, other = (hi, lo) if x.func.startswith("max") else (lo, hi)
+                if other or any(not c.eq(Elem(x.arg), Elem(t.cols[m])) for m in same):
+                    return False
+    return True
+
+
+def _between(c: Closure, i: int) -> list[int]:
+    """The values P allows attribute i, when it bounds i (else none)."""
+    lo, hi = c.lower(i), c.upper(i)
+    return list(range(lo, hi + 1)) if lo is not None and hi is not None else []
 
 
 class SynopsisAggregate:
@@ -77,11 +152,13 @@ class SynopsisAggregate:
     changed; `row(g)` is group g's current output row (keys then aggregates, None for NULL)."""
 
     def __init__(self, node: L.Aggregate) -> None:
-        a = applicable(node)
-        if a is None:
+        got = strategy(node)
+        if got is None:
             raise ValueError("not an aggregate the synopsis strategy evaluates (see `applicable`)")
+        a, self.representatives = got
         self.a = a
-        self.join = SynopsisJoin(replace(a.spj, distinct=False))
+        # representatives: the π synopsis join's tables (≤ 2 rows per bucket, count 1 each)
+        self.join = SynopsisJoin(a.spj if self.representatives else replace(a.spj, distinct=False))
         q = self.join.q
         self.funcs = [t.func.split()[0] for t in a.aggs]
         # per occurrence: (aggregate index, column position in the stream's rows) of its arguments
@@ -89,7 +166,11 @@ class SynopsisAggregate:
             [(j, o.attrs.index(t.arg)) for j, t in enumerate(a.aggs) if t.arg is not None and t.arg in o.attrs]
             for o in q.occurrences
         ]
-        self.parts = [_empty(0, len(p)) for p in self.payload]  # per occurrence: nn, sum, max, min
+        # per occurrence, aligned with its table's rows: nn, sum, max, min of the row's bucket
+        self.parts = [_empty(0, len(p)) for p in self.payload]
+        # representatives: per occurrence its buckets (keys) and their partial aggregates
+        self.bucket_keys = [np.zeros((0, len(t.cols)), np.int64) for t in self.join.tables]
+        self.bucket_parts = [_empty(0, len(p)) for p in self.payload]
         n_aggs = len(a.aggs)
         self.groups: dict[tuple[int, ...], int] = {}
         self.count = np.zeros(0, np.int64)  # join results per group
@@ -114,16 +195,18 @@ class SynopsisAggregate:
         per = {"count": 1, "sum": 1, "avg": 2, "max": 1, "min": 1}
         n = self.join.units()
         for k, pay in enumerate(self.payload):
-            n += len(self.join.tables[k].keys) * sum(per[self.funcs[j]] for j, _ in pay)
+            buckets = len(self.bucket_keys[k]) if self.representatives else len(self.join.tables[k].keys)
+            n += buckets * sum(per[self.funcs[j]] for j, _ in pay)
         return n + len(self.groups) * (len(self.a.keys) + sum(2 if f == "avg" else 1 for f in self.funcs))
 
     def nbytes(self) -> int:
-        n = self.join.nbytes() + sum(sum(v.nbytes for v in x) for x in self.parts)
+        n = self.join.nbytes() + sum(sum(v.nbytes for v in x) for x in (*self.parts, *self.bucket_parts))
+        n += sum(k.nbytes for k in self.bucket_keys)
         return n + self.count.nbytes + sum(v.nbytes for v in self.totals) + 8 * len(self.groups) * len(self.a.keys)
 
     def push(self, stream: str, rows: np.ndarray, nulls: np.ndarray) -> set[int]:
         """Add a batch of `stream`'s tuples (rows × the stream's columns, integers; `nulls` marks
-        NULL arguments); the groups it changed."""
+        NULLs in the columns read or aggregated); the groups it changed."""
         touched: set[int] = set()
         for i, t in enumerate(self.join.tables):
             if t.occ.stream == stream:
@@ -155,6 +238,10 @@ class SynopsisAggregate:
     # ------------------------------------------------------------ one batch of one occurrence
     def _arrive(self, i: int, rows: np.ndarray, nulls: np.ndarray) -> set[int]:
         j, t = self.join, self.join.tables[i]
+        read = self.columns[i]
+        if read:  # a NULL in a column this occurrence reads: the tuple never joins here
+            ok = ~nulls[:, read].any(axis=1)
+            rows, nulls = rows[ok], nulls[ok]
         values = {a: rows[:, k] for k, a in enumerate(t.occ.attrs)}
         keep = np.ones(len(rows), dtype=bool)
         for f in t.filters:
@@ -174,6 +261,13 @@ class SynopsisAggregate:
         for col, (_, pos) in enumerate(self.payload[i]):
             ok = ~nulls[:, pos]
             _fold(parts, col, inverse[ok], rows[ok, pos])
+        if self.representatives:
+            all_keys = np.clip(stored, j.lo, j.hi) if t.bucketed else stored
+            rkeys, reps = j.representatives(t, all_keys, stored)
+            at = _positions(keys, rkeys)
+            touched = self._join(i, reps, np.ones(len(reps), np.int64), tuple(p[at] for p in parts))
+            self._keep(i, keys, parts, rkeys, reps)
+            return touched
         touched = self._join(i, stored[first], counts, parts)
         self._add(i, keys, stored[first], counts, parts)
         return touched
@@ -209,6 +303,8 @@ class SynopsisAggregate:
                 got[1][:, j] = s[idx[k], col] * others
                 got[2][:, j] = mx[idx[k], col]
                 got[3][:, j] = mn[idx[k], col]
+        if self.representatives:  # MAX / MIN only: whether a non-NULL value met the group is enough
+            np.minimum(got[0], 1, out=got[0])
         keyrows = np.stack([values[a][ok] for a in self.a.keys], axis=1) if self.a.keys else np.zeros((n, 0), np.int64)
         g = self._group_ids(keyrows)
         np.add.at(self.count, g, total)
@@ -254,6 +350,36 @@ class SynopsisAggregate:
         for ufunc, m, v_old, v_new in zip(_MERGE, merged, old, parts):
             ufunc.at(m, inverse, np.concatenate([v_old, v_new]))
         self.parts[i] = merged
+
+    def _keep(
+        self, i: int, keys: np.ndarray, parts: tuple[np.ndarray, ...], rkeys: np.ndarray, reps: np.ndarray
+    ) -> None:
+        """Representatives: merge a batch's buckets (keys, partial aggregates) and representatives
+        (rkeys, reps) into stream i's synopsis; each stored representative then carries its
+        bucket's partials."""
+        t, j = self.join.tables[i], self.join
+        t.keys, t.reps = j.representatives(t, np.concatenate([t.keys, rkeys]), np.concatenate([t.reps, reps]))
+        t.counts = np.ones(len(t.keys), np.int64)
+        allk = np.concatenate([self.bucket_keys[i], keys])
+        if allk.shape[1]:
+            self.bucket_keys[i], inverse = np.unique(allk, axis=0, return_inverse=True)
+            inverse = inverse.ravel()
+        else:
+            self.bucket_keys[i], inverse = allk[:1], np.zeros(len(allk), np.int64)
+        merged = _empty(len(self.bucket_keys[i]), len(self.payload[i]))
+        for ufunc, m, v_old, v_new in zip(_MERGE, merged, self.bucket_parts[i], parts):
+            ufunc.at(m, inverse, np.concatenate([v_old, v_new]))
+        self.bucket_parts[i] = merged
+        at = _positions(self.bucket_keys[i], t.keys)
+        self.parts[i] = tuple(p[at] for p in merged)
+
+
+def _positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Row of `keys` (sorted, distinct) holding each row of `wanted` (each one of them)."""
+    if not keys.shape[1]:
+        return np.zeros(len(wanted), np.int64)
+    _, inverse = np.unique(np.concatenate([keys, wanted]), axis=0, return_inverse=True)
+    return inverse.ravel()[len(keys) :]
 
 
 def _empty(n: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -141,12 +141,18 @@ class SynopsisJoin:
         """Bytes of the arrays held."""
         return sum(t.keys.nbytes + t.reps.nbytes + t.counts.nbytes for t in self.tables) + self.emitted.nbytes
 
-    def push(self, stream: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """New results for a batch of `stream`'s tuples (rows × the stream's columns, integers)."""
+    def push(self, stream: str, rows: np.ndarray, nulls: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """New results for a batch of `stream`'s tuples (rows × the stream's columns, integers;
+        `nulls` marks NULLs: each occurrence drops the rows with a NULL in a column it reads)."""
         outs, mults = [], []
+        rows = np.asarray(rows, dtype=np.int64).reshape(len(rows), -1)
         for i, t in enumerate(self.tables):
             if t.occ.stream == stream:
-                o, m = self._arrive(i, np.asarray(rows, dtype=np.int64).reshape(len(rows), -1))
+                mine = rows
+                read = self.columns[i]
+                if nulls is not None and read:
+                    mine = rows[~nulls[:, read].any(axis=1)]
+                o, m = self._arrive(i, mine)
                 outs.append(o)
                 mults.append(m)
         if not outs:
@@ -177,45 +183,49 @@ class SynopsisJoin:
         stored = rows[keep][:, t.positions]
         keys = np.clip(stored, self.lo, self.hi) if t.bucketed else stored
         if self.distinct:
-            keys, reps = self._representatives(t, keys, stored)
+            keys, reps = self.representatives(t, keys, stored)
             counts = np.ones(len(keys), dtype=np.int64)
         else:
             keys, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
             reps = stored[first]
         out = self._join(i, reps, counts)
         if self.distinct:
-            t.keys, t.reps = self._representatives(t, np.concatenate([t.keys, keys]), np.concatenate([t.reps, reps]))
+            t.keys, t.reps = self.representatives(t, np.concatenate([t.keys, keys]), np.concatenate([t.reps, reps]))
             t.counts = np.ones(len(t.keys), dtype=np.int64)
         else:
             self._add(t, keys, reps, counts)
         return out
 
-    def _extremes(self, t: _Table, key: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    def bucket_refs(self, t: _Table, key: tuple[int, ...]) -> tuple[list[int], list[int]]:
         """Columns (of t's stored ones) of MaxRef(S, b) and MinRef(S, b) for the bucket `key`:
         judged in P plus the bucket's ranges (`A < kmin`, `A = k`, `A > kmax`)."""
         got = t.extremes.get(key)
         if got is None:
-            cb: Closure | None = self.c
-            if t.bucketed:
-                for col, v in zip(t.cols, key):
-                    if cb is None:
-                        break
-                    e = Elem(col)
-                    if v == self.lo:
-                        cb = cb.add(Atom("<", e, Elem(0, v + 1)))
-                    elif v == self.hi:
-                        cb = cb.add(Atom("<", Elem(0, v - 1), e))
-                    else:
-                        cb = cb.add(Atom("=", e, Elem(0, v)))
-            if cb is None:  # the bucket's tuples never join: any one stands for them
-                got = ([], [])
-            else:
-                r = refs(self.q, cb)[t.index]
-                got = ([t.cols.index(a) for a in r.max_ref], [t.cols.index(a) for a in r.min_ref])
-            t.extremes[key] = got
+            got = t.extremes[key] = self.refs_within(t, dict(zip(t.cols, key)) if t.bucketed else {})
         return got
 
-    def _representatives(self, t: _Table, keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def refs_within(self, t: _Table, ranges: dict[int, int]) -> tuple[list[int], list[int]]:
+        """Columns (of t's stored ones) of MaxRef(S, b) and MinRef(S, b) when the attributes in
+        `ranges` lie in the given bucket ranges (self.lo: below the constants, self.hi: above,
+        else equal to the value) and the others anywhere; both empty when that cannot hold (the
+        bucket's tuples never join, so any one stands for them)."""
+        cb: Closure | None = self.c
+        for col, v in ranges.items():
+            if cb is None:
+                break
+            e = Elem(col)
+            if v == self.lo:
+                cb = cb.add(Atom("<", e, Elem(0, v + 1)))
+            elif v == self.hi:
+                cb = cb.add(Atom("<", Elem(0, v - 1), e))
+            else:
+                cb = cb.add(Atom("=", e, Elem(0, v)))
+        if cb is None:
+            return [], []
+        r = refs(self.q, cb)[t.index]
+        return [t.cols.index(a) for a in r.max_ref], [t.cols.index(a) for a in r.min_ref]
+
+    def representatives(self, t: _Table, keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per bucket, the rows that stand for all of rows' in it (earlier rows win ties): the
         largest minimum over MaxRef(S, b), the smallest maximum over MinRef(S, b), else the first."""
         if not len(keys):
@@ -227,7 +237,7 @@ class SynopsisJoin:
         pick: list[int] = []
         for g in range(len(uk)):
             idx = order[bounds[g] : bounds[g + 1]]
-            hi_cols, lo_cols = self._extremes(t, tuple(int(v) for v in uk[g]))
+            hi_cols, lo_cols = self.bucket_refs(t, tuple(int(v) for v in uk[g]))
             chosen = []
             if hi_cols:
                 chosen.append(int(idx[np.argmax(rows[idx][:, hi_cols].min(axis=1))]))

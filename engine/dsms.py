@@ -157,7 +157,8 @@ class QueryHandle:
             if isinstance(node, SynopsisJoinPlan):
                 why = "a synopsis join: judged bounded, it keeps constant-size synopses (docs/bounded-memory.md)"
             elif node is not None:
-                why = "a synopsis aggregate: judged bounded, it keeps partial aggregates per bucket (docs/bounded-memory.md)"
+                kept = "representatives and partial extremes" if node.representatives else "partial aggregates"
+                why = f"a synopsis aggregate: judged bounded, it keeps {kept} per bucket (docs/bounded-memory.md)"
             text += f"\nRuns as ({why}):\n" + "\n".join("  " + line for line in explain_plan(shared).splitlines())
         text += "\n" + explain_partitioning(self.compiled.plan)
         text += "".join("\n" + line for line in kconstraints.explain_lines(self))

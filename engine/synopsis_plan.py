@@ -53,10 +53,13 @@ class SynopsisJoinPlan(L.Plan):
 @dataclass(frozen=True)
 class SynopsisAggregatePlan(L.Plan):
     """`query` (an aggregate over a join of streams read whole; its schema: the keys, then the
-    aggregates) evaluated with partial aggregates per bucket over `sources`; a relation."""
+    aggregates) evaluated with partial aggregates per bucket over `sources`; a relation.
+    `representatives`: MAX / MIN bounded only through extreme tuples, the buckets keep at most two
+    representative tuples (§7.2) rather than a first tuple and a count."""
 
     query: L.Aggregate
     sources: tuple[L.StreamSource, ...]
+    representatives: bool = False
 
     @property
     def inputs(self) -> tuple[L.Plan, ...]:
@@ -73,13 +76,17 @@ class SynopsisAggregatePlan(L.Plan):
         return False
 
     def replace_inputs(self, new: tuple[L.Plan, ...]) -> SynopsisAggregatePlan:
-        return SynopsisAggregatePlan(self.query, tuple(s for s in new if isinstance(s, L.StreamSource)))
+        sources = tuple(s for s in new if isinstance(s, L.StreamSource))
+        return SynopsisAggregatePlan(self.query, sources, self.representatives)
 
     def explain_label(self) -> str:
         aggs = ", ".join(a.sql() for a in self.query.aggs)
-        return (
-            f"SYNOPSIS AGGREGATE ({aggs}; partial aggregates per bucket) of {', '.join(s.name for s in self.sources)}"
+        how = (
+            "≤ 2 representatives and partial extremes per bucket"
+            if self.representatives
+            else "partial aggregates per bucket"
         )
+        return f"SYNOPSIS AGGREGATE ({aggs}; {how}) of {', '.join(s.name for s in self.sources)}"
 
 
 SynopsisPlan = SynopsisJoinPlan | SynopsisAggregatePlan
@@ -94,8 +101,9 @@ def synopsis_plan(plan: L.Plan) -> L.Plan | None:
     else None: a synopsis join for a select-project-join judged bounded by the characterization,
     over several stream occurrences, whose result columns are exactly the projected attributes
     (no constants, no repeats); a synopsis aggregate in place of an aggregate (under projections
-    and a relation-to-stream operator) that `bounded_aggregate.applicable` accepts."""
-    from cqlstream.engine.bounded_aggregate import applicable as aggregate_applicable
+    and a relation-to-stream operator) that `bounded_aggregate.strategy` accepts, on counts or on
+    representatives as it says."""
+    from cqlstream.engine.bounded_aggregate import strategy
     from cqlstream.engine.bounded_synopsis import applicable
 
     q = applicable(plan)
@@ -105,9 +113,11 @@ def synopsis_plan(plan: L.Plan) -> L.Plan | None:
     while isinstance(node, (L.RelToStream, L.Project)):
         above.append(node)
         node = node.input
-    if not isinstance(node, L.Aggregate) or aggregate_applicable(node) is None:
+    got = strategy(node) if isinstance(node, L.Aggregate) else None
+    if got is None:
         return None
-    out: L.Plan = SynopsisAggregatePlan(node, _sources(node))
+    assert isinstance(node, L.Aggregate)
+    out: L.Plan = SynopsisAggregatePlan(node, _sources(node), got[1])
     for n in reversed(above):
         out = L.with_inputs(n, (out,))
     return out

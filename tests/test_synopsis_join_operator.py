@@ -152,3 +152,17 @@ def test_a_checkpoint_restores_the_synopses(query, tmp_path):
     assert a == b and len(a) > 0
     ops = [next(o for o in e.plan.operators if isinstance(o, SynopsisJoinOp)) for e in (d, copy)]
     assert ops[0].join.units() == ops[1].join.units()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "select S.A from S, S as X where S.A = X.B and S.A > 10 and S.A < 13",  # π̃, per-value counts
+        "select distinct S.B from S, S as X where S.B > X.C and X.A = 10 and S.B > 9 and S.B < 12",  # π
+    ],
+)
+def test_a_self_join_occurrence_keeps_a_tuple_whose_null_only_another_reads(query):
+    """A tuple with a NULL in a column only the other occurrence reads still joins as this one
+    (the operator used to drop it for both)."""
+    inputs = {"S": [(1, (11, 11, None)), (2, (10, None, 5)), (3, (11, 11, 4)), (3, (12, 11, None))]}
+    assert_same(DDL, query, inputs, chunks=(1, None))

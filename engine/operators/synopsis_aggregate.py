@@ -6,8 +6,8 @@ group's row changed, `−` of its old row (with the id it was inserted with) and
 (a fresh id); a scalar aggregate has its one row from the first instant (count 0, the others
 NULL), except in compat mode. Instants are processed in order and each input's tuples meet the
 others' synopses before joining their own, so the result does not depend on batching. A tuple with
-a NULL in a column a predicate or the grouping reads never joins and is dropped; a NULL argument
-is not aggregated."""
+a NULL in a column a predicate or the grouping reads never joins and is dropped (by each occurrence
+that reads the column); a NULL argument is not aggregated."""
 
 from __future__ import annotations
 
@@ -61,17 +61,17 @@ class SynopsisAggregateOp(Operator):
 
     def _rows(self, k: int, b: Batch) -> tuple[np.ndarray, np.ndarray]:
         """Input k's batch as an int64 matrix of the stream's width and its NULL marks on the
-        aggregated columns; rows with a NULL in a read column dropped."""
+        columns read or aggregated. Each occurrence of the stream drops the rows with a NULL in a
+        column it reads (in a self-join another occurrence may not read that column)."""
         m, keep = int_matrix(b, self.read[k])
         nulls = np.zeros((len(b), b.width), dtype=bool)
         for c in self.args[k]:
             if np.issubdtype(b.cols[c].dtype, np.integer):
                 m[:, c] = b.cols[c]
+        for c in set(self.args[k]) | set(self.read[k]):
             if b.nulls[c] is not None:
                 nulls[:, c] = b.nulls[c]
-        if not keep.all():
-            self.dropped_null += int((~keep).sum())
-            m, nulls = m[keep], nulls[keep]
+        self.dropped_null += int((~keep).sum())
         return m, nulls
 
     def process(self, inputs: list[Batch], bound: int) -> Batch | None:
@@ -142,7 +142,11 @@ class SynopsisAggregateOp(Operator):
             units=a.units(), entries=a.join.entries(), groups=len(a.groups), dropped_null=self.dropped_null
         )
         t["synopsis"] = {
-            "mode": "partial aggregates per bucket",
+            "mode": (
+                "representatives (≤ 2 per bucket) and partial extremes per bucket"
+                if a.representatives
+                else "partial aggregates per bucket"
+            ),
             "units": a.units(),
             "bound_units": a.join.verdict.memory_units,
             "per_stream": per_stream(a.join),

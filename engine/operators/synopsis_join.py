@@ -9,7 +9,7 @@ join would keep every tuple that passes the filters.
 Instants are processed in order; within one instant each input's tuples join the others' synopses
 before being added to their own, so every pair of tuples meets once and results do not depend on
 how the input was batched. A tuple whose referenced column is NULL never satisfies a predicate and
-is dropped. The engine option `synopsis_joins=False` falls back to the ordinary plan."""
+is dropped (by each occurrence that reads the column). The engine option `synopsis_joins=False` falls back to the ordinary plan."""
 
 from __future__ import annotations
 
@@ -58,14 +58,17 @@ class SynopsisJoinOp(Operator):
         assert isinstance(node, SynopsisJoinPlan)
         return cls(ctx.inputs, ctx.output, ctx.ids, node, ctx.options)
 
-    def _rows(self, k: int, b: Batch) -> np.ndarray:
-        """Input k's batch as an int64 matrix of the stream's width (unread columns zero), rows
-        with a NULL in a read column dropped."""
+    def _rows(self, k: int, b: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """Input k's batch as an int64 matrix of the stream's width (unread columns zero) and its
+        NULL marks on the read columns (each occurrence drops the rows with a NULL in a column it
+        reads; in a self-join another occurrence may not read that column)."""
         m, keep = int_matrix(b, self.read[k])
-        if not keep.all():
-            self.dropped_null += int((~keep).sum())
-            m = m[keep]
-        return m
+        nulls = np.zeros((len(b), b.width), dtype=bool)
+        for c in self.read[k]:
+            if b.nulls[c] is not None:
+                nulls[:, c] = b.nulls[c]
+        self.dropped_null += int((~keep).sum())
+        return m, nulls
 
     def process(self, inputs: list[Batch], bound: int) -> Batch | None:
         if not any(len(b) for b in inputs):
@@ -76,7 +79,7 @@ class SynopsisJoinOp(Operator):
             for k, b in enumerate(inputs):
                 lo, hi = np.searchsorted(b.ts, [t, t + 1])
                 if hi > lo:
-                    r, m = self.join.push(self.names[k], self._rows(k, b.slice(int(lo), int(hi))))
+                    r, m = self.join.push(self.names[k], *self._rows(k, b.slice(int(lo), int(hi))))
                     if len(r):
                         res.append(r)
                         mult.append(m)
