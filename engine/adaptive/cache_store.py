@@ -18,24 +18,26 @@ import numpy as np
 from cqlstream.engine.batch import splitmix64
 from cqlstream.engine.kernels import expand
 
-_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93], np.uint64)
+# odd 64-bit weights, one per key column (a key has two columns per equi conjunct)
+_MULT = splitmix64(np.arange(1, 65, dtype=np.uint64)) | np.uint64(1)
+_MIX = np.uint64(0xBF58476D1CE4E5B9)
 
 
 def key_hash(keys: np.ndarray) -> np.ndarray:
     """A 64-bit hash per key row (n, p) of int64 codes, equal across calls for equal rows: the
-    columns weighted by odd constants and summed (wrapping), then one splitmix round. One mixer
-    per call whatever p (a mixer per column cost more than the lookups it serves); a collision
+    columns weighted by odd constants and summed (wrapping), then one xor-shift-multiply round. One
+    mixer per call whatever p (a splitmix per column cost more than the lookups it serves); a collision
     only ever costs a miss, equal hashes are confirmed on the full key."""
-    p = keys.shape[1]
-    if not len(keys):
+    n, p = keys.shape
+    if not n:
         return np.zeros(0, np.uint64)
-    u = keys.view(np.uint64) if keys.flags.c_contiguous else np.ascontiguousarray(keys).view(np.uint64)
+    u = np.ascontiguousarray(keys).view(np.uint64)
     with np.errstate(over="ignore"):
-        mult = np.resize(_MULT, p) + np.arange(p, dtype=np.uint64) * np.uint64(2)
-        h = u[:, 0] * mult[0]
-        for c in range(1, p):
-            h = h + u[:, c] * mult[c]
-    return splitmix64(h)
+        h = (u * _MULT[:p]).sum(axis=1, dtype=np.uint64)
+        h ^= h >> np.uint64(29)
+        h *= _MIX
+        h ^= h >> np.uint64(32)
+    return h
 
 
 def match_keys(qh: np.ndarray, q: np.ndarray, dh: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

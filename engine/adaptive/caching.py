@@ -49,7 +49,6 @@ from cqlstream.engine.adaptive import cache_config as CC
 from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.adaptive.cache_store import SegmentCache, first_per_key, key_hash, match_keys
 from cqlstream.engine.adaptive.config import OFF
-from cqlstream.engine.batch import Batch
 
 if TYPE_CHECKING:
     from cqlstream.cql.logical import expr as X
@@ -245,6 +244,24 @@ class ACaching:
         # combo ids, combo key hashes)
         self.pending: list[tuple[Candidate, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.lookups: dict[int, tuple[Candidate, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._codes: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
+        self._unique: dict[int, bool] = {}
+
+    def codes(self, e: Equi, who: int, tables: Sequence[Table]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Stable key codes and validity of input `who`'s side of equi conjunct e over its whole
+        table in this call (None: not numeric), computed once per call."""
+        k = (e.cid, who)
+        if k not in self._codes:
+            expr: X.Expr = e.ea if who == e.a else e.eb
+            self._codes[k] = stable_codes(*self.op.ev.eval(expr, tables[who].b))
+        return self._codes[k]
+
+    def unique_ids(self, tables: Sequence[Table], k: int) -> bool:
+        """Input k's ids identify its tuples in this call (memoized per call)."""
+        got = self._unique.get(k)
+        if got is None:
+            got = self._unique[k] = _unique_ids(tables[k])
+        return got
 
     # ------------------------------------------------------------ switches
     @property
@@ -322,6 +339,7 @@ class ACaching:
         order in which the pipelines run (suppliers first)."""
         self.live = self.active
         self.deltas, self.pending, self.lookups = {}, [], {}
+        self._codes, self._unique = {}, {}
         used = self.used()
         if not self.live or not const_ok:
             for c in used:
@@ -332,7 +350,7 @@ class ACaching:
             order = self.op._order(c.i)
             if tuple(order[: len(c.seg)]) != c.seg or not self._eligible(c):
                 self._drop(c, "probe order changed", unused=False)
-            elif not all(_unique_ids(tables[k]) for k in c.seg):
+            elif not all(self.unique_ids(tables, k) for k in c.seg):
                 assert c.store is not None
                 c.store.clear()  # ids do not identify tuples in this call: start over, still correct
         for c in self.used():
@@ -414,6 +432,7 @@ class ACaching:
             c.call_work, c.call_rows = 0.0, 0
         self.pending = []
         self.deltas = {}
+        self._codes, self._unique = {}, {}
         self._maybe_reoptimize()
 
     # ------------------------------------------------------------ statistics and selection
@@ -749,7 +768,7 @@ class PipelineCall:
             return idx, seq
         keys, valid = got
         h = key_hash(keys)  # once: the lookup, this call's fresh combos and the new entries use it
-        if not all(_unique_ids(self.tables[k]) for k in c.seg):
+        if not all(self.ac.unique_ids(self.tables, k) for k in c.seg):
             present = np.zeros(len(ev), bool)
             q = pairs = np.zeros(0, np.int64)
             c.store.clear()
@@ -917,22 +936,22 @@ def side_keys(
     op: JoinOp, tables: Sequence[Table], c: Candidate, rows: dict[int, np.ndarray], probing: bool
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Key rows of candidate c: the probing input's side of each key conjunct (`probing`), or
-    the segment's side (for segment combos, given their rows per segment input)."""
+    the segment's side (for segment combos, given their rows per segment input). Each side's
+    codes are computed once per call over its whole table (`ACaching.codes`) and gathered."""
     n = len(next(iter(rows.values())))
     out = np.zeros((n, 2 * len(c.keys)), np.int64)
     valid = np.ones(n, bool)
     for k, e in enumerate(c.keys):
         mine = (e.a == c.i) == probing
         who = e.a if mine else e.b
-        expr: X.Expr = e.ea if mine else e.eb
         if not n:
             continue
-        b: Batch = tables[who].b.take(rows[who])
-        got = stable_codes(*op.ev.eval(expr, b))
+        got = op.caching.codes(e, who, tables)
         if got is None:
             return None
-        out[:, 2 * k : 2 * k + 2] = got[0]
-        valid &= got[1]
+        r = rows[who]
+        out[:, 2 * k : 2 * k + 2] = got[0][r]
+        valid &= got[1][r]
     return out, valid
 
 
