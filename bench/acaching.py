@@ -214,13 +214,13 @@ def fig_521(tuples: int, push: int, base: int, repeat: int = 1) -> dict[str, Any
         "Fig 5.21: 4-way join on a shared attribute, input tuples per CPU second (M: MJoin, X: XJoin as fixed caches, P: A-Caching)"
     )
     print(f"  thesis: {THESIS_521}; up to +90 % for caching over MJoin (§5.8.2)")
-    print(
-        f"  {'pt':<4}{'M':>10}{'X':>10}{'P':>10}{'P/M':>7}{'X/M':>7}{'rows':>8}{'prof%':>7}{'cache%':>7}  P's caches (hit rate)"
-    )
     print("  reconstruction: domains d_R d_S d_T d_U and the pair selectivities they give (Table 5.2's)")
     for name, (_rates, sels) in WORKLOADS.items():
         got = " ".join(f"{f:.4f}({s:g})" for f, s in zip(fitted(sels), sels))
         print(f"    {name}: d = {domains(sels)}  {got}")
+    print(
+        f"  {'pt':<4}{'M':>10}{'X':>10}{'P':>10}{'P/M':>7}{'X/M':>7}{'rows':>8}{'prof%':>7}{'cache%':>7}  P's caches (hit rate)"
+    )
     for name, (rates, sels) in WORKLOADS.items():
         ev = generate4(tuples, rates, sels)
         q = query4(base, rates)
