@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tests.engine_harness as H
+from cqlstream.engine.adaptive import cache_store as CS
 from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.adaptive.cache_store import SegmentCache
 from cqlstream.engine.adaptive.caching import stable_codes
@@ -271,6 +272,49 @@ def test_store_operations():
     st.capacity = st.nbytes() - 1  # over budget: the oldest entry goes
     st.create(k(5), k(5), np.array([[20]], np.uint64))
     assert 1 not in st.keys[:, 1].tolist() and st.evicted >= 1
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 2)), max_size=30),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 2)), max_size=30),
+)
+@settings(max_examples=60, deadline=None)
+def test_key_matching_helpers_against_brute_force(qs, ds):
+    """match_keys pairs exactly the equal key rows; key_hash is equal on equal rows; in_sorted is
+    membership; first_per_key keeps one row per distinct key."""
+    q = np.array(qs, np.int64).reshape(-1, 2)
+    d = np.array(ds, np.int64).reshape(-1, 2)
+    qh, dh = CS.key_hash(q), CS.key_hash(d)
+    i, j = CS.match_keys(qh, q, dh, d)
+    want = sorted((a, b) for a in range(len(q)) for b in range(len(d)) if qs[a] == ds[b])
+    assert sorted(zip(i.tolist(), j.tolist())) == want
+    for a in range(len(q)):
+        for b in range(len(d)):
+            if qs[a] == ds[b]:
+                assert qh[a] == dh[b]
+    first = CS.first_per_key(qh)
+    assert sorted({qs[k] for k in first.tolist()}) == sorted(set(qs)) and len(first) == len(set(qs))
+    ids = np.array([x for x, _ in ds], np.uint64)
+    gone = np.array(sorted({x for x, _ in qs}), np.uint64)
+    assert CS.in_sorted(ids, gone).tolist() == np.isin(ids, gone).tolist()
+
+
+def test_colliding_hashes_are_confirmed_on_the_key(monkeypatch):
+    """Every key hashing alike: a lookup never takes another key's combos, a second colliding
+    key is not cached (a miss), and a present key still finds its own combos."""
+    monkeypatch.setattr(CS, "key_hash", lambda keys: np.zeros(len(keys), np.uint64))
+    st_ = SegmentCache(2, 1, capacity=10**6)
+    k = lambda *v: np.array([[0, x] for x in v], np.int64)  # noqa: E731
+    assert st_.create(k(1, 2), k(1, 2), np.array([[10], [11]], np.uint64)) == 0  # two keys, one hash
+    assert st_.create(k(1), k(1, 2), np.array([[10], [11]], np.uint64)) == 1
+    present, q, combos = st_.lookup(k(2, 1))
+    assert present.tolist() == [False, True] and st_.combo_ids[combos, 0].tolist() == [10] and q.tolist() == [1]
+    assert st_.create(k(2), k(2), np.array([[11]], np.uint64)) == 0  # clashes with key 1's hash
+    keep = st_.invalidate(0, np.array([10], np.uint64))
+    assert st_.maintain(keep, k(1, 2), np.array([[12], [13]], np.uint64)) == 1
+    # key 2's combo stored alongside (same hash) is never returned for key 1
+    present, q, combos = st_.lookup(k(1))
+    assert present.tolist() == [True] and st_.combo_ids[combos, 0].tolist() == [12]
 
 
 def test_stable_codes():

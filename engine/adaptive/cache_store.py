@@ -16,33 +16,58 @@ from __future__ import annotations
 import numpy as np
 
 from cqlstream.engine.batch import splitmix64
-from cqlstream.engine.kernels import expand, joint_dense
+from cqlstream.engine.kernels import expand
+
+# odd 64-bit weights, one per key column (a key has two columns per equi conjunct)
+_MULT = splitmix64(np.arange(1, 65, dtype=np.uint64)) | np.uint64(1)
+_MIX = np.uint64(0xBF58476D1CE4E5B9)
 
 
 def key_hash(keys: np.ndarray) -> np.ndarray:
-    """A 64-bit hash per key row (n, p) of int64 codes, equal across calls for equal rows."""
-    h = np.zeros(len(keys), np.uint64)
-    for c in range(keys.shape[1]):
-        h = splitmix64(h ^ keys[:, c].view(np.uint64))
+    """A 64-bit hash per key row (n, p) of int64 codes, equal across calls for equal rows: the
+    columns weighted by odd constants and summed (wrapping), then one xor-shift-multiply round. One
+    mixer per call whatever p (a splitmix per column cost more than the lookups it serves); a collision
+    only ever costs a miss, equal hashes are confirmed on the full key."""
+    n, p = keys.shape
+    if not n:
+        return np.zeros(0, np.uint64)
+    u = np.ascontiguousarray(keys).view(np.uint64)
+    with np.errstate(over="ignore"):
+        h = (u * _MULT[:p]).sum(axis=1, dtype=np.uint64)
+        h ^= h >> np.uint64(29)
+        h *= _MIX
+        h ^= h >> np.uint64(32)
     return h
 
 
-def row_codes(parts: list[np.ndarray]) -> list[np.ndarray]:
-    """One int64 code per key row for each (n_k, p) array: equal rows ↔ equal codes."""
-    if not parts:
-        return []
-    p = parts[0].shape[1]
-    if p == 1:
-        return [a[:, 0] for a in parts]
-    codes = [np.zeros(len(a), np.int64) for a in parts]
-    size = 1
-    for c in range(p):
-        dense, n = joint_dense(*[a[:, c] for a in parts])
-        if size * n >= 2**62:
-            codes, size = joint_dense(*codes)
-        codes = [x * n + d for x, d in zip(codes, dense)]
-        size *= n
-    return codes
+def match_keys(qh: np.ndarray, q: np.ndarray, dh: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (i, j) with q[i] == d[j] (key rows with their hashes qh, dh): the d side
+    sorted by hash once, each q row binary-searched, equal hashes confirmed on the full key."""
+    if not len(qh) or not len(dh):
+        z = np.zeros(0, np.int64)
+        return z, z
+    o = np.argsort(dh, kind="stable")
+    sh = dh[o]
+    lo = np.searchsorted(sh, qh, side="left")
+    hi = np.searchsorted(sh, qh, side="right")
+    rep, pos = expand(lo, hi - lo)
+    j = o[pos]
+    same = (q[rep] == d[j]).all(axis=1) if len(rep) else np.zeros(0, bool)
+    return rep[same], j[same]
+
+
+def first_per_key(h: np.ndarray) -> np.ndarray:
+    """Index of the first row of each distinct hash (rows of distinct keys sharing a hash: one
+    of them; the others are simply not cached, which is incomplete, never wrong)."""
+    return np.unique(h, return_index=True)[1]
+
+
+def in_sorted(x: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """x ∈ sorted_set, by binary search (no sort of x: x is the large side)."""
+    if not len(sorted_set) or not len(x):
+        return np.zeros(len(x), bool)
+    at = np.minimum(np.searchsorted(sorted_set, x), len(sorted_set) - 1)
+    return sorted_set[at] == x
 
 
 class SegmentCache:
@@ -88,12 +113,13 @@ class SegmentCache:
         self.combo_key, self.chash, self.combo_ids = self.combo_key[:0], self.chash[:0], self.combo_ids[:0]
 
     # ------------------------------------------------------------ probe
-    def lookup(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For probe keys q (n, p): which are present, and the pairs (probe, combo) of equal key."""
+    def lookup(self, q: np.ndarray, h: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For probe keys q (n, p) (their hashes h, computed when not given): which are
+        present, and the pairs (probe, combo) of equal key."""
         if not len(self.keys) or not len(q):
             z = np.zeros(0, np.int64)
             return np.zeros(len(q), bool), z, z
-        h = key_hash(q)
+        h = key_hash(q) if h is None else h
         at = np.minimum(np.searchsorted(self.khash, h), len(self.khash) - 1)
         present = self.khash[at] == h
         if present.any():
@@ -105,27 +131,52 @@ class SegmentCache:
         return present, rep[same], pos[same]
 
     # ------------------------------------------------------------ updates
-    def maintain(self, keep: np.ndarray, key: np.ndarray, ids: np.ndarray) -> int:
-        """Keep the combos flagged in `keep` (the others lost a component), then add the new
-        combos (key, ids) whose key is present. Returns the rows added."""
-        if not keep.all():
+    def maintain(self, keep: np.ndarray | None, key: np.ndarray, ids: np.ndarray, h: np.ndarray | None = None) -> int:
+        """Keep the combos flagged in `keep` (the others lost a component; None: all), then add
+        the new combos (key, ids; key hashes h) whose key is present. Returns the rows added."""
+        if keep is not None and not keep.all():
             self.combo_key, self.chash, self.combo_ids = self.combo_key[keep], self.chash[keep], self.combo_ids[keep]
         if not len(key) or not len(self.keys):
             return 0
-        take = self.lookup(key)[0]
+        h = key_hash(key) if h is None else h
+        take = self.present(key, h)
         if take.any():
-            self._add_combos(key[take], ids[take])
+            self._add_combos(key[take], ids[take], h[take])
         return int(take.sum())
 
-    def create(self, keys: np.ndarray, key: np.ndarray, ids: np.ndarray) -> int:
-        """New entries for `keys` (distinct, not present) with their combos (key, ids), then the
-        oldest entries leave while over capacity. Returns the entries created."""
+    def present(self, q: np.ndarray, h: np.ndarray) -> np.ndarray:
+        """Which key rows q (hashes h) have an entry (no combos gathered)."""
+        if not len(self.keys) or not len(q):
+            return np.zeros(len(q), bool)
+        at = np.minimum(np.searchsorted(self.khash, h), len(self.khash) - 1)
+        ok = self.khash[at] == h
+        if ok.any():
+            ok[ok] = (self.keys[at[ok]] == q[ok]).all(axis=1)
+        return ok
+
+    def invalidate(self, pos: int, gone: np.ndarray) -> np.ndarray:
+        """The combos whose component at segment position `pos` is not among the ids `gone`
+        (sorted): a binary search per combo, no sort of the cache."""
+        return ~in_sorted(self.combo_ids[:, pos], gone)
+
+    def create(
+        self,
+        keys: np.ndarray,
+        key: np.ndarray,
+        ids: np.ndarray,
+        h: np.ndarray | None = None,
+        ch: np.ndarray | None = None,
+    ) -> int:
+        """New entries for `keys` (distinct, not present; hashes h) with their combos (key,
+        ids; hashes ch), then the oldest entries leave while over capacity. Returns the entries
+        created."""
         if not len(keys) or self.capacity <= 0:
             return 0
-        h = key_hash(keys)
+        h = key_hash(keys) if h is None else h
+        ch = key_hash(key) if ch is None else ch
         # a key whose hash another entry has is not cached (always a miss, still correct): each
         # hash names one entry, so a lookup's binary search finds the only candidate
-        clash = np.isin(h, self.khash)
+        clash = in_sorted(h, self.khash)
         o = np.argsort(h, kind="stable")
         dup = np.zeros(len(h), bool)
         dup[o[1:]] = h[o][1:] == h[o][:-1]
@@ -133,8 +184,8 @@ class SegmentCache:
         ok = ~(clash | dup)
         if not ok.all():
             keys, h = keys[ok], h[ok]
-            keep = np.isin(key_hash(key), h) if len(key) else np.zeros(0, bool)
-            key, ids = key[keep], ids[keep]
+            keep = in_sorted(ch, np.sort(h)) if len(key) else np.zeros(0, bool)
+            key, ids, ch = key[keep], ids[keep], ch[keep]
             if not len(keys):
                 return 0
         o = np.argsort(h, kind="stable")
@@ -144,13 +195,13 @@ class SegmentCache:
         self.age = np.insert(self.age, at, self._born + np.arange(len(keys))[o])
         self._born += len(keys)
         if len(key):
-            self._add_combos(key, ids)
+            self._add_combos(key, ids, ch)
         self._fit()
         return len(keys)
 
-    def _add_combos(self, key: np.ndarray, ids: np.ndarray) -> None:
+    def _add_combos(self, key: np.ndarray, ids: np.ndarray, h: np.ndarray | None = None) -> None:
         """Merge combos into the hash-sorted arrays (in their order among equal hashes)."""
-        h = key_hash(key)
+        h = key_hash(key) if h is None else h
         o = np.argsort(h, kind="stable")
         at = np.searchsorted(self.chash, h[o], side="right")
         self.combo_key = np.insert(self.combo_key, at, key[o], axis=0)

@@ -47,9 +47,8 @@ import numpy as np
 from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive import cache_config as CC
 from cqlstream.engine.adaptive.cache_config import CachingConfig
-from cqlstream.engine.adaptive.cache_store import SegmentCache, row_codes
+from cqlstream.engine.adaptive.cache_store import SegmentCache, first_per_key, key_hash, match_keys
 from cqlstream.engine.adaptive.config import OFF
-from cqlstream.engine.batch import Batch
 
 if TYPE_CHECKING:
     from cqlstream.cql.logical import expr as X
@@ -168,8 +167,9 @@ class Candidate:
 
 
 class Delta:
-    """Segment-join combos formed by this call's inserts: key rows, ids per segment input,
-    rows per segment input, and the alive interval (lo, hi)."""
+    """Segment-join combos formed by this call's inserts: key rows (and their hashes, computed
+    once here for every later match), ids per segment input, rows per segment input, and the
+    alive interval (lo, hi)."""
 
     def __init__(
         self, key: np.ndarray, valid: np.ndarray, ids: np.ndarray, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray
@@ -177,6 +177,7 @@ class Delta:
         keep = valid & (lo < hi)
         self.key, self.ids, self.rows = key[keep], ids[keep], rows[keep]
         self.lo, self.hi = lo[keep], hi[keep]
+        self.h = key_hash(self.key)
 
 
 def _cat_delta(parts: list[Delta], n_key: int, n_seg: int) -> Delta:
@@ -193,6 +194,7 @@ def _cat_delta(parts: list[Delta], n_key: int, n_seg: int) -> Delta:
     out.rows = np.concatenate([p.rows for p in parts])
     out.lo = np.concatenate([p.lo for p in parts])
     out.hi = np.concatenate([p.hi for p in parts])
+    out.h = np.concatenate([p.h for p in parts])
     del d
     return out
 
@@ -238,8 +240,28 @@ class ACaching:
         # per call
         self.live = False
         self.deltas: dict[tuple[int, tuple[int, ...]], list[Delta]] = {}
-        self.pending: list[tuple[Candidate, np.ndarray, np.ndarray, np.ndarray]] = []
+        # entries to create at the end of the call: (cache, keys, their hashes, combo keys,
+        # combo ids, combo key hashes)
+        self.pending: list[tuple[Candidate, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.lookups: dict[int, tuple[Candidate, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._codes: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
+        self._unique: dict[int, bool] = {}
+
+    def codes(self, e: Equi, who: int, tables: Sequence[Table]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Stable key codes and validity of input `who`'s side of equi conjunct e over its whole
+        table in this call (None: not numeric), computed once per call."""
+        k = (e.cid, who)
+        if k not in self._codes:
+            expr: X.Expr = e.ea if who == e.a else e.eb
+            self._codes[k] = stable_codes(*self.op.ev.eval(expr, tables[who].b))
+        return self._codes[k]
+
+    def unique_ids(self, tables: Sequence[Table], k: int) -> bool:
+        """Input k's ids identify its tuples in this call (memoized per call)."""
+        got = self._unique.get(k)
+        if got is None:
+            got = self._unique[k] = _unique_ids(tables[k])
+        return got
 
     # ------------------------------------------------------------ switches
     @property
@@ -317,6 +339,7 @@ class ACaching:
         order in which the pipelines run (suppliers first)."""
         self.live = self.active
         self.deltas, self.pending, self.lookups = {}, [], {}
+        self._codes, self._unique = {}, {}
         used = self.used()
         if not self.live or not const_ok:
             for c in used:
@@ -327,7 +350,7 @@ class ACaching:
             order = self.op._order(c.i)
             if tuple(order[: len(c.seg)]) != c.seg or not self._eligible(c):
                 self._drop(c, "probe order changed", unused=False)
-            elif not all(_unique_ids(tables[k]) for k in c.seg):
+            elif not all(self.unique_ids(tables, k) for k in c.seg):
                 assert c.store is not None
                 c.store.clear()  # ids do not identify tuples in this call: start over, still correct
         for c in self.used():
@@ -384,21 +407,22 @@ class ACaching:
             assert c.store is not None
             t0 = _clock()
             delta = _cat_delta(self.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
-            keep = np.ones(c.store.rows, bool)
+            keep: np.ndarray | None = None
             for pos, k in enumerate(c.seg):
                 t = tables[k]
                 gone = t.b.id[t.inst[(t.lo < 0) & (t.hi < INF)]]
                 if len(gone) and c.store.rows:
-                    keep &= ~np.isin(c.store.combo_ids[:, pos], gone)
+                    alive = c.store.invalidate(pos, np.sort(gone))
+                    keep = alive if keep is None else keep & alive
             end = delta.hi == INF
-            removed = int((~keep).sum())
-            added = c.store.maintain(keep, delta.key[end], delta.ids[end])
+            removed = 0 if keep is None else int((~keep).sum())
+            added = c.store.maintain(keep, delta.key[end], delta.ids[end], delta.h[end])
             c.maintained += removed + added
             c.call_work += _clock() - t0
-        for c, keys, combo_key, combo_ids in self.pending:
+        for c, keys, kh, combo_key, combo_ids, ch in self.pending:
             if c.state == USED and c.store is not None:
                 t0 = _clock()
-                c.created += c.store.create(keys, combo_key, combo_ids)
+                c.created += c.store.create(keys, combo_key, combo_ids, kh, ch)
                 c.call_work += _clock() - t0
         for c in self.used():
             obs = (float(c.call_rows), c.call_work)
@@ -408,6 +432,7 @@ class ACaching:
             c.call_work, c.call_rows = 0.0, 0
         self.pending = []
         self.deltas = {}
+        self._codes, self._unique = {}, {}
         self._maybe_reoptimize()
 
     # ------------------------------------------------------------ statistics and selection
@@ -742,12 +767,13 @@ class PipelineCall:
             self.own = None
             return idx, seq
         keys, valid = got
-        if not all(_unique_ids(self.tables[k]) for k in c.seg):
+        h = key_hash(keys)  # once: the lookup, this call's fresh combos and the new entries use it
+        if not all(self.ac.unique_ids(self.tables, k) for k in c.seg):
             present = np.zeros(len(ev), bool)
             q = pairs = np.zeros(0, np.int64)
             c.store.clear()
         else:
-            present, q, pairs = c.store.lookup(keys)
+            present, q, pairs = c.store.lookup(keys, h)
             present &= valid
         # stored combos: resolve ids to this call's state rows, keep those alive at the probe's seq
         stored = self._stored(c, q[present[q]] if len(q) else q, pairs[present[q]] if len(q) else pairs, seq)
@@ -760,13 +786,14 @@ class PipelineCall:
         self.ac.observe_keys(c, keys, valid, len(ev), int(hit.sum()))
         # this call's new combos (supplied before this pipeline ran) alive at the probe's seq
         d = _cat_delta(self.ac.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
-        hq2, hrows2 = self._fresh(keys, hit, d, seq)
+        hq2, hrows2 = self._fresh(keys, h, hit, d, seq)
         qq = np.concatenate([hq, hq2])
         rows = np.concatenate([hrows, hrows2])
         self.hits = ({self.i: ev[qq], **{k: rows[:, pos] for pos, k in enumerate(c.seg)}}, seq[qq])
         miss = ~hit
         self.miss_rows = ev[miss]
         self.miss_keys = keys[miss]
+        self.miss_hash = h[miss]
         self.miss_valid = valid[miss]
         self.miss_seq = seq[miss]
         self.delta = d
@@ -809,18 +836,14 @@ class PipelineCall:
             alive &= _hi_of_rows(t, r) > seq[q]
         return q[alive], rows[alive]
 
-    def _fresh(self, keys: np.ndarray, hit: np.ndarray, d: Delta, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _fresh(
+        self, keys: np.ndarray, h: np.ndarray, hit: np.ndarray, d: Delta, seq: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Hits from this call's new combos: those of the hit's key alive at its seq."""
         hq = np.flatnonzero(hit)
         if not len(d.lo) or not len(hq):
             return np.zeros(0, np.int64), np.zeros((0, d.rows.shape[1]), np.int64)
-        qc, dc = row_codes([keys[hq], d.key])
-        order = np.argsort(dc, kind="stable")
-        lo = np.searchsorted(dc[order], qc, side="left")
-        hi = np.searchsorted(dc[order], qc, side="right")
-        from cqlstream.engine.kernels import expand
-
-        rep, pos = expand(lo, hi - lo)
-        di = order[pos]
+        rep, di = match_keys(h[hq], keys[hq], d.h, d.key)
         q = hq[rep]
         s = seq[q]
         ok = (d.lo[di] < s) & (s < d.hi[di])
@@ -875,10 +898,9 @@ class PipelineCall:
         ok = self.miss_valid
         if not ok.any():
             return
-        mk, mrows, mseq = self.miss_keys[ok], self.miss_rows[ok], self.miss_seq[ok]
-        codes = row_codes([mk])[0]
-        _u, first = np.unique(codes, return_index=True)
-        keys, krow, kseq = mk[first], mrows[first], mseq[first]
+        mk, mrows, mseq, mh = self.miss_keys[ok], self.miss_rows[ok], self.miss_seq[ok], self.miss_hash[ok]
+        first = first_per_key(mh)
+        keys, krow, kseq, kh = mk[first], mrows[first], mseq[first], mh[first]
         # results of the chosen events, alive at the end of the call
         sel = np.isin(idx[self.i], krow)
         rows = {k: idx.get(k, np.zeros(0, np.int64))[sel] for k in c.seg}
@@ -895,41 +917,41 @@ class PipelineCall:
             if len(which)
             else np.zeros((0, len(c.seg)), np.uint64)
         )
+        ch = kh[which] if len(which) else np.zeros(0, np.uint64)
         d = self.delta
         if len(d.lo):
-            late = d.hi == INF
-            kc, dc = row_codes([keys, d.key[late]])
-            order = np.argsort(kc)
-            at = np.searchsorted(kc[order], dc)
-            at = np.minimum(at, len(order) - 1)
-            match = kc[order][at] == dc
-            after = np.zeros(len(dc), bool)
-            after[match] = d.lo[late][match] > kseq[order[at[match]]]
-            ck = np.concatenate([ck, d.key[late][after]])
-            cid = np.concatenate([cid, d.ids[late][after]])
-        self.ac.pending.append((c, keys, ck, cid))
+            late = np.flatnonzero(d.hi == INF)
+            # each late combo matches at most one new key (the keys are distinct)
+            dj, ki = match_keys(d.h[late], d.key[late], kh, keys)
+            dj = late[dj]
+            after = d.lo[dj] > kseq[ki]
+            dj = dj[after]
+            ck = np.concatenate([ck, d.key[dj]])
+            cid = np.concatenate([cid, d.ids[dj]])
+            ch = np.concatenate([ch, d.h[dj]])
+        self.ac.pending.append((c, keys, kh, ck, cid, ch))
 
 
 def side_keys(
     op: JoinOp, tables: Sequence[Table], c: Candidate, rows: dict[int, np.ndarray], probing: bool
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Key rows of candidate c: the probing input's side of each key conjunct (`probing`), or
-    the segment's side (for segment combos, given their rows per segment input)."""
+    the segment's side (for segment combos, given their rows per segment input). Each side's
+    codes are computed once per call over its whole table (`ACaching.codes`) and gathered."""
     n = len(next(iter(rows.values())))
     out = np.zeros((n, 2 * len(c.keys)), np.int64)
     valid = np.ones(n, bool)
     for k, e in enumerate(c.keys):
         mine = (e.a == c.i) == probing
         who = e.a if mine else e.b
-        expr: X.Expr = e.ea if mine else e.eb
         if not n:
             continue
-        b: Batch = tables[who].b.take(rows[who])
-        got = stable_codes(*op.ev.eval(expr, b))
+        got = op.caching.codes(e, who, tables)
         if got is None:
             return None
-        out[:, 2 * k : 2 * k + 2] = got[0]
-        valid &= got[1]
+        r = rows[who]
+        out[:, 2 * k : 2 * k + 2] = got[0][r]
+        valid &= got[1][r]
     return out, valid
 
 
