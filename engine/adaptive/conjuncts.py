@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cqlstream.cql.logical import expr as X
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.matrix import MatrixView
 from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
@@ -26,7 +27,6 @@ from cqlstream.engine.adaptive.profile import CostMeter, ProfileWindow, Sampler
 from cqlstream.engine.batch import Batch, concat
 
 if TYPE_CHECKING:
-    from cqlstream.cql.logical import expr as X
     from cqlstream.engine.exprs import Evaluator
 
 log = logging.getLogger("cqlstream.adaptive")
@@ -68,6 +68,7 @@ class AdaptiveOrder:
         self.n = len(self.conjuncts)
         self.order = list(range(self.n))
         self.names = [c.sql() for c in self.conjuncts]
+        self.reads = [sorted(X.columns(c)) for c in self.conjuncts]  # input columns each conjunct reads
         self.static = np.array([static_cost(c) for c in self.conjuncts], dtype=float)
         self.log: deque[Reorder] = deque(maxlen=self.LOG)
         self.events: deque[Reorder] = deque(maxlen=self.EVENTS)
@@ -96,25 +97,13 @@ class AdaptiveOrder:
     # ------------------------------------------------------------ executor
     def run(self, b: Batch, ev: Evaluator) -> Batch:
         if self.policy is None:
-            for c in self.ordered:
-                if not len(b):
-                    break
-                b = b.take(ev.predicate(c, b))
-            return b
+            return self._survivors(b, self.order, ev)
         n_in = len(b)
         self.seen += n_in
         picked = self.sampler.take(n_in)
         secs, tuples = np.zeros(self.n), np.zeros(self.n)
         if not len(picked):
-            for i in self.order:
-                if not len(b):
-                    break
-                t = time.perf_counter()
-                mask = ev.predicate(self.conjuncts[i], b)
-                secs[i] = time.perf_counter() - t
-                tuples[i] = len(b)
-                b = b.take(mask)
-            out = b
+            out = b = self._survivors(b, self.order, ev, secs, tuples)
         else:
             out = self._run_profiling(b, picked, ev, secs, tuples)
         self.meter.add(secs, tuples, n_in)
@@ -123,6 +112,36 @@ class AdaptiveOrder:
                 self._time_one_tuple(b.slice(0, 1), ev)
             self._profile()
         return out
+
+    def _survivors(
+        self,
+        b: Batch,
+        order: Sequence[int],
+        ev: Evaluator,
+        secs: np.ndarray | None = None,
+        tuples: np.ndarray | None = None,
+    ) -> Batch:
+        """The rows of `b` every conjunct keeps, in batch order, evaluating the conjuncts in
+        `order`, each on the survivors of the ones before it (timed into `secs` / `tuples` when
+        given). The survivors are carried as positions and each conjunct sees only the columns it
+        reads, gathered at them: one copy of the whole row at the end, not one per conjunct (a
+        15-column stream filtered by two conjuncts copied every column twice)."""
+        idx: np.ndarray | None = None  # positions of the survivors so far (None: every row)
+        cur = b
+        for i in order:
+            if idx is not None:
+                if not len(idx):
+                    break
+                cur = _at(b, idx, self.reads[i])
+            elif not len(b):
+                break
+            t = time.perf_counter()
+            mask = ev.predicate(self.conjuncts[i], cur)
+            if secs is not None and tuples is not None:
+                secs[i] = time.perf_counter() - t
+                tuples[i] = len(cur)
+            idx = np.flatnonzero(mask) if idx is None else idx[mask]
+        return b if idx is None else b.take(idx)
 
     def _run_profiling(
         self, b: Batch, picked: np.ndarray, ev: Evaluator, secs: np.ndarray, tuples: np.ndarray
@@ -241,3 +260,16 @@ class AdaptiveOrder:
         order = ", ".join(f"[{i}] {self.names[i]}" for i in self.order)
         pol = self.config.policy if self.policy is not None else OFF
         return f"conjunct order ({pol}, {self.reorders} re-orderings): {order}"
+
+
+def _at(b: Batch, idx: np.ndarray, cols: Sequence[int]) -> Batch:
+    """The rows of `b` at positions `idx` with only columns `cols` gathered; the others are
+    empty placeholders (a conjunct reads only its own columns: `X.columns`)."""
+    keep = set(cols)
+    return Batch(
+        [c[idx] if k in keep else c[:0] for k, c in enumerate(b.cols)],
+        [None if m is None or k not in keep else m[idx] for k, m in enumerate(b.nulls)],
+        b.ts[idx],
+        b.sign[idx],
+        b.id[idx],
+    )
