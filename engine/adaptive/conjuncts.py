@@ -24,7 +24,7 @@ from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.matrix import MatrixView
 from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
 from cqlstream.engine.adaptive.profile import CostMeter, ProfileWindow, Sampler
-from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.batch import Batch
 
 if TYPE_CHECKING:
     from cqlstream.engine.exprs import Evaluator
@@ -156,9 +156,12 @@ class AdaptiveOrder:
         mask = ev.predicate(self.conjuncts[first], b)
         secs[first], tuples[first] = time.perf_counter() - t, len(b)
         bits[:, first] = ~mask[picked]
-        cur = concat([b.take(mask), b.take(picked)])  # the first conjunct's survivors, then the copies
-        ns = len(cur) - k
+        # positions in b: the first conjunct's survivors, then the copies (as in `_survivors`,
+        # each conjunct sees only its columns gathered there; the row is copied once at the end)
+        idx = np.concatenate([np.flatnonzero(mask), picked.astype(np.int64, copy=False)])
+        ns = len(idx) - k
         for i in rest:
+            cur = _at(b, idx, self.reads[i])
             t = time.perf_counter()
             mask = ev.predicate(self.conjuncts[i], cur)
             secs[i] = time.perf_counter() - t
@@ -167,13 +170,13 @@ class AdaptiveOrder:
             keep = mask.copy()  # the mask may be a boolean column of the batch itself
             keep[ns:] = True  # the copies always go on
             ns = int(np.count_nonzero(mask[:ns]))
-            cur = cur.take(keep)
+            idx = idx[keep]
         self.profiled += k
         dropped = bits[bits.any(axis=1)]  # only dropped tuples carry information (thesis §4.3.1)
         if len(dropped):
             self.pending.append(dropped)
             self.pending_rows += len(dropped)
-        return cur.slice(0, ns)
+        return b.take(idx[:ns])
 
     def _time_one_tuple(self, one: Batch, ev: Evaluator) -> None:
         """Time a one-tuple call of each conjunct: its fixed overhead (the `measured` cost model)."""
