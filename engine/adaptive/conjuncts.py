@@ -126,10 +126,13 @@ class AdaptiveOrder:
         given). The survivors are carried as positions and each conjunct sees only the columns it
         reads, gathered at them: one copy of the whole row at the end, not one per conjunct (a
         15-column stream filtered by two conjuncts copied every column twice)."""
-        idx: np.ndarray | None = None  # positions of the survivors so far (None: every row)
+        first: np.ndarray | None = None  # the first conjunct's mask over b
+        idx: np.ndarray | None = None  # positions of the survivors, once a second conjunct runs
         cur = b
         for i in order:
-            if idx is not None:
+            if first is not None:
+                if idx is None:
+                    idx = np.flatnonzero(first)
                 if not len(idx):
                     break
                 cur = _at(b, idx, self.reads[i])
@@ -140,8 +143,14 @@ class AdaptiveOrder:
             if secs is not None and tuples is not None:
                 secs[i] = time.perf_counter() - t
                 tuples[i] = len(cur)
-            idx = np.flatnonzero(mask) if idx is None else idx[mask]
-        return b if idx is None else b.take(idx)
+            if first is None:
+                first = mask
+            else:
+                assert idx is not None
+                idx = idx[mask]
+        if first is None:
+            return b
+        return b.take(first) if idx is None else b.take(idx)  # one conjunct: its mask, as before
 
     def _run_profiling(
         self, b: Batch, picked: np.ndarray, ev: Evaluator, secs: np.ndarray, tuples: np.ndarray
