@@ -638,7 +638,17 @@ def _parse(text: str, start: str) -> Any:
 
 def parse_statement(text: str) -> ast.Statement:
     """Parse one statement (a query, a view or a source registration), `;` optional."""
-    return _parse(text, "single")
+    if not isinstance(text, str):
+        raise CqlError("syntax", "query text must be a string")
+    return _parse_single(text)
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_single(text: str) -> ast.Statement:
+    """Parses are memoized by text: a STREAM script is checked against a scratch catalog and then
+    registered, each statement parsed both times (and the tree is immutable: frozen dataclasses of
+    tuples). Errors are not cached: a bad statement raises every time."""
+    return cast(ast.Statement, _parse(text, "single"))
 
 
 def parse_query(text: str) -> ast.Query:

@@ -283,7 +283,7 @@ def parse_script(
         expected = need[pending.kind]
         what = {"table": "table", "view": "vquery", "query": "query"}[pending.kind]
         raise ScriptError(path, pending.line, f"'{what}' must be followed by '{expected} :' (found end of script)")
-    check = Registrar(script, None, compat)
+    check = Registrar(script, None, compat, check_only=True)
     check.register_all()
     script.warnings = check.warnings
     for w in script.warnings:
@@ -318,8 +318,13 @@ class Registrar:
     """Registers a script's declarations in order, into a Dsms or (for checking) a bare catalog,
     turning every CqlError into a ScriptError on the script line it comes from."""
 
-    def __init__(self, script: Script, dsms: Dsms | None, compat: bool, approximate: str | None = None) -> None:
+    def __init__(
+        self, script: Script, dsms: Dsms | None, compat: bool, approximate: str | None = None, check_only: bool = False
+    ) -> None:
         self.script = script
+        # check_only (parse_script's check, into a bare catalog): queries are parsed and analyzed
+        # (every user error is found there) but not optimized, and `queries` stays empty
+        self.check_only = check_only and dsms is None
         self.dsms = dsms
         self.compat = compat
         self.approximate = approximate  # "static": queries registered with static approximation approved
@@ -406,6 +411,14 @@ class Registrar:
         try:
             if self.dsms is not None:
                 h = self.dsms.register_query(step.text, approximate=self.approximate)
+            elif self.check_only:
+                analyze(
+                    parse_query(step.text),
+                    self.catalog,
+                    text=step.text,
+                    options=AnalyzeOptions(stream_compat=self.compat),
+                )
+                return
             else:
                 h = compile_query(step.text, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
         except CqlError as e:

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cqlstream.cql.logical import expr as X
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.matrix import MatrixView
 from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
 from cqlstream.engine.adaptive.profile import CostMeter, ProfileWindow, Sampler
-from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.batch import Batch
 
 if TYPE_CHECKING:
-    from cqlstream.cql.logical import expr as X
     from cqlstream.engine.exprs import Evaluator
 
 log = logging.getLogger("cqlstream.adaptive")
@@ -68,6 +68,7 @@ class AdaptiveOrder:
         self.n = len(self.conjuncts)
         self.order = list(range(self.n))
         self.names = [c.sql() for c in self.conjuncts]
+        self.reads = [sorted(X.columns(c)) for c in self.conjuncts]  # input columns each conjunct reads
         self.static = np.array([static_cost(c) for c in self.conjuncts], dtype=float)
         self.log: deque[Reorder] = deque(maxlen=self.LOG)
         self.events: deque[Reorder] = deque(maxlen=self.EVENTS)
@@ -96,25 +97,13 @@ class AdaptiveOrder:
     # ------------------------------------------------------------ executor
     def run(self, b: Batch, ev: Evaluator) -> Batch:
         if self.policy is None:
-            for c in self.ordered:
-                if not len(b):
-                    break
-                b = b.take(ev.predicate(c, b))
-            return b
+            return self._survivors(b, self.order, ev)
         n_in = len(b)
         self.seen += n_in
         picked = self.sampler.take(n_in)
         secs, tuples = np.zeros(self.n), np.zeros(self.n)
         if not len(picked):
-            for i in self.order:
-                if not len(b):
-                    break
-                t = time.perf_counter()
-                mask = ev.predicate(self.conjuncts[i], b)
-                secs[i] = time.perf_counter() - t
-                tuples[i] = len(b)
-                b = b.take(mask)
-            out = b
+            out = b = self._survivors(b, self.order, ev, secs, tuples)
         else:
             out = self._run_profiling(b, picked, ev, secs, tuples)
         self.meter.add(secs, tuples, n_in)
@@ -123,6 +112,45 @@ class AdaptiveOrder:
                 self._time_one_tuple(b.slice(0, 1), ev)
             self._profile()
         return out
+
+    def _survivors(
+        self,
+        b: Batch,
+        order: Sequence[int],
+        ev: Evaluator,
+        secs: np.ndarray | None = None,
+        tuples: np.ndarray | None = None,
+    ) -> Batch:
+        """The rows of `b` every conjunct keeps, in batch order, evaluating the conjuncts in
+        `order`, each on the survivors of the ones before it (timed into `secs` / `tuples` when
+        given). The survivors are carried as positions and each conjunct sees only the columns it
+        reads, gathered at them: one copy of the whole row at the end, not one per conjunct (a
+        15-column stream filtered by two conjuncts copied every column twice)."""
+        first: np.ndarray | None = None  # the first conjunct's mask over b
+        idx: np.ndarray | None = None  # positions of the survivors, once a second conjunct runs
+        cur = b
+        for i in order:
+            if first is not None:
+                if idx is None:
+                    idx = np.flatnonzero(first)
+                if not len(idx):
+                    break
+                cur = _at(b, idx, self.reads[i])
+            elif not len(b):
+                break
+            t = time.perf_counter()
+            mask = ev.predicate(self.conjuncts[i], cur)
+            if secs is not None and tuples is not None:
+                secs[i] = time.perf_counter() - t
+                tuples[i] = len(cur)
+            if first is None:
+                first = mask
+            else:
+                assert idx is not None
+                idx = idx[mask]
+        if first is None:
+            return b
+        return b.take(first) if idx is None else b.take(idx)  # one conjunct: its mask, as before
 
     def _run_profiling(
         self, b: Batch, picked: np.ndarray, ev: Evaluator, secs: np.ndarray, tuples: np.ndarray
@@ -137,9 +165,12 @@ class AdaptiveOrder:
         mask = ev.predicate(self.conjuncts[first], b)
         secs[first], tuples[first] = time.perf_counter() - t, len(b)
         bits[:, first] = ~mask[picked]
-        cur = concat([b.take(mask), b.take(picked)])  # the first conjunct's survivors, then the copies
-        ns = len(cur) - k
+        # positions in b: the first conjunct's survivors, then the copies (as in `_survivors`,
+        # each conjunct sees only its columns gathered there; the row is copied once at the end)
+        idx = np.concatenate([np.flatnonzero(mask), picked.astype(np.int64, copy=False)])
+        ns = len(idx) - k
         for i in rest:
+            cur = _at(b, idx, self.reads[i])
             t = time.perf_counter()
             mask = ev.predicate(self.conjuncts[i], cur)
             secs[i] = time.perf_counter() - t
@@ -148,13 +179,13 @@ class AdaptiveOrder:
             keep = mask.copy()  # the mask may be a boolean column of the batch itself
             keep[ns:] = True  # the copies always go on
             ns = int(np.count_nonzero(mask[:ns]))
-            cur = cur.take(keep)
+            idx = idx[keep]
         self.profiled += k
         dropped = bits[bits.any(axis=1)]  # only dropped tuples carry information (thesis §4.3.1)
         if len(dropped):
             self.pending.append(dropped)
             self.pending_rows += len(dropped)
-        return cur.slice(0, ns)
+        return b.take(idx[:ns])
 
     def _time_one_tuple(self, one: Batch, ev: Evaluator) -> None:
         """Time a one-tuple call of each conjunct: its fixed overhead (the `measured` cost model)."""
@@ -241,3 +272,16 @@ class AdaptiveOrder:
         order = ", ".join(f"[{i}] {self.names[i]}" for i in self.order)
         pol = self.config.policy if self.policy is not None else OFF
         return f"conjunct order ({pol}, {self.reorders} re-orderings): {order}"
+
+
+def _at(b: Batch, idx: np.ndarray, cols: Sequence[int]) -> Batch:
+    """The rows of `b` at positions `idx` with only columns `cols` gathered; the others are
+    empty placeholders (a conjunct reads only its own columns: `X.columns`)."""
+    keep = set(cols)
+    return Batch(
+        [c[idx] if k in keep else c[:0] for k, c in enumerate(b.cols)],
+        [None if m is None or k not in keep else m[idx] for k, m in enumerate(b.nulls)],
+        b.ts[idx],
+        b.sign[idx],
+        b.id[idx],
+    )
