@@ -99,3 +99,32 @@ class CostMeter:
         c = np.where(c > 0, c, np.where(known, y / safe, 0.0) * 0.01)  # all overhead: nearly free per tuple
         fill = c[known].mean() if known.any() else 1.0
         return np.maximum(np.where(known, c, fill), self.FLOOR)
+
+
+class Passes:
+    """When a join pipeline profiles, and which of its events. Profile tuples fall due at the
+    thesis' rate, p per event, but are taken in *passes* of at least `size` tuples, all from one
+    call's events (uniformly, by a seeded generator): a pass joins its sampled events along every
+    tree path, and what that costs is mostly a fixed amount per path and call, so a few large
+    passes cost far less than one small pass per call, at the same p. `urgent` (the probing
+    itself saw its drop rates move, engine/adaptive/mjoin.py) takes the next pass at once, at
+    least `size` tuples even if fewer are due: re-converging after a shift waits for no pass."""
+
+    def __init__(self, p: float, size: int, seed: int) -> None:
+        self.p = p
+        self.size = max(int(size), 1)
+        self.due = 0.0  # profile tuples due and not yet taken
+        self.rng = np.random.default_rng(seed)
+        self.passes = 0
+
+    def take(self, n: int, urgent: bool = False) -> np.ndarray:
+        """Positions (sorted, within the call's n events) to profile now; usually none."""
+        self.due += self.p * n
+        if not n or (self.due < self.size and not urgent):
+            return np.zeros(0, np.int64)
+        k = min(max(int(self.due), self.size if urgent else 1), n)
+        self.due = max(self.due - k, 0.0)
+        self.passes += 1
+        if k == n:
+            return np.arange(n, dtype=np.int64)
+        return np.sort(self.rng.choice(n, size=k, replace=False))
