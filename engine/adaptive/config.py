@@ -27,9 +27,9 @@ class AdaptiveConfig:
     `alpha`: a violation counts only when a rank is below α times a later one (≤ 1; 0.9 avoids
     thrashing on noise).
     `profile_batch`: the policy checks its invariant once this many new profile tuples wait.
-    `profile_pass`: a join pipeline takes its profile tuples (due at p per event) in passes of
-    this many (at most the window), from one call: a pass costs mostly a fixed amount
-    (engine/adaptive/mjoin.py), so fewer, larger passes are cheaper at the same p.
+    `profile_pass`: a selection or join pipeline takes its profile tuples (due at p per input
+    tuple) in passes of this many (at most the window), from one call: a pass costs mostly a
+    fixed amount (engine/adaptive/profile.py), so fewer, larger passes are cheaper at the same p.
     `cost_model`: a conjunct's cost per tuple is `static` (the vectorized operations it runs per
     tuple, counted from the expression) or `measured` (timed per call, fixed overhead taken out:
     engine/adaptive/profile.py). Timings here are mostly per-call overhead that the order does

@@ -123,7 +123,7 @@ class Pipeline:
         m = len(self.others)
         self.config = config
         self.policy: Policy | None = None if config.policy == OFF or m < 2 else POLICIES[config.policy](m, config)
-        self.passes = Passes(config.p, min(config.profile_pass, config.w), seed=0x5EED + self.i)
+        self.passes = Passes(config.p, config.profile_pass, seed=0x5EED + self.i, cap=config.w)
         self.window = ProfileWindow(m, config.w)
         self.view = MatrixView(m)
         self.fan = np.zeros((2, m))  # decayed (probing rows, matches) per tree edge into each filter
