@@ -11,9 +11,9 @@ from cqlstream.engine.errors import KnobError
 OFF = "off"
 POLICY_NAMES = ("a-greedy", "sweep", "independent", "local-swaps", OFF)
 
-# The thesis profiles with p = 0.01 (0.005 for Independent). Here profiled copies ride through
-# every conjunct, which costs p × the whole conjunction per tuple: with cheap selective conjuncts
-# before costly ones that is 20% at p = 0.01 and 4% at 0.005 (bench/README.md), so 0.005.
+# The thesis profiles with p = 0.01 (0.005 for Independent). Here a sampled tuple is evaluated
+# by every conjunct, which costs p × the whole conjunction per tuple: with cheap selective
+# conjuncts before costly ones that weighs most (bench/README.md), so 0.005.
 PROBABILITY = 0.005
 DEFAULT_PROBABILITY: dict[str, float] = {}
 DEFAULT_WINDOW = {"sweep": 500}  # the thesis' Table 4.1: Sweep keeps a shorter window
