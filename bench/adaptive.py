@@ -8,6 +8,9 @@
    operations per tuple); the work is counted in operations (tuples × operations per tuple).
 2. `overhead`: stable data, the best order already set: the profiler's cost at several
    profiling probabilities p against adaptation off, at two batch sizes.
+   `table42`: the thesis' Table 4.2 setting, n equal-cost filters passing 50 % each, correlated in
+   groups of two, at its (n, p) = (3, 0.01), (3, 0.05), (8, 0.01), (8, 0.05): the profiler's
+   overhead against adaptation off at A-Greedy's converged order, beside the thesis' figures.
 3. `chain`: a cheap selection keeping 20% before a costly projection, under bursts (20,000
    tuples every 40 ticks; each tick grants the engine a twentieth of the CPU time a burst needs
    under round robin):
@@ -17,7 +20,7 @@
 Rates are input tuples per CPU second of the process (`time.process_time`), steadier than wall
 time on a shared machine, the best of `--repeat` runs.
 
-    python -m bench.adaptive [--rows 2000000] [--only filters,overhead,chain] [--json F]
+    python -m bench.adaptive [--rows 2000000] [--only filters,overhead,table42,chain] [--json F]
 """
 
 from __future__ import annotations
@@ -86,9 +89,13 @@ class Counting(Evaluator):
     def __init__(self, functions) -> None:
         super().__init__(functions)
         self.work = 0
+        self.ops: dict[int, int] = {}  # static cost per conjunct (counting must not weigh on the timings)
 
     def predicate(self, e, b):
-        self.work += len(b) * static_cost(e)
+        ops = self.ops.get(id(e))
+        if ops is None:
+            ops = self.ops[id(e)] = static_cost(e)
+        self.work += len(b) * ops
         return super().predicate(e, b)
 
 
@@ -185,6 +192,85 @@ def bench_overhead(rows: int, batches: list[int], probabilities: list[float]) ->
     return runs
 
 
+# ------------------------------------------------------------------ the thesis' Table 4.2
+
+T42 = [(3, 0.01), (3, 0.05), (8, 0.01), (8, 0.05)]  # its columns: (filters n, profiling probability p)
+T42_PAPER = {(3, 0.01): 0.88 + 0.20 + 0.15, (3, 0.05): 4.17 + 0.93 + 0.73, (8, 0.01): 2.92 + 0.20 + 0.22 + 0.04}
+T42_PAPER[(8, 0.05)] = 13.34 + 0.91 + 0.98  # its % of run time outside tuple processing
+T42_COST = 3  # identity terms per filter: equal costs (the thesis: one hash probe each)
+
+
+def t42_columns(n: int, rows: int, rng: np.random.Generator, gamma: int = 2) -> list[np.ndarray]:
+    """Table 4.1's defaults: every filter passes 50 %; filters in a group of Γ = 2 give the same
+    result on 80 % of tuples (each copies its group's coin with probability 0.6), groups are
+    independent."""
+    out = []
+    for g in range(0, n, gamma):
+        coin = rng.random(rows) < 0.5
+        for _ in range(g, min(g + gamma, n)):
+            passing = np.where(rng.random(rows) < 0.6, coin, rng.random(rows) < 0.5)
+            out.append(np.where(passing, rng.integers(0, 500, rows), rng.integers(500, 1000, rows)).astype(np.int64))
+    return out
+
+
+def _run_t42(n: int, cols: list[np.ndarray], batch: int, config: AdaptiveConfig, order) -> dict[str, Any]:
+    names = [f"C{k}" for k in range(n)]
+    d = Dsms(adaptive=config, sys_stream=False)
+    d.execute(f"register stream S ({', '.join(f'{c} int' for c in names)})")
+    where = " and ".join(f"{identity(c, T42_COST)} < 500" for c in names)
+    h = d.register_query(f"select C0 from S where {where}")
+    sub = d.subscribe(h.id)
+    op = next(op for op in d.plan.operators if op.kind == "select")
+    op.ev = ev = Counting(d.catalog.functions)
+    if order is not None:
+        control.set_knob(d, op.eid, "conjunct_order", order)
+    rows, out = len(cols[0]), 0
+    began = time.process_time()
+    for lo in range(0, rows, batch):
+        part = [c[lo : lo + batch] for c in cols]
+        m = len(part[0])
+        ts = lo // 10 + np.arange(m, dtype=np.int64) // 10
+        d.push_batch("S", Batch(part, [None] * n, ts, np.ones(m, np.int8), np.zeros(m, np.uint64)))
+        d.run()
+        out += len(sub.poll())
+    seconds = time.process_time() - began
+    d.end()
+    return {
+        "seconds": seconds,
+        "ops_per_tuple": ev.work / rows,
+        "order": list(op.adaptive.order),
+        "reorders": op.adaptive.reorders,
+        "out": out + len(sub.poll()),
+    }
+
+
+def bench_table42(rows: int, batch: int) -> dict[str, Any]:
+    """Stable data, A-Greedy's own converged order set from the start (and used by the run
+    without adaptation): the profiler's overhead at Table 4.2's (n, p), runs alternated, the
+    least CPU time of REPEAT each. `profile_ops_pct`: the extra conjunct operations profiling
+    ran (exact), the thesis' profile-tuple creation."""
+    runs: dict[str, Any] = {}
+    for n, p in T42:
+        cols = t42_columns(n, rows, np.random.default_rng(4))
+        config = AdaptiveConfig(probability=p)
+        order = _run_t42(n, cols, batch, config, None)["order"]  # converge first
+        on, off = [], []
+        for _ in range(REPEAT):
+            on.append(_run_t42(n, cols, batch, config, order))
+            off.append(_run_t42(n, cols, batch, AdaptiveConfig(policy="off"), order))
+        assert len({r["out"] for r in on + off}) == 1
+        t_on, t_off = min(r["seconds"] for r in on), min(r["seconds"] for r in off)
+        runs[f"n={n} p={p:g}"] = {
+            "overhead_pct": round(100 * (t_on / t_off - 1), 1),
+            "profile_ops_pct": round(100 * (on[0]["ops_per_tuple"] / off[0]["ops_per_tuple"] - 1), 2),
+            "thesis_pct": round(T42_PAPER[(n, p)], 2),
+            "tuples_per_s_off": int(rows / t_off),
+            "tuples_per_s_on": int(rows / t_on),
+            "reorders": on[0]["reorders"],
+        }
+    return runs
+
+
 CHAIN_QUERY = "select " + " + ".join(f"A * {k}" for k in range(1, 40)) + " as X, B from S where A < 200"
 
 
@@ -238,14 +324,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.adaptive", description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=2_000_000, help="tuples in the filter runs (default 2,000,000)")
     p.add_argument("--batch", type=int, default=100_000, help="rows per push in the filter runs (default 100,000)")
-    p.add_argument("--only", help="comma-separated parts: filters, overhead, chain")
+    p.add_argument("--only", help="comma-separated parts: filters, overhead, table42, chain")
     p.add_argument("--ticks", type=int, default=400, help="ticks of the chain run (default 400)")
     p.add_argument("--repeat", type=int, default=3, help="filter runs per figure, the best kept (default 3)")
     p.add_argument("--json", help="write the figures to this file")
     args = p.parse_args(argv)
     global REPEAT
     REPEAT = args.repeat
-    only = set(args.only.split(",")) if args.only else {"filters", "overhead", "chain"}
+    only = set(args.only.split(",")) if args.only else {"filters", "overhead", "table42", "chain"}
     report: dict[str, Any] = {"rows": args.rows, "batch": args.batch}
     if "filters" in only:
         run_filter(args.rows // 4, args.batch, PHASES, config=AdaptiveConfig())  # warm up
@@ -266,6 +352,17 @@ def main(argv=None) -> int:
         for name, x in r.items():
             for k, v in x.items():
                 print(f"{name:14} {k:8} {v}", flush=True)
+    if "table42" in only:
+        report["table42"] = r = bench_table42(args.rows // 2, args.batch)
+        print(
+            f"{'Table 4.2':14} {'overhead':>9} {'profile ops':>12} {'thesis':>7} {'off t/s':>11} {'on t/s':>11} reorders"
+        )
+        for name, x in r.items():
+            print(
+                f"{name:14} {x['overhead_pct']:8.1f}% {x['profile_ops_pct']:11.2f}% {x['thesis_pct']:6.2f}% "
+                f"{x['tuples_per_s_off']:11,} {x['tuples_per_s_on']:11,} {x['reorders']:8}",
+                flush=True,
+            )
     if "chain" in only:
         report["chain"] = r = bench_chain(args.ticks, 40, 20_000, 500)
         print(f"slice {r['slice_ms']} ms per tick")

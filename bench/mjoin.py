@@ -8,7 +8,8 @@ best at the start (what a planner choosing once would keep), and the fixed order
 phase 2. Reported: input tuples per CPU second per phase and overall, candidate pairs examined
 per input tuple (the join's work), re-orderings and when the first one after the flip came.
 
-    python -m bench.mjoin [--rows 40000] [--batch 1000] [--window 400] [--p 0.01] [--profile-window 100] [--json F]
+    python -m bench.mjoin [--rows 40000] [--batch 1000] [--window 400] [--p 0.01] [--profile-window 100]
+                          [--profile-pass 128] [--json F]
 """
 
 from __future__ import annotations
@@ -64,10 +65,10 @@ def run(rows: int, batch: int, window: int, *, config: AdaptiveConfig, orders: l
     control.set_knob(d, op.eid, "probe_orders", orders)
     rng = np.random.default_rng(7)
     per = rows // 2
-    out, t0, seconds, pairs = 0, 0, [], []
+    out, t0, seconds, pairs, prof = 0, 0, [], [], []
     for phase in (0, 1):
         cols = {n: keys(n, phase, per, rng) for n in NAMES}
-        began, p0 = time.process_time(), op.counters.extra["candidate_pairs"]
+        began, p0, s0 = time.process_time(), op.counters.extra["candidate_pairs"], op.adaptive.seconds
         for lo in range(0, per, batch):
             m = min(batch, per - lo)
             ts = t0 + np.arange(m, dtype=np.int64)
@@ -85,6 +86,7 @@ def run(rows: int, batch: int, window: int, *, config: AdaptiveConfig, orders: l
             d.run()
             out += len(sub.poll())
         seconds.append(time.process_time() - began)
+        prof.append(op.adaptive.seconds - s0)
         pairs.append((op.counters.extra["candidate_pairs"] - p0) / (per * len(NAMES)))
     d.end()
     out += len(sub.poll())
@@ -94,6 +96,10 @@ def run(rows: int, batch: int, window: int, *, config: AdaptiveConfig, orders: l
         "tuples_per_s": int(rows * len(NAMES) / sum(seconds)),
         "phase_tuples_per_s": [int(per * len(NAMES) / s) for s in seconds],
         "pairs_per_tuple": [round(p, 2) for p in pairs],
+        # the profiler's and re-optimizer's CPU time, as a share of each phase's
+        "profiler_pct": [round(100 * p / s, 1) for p, s in zip(prof, seconds)],
+        "passes": sum(p.passes.passes for p in op.adaptive.pipes),
+        "shift_passes": sum(p.urgent for p in op.adaptive.pipes),
         "reorders": op.adaptive.reorders,
         "first_reorder_after_flip": next((r.at - half for r in pipe.log if r.at > half), None),
         "final_orders": [list(o) for o in op.probe_orders],
@@ -101,9 +107,9 @@ def run(rows: int, batch: int, window: int, *, config: AdaptiveConfig, orders: l
     }
 
 
-def bench(rows: int, batch: int, window: int, repeat: int, p: float, w: int) -> dict[str, Any]:
+def bench(rows: int, batch: int, window: int, repeat: int, p: float, w: int, size: int = 128) -> dict[str, Any]:
     runs = {
-        "adaptive (a-greedy)": (AdaptiveConfig(probability=p, window=w), START),
+        "adaptive (a-greedy)": (AdaptiveConfig(probability=p, window=w, profile_pass=size), START),
         "fixed: best at start": (AdaptiveConfig(policy="off"), START),
         "fixed: best for phase 2": (AdaptiveConfig(policy="off"), PHASE2),
     }
@@ -128,9 +134,15 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="runs per figure, the best kept (default 2)")
     p.add_argument("--p", type=float, default=0.01, help="profiling probability (default 0.01)")
     p.add_argument("--profile-window", type=int, default=100, help="profile tuples kept (default 100)")
+    p.add_argument(
+        "--profile-pass",
+        type=int,
+        default=128,
+        help="profile tuples per profiling pass (default 128, capped by the window)",
+    )
     p.add_argument("--json", help="write the figures to this file")
     args = p.parse_args(argv)
-    r = bench(args.rows, args.batch, args.window, args.repeat, args.p, args.profile_window)
+    r = bench(args.rows, args.batch, args.window, args.repeat, args.p, args.profile_window, args.profile_pass)
     print(
         f"{'run':26} {'tuples/s':>10} {'phase 1':>10} {'phase 2':>10} {'pairs/tuple':>13} {'reorders':>8} {'adapted after':>13}"
     )
@@ -143,6 +155,12 @@ def main(argv=None) -> int:
         )
     a, f = r["adaptive (a-greedy)"], r["fixed: best at start"]
     print(f"adaptive vs best fixed order chosen at the start: {a['tuples_per_s'] / f['tuples_per_s']:.2f}x")
+    over = f["phase_tuples_per_s"][0] / a["phase_tuples_per_s"][0] - 1
+    print(
+        f"phase 1 (the start order stays best): profiler {a['profiler_pct'][0]} % of the adaptive run's CPU, "
+        f"throughput {100 * over:+.1f} % against the fixed order; {a['passes']} profiling passes "
+        f"({a['shift_passes']} on a shift of the probing's flows)"
+    )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"args": vars(args), "runs": r}, fh, indent=2)

@@ -11,9 +11,9 @@ from cqlstream.engine.errors import KnobError
 OFF = "off"
 POLICY_NAMES = ("a-greedy", "sweep", "independent", "local-swaps", OFF)
 
-# The thesis profiles with p = 0.01 (0.005 for Independent). Here profiled copies ride through
-# every conjunct, which costs p × the whole conjunction per tuple: with cheap selective conjuncts
-# before costly ones that is 20% at p = 0.01 and 4% at 0.005 (bench/README.md), so 0.005.
+# The thesis profiles with p = 0.01 (0.005 for Independent). Here a sampled tuple is evaluated
+# by every conjunct, which costs p × the whole conjunction per tuple: with cheap selective
+# conjuncts before costly ones that weighs most (bench/README.md), so 0.005.
 PROBABILITY = 0.005
 DEFAULT_PROBABILITY: dict[str, float] = {}
 DEFAULT_WINDOW = {"sweep": 500}  # the thesis' Table 4.1: Sweep keeps a shorter window
@@ -27,6 +27,9 @@ class AdaptiveConfig:
     `alpha`: a violation counts only when a rank is below α times a later one (≤ 1; 0.9 avoids
     thrashing on noise).
     `profile_batch`: the policy checks its invariant once this many new profile tuples wait.
+    `profile_pass`: a selection or join pipeline takes its profile tuples (due at p per input
+    tuple) in passes of this many (at most the window), from one call: a pass costs mostly a
+    fixed amount (engine/adaptive/profile.py), so fewer, larger passes are cheaper at the same p.
     `cost_model`: a conjunct's cost per tuple is `static` (the vectorized operations it runs per
     tuple, counted from the expression) or `measured` (timed per call, fixed overhead taken out:
     engine/adaptive/profile.py). Timings here are mostly per-call overhead that the order does
@@ -39,6 +42,7 @@ class AdaptiveConfig:
     window: int | None = None
     alpha: float = 0.9
     profile_batch: int = 32
+    profile_pass: int = 128
     cost_model: str = "static"
     caching: CachingConfig = field(default_factory=CachingConfig)
 

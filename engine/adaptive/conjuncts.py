@@ -2,9 +2,9 @@
 A-Greedy (thesis Fig 4.10) in one object that the select operator calls once per batch.
 
 The executor evaluates the conjuncts in the current order, each on the survivors of the ones
-before it (vectorized), timing each. The profiler picks tuples with probability p and carries
-them through every conjunct along with the survivors: those some conjunct drops become profile
-tuples (drop bits). Every `profile_batch` profile tuples, the re-optimizer (a policy) checks its
+before it (vectorized), timing each under the `measured` cost model. The profiler takes tuples at
+rate p, in passes (profile.Passes): every conjunct is evaluated on a pass's sample, apart from
+the executor's loop, and the sampled tuples some conjunct drops become profile tuples (drop bits). Every `profile_batch` profile tuples, the re-optimizer (a policy) checks its
 invariant over the matrix view and may change the order. Order never changes a result.
 """
 
@@ -23,7 +23,7 @@ from cqlstream.cql.logical import expr as X
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.matrix import MatrixView
 from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
-from cqlstream.engine.adaptive.profile import CostMeter, ProfileWindow, Sampler
+from cqlstream.engine.adaptive.profile import CostMeter, Passes, ProfileWindow
 from cqlstream.engine.batch import Batch
 
 if TYPE_CHECKING:
@@ -81,14 +81,14 @@ class AdaptiveOrder:
         n = self.n
         self.config = config
         self.policy: Policy | None = None if config.policy == OFF or n < 2 else POLICIES[config.policy](n, config)
-        self.sampler = Sampler(config.p)
-        self.sampler.seen = self.seen
+        self.passes = Passes(config.p, config.profile_pass, seed=0x5EED, cap=config.w)
         self.window = ProfileWindow(n, config.w)
         self.view = MatrixView(n)
         self.meter = CostMeter(n, config.w / config.p)
         self.pending: list[np.ndarray] = []  # drop bits of profile tuples not yet in the window
         self.pending_rows = 0
         self.profiled = 0  # tuples sampled (dropped or not)
+        self.untimed = 0  # input tuples since the meter last had a timed batch
 
     @property
     def ordered(self) -> list[X.Expr]:
@@ -100,13 +100,18 @@ class AdaptiveOrder:
             return self._survivors(b, self.order, ev)
         n_in = len(b)
         self.seen += n_in
-        picked = self.sampler.take(n_in)
+        picked = self.passes.take(n_in)
+        # `static` costs need no clock: then only the calls that profile are timed (for the
+        # control table's cost_ns), not every call
+        timed = self.config.cost_model == "measured" or len(picked) > 0
         secs, tuples = np.zeros(self.n), np.zeros(self.n)
-        if not len(picked):
-            out = b = self._survivors(b, self.order, ev, secs, tuples)
-        else:
-            out = self._run_profiling(b, picked, ev, secs, tuples)
-        self.meter.add(secs, tuples, n_in)
+        out = self._survivors(b, self.order, ev, secs, tuples) if timed else self._survivors(b, self.order, ev)
+        self.untimed += n_in
+        if timed:
+            self.meter.add(secs, tuples, self.untimed)
+            self.untimed = 0
+        if len(picked):
+            self._sample(b.take(picked), ev)
         if self.pending_rows >= self.config.profile_batch:
             if self.config.cost_model == "measured" and n_in:
                 self._time_one_tuple(b.slice(0, 1), ev)
@@ -138,7 +143,7 @@ class AdaptiveOrder:
                 cur = _at(b, idx, self.reads[i])
             elif not len(b):
                 break
-            t = time.perf_counter()
+            t = time.perf_counter() if secs is not None else 0.0
             mask = ev.predicate(self.conjuncts[i], cur)
             if secs is not None and tuples is not None:
                 secs[i] = time.perf_counter() - t
@@ -150,42 +155,23 @@ class AdaptiveOrder:
                 idx = idx[mask]
         if first is None:
             return b
-        return b.take(first) if idx is None else b.take(idx)  # one conjunct: its mask, as before
+        if idx is None:  # one conjunct: its mask, taken by one index array (not a mask per column)
+            idx = np.flatnonzero(first)
+        return b if len(idx) == len(b) else b.take(idx)
 
-    def _run_profiling(
-        self, b: Batch, picked: np.ndarray, ev: Evaluator, secs: np.ndarray, tuples: np.ndarray
-    ) -> Batch:
-        """The executor with profiling merged in (thesis §3.1): copies of the sampled tuples ride
-        at the end of the batch through every conjunct, in the same calls as the survivors, so
-        their drop bits cost no call of their own; the survivors, in front, are the output."""
-        k = len(picked)
-        bits = np.zeros((k, self.n), dtype=bool)
-        first, *rest = self.order
-        t = time.perf_counter()
-        mask = ev.predicate(self.conjuncts[first], b)
-        secs[first], tuples[first] = time.perf_counter() - t, len(b)
-        bits[:, first] = ~mask[picked]
-        # positions in b: the first conjunct's survivors, then the copies (as in `_survivors`,
-        # each conjunct sees only its columns gathered there; the row is copied once at the end)
-        idx = np.concatenate([np.flatnonzero(mask), picked.astype(np.int64, copy=False)])
-        ns = len(idx) - k
-        for i in rest:
-            cur = _at(b, idx, self.reads[i])
-            t = time.perf_counter()
-            mask = ev.predicate(self.conjuncts[i], cur)
-            secs[i] = time.perf_counter() - t
-            tuples[i] = len(cur)
-            bits[:, i] = ~mask[ns:]
-            keep = mask.copy()  # the mask may be a boolean column of the batch itself
-            keep[ns:] = True  # the copies always go on
-            ns = int(np.count_nonzero(mask[:ns]))
-            idx = idx[keep]
-        self.profiled += k
+    def _sample(self, sample: Batch, ev: Evaluator) -> None:
+        """Profile tuples of a pass: the sampled tuples' drop bits under every conjunct, one call
+        per conjunct on the sample alone (thesis §4.3.1 evaluates the conjuncts after the one
+        that dropped a tuple; here those before it run again too, on the few sampled tuples,
+        which keeps the executor's loop free of any profiling work)."""
+        bits = np.empty((len(sample), self.n), dtype=bool)
+        for i, c in enumerate(self.conjuncts):
+            bits[:, i] = ~np.asarray(ev.predicate(c, sample), dtype=bool)
+        self.profiled += len(sample)
         dropped = bits[bits.any(axis=1)]  # only dropped tuples carry information (thesis §4.3.1)
         if len(dropped):
             self.pending.append(dropped)
             self.pending_rows += len(dropped)
-        return b.take(idx[:ns])
 
     def _time_one_tuple(self, one: Batch, ev: Evaluator) -> None:
         """Time a one-tuple call of each conjunct: its fixed overhead (the `measured` cost model)."""

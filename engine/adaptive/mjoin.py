@@ -6,7 +6,12 @@ each other input j is a filter F_j: the join along the path from i to j in a spa
 join graph (BFS from i, so a cyclic graph is treated as acyclic). F_j drops an event when that path
 join is empty. A sampled event (probability p) is carried through every path (only the path, so
 branches never multiply) and becomes a profile tuple of drop bits; the matrix view and the policy
-are those of the conjunct orderer. A filter's cost per tuple is 1 probe plus the measured fan-out
+are those of the conjunct orderer. Only whether a path join is empty matters, so before each step
+the rows reached are cut to one per (sampled event, probe key), with their multiplicity kept for
+the fan-out estimate: a path never multiplies rows. Profile tuples fall due at p per event but are
+taken in passes of `profile_pass` (profile.Passes: a pass's cost is mostly fixed), and the
+probing itself, which sees for free how many rows leave each step of the current order, takes a
+pass at once when those flows move (a shift): cheap on stable data, quick after a change. A filter's cost per tuple is 1 probe plus the measured fan-out
 of its tree edge (the rows a step materializes). The policy's filter order becomes a probe order
 by putting each filter's path ancestors first, so a step is always linked to an input already
 bound: no Cartesian product while the graph is connected. Orders change only between calls and
@@ -16,6 +21,8 @@ never change a result (engine/operators/join.py).
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,7 +35,7 @@ from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import Reorder
 from cqlstream.engine.adaptive.matrix import MatrixView
 from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
-from cqlstream.engine.adaptive.profile import ProfileWindow, Sampler
+from cqlstream.engine.adaptive.profile import Passes, ProfileWindow
 
 if TYPE_CHECKING:
     from cqlstream.engine.operators.join import Equi, JoinOp, Table
@@ -91,6 +98,12 @@ class Pipeline:
 
     LOG = 50
     DECAY = 0.999  # per profiled tuple: fan-out estimates follow the data
+    FLOW_MIN = 64  # rows into a step before its flow counts
+    # a step's flow is log(1 + rows out per row in): near 0 whatever a step that drops nearly
+    # everything lets through (noise of a few rows), large for a step that multiplies rows; a
+    # move by log 4 either way (0.03 → 3, 2 → 11) is a shift
+    FLOW_SHIFT = math.log(4.0)
+    FLOW_EWMA = 0.5  # weight of a call's flow in the reference
 
     def __init__(self, op: JoinOp, i: int, config: AdaptiveConfig) -> None:
         self.i = i
@@ -110,8 +123,7 @@ class Pipeline:
         m = len(self.others)
         self.config = config
         self.policy: Policy | None = None if config.policy == OFF or m < 2 else POLICIES[config.policy](m, config)
-        self.sampler = Sampler(config.p, seed=0x5EED + self.i)
-        self.sampler.seen = self.seen
+        self.passes = Passes(config.p, config.profile_pass, seed=0x5EED + self.i, cap=config.w)
         self.window = ProfileWindow(m, config.w)
         self.view = MatrixView(m)
         self.fan = np.zeros((2, m))  # decayed (probing rows, matches) per tree edge into each filter
@@ -119,6 +131,34 @@ class Pipeline:
         self.pending_rows = 0
         self.profiled = 0
         self.view_order: list[int] | None = None
+        self.flow_ref: list[float | None] | None = None  # smoothed flow per step of flow_order
+        self.flow_order: list[int] | None = None
+        self.urgent = 0  # passes taken because the flows moved
+
+    def shifted(self, flow: Sequence[int] | None, order: list[int]) -> bool:
+        """Whether the rows leaving the steps of the current probe order (counted by the join's
+        own probing, `flow` = rows into step 0, out of step 0, out of step 1, ...) moved by more
+        than FLOW_SHIFT against their smoothed reference: the data changed, profile now. A few
+        numbers per call, in plain Python (numpy's per-call cost would dominate)."""
+        if flow is None or len(flow) < 2:
+            return False
+        if order != self.flow_order:
+            self.flow_order, self.flow_ref = order, [None] * len(order)
+        ref = self.flow_ref
+        assert ref is not None
+        moved = False
+        for s in range(min(len(flow) - 1, len(ref))):
+            rin = flow[s]
+            if rin < self.FLOW_MIN:
+                continue
+            x = math.log1p(flow[s + 1] / rin)
+            r = ref[s]
+            if r is None:
+                ref[s] = x
+                continue
+            moved = moved or abs(x - r) > self.FLOW_SHIFT
+            ref[s] = r + self.FLOW_EWMA * (x - r)
+        return moved
 
     def costs(self) -> np.ndarray:
         rows, hits = self.fan
@@ -133,6 +173,8 @@ class Pipeline:
             "order": list(order),
             "tree_parent": {str(j): p for j, p in self.parent.items() if j != self.i},
             "profile_tuples": len(self.window),
+            "passes": self.passes.passes,
+            "shift_passes": self.urgent,
             "filters": [
                 {
                     "input": j,
@@ -158,6 +200,7 @@ class AdaptiveProbes:
         self.config = config
         self.pipes = [Pipeline(op, i, config) for i in range(op.n)] if op.n >= 3 else []
         self.events: deque[tuple[int, Reorder]] = deque(maxlen=self.EVENTS)
+        self.seconds = 0.0  # CPU time spent profiling and re-optimizing (the overhead)
 
     @property
     def active(self) -> bool:
@@ -177,44 +220,52 @@ class AdaptiveProbes:
             p.configure(config)
 
     # ------------------------------------------------------------ profiler
-    def observe(self, tables: Sequence[Table], m: int) -> None:
-        """Profile sampled events of each input through every logical filter; re-order if the
-        policy's invariant broke."""
+    def observe(self, tables: Sequence[Table], m: int, flows: dict[int, list[int]] | None = None) -> None:
+        """Profile sampled events of each input through every logical filter when a pass is due
+        (or the probing's `flows`, rows per step by pipeline, moved); re-order if the policy's
+        invariant broke."""
         if not self.active:
             return
+        began = time.process_time()
         for pipe in self.pipes:
             ti = tables[pipe.i]
             n_ev = len(ti.ev)
             if not n_ev:
                 continue
-            picked = pipe.sampler.take(n_ev)
             pipe.seen += n_ev
+            urgent = pipe.shifted((flows or {}).get(pipe.i), self.op._order(pipe.i))
+            picked = pipe.passes.take(n_ev, urgent)
             if len(picked):
+                pipe.urgent += urgent
                 self._profile(pipe, tables, ti.ev[picked], m)
             if pipe.pending_rows >= self.config.profile_batch:
                 self._check(pipe)
+        self.seconds += time.process_time() - began
 
     def _profile(self, pipe: Pipeline, tables: Sequence[Table], rows: np.ndarray, m: int) -> None:
         k = len(rows)
         bits = np.zeros((k, len(pipe.others)), bool)
         seq0 = tables[pipe.i].seq[rows]
-        # per input reached: (sample id, row per bound input on its path, seq) of the path join's rows
-        at: dict[int, tuple[np.ndarray, dict[int, np.ndarray], np.ndarray]] = {
-            pipe.i: (np.arange(k), {pipe.i: rows}, seq0)
-        }
+        # per input reached: (sample id, row of that input, multiplicity) of the path join's rows,
+        # one row per (sample, key the children probe with): only emptiness and fan-out matter
+        at: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {pipe.i: (np.arange(k), rows, np.ones(k, np.int64))}
         pipe.fan *= Pipeline.DECAY**k
         for j in pipe.visit[1:]:
             par = pipe.parent[j]
             # (no parent: a Cartesian step from the events themselves, every alive instance matches)
-            sid, idx, seq = at[par if par is not None else pipe.i]
-            p, got = probe_edge(self.op, tables, m, j, pipe.links.get(j, []), idx, seq)
-            at[j] = (sid[p], {**{q: v[p] for q, v in idx.items()}, j: got}, seq[p])
+            sid, prow, mult = at[par if par is not None else pipe.i]
+            links = pipe.links.get(j, []) if par is not None else []
+            (ikey, ivalid), (pkey, pvalid), cache_key = edge_keys(self.op, tables, j, links, par, prow)
+            f = pipe.pos[j]
+            pipe.fan[0, f] += mult.sum()
+            if len(sid) > k:  # more rows than samples: one per (sample, key)
+                sid, pkey, pvalid, mult = _distinct(sid, pkey, pvalid, mult)
+            p, got = edge_pairs(self.op, tables, m, j, cache_key, (ikey, ivalid), (pkey, pvalid), seq0[sid])
+            at[j] = (sid[p], got, mult[p])
             hit = np.zeros(k, bool)
             hit[sid[p]] = True
-            bits[:, pipe.pos[j]] = ~hit
-            f = pipe.pos[j]
-            pipe.fan[0, f] += len(seq)
-            pipe.fan[1, f] += len(p)
+            bits[:, f] = ~hit
+            pipe.fan[1, f] += mult[p].sum()
         pipe.profiled += k
         dropped = bits[bits.any(axis=1)]
         if len(dropped):
@@ -275,6 +326,8 @@ class AdaptiveProbes:
             "profile_probability": c.p,
             "profile_window": c.w,
             "alpha": c.alpha,
+            "profile_pass": c.profile_pass,
+            "profile_seconds": round(self.seconds, 6),
             "pipelines": [p.statistics(self.op._order(p.i)) for p in self.pipes],
             "log": [{"input": i, **r.as_dict()} for _, i, r in last[-10:]],
         }
@@ -287,38 +340,63 @@ class AdaptiveProbes:
         return [f"probe orders ({pol}, {self.reorders} re-orderings): {orders}"]
 
 
-def probe_edge(
+def edge_keys(
+    op: JoinOp, tables: Sequence[Table], j: int, links: Sequence[Equi], par: int | None, prow: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], tuple[int, tuple[int, ...]] | None]:
+    """Keys of the step from rows `prow` of input `par` into input j over the tree edge's equi
+    conjuncts `links`: (instance keys, valid), (probe keys, valid), and the key under which the
+    join may already have built an index over them in this call (None: none can match)."""
+    from cqlstream.engine.operators.join import combine_keys
+
+    tj = tables[j]
+    if not links:
+        ikey, ivalid = np.zeros(len(tj.inst), np.int64), np.ones(len(tj.inst), bool)
+        return (ikey, ivalid), (np.zeros(len(prow), np.int64), np.ones(len(prow), bool)), (j, ())
+    inst_parts, probe_parts = [], []
+    for e in links:
+        codes = op._side_codes(e, tables)
+        cj, okj = codes[j]
+        ck, okk = codes[e.other(j)]
+        inst_parts.append((cj[tj.inst], okj[tj.inst]))
+        probe_parts.append((ck[prow], okk[prow]))
+    (ikey, ivalid), (pkey, pvalid) = combine_keys(inst_parts, probe_parts)
+    return (ikey, ivalid), (pkey, pvalid), ((j, (links[0].cid,)) if len(links) == 1 else None)
+
+
+def _distinct(
+    sid: np.ndarray, pkey: np.ndarray, pvalid: np.ndarray, mult: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One row per (sample, valid probe key), multiplicities summed; rows with no valid key
+    match nothing and go."""
+    sid, pkey, mult = sid[pvalid], pkey[pvalid], mult[pvalid]
+    if len(sid) < 2:
+        return sid, pkey, np.ones(len(sid), bool), mult
+    o = np.lexsort((pkey, sid))
+    sid, pkey, mult = sid[o], pkey[o], mult[o]
+    start = np.flatnonzero(np.concatenate(([True], (sid[1:] != sid[:-1]) | (pkey[1:] != pkey[:-1]))))
+    return sid[start], pkey[start], np.ones(len(start), bool), np.add.reduceat(mult, start)
+
+
+def edge_pairs(
     op: JoinOp,
     tables: Sequence[Table],
     m: int,
     j: int,
-    links: Sequence[Equi],
-    idx: dict[int, np.ndarray],
+    cache_key: tuple[int, tuple[int, ...]] | None,
+    inst: tuple[np.ndarray, np.ndarray],
+    probe: tuple[np.ndarray, np.ndarray],
     seq: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs (probing row, instance row of input j) over the equi conjuncts `links` between j and
-    inputs bound in `idx`, instances alive at the row's seq: the join's own step, on a few rows
-    (scanned, or through an index the join already built in this call)."""
-    from cqlstream.engine.operators.join import StabIndex, combine_keys, scan_pairs
+    """Pairs (probing row, instance row of input j) with equal keys, instances alive at the row's
+    seq: the join's own step, on a few rows (scanned, or through an index the join already built
+    in this call)."""
+    from cqlstream.engine.operators.join import StabIndex, scan_pairs
 
     tj = tables[j]
+    (ikey, ivalid), (pkey, pvalid) = inst, probe
     if not len(seq):
         z = np.zeros(0, np.int64)
         return z, z
-    if links:
-        inst_parts, probe_parts = [], []
-        for e in links:
-            codes = op._side_codes(e, tables)
-            cj, okj = codes[j]
-            ck, okk = codes[e.other(j)]
-            inst_parts.append((cj[tj.inst], okj[tj.inst]))
-            probe_parts.append((ck[idx[e.other(j)]], okk[idx[e.other(j)]]))
-        (ikey, ivalid), (pkey, pvalid) = combine_keys(inst_parts, probe_parts)
-        cache_key: tuple[int, tuple[int, ...]] | None = (j, (links[0].cid,)) if len(links) == 1 else None
-    else:
-        cache_key = (j, ())
-        ikey, ivalid = np.zeros(len(tj.inst), np.int64), np.ones(len(tj.inst), bool)
-        pkey, pvalid = np.zeros(len(seq), np.int64), np.ones(len(seq), bool)
     index = op._indexes.get(cache_key) if cache_key is not None else None
     if index is None:
         got = scan_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi)

@@ -1,32 +1,9 @@
-"""The profiler of adaptive conjunct ordering (thesis §4.3.1): which tuples are profiled, the
+"""The profiler of adaptive ordering (thesis §4.3.1): which tuples are profiled and when, the
 window of profile tuples, and the running cost of each conjunct."""
 
 from __future__ import annotations
 
 import numpy as np
-
-
-class Sampler:
-    """Chooses the tuples to profile: each with probability p, by arrival position (geometric
-    gaps from a seeded generator), so the choice does not depend on how input was batched."""
-
-    def __init__(self, p: float, seed: int = 0x5EED) -> None:
-        self.p = p
-        self.rng = np.random.default_rng(seed)
-        self.seen = 0
-        self.upcoming = np.cumsum(self.rng.geometric(p, size=256)) - 1  # absolute positions
-
-    def take(self, n: int) -> np.ndarray:
-        """Positions (0-based, within the next n tuples) of the sampled ones."""
-        lo, hi = self.seen, self.seen + n
-        while self.upcoming[-1] < hi:
-            more = self.upcoming[-1] + np.cumsum(self.rng.geometric(self.p, size=max(256, int((hi - lo) * self.p) + 1)))
-            self.upcoming = np.concatenate([self.upcoming, more])
-        k = int(np.searchsorted(self.upcoming, hi))
-        out = self.upcoming[:k] - lo
-        self.upcoming = self.upcoming[k:]
-        self.seen = hi
-        return out
 
 
 class ProfileWindow:
@@ -99,3 +76,36 @@ class CostMeter:
         c = np.where(c > 0, c, np.where(known, y / safe, 0.0) * 0.01)  # all overhead: nearly free per tuple
         fill = c[known].mean() if known.any() else 1.0
         return np.maximum(np.where(known, c, fill), self.FLOOR)
+
+
+class Passes:
+    """When a selection or a join pipeline profiles, and which of its tuples. Profile tuples fall
+    due at the thesis' rate, p per input tuple, but are taken in *passes* of at least `size`, all
+    from one call's tuples (uniformly, by a seeded generator): a pass costs mostly a fixed amount
+    (a join's pass joins its sampled events along every tree path; a selection's evaluates its
+    conjuncts on the sample and updates the view), so a few large passes cost far less than a
+    small one per call, at the same p. Nothing beyond `cap` (the profile window) is ever due:
+    more profile tuples from one call would only push each other out of the window. `urgent`
+    (the probing itself saw its flows move, engine/adaptive/mjoin.py) takes a pass at once, of
+    at least `size` tuples even if fewer are due: re-converging after a shift waits for no pass.
+    With p = 1 every tuple is profiled, in every call (nothing to gather into passes)."""
+
+    def __init__(self, p: float, size: int, seed: int, cap: int | None = None) -> None:
+        self.p = p
+        self.cap = float(cap) if cap is not None else float("inf")
+        self.size = 1 if p >= 1 else max(min(int(size), int(min(self.cap, 2**62))), 1)
+        self.due = 0.0  # profile tuples due and not yet taken
+        self.rng = np.random.default_rng(seed)
+        self.passes = 0
+
+    def take(self, n: int, urgent: bool = False) -> np.ndarray:
+        """Positions (sorted, within the call's n tuples) to profile now; usually none."""
+        self.due = min(self.due + self.p * n, self.cap)
+        if not n or (self.due < self.size and not urgent):
+            return np.zeros(0, np.int64)
+        k = min(max(int(self.due), self.size if urgent else 1), n)
+        self.due = max(self.due - k, 0.0)
+        self.passes += 1
+        if k == n:
+            return np.arange(n, dtype=np.int64)
+        return np.sort(self.rng.choice(n, size=k, replace=False))

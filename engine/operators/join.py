@@ -741,6 +741,7 @@ class JoinOp(Operator):
         self._codes: dict[int, dict[int, Keyed]] = {}  # equi conjunct → input → its side's codes
         self._indexes: dict[tuple[int, tuple[int, ...]], StabIndex] = {}
         self._dropped, self._declined = dropped, False
+        self._flows: dict[int, list[int]] = {}  # rows into and out of each probe step, per pipeline
         parts: list[Probed] = []
         run = self.caching.start_call(tables, self._const_ok())  # suppliers of caches first
         if self._const_ok():
@@ -760,7 +761,7 @@ class JoinOp(Operator):
         if self.kmon is not None:  # moves the state the constraints make unnecessary out of memory
             self.kmon.after(tables, parts)
         self.counters.extra["state_tuples"] = sum(len(s) for s in (self.state if not self.stores else state))
-        self.adaptive.observe(tables, m)  # may change probe_orders for the next call
+        self.adaptive.observe(tables, m, self._flows)  # may change probe_orders for the next call
         self._codes, self._indexes = {}, {}
         return self._assemble(parts, tables)
 
@@ -820,8 +821,10 @@ class JoinOp(Operator):
         pipe = self.caching.pipeline(i, tables, ti.ev, seq)  # cache hits set aside (engine/adaptive/caching.py)
         if pipe is not None:
             idx, seq = pipe.split(idx, seq)
+        flow = self._flows[i] = [len(seq)]  # what A-Greedy's shift detector reads (adaptive/mjoin.py)
         for step, j in enumerate(self._order(i)):
             if pipe is not None and pipe.skips(step, seq):  # every event hit the cache over this step
+                flow.append(len(seq))
                 bound.add(j)
                 idx, seq = pipe.after(step, idx, seq)
                 if not len(seq) and not pipe.waiting:
@@ -883,6 +886,7 @@ class JoinOp(Operator):
                 keep = self.ev.predicate(c, b)
                 idx = {k: v[keep] for k, v in idx.items()}
                 seq = seq[keep]
+            flow.append(len(seq))
             if pipe is not None:
                 idx, seq = pipe.after(step, idx, seq)  # hits merged back, deltas handed to caches
             if not len(seq) and (pipe is None or not pipe.waiting):
