@@ -25,6 +25,7 @@ from cqlstream.engine.synopsis_plan import SynopsisAggregatePlan, synopsis_node
 from cqlstream.server import checkpoint
 from tests.engine_harness import assert_same
 from tests.test_bounded_synopsis import ARITY, DDL, _generated
+from tests.test_synopsis_aggregate import _register, assert_state_stops_growing
 
 # Bounded by Theorem 8.6 with the reduced query bounded under π only: run on representatives.
 EXTREME_AGGREGATES = [
@@ -106,12 +107,6 @@ def test_a_bucket_keeps_its_extreme_not_its_first_tuple():
     assert agg.row(0) == (12,) and agg.join.tables[0].reps.tolist() == [[12]]
 
 
-def _register(query: str, **options):
-    d = Dsms(**options)
-    d.execute(DDL)
-    return d, d.register_query(query)
-
-
 @pytest.mark.parametrize("query", EXTREME_AGGREGATES[:4])
 def test_the_planner_runs_them_on_synopses_unless_switched_off(query):
     d, h = _register(query)
@@ -149,26 +144,7 @@ def test_too_many_buckets_to_check_keeps_the_ordinary_plan(monkeypatch):
 
 @pytest.mark.parametrize("query", [EXTREME_AGGREGATES[0], EXTREME_AGGREGATES[3], EXTREME_AGGREGATES[6]])
 def test_the_state_stops_growing_within_the_bound(query):
-    d, h = _register(query)
-    sub = d.subscribe(h.id)
-    op = next(o for o in d.plan.operators if isinstance(o, SynopsisAggregateOp))
-    rng = np.random.default_rng(7)
-    # first one tuple in every bucket and group (each column at every value around the constants)
-    for name in ("S", "T", "V"):
-        grid = np.stack(np.meshgrid(*[np.arange(4, 23)] * ARITY[name], indexing="ij"), -1).reshape(-1, ARITY[name])
-        d.push(name, [tuple(int(x) for x in r) for r in grid], ts=[0] * len(grid))
-    units, mem = [], []
-    for step in range(1, 60):
-        for name in ("S", "T", "V"):
-            rows = _generated(rng, 300, step, ARITY[name])
-            d.push(name, [tuple(int(x) for x in r) for r in rows], ts=[step] * len(rows))
-        d.run()
-        sub.poll()
-        units.append(op.agg.units())
-        mem.append(d.control_table(f"query:{h.id}")["counters"]["memory_bytes"])
-    bound = h.memory_verdict.memory_units
-    assert bound is not None and max(units) <= bound, (max(units), bound)
-    assert units[-1] == units[0] and mem[-1] == mem[len(mem) // 2], (units, mem)
+    assert_state_stops_growing(query)
 
 
 def test_a_checkpoint_restores_the_representatives(tmp_path):
