@@ -141,7 +141,8 @@ class ServerProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(exe, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
-    def wait_ready(self, timeout: float = 20) -> ServerProcess:
+    def wait_ready(self, timeout: float = 40) -> ServerProcess:
+        """Poll /healthz until it answers (bounded: a loaded machine has taken over 20 s to start one)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
