@@ -19,13 +19,11 @@ from cqlstream.cql.frontend import compile_query
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine import bounded_aggregate
 from cqlstream.engine.bounded_aggregate import SynopsisAggregate, strategy
-from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.synopsis_aggregate import SynopsisAggregateOp
 from cqlstream.engine.synopsis_plan import SynopsisAggregatePlan, synopsis_node
-from cqlstream.server import checkpoint
 from tests.engine_harness import assert_same
-from tests.test_bounded_synopsis import ARITY, DDL, _generated
-from tests.test_synopsis_aggregate import _register, assert_state_stops_growing
+from tests.test_bounded_synopsis import ARITY, DDL
+from tests.test_synopsis_aggregate import _register, assert_checkpoint_continues, assert_state_stops_growing
 
 # Bounded by Theorem 8.6 with the reduced query bounded under π only: run on representatives.
 EXTREME_AGGREGATES = [
@@ -148,29 +146,7 @@ def test_the_state_stops_growing_within_the_bound(query):
 
 
 def test_a_checkpoint_restores_the_representatives(tmp_path):
-    d, h = _register(EXTREME_AGGREGATES[4])
-    sub = d.subscribe(h.id)
-    rng = np.random.default_rng(9)
-
-    def step(e: Dsms, t: int, rows: dict) -> None:
-        for name, rs in rows.items():
-            e.push(name, rs, ts=[t] * len(rs))
-        e.run()
-
-    batches = [
-        {n: [tuple(int(x) for x in r) for r in _generated(rng, 60, t, ARITY[n])] for n in ("S", "T")} for t in range(8)
-    ]
-    for t in range(2):
-        step(d, t, batches[t])
-    sub.poll()
-    path = checkpoint.write(tmp_path, 1, {"dsms": d}, d.catalog.functions)
-    copy = checkpoint.load(path, d.catalog.functions)[1]["dsms"]
-    copy_sub = copy.queries[h.id].subscriptions[0]
-    for t in range(2, 8):
-        step(d, t, batches[t])
-        step(copy, t, batches[t])
-    a, b = sub.poll().elements(), copy_sub.poll().elements()
-    assert a == b and any(e[1] == -1 for e in a), a
+    assert_checkpoint_continues(EXTREME_AGGREGATES[4], tmp_path)
 
 
 # ---------------------------------------------------------------- generated queries
