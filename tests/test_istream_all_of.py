@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from cqlstream.engine.operators.r2s import RelToStreamOp
 from tests.engine_harness import assert_same, engine_raw
+from tests.test_stream_join import relation_events, stream_events
 
 DDL = "register stream S (a int, b int); register relation R (a int, b int);"
 QUERIES = [
@@ -31,39 +32,8 @@ QUERIES = [
     "Istream(select distinct a from S [Range 3])",
 ]
 
-small = st.one_of(st.integers(0, 3), st.just(None))
 
-
-@st.composite
-def stream_events(draw):
-    """Several tuples per instant (equal values among them), and gaps."""
-    events, t = [], draw(st.integers(0, 2))
-    for _ in range(draw(st.integers(0, 16))):
-        t += draw(st.sampled_from([0, 0, 1, 1, 2, 3]))
-        events.append((t, (draw(small), draw(small))))
-    return events
-
-
-@st.composite
-def relation_events(draw):
-    """Inserts, deletes of held rows and updates; runs of deletes only."""
-    events, held, t = [], [], 0
-    for _ in range(draw(st.integers(0, 12))):
-        t += draw(st.sampled_from([0, 0, 1, 2]))
-        kind = draw(st.sampled_from(["insert", "insert", "delete", "update"]))
-        if kind != "insert" and held:
-            row = held.pop(draw(st.integers(0, len(held) - 1)))
-            events.append((t, -1, row))
-            if kind == "delete":
-                continue
-        row = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
-        held.append(row)
-        events.append((t, +1, row))
-    return events
-
-
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(QUERIES), stream_events(), relation_events(), st.booleans())
+@given(st.sampled_from(QUERIES), stream_events(2), relation_events(), st.booleans())
 def test_equals_reference(query, s, r, compat):
     assert_same(DDL, query, {"S": s, "R": r}, compat=compat)
 
@@ -73,7 +43,7 @@ def _rows(batches) -> list[tuple]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(QUERIES), stream_events(), relation_events(), st.booleans())
+@given(st.sampled_from(QUERIES), stream_events(2), relation_events(), st.booleans())
 def test_same_batches_as_the_general_path(query, s, r, compat):
     inputs = {"S": s, "R": r}
     for chunk in (1, 7, None):
