@@ -493,10 +493,23 @@ class Dsms:
         if any(i.first is not None for i in self.inputs.values()):
             self._quiesce()
         pn = self.plan.build(h.physical_plan, h.id, share=h.share)
+        conflicts = kconstraints.column_conflicts(self)
+        if conflicts:  # it reads columns a running k-Mon join no longer stores: plan it its own
+            self.plan.release(h.id)
+            self.plan.closed[h.id] = {
+                p.key: "not shared: a k-Mon join below eliminated columns this query reads"
+                for p in self.plan.nodes.values()
+                if any(kconstraints.reaches(p, c) for c in conflicts)
+            }
+            try:
+                pn = self.plan.build(h.physical_plan, h.id, share=h.share)
+            finally:
+                self.plan.closed.pop(h.id, None)
         existed = pn.flowed
         pn = self.plan.attachable(pn, h.id, h.share)
         h.pnode = pn
         kconstraints.bind(self, h)  # joins that declared k-constraints apply to keep less state
+        kconstraints.choose_columns(self)  # and keep only the columns read (the union over the queries)
         h.complete_from = self.plan.late_complete_from(pn) if existed else pn.complete_from
         if not pn.is_stream and not pn.flowed:
             self.plan.add_result_store(pn)

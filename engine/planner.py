@@ -110,6 +110,8 @@ class PhysicalPlan:
         self._eids = {k: itertools.count(1) for k in ("op", "q", "syn")}
         # (existing join PNode, new user) → a reason not to share it, or None (set by the Dsms)
         self.share_policy: Callable[[PNode, Any], str | None] | None = None
+        # user → {key of an existing node: why that user must not share it} (set by the Dsms)
+        self.closed: dict[Any, dict[object, str]] = {}
 
     def _eid(self, kind: str) -> str:
         return f"{kind}:{next(self._eids[kind])}"
@@ -200,8 +202,8 @@ class PhysicalPlan:
         if not share:
             key = ("private", user, key)
         pn = self.nodes.get(key)
-        if pn is not None and share and isinstance(node, L.Join) and self.share_policy is not None:
-            reason = self.share_policy(pn, user)
+        if pn is not None and share:
+            reason = self._unshare_reason(pn, node, user)
             if reason:  # cost-aware sharing (CIDR §3.2): this join is better left unshared
                 key = ("unshared", user, key)
                 fresh = self.nodes.get(key) or self._create(node, key, user, share)
@@ -212,6 +214,15 @@ class PhysicalPlan:
             self._use(pn, user)
             return pn
         return self._create(node, key, user, share)
+
+    def _unshare_reason(self, pn: PNode, node: L.Plan, user: User | None) -> str | None:
+        """Why `user` must not share the existing node pn, or None: it is closed to the user (a
+        k-Mon join storing rows without columns the user reads, or a node above one), or the
+        share policy leaves the join unshared."""
+        reason = self.closed.get(user, {}).get(pn.key)
+        if reason is None and isinstance(node, L.Join) and self.share_policy is not None:
+            reason = self.share_policy(pn, user)
+        return reason
 
     def _create(self, node: L.Plan, key: object, user: User | None, share: bool) -> PNode:
         kids = [self.attachable(self.build(i, user, share=share), user, share) for i in node.inputs]
@@ -438,6 +449,8 @@ class PhysicalPlan:
             last = k == len(kids) - 1
             skey = key if last else (share_key(step) if share else ("private", user, share_key(step)))
             existing = None if last else self.nodes.get(skey)
+            if existing is not None and skey in self.closed.get(user, {}):
+                existing, skey = None, ("unshared", user, skey)
             if existing is not None:
                 self._use(existing, user)
                 left = self.attachable(existing, user, share)

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, cast
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
+from cqlstream.engine.column_reads import read_columns
+from cqlstream.engine.kconstraints.columns import ColumnChoice, conjunct_columns, split_reads
 from cqlstream.engine.kconstraints.constraints import CA, OA, RIDS, UNDECLARED, Constraint, ManyOne, from_defs
 from cqlstream.engine.kconstraints.strategy import KMonConfig, KMonStrategy
 from cqlstream.engine.operators.join import JoinOp, classify
@@ -295,6 +297,74 @@ def bind(d: Dsms, h: QueryHandle) -> list[KMonStrategy]:
         op.kmon = s
         d.attach(s)
         out.append(s)
+    return out
+
+
+# ------------------------------------------------------------------ column elimination (columns.py)
+
+
+def _label(a: L.Attribute) -> str:
+    return f"{a.qualifier}.{a.name}" if a.qualifier else a.name
+
+
+def _kmon_joins(d: Dsms) -> list[tuple[PNode, JoinOp]]:
+    return [
+        (pn, cast("JoinOp", pn.op))
+        for pn in d.plan.nodes.values()
+        if pn.op is not None and pn.op.kind == JoinOp.kind and cast("JoinOp", pn.op).kmon is not None
+    ]
+
+
+def _reads(d: Dsms) -> dict[int, frozenset[int]]:
+    outputs = [h.pnode for h in d.queries.values() if h.pnode is not None]
+    return read_columns(d.plan.nodes.values(), outputs)
+
+
+def _choice(pn: PNode, op: JoinOp, read: frozenset[int], eliminate: bool) -> ColumnChoice:
+    assert isinstance(pn.node, L.Join)
+    widths = [len(t) for t in op.full_types]
+    return ColumnChoice(
+        [[_label(a) for a in i.schema] for i in pn.node.inputs_],
+        split_reads(read, widths),
+        [frozenset(c) for c in conjunct_columns(op.predicate, widths)],
+        eliminate,
+    )
+
+
+def choose_columns(d: Dsms) -> None:
+    """Give every k-Mon join that has stored no row yet the columns the whole plan reads of it
+    (the union over the queries sharing it); joins already storing rows keep their choice."""
+    reads = _reads(d)
+    for pn, op in _kmon_joins(d):
+        s = cast("KMonStrategy", op.kmon)
+        if not s.started:
+            s.keep_columns(_choice(pn, op, reads.get(id(pn), frozenset()), s.config.eliminate_columns))
+
+
+def reaches(pn: PNode, target: PNode) -> bool:
+    """Whether `target` is pn or below it."""
+    todo, seen = [pn], set()
+    while todo:
+        p = todo.pop()
+        if p is target:
+            return True
+        if id(p) not in seen:
+            seen.add(id(p))
+            todo.extend(p.inputs)
+    return False
+
+
+def column_conflicts(d: Dsms) -> list[PNode]:
+    """k-Mon joins storing rows without columns the plan now reads (a query registered later
+    reads what the earlier ones did not): such a query must not share them."""
+    reads = _reads(d)
+    out = []
+    for pn, op in _kmon_joins(d):
+        s = cast("KMonStrategy", op.kmon)
+        if s.started and s.columns is not None:
+            need = _choice(pn, op, reads.get(id(pn), frozenset()), True)
+            if not s.columns.covers(need.kept):
+                out.append(pn)
     return out
 
 

@@ -149,6 +149,10 @@ class SpillStore:
         """Memory the store holds (its Bloom filters and row marks), not the disk it uses."""
         return sum(s.keys.nbytes() + s.ids.nbytes() + s.alive.nbytes + 16 for s in self.segments)
 
+    def disk_bytes(self) -> int:
+        """Bytes of the segment files on disk (rows with their bookkeeping, pickled)."""
+        return sum(os.path.getsize(s.path) for s in self.segments)
+
     def close(self) -> None:
         self._cleanup()
         self.segments = []

@@ -20,11 +20,13 @@ import numpy as np
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kconstraints.approx import BLOCK, DropLedger
+from cqlstream.engine.kconstraints.columns import ColumnChoice
 from cqlstream.engine.kconstraints.constraints import RIDS, UNDECLARED, Constraint, ManyOne
 from cqlstream.engine.kconstraints.monitors import INF, Monitor
 from cqlstream.engine.kconstraints.reduction import RULES, ManyOneRule, Partition, RidsRule, Rule, StateView, partition
 from cqlstream.engine.kconstraints.retract import TieredStore
 from cqlstream.engine.kconstraints.store import Rows, sorted_unique
+from cqlstream.engine.operators.join import renumber
 
 if TYPE_CHECKING:
     from cqlstream.cql.logical.expr import Expr
@@ -120,7 +122,9 @@ class KMonConfig:
     `detect`: monitors may lower k from observed arrivals (W, c, p as in the paper). `threshold`:
     constraints whose k is above it are not used. `retraction`: spilled rows that met a partner
     still alive go to disk with the others (the paper's memory figures), or stay in memory for
-    that partner's delete (engine/kconstraints/retract.py: less time, more memory)."""
+    that partner's delete (engine/kconstraints/retract.py: less time, more memory).
+    `eliminate_columns`: the state (memory, retraction tier, disk store) keeps only the columns the
+    join and the plan above read (engine/kconstraints/columns.py); False keeps whole rows."""
 
     mode: str = "exact"
     detect: bool = False
@@ -129,6 +133,7 @@ class KMonConfig:
     p: float = 0.01
     threshold: float = INF
     retraction: str = "disk"
+    eliminate_columns: bool = True
 
 
 def _sampled(ids: np.ndarray, p: float) -> np.ndarray:
@@ -181,7 +186,8 @@ class KMonStrategy:
         no order between the inputs (the join's order of them, by input index, is arbitrary)."""
         self.join = join
         self.relational = relational
-        self.key_exprs = key_exprs
+        self.key_exprs = self.full_key_exprs = key_exprs
+        self.columns: ColumnChoice | None = None  # set by attach (keep_columns): which columns state keeps
         self.config = config
         self.rules: list[Rule] = []
         for bit, (x, c, role) in enumerate(applied):
@@ -196,6 +202,7 @@ class KMonStrategy:
         self.inserts = [0, 0]  # insert events seen per input (arrivals)
         self._evs: list[Batch] = []
         self._raw: list[Batch] = []
+        self._at: list[np.ndarray | None] = [None, None]
         self._key_cache: dict[tuple[int, int], tuple[Batch, np.ndarray, np.ndarray]] = {}
         self._groups_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._was: list[np.ndarray] = [np.zeros(0, np.int64)] * 2  # reasons of rows restored this call
@@ -211,6 +218,37 @@ class KMonStrategy:
     def _empty_book() -> dict[str, np.ndarray]:
         z = np.zeros(0, np.int64)
         return {"rank": z, "born": z, "joined": np.zeros(0, bool), "key": z, "valid": np.zeros(0, bool), "reason": z}
+
+    # ------------------------------------------------------------ column elimination
+    @property
+    def started(self) -> bool:
+        """Whether any row has entered the state (then the columns kept can no longer grow)."""
+        return any(self.next_rank)
+
+    def keep_columns(self, choice: ColumnChoice) -> None:
+        """Keep in every tier only the columns `choice` keeps (before any row entered the state)."""
+        if self.started and (self.columns is None or choice.kept != self.columns.kept):
+            raise KnobError(
+                "the columns k-Mon's state keeps are chosen before data flows (stored rows lack the others)"
+            )
+        self.columns = choice
+        kept = choice.kept
+        self.join.keep_columns(kept)
+        at = [{c: i for i, c in enumerate(k)} for k in kept]
+        self.key_exprs = (renumber(self.full_key_exprs[0], at[0]), renumber(self.full_key_exprs[1], at[1]))
+        for x in range(2):
+            if not len(self.stores[x]):
+                self.stores[x].close()
+                self.stores[x] = TieredStore(self.join.input_types[x])
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of the join's rows k-Mon keeps: in memory (its state), in the retraction tier,
+        and in the disk store's files."""
+        return {
+            "memory": sum(b.nbytes() for b in self.join.state),
+            "tier": sum(s.tier_bytes() for s in self.stores),
+            "disk": sum(s.disk_bytes() for s in self.stores),
+        }
 
     # ------------------------------------------------------------ entity protocol
     @property
@@ -257,19 +295,12 @@ class KMonStrategy:
         return k
 
     # ------------------------------------------------------------ before a call
-    def _kept(self, x: int, b: Batch) -> np.ndarray:
-        """Positions in input x's raw batch of the events the join keeps (its own selections)."""
-        pos = np.arange(len(b))
-        for c in self.join.local[x]:
-            if len(b):
-                keep = self.join.ev.predicate(c, b)
-                b = b.take(keep)
-                pos = pos[keep]
-        return pos
-
-    def before(self, state: list[Batch], evs: list[Batch], raw: list[Batch]) -> list[Batch]:
-        """`evs`: the call's events after the join's selections; `raw`: before them."""
-        self._evs, self._raw = evs, raw
+    def before(
+        self, state: list[Batch], evs: list[Batch], raw: list[Batch], kept_at: list[np.ndarray | None]
+    ) -> list[Batch]:
+        """`evs`: the call's events after the join's selections; `raw`: before them; `kept_at[x]`:
+        positions in raw[x] of the events the selections kept (None: all)."""
+        self._evs, self._raw, self._at = evs, raw, kept_at
         self._key_cache, self._groups_cache = {}, {}
         self._deleted_in_store = [0, 0]
         self._was = [np.zeros(len(state[x]), np.int64) for x in range(2)]
@@ -319,7 +350,8 @@ class KMonStrategy:
         for x in range(2):
             b = raw[x]
             ins = b.sign > 0
-            ord_raw.append((np.cumsum(ins) - 1)[self._kept(x, b)])
+            ordinal = np.cumsum(ins) - 1
+            ord_raw.append(ordinal if self._at[x] is None else ordinal[self._at[x]])
             ins_ts.append(b.ts[ins])
             ins_mask.append(ins)
         partner_before = [self.inserts[1], self.inserts[0]]
@@ -420,6 +452,7 @@ class KMonStrategy:
         for x in range(2):
             self.ledgers[x].tick(tuples, suspected[x], probes[x])
         self._evs, self._raw, self._key_cache, self._groups_cache = [], [], {}, {}  # hold no batch between calls
+        self._at = [None, None]
         self._stats()
 
     def _violations(self, x: int, rows: np.ndarray, joined_before: np.ndarray, was: np.ndarray) -> None:
@@ -540,7 +573,8 @@ class KMonStrategy:
         labs = ", ".join(r.label() for r in self.rules)
         ratio = self.ratio()
         tail = "" if ratio is None else f" → state {100 * ratio:.0f}% of baseline"
-        return f"k-constraints ({self.config.mode}): {labs}{tail}"
+        cols = "" if self.columns is None else f"; {self.columns.line()}"
+        return f"k-constraints ({self.config.mode}): {labs}{tail}{cols}"
 
     def control_table(self) -> dict[str, Any]:
         c = self.counts()
@@ -556,6 +590,8 @@ class KMonStrategy:
             "baseline_tuples": c["baseline"],
             "state_ratio": round(c["state"] / c["baseline"], 6) if c["baseline"] else None,
             "kmon_bytes": self.monitor_bytes(),
+            **{f"state_bytes_{k}": v for k, v in self.state_bytes().items()},
+            "eliminated_columns": sum(len(self.columns.eliminated(x)) for x in range(2)) if self.columns else 0,
             "restored_tuples": self.restored,
             "store_reads": sum(s.reads for s in self.stores),
             "withdrawals": len(self.withdrawals),
@@ -586,6 +622,7 @@ class KMonStrategy:
                 for r in self.rules
             ],
             "withdrawals": list(self.withdrawals),
+            "columns": self.columns.table() if self.columns is not None else [],
             "knobs": {
                 "mode": self.config.mode,
                 "detect": self.config.detect,
@@ -594,6 +631,7 @@ class KMonStrategy:
                 "p": self.config.p,
                 "threshold": None if self.config.threshold == INF else self.config.threshold,
                 "retraction": self.config.retraction,
+                "eliminate_columns": self.config.eliminate_columns,
             },
             "block_size": BLOCK,
         }
@@ -628,8 +666,16 @@ class KMonStrategy:
             self.config = replace(cfg, **num)
             for r in self.rules:
                 r.monitor.W, r.monitor.c, r.monitor.p = self.config.W, self.config.c, self.config.p
+        elif knob == "eliminate_columns":
+            if not isinstance(value, bool):
+                raise KnobError("eliminate_columns is true or false")
+            if self.columns is not None and value != self.columns.eliminate:
+                self.keep_columns(replace(self.columns, eliminate=value))  # refused once rows are stored
+            self.config = replace(cfg, eliminate_columns=value)
         else:
-            raise KnobError(f"unknown knob '{knob}' (known: mode, detect, W, c, p, threshold, retraction)")
+            raise KnobError(
+                f"unknown knob '{knob}' (known: mode, detect, W, c, p, threshold, retraction, eliminate_columns)"
+            )
 
     def _restore_all(self) -> None:
         """Everything spilled comes back (leaving exact mode, or turned off)."""

@@ -34,6 +34,7 @@ soon as their inputs are bound; conjuncts reading one input filter that input's 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
@@ -46,7 +47,7 @@ from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive.caching import CACHING_KNOBS, ACaching
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.mjoin import MJOIN_KNOBS, AdaptiveProbes
-from cqlstream.engine.batch import Batch, combine_ids, concat
+from cqlstream.engine.batch import Batch, combine_ids, concat, empty_column
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.joinorder import ordering as JO
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
@@ -497,6 +498,20 @@ def gather_batch(
     return Batch(cols, nulls, ts, np.ones(n, np.int8), np.zeros(n, np.uint64))
 
 
+# ------------------------------------------------------------------ column elimination
+
+
+def _narrow(b: Batch, cols: Sequence[int]) -> Batch:
+    """`b` with only the columns `cols`, in that order (the arrays are shared, not copied)."""
+    return b.with_columns([b.cols[c] for c in cols], [b.nulls[c] for c in cols])
+
+
+def renumber(e: X.Expr, at: dict[int, int]) -> X.Expr:
+    """`e` with column c read at position at[c] (a column it reads that is not in `at` is a bug
+    of the caller: the kept columns must hold every column a conjunct reads)."""
+    return X.remap(e, lambda c: replace(c, index=at[c.index]))
+
+
 # ------------------------------------------------------------------ the operator
 
 
@@ -555,6 +570,8 @@ class JoinOp(Operator):
         for st in stores or ():
             st.users.append(self)
         self.input_types = [list(t) for t in input_types]
+        self.full_types = self.input_types  # the inputs' whole rows (input_types: the columns state keeps)
+        self.kept: list[tuple[int, ...]] | None = None  # columns of each input state keeps (None: all)
         self.n = len(self.input_types)
         self.out_types = [t for ts in self.input_types for t in ts]
         self.offsets, self.widths = input_layout(self.input_types)
@@ -575,6 +592,66 @@ class JoinOp(Operator):
         self.summary, self.summary_bytes = "exact", DEFAULT_BYTES  # reservoir mode: join_summary.py
         self.sampler: ReservoirJoin | None = None
         self._released: list[object] = []
+
+    # -------------------------------------------------------------- column elimination (seed 000 §3.3.2)
+    def keep_columns(self, kept: Sequence[Iterable[int]] | None) -> None:
+        """Private state keeps only the columns `kept[k]` of input k (k-Mon's column elimination):
+        events are narrowed as they come in, after the input's own selections (which read the whole
+        row), the equalities and residual conjuncts are rewritten onto the narrowed layout, and
+        output rows carry NULL in the columns not kept, which nothing above reads
+        (engine/column_reads.py). `kept` must hold every column a conjunct of another input reads;
+        None keeps every column. Rows already in state lose the columns no longer kept, and must
+        have every column newly kept (call it while the state is empty to widen)."""
+        full = self.full_types
+        keep = [tuple(range(len(t))) for t in full] if kept is None else [tuple(sorted(set(k))) for k in kept]
+        old = self.kept or [tuple(range(len(t))) for t in full]
+        self.state = [
+            _narrow(s, [o.index(c) for c in k]) if len(s) else Batch.empty([t[c] for c in k])
+            for s, o, k, t in zip(self.state, old, keep, full)
+        ]
+        self.kept = None if all(len(k) == len(t) for k, t in zip(keep, full)) else keep
+        self.input_types = [[t[c] for c in k] for t, k in zip(full, keep)]
+        self.offsets, self.widths = input_layout(self.input_types)
+        self.width = sum(self.widths)
+        f_off, f_w = input_layout(full)
+        self.offsets_full = f_off
+        equi, self.const, self.local, theta = classify(self.predicate, f_off, f_w)
+        at = [{c: i for i, c in enumerate(k)} for k in keep]
+        glob = {f_off[x] + c: self.offsets[x] + i for x, k in enumerate(keep) for i, c in enumerate(k)}
+        self.equi = [Equi(e.cid, e.a, renumber(e.ea, at[e.a]), e.b, renumber(e.eb, at[e.b])) for e in equi]
+        self.theta = [(renumber(c, glob), own) for c, own in theta]
+
+    def _narrowed(self, k: int, b: Batch) -> Batch:
+        """Input k's rows with only the columns its state keeps (no copy)."""
+        return b if self.kept is None else _narrow(b, self.kept[k])
+
+    def _blanked(self, out: Batch) -> Batch:
+        """Output rows with NULL in the columns state does not keep (what the join emits)."""
+        if self.kept is None:
+            return out
+        at = [o + c for o, k in zip(self.offsets_full, self.kept) for c in k]
+        cols, nulls = self._padded([out.cols[g] for g in at], [out.nulls[g] for g in at], len(out))
+        return out.with_columns(cols, nulls)
+
+    def _padded(
+        self, cols: list[np.ndarray], nulls: list[np.ndarray | None], n: int
+    ) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
+        """Output columns from the kept ones (in order): NULL where a column is not kept."""
+        assert self.kept is not None
+        out_c: list[np.ndarray] = []
+        out_n: list[np.ndarray | None] = []
+        it = iter(zip(cols, nulls))
+        for k, types in zip(self.kept, self.full_types):
+            keep = set(k)
+            for c, ty in enumerate(types):
+                if c in keep:
+                    v, m = next(it)
+                    out_c.append(v)
+                    out_n.append(m)
+                else:
+                    out_c.append(empty_column(ty, n))
+                    out_n.append(np.ones(n, bool))
+        return out_c, out_n
 
     # -------------------------------------------------------------- summary mode (join_summary.py)
     def summaries(self) -> tuple[str, ...]:
@@ -641,14 +718,14 @@ class JoinOp(Operator):
         if parts is None:
             return None
         fresh = JoinOp(
-            [Queue(t) for t in self.input_types],
+            [Queue(t) for t in self.full_types],
             Queue(self.out_types),
             self.ids,
             self.predicate,
-            self.input_types,
+            self.full_types,
             self.ev,
         )
-        return fresh.process(parts, at)
+        return self._blanked(fresh.process(parts, at))
 
     def snapshotable(self, inputs: Callable[[], bool]) -> bool:
         return self.sampler is None and inputs()  # a sample cannot be rebuilt from the inputs
@@ -696,17 +773,21 @@ class JoinOp(Operator):
         state = self._carried_state(bound)
         if not any(len(b) for b in inputs):
             return Batch.empty(self.out_types)
-        evs = []
+        evs, kept_at = [], []
         for k, b in enumerate(inputs):
+            pos = None  # positions of the rows the input's own selections keep (None: all)
             for c in self.local[k]:
                 if len(b):
-                    b = b.take(self.ev.predicate(c, b))
-            evs.append(b)
+                    keep = self.ev.predicate(c, b)
+                    b = b.take(keep)
+                    pos = np.flatnonzero(keep) if pos is None else pos[keep]
+            evs.append(self._narrowed(k, b))
+            kept_at.append(pos)
         if self.join_order == "rates" and self.ordering is not None:
             new = self.ordering.observe([len(b) for b in evs], bound, self.probe_orders)
             self.probe_orders = new if new is not None else self.probe_orders
         if self.kmon is not None:  # exact mode: state this call may need comes back from the disk store
-            state = self.kmon.before(state, evs, inputs)
+            state = self.kmon.before(state, evs, [self._narrowed(k, b) for k, b in enumerate(inputs)], kept_at)
         if self.stores and self.equi:
             # few events against a large stored relation: only its rows they can meet (and the
             # rows its own events delete) enter the call (engine/operators/state_prefilter.py)
@@ -908,7 +989,8 @@ class JoinOp(Operator):
             o = stable_order(seq)
             idx = {k: v[o] for k, v in idx.items()}
             ts, sign = ts[o], sign[o]
-        cols, nulls = [], []
+        cols: list[np.ndarray] = []
+        nulls: list[np.ndarray | None] = []
         for k, t in enumerate(tables):
             r = idx[k]
             for c in range(self.widths[k]):
@@ -916,6 +998,8 @@ class JoinOp(Operator):
                 msk = t.b.nulls[c]
                 msk = None if msk is None else msk[r]
                 nulls.append(msk if msk is not None and msk.any() else None)
+        if self.kept is not None:
+            cols, nulls = self._padded(cols, nulls, len(ts))
         oid = tables[0].b.id[idx[0]]
         for k in range(1, self.n):
             oid = combine_ids(oid, tables[k].b.id[idx[k]])
