@@ -2,6 +2,7 @@
 workload of Babu, Srivastava & Widom (TODS 2004) and on Linear Road streams.
 
     python -m bench.kmon [--children 100000] [--window 50000] [--ks 0,1000,5000,10000,20000] [--json F]
+    python -m bench.kmon --columns 4 --no-memory --no-fn --lr none   # column elimination's bytes
 
 Synthetic workload (2-way join, the paper's Fig 7(c) shape): a parent stream P(id, a) and a child
 stream C(id, b); `P.a = C.id` is many-one (C.id unique), every child has on average 5 parents,
@@ -156,11 +157,14 @@ DECLARE = {
 C_DECLARE = {"OAC": "with constraints (unique(id), ordered(id, {k}))"}
 
 
-def ddl(kind: str, k: int, window: int, swj: bool = False) -> tuple[str, str]:
-    """The streams' DDL and the query; `swj`: the selection kept above the join (the SWJ run)."""
-    p = f"register stream P (id int, a int) {DECLARE.get(kind, '').format(k=k)}"
+def ddl(kind: str, k: int, window: int, swj: bool = False, payload: int = 0) -> tuple[str, str]:
+    """The streams' DDL and the query; `swj`: the selection kept above the join (the SWJ run);
+    `payload`: extra int columns on each stream that the query does not read (column elimination
+    drops them from k-Mon's state)."""
+    extra = "".join(f", x{i} int" for i in range(payload))
+    p = f"register stream P (id int, a int{extra}) {DECLARE.get(kind, '').format(k=k)}"
     c_decl = "" if kind in ("none", "plain") else C_DECLARE.get(kind, "with constraints (unique(id))")
-    c = f"register stream C (id int, b int) {c_decl.format(k=k)}"
+    c = f"register stream C (id int, b int{extra}) {c_decl.format(k=k)}"
     sel = f"C.b < {SEL} + 0 * P.a" if swj else f"C.b < {SEL}"
     q = f"select istream(P.id, P.a, C.b) from P [rows {window}], C [rows {window}] where P.a = C.id and {sel}"
     return p + "; " + c, q
@@ -174,6 +178,8 @@ class Run:
     seconds: float
     strategy: KMonStrategy | None
     tuples: int
+    state_bytes: list[int]  # k-Mon's rows in memory (state and retraction tier) after each chunk, bytes
+    disk_bytes: list[int]  # k-Mon's disk store files after each chunk, bytes
 
 
 def run(
@@ -184,11 +190,12 @@ def run(
     config: KMonConfig | None = None,
     chunk: int = 2000,
     swj: bool = False,
+    payload: int = 0,
 ) -> Run:
     d = Dsms()
     if config is not None:
         d.kconstraints = config  # type: ignore[attr-defined]
-    text, q = ddl(kind, k, window, swj)
+    text, q = ddl(kind, k, window, swj, payload)
     d.execute(text)
     h = d.register_query(q)
     sub = d.subscribe(h.id)
@@ -197,6 +204,8 @@ def run(
     out: list[tuple[int, tuple]] = []
     mem: list[int] = []
     tier: list[int] = []
+    sbytes: list[int] = []
+    dbytes: list[int] = []
     secs = 0.0
     n = w.tuples
     pi = ci = 0
@@ -205,9 +214,11 @@ def run(
         pj = int(np.searchsorted(w.p_ts, hi))
         cj = int(np.searchsorted(w.c_ts, hi))
         if pj > pi:
-            d.push("P", list(zip(w.p_id[pi:pj].tolist(), w.p_a[pi:pj].tolist())), ts=w.p_ts[pi:pj])
+            pay = [w.p_id[pi:pj].tolist()] * payload  # values never read: any will do
+            d.push("P", list(zip(w.p_id[pi:pj].tolist(), w.p_a[pi:pj].tolist(), *pay)), ts=w.p_ts[pi:pj])
         if cj > ci:
-            d.push("C", list(zip(w.c_id[ci:cj].tolist(), w.c_b[ci:cj].tolist())), ts=w.c_ts[ci:cj])
+            pay = [w.c_id[ci:cj].tolist()] * payload
+            d.push("C", list(zip(w.c_id[ci:cj].tolist(), w.c_b[ci:cj].tolist(), *pay)), ts=w.c_ts[ci:cj])
         d.heartbeat("P", hi - 1)
         d.heartbeat("C", hi - 1)
         pi, ci = pj, cj
@@ -218,10 +229,13 @@ def run(
         out.extend(zip(b.ts.tolist(), d.rows(b)))
         mem.append(sum(len(s) for s in join.state) if join.stores is None else int(join.counters.extra["state_tuples"]))
         tier.append(strat.counts()["tier"] if strat is not None else 0)
+        sb = strat.state_bytes() if strat is not None else {"memory": 0, "tier": 0, "disk": 0}
+        sbytes.append(sb["memory"] + sb["tier"])
+        dbytes.append(sb["disk"])
     d.end()
     b = sub.poll()
     out.extend(zip(b.ts.tolist(), d.rows(b)))
-    return Run(out, mem, tier, secs, strat, n)
+    return Run(out, mem, tier, secs, strat, n, sbytes, dbytes)
 
 
 def swj_entries(w: Workload, window: int, at: int) -> int:
@@ -323,6 +337,56 @@ def memory_table(
     return rows
 
 
+def row_bytes(cols: int) -> int:
+    """Bytes of one state row of `cols` int columns (8 each) with its ts (8), sign (1) and id (8)."""
+    return 8 * cols + 17
+
+
+def columns_table(children: int, window: int, kinds: list[str], payload: int, chunk: int) -> list[dict]:
+    """k-Mon's state bytes with column elimination on and off (§3.3.2), on the synthetic workload
+    with `payload` unread int columns on each stream: in memory (state and retraction tier, mean
+    over the second half) and on disk (the store's files at the end). The query reads every column
+    but the payload, so elimination should keep 2 of 2 + payload columns per row."""
+    rows = []
+    for kind in kinds:
+        w = GENERATORS[kind](children, 1000, seed=1)
+        kd = measured(w, kind)
+        on = run(w, kind, kd, window, KMonConfig(), chunk=chunk, payload=payload)
+        off = run(w, kind, kd, window, KMonConfig(eliminate_columns=False), chunk=chunk, payload=payload)
+        steady = slice(len(on.mem) // 2, None)
+        m_on, m_off = float(np.mean(on.state_bytes[steady])), float(np.mean(off.state_bytes[steady]))
+        d_on, d_off = on.disk_bytes[-1], off.disk_bytes[-1]
+        same = Counter(on.results) == Counter(off.results)
+        expect = row_bytes(2) / row_bytes(2 + payload)
+        rows.append(
+            {
+                "kind": kind,
+                "k_declared": kd,
+                "payload_columns": payload,
+                "memory_bytes_on": m_on,
+                "memory_bytes_off": m_off,
+                "memory_ratio": m_on / m_off if m_off else None,
+                "disk_bytes_on": d_on,
+                "disk_bytes_off": d_off,
+                "disk_ratio": d_on / d_off if d_off else None,
+                "expected_row_ratio": expect,
+                "state_tuples_on": float(np.mean(on.mem[steady])),
+                "state_tuples_off": float(np.mean(off.mem[steady])),
+                "results_equal": same,
+            }
+        )
+        r = rows[-1]
+        print(
+            f"{kind:<5} k={kd:<6} +{payload} unread columns: memory {m_on / 1e6:.2f} MB eliminated / {m_off / 1e6:.2f} MB kept"
+            f" = {r['memory_ratio']:.3f} (rows: {row_bytes(2)}/{row_bytes(2 + payload)} = {expect:.3f})"
+            f"  disk {d_on / 1e6:.2f} / {d_off / 1e6:.2f} MB = {r['disk_ratio'] or 0:.3f}"
+            f"  tuples {r['state_tuples_on']:.0f} / {r['state_tuples_off']:.0f}  exact={same}"
+            "  (paper §3.3.2: no figures)",
+            flush=True,
+        )
+    return rows
+
+
 def fn_table(children: int, window: int, chunk: int) -> list[dict]:
     rows = []
     cases = {
@@ -380,11 +444,27 @@ def main(argv: list[str] | None = None) -> int:
         help="spilled rows that met a live partner: on disk (default) or in memory for its delete",
     )
     p.add_argument("--no-fn", action="store_true", help="skip the approximate-mode false-negative runs")
+    p.add_argument(
+        "--columns",
+        type=int,
+        default=0,
+        metavar="P",
+        help="also measure column elimination: P unread int columns per stream, state bytes on/off",
+    )
+    p.add_argument("--no-memory", action="store_true", help="skip the memory table (e.g. with --columns)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     ks = [int(x) for x in args.ks.split(",")]
     print(f"== synthetic workload: {args.children} children, {MULT * args.children} parents, [Rows {args.window}]")
-    mem = memory_table(args.children, args.window, ks, args.chunk, args.kinds.split(","), args.retraction)
+    mem = (
+        []
+        if args.no_memory
+        else memory_table(args.children, args.window, ks, args.chunk, args.kinds.split(","), args.retraction)
+    )
+    cols = []
+    if args.columns:
+        print(f"== column elimination (§3.3.2): {args.columns} unread int columns per stream, k-Mon state bytes")
+        cols = columns_table(args.children, args.window, args.kinds.split(","), args.columns, args.chunk)
     fn = []
     if not args.no_fn:
         print("== approximate mode, k varying over time (monitors on)")
@@ -397,7 +477,9 @@ def main(argv: list[str] | None = None) -> int:
         lr = kmon_lr.table(args.lr)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"memory": mem, "false_negatives": fn, "linear_road": lr}, f, indent=1, default=str)
+            json.dump(
+                {"memory": mem, "columns": cols, "false_negatives": fn, "linear_road": lr}, f, indent=1, default=str
+            )
     return 0
 
 

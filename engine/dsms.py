@@ -493,7 +493,7 @@ class Dsms:
         if any(i.first is not None for i in self.inputs.values()):
             self._quiesce()
         pn = self.plan.build(h.physical_plan, h.id, share=h.share)
-        conflicts = kconstraints.column_conflicts(self)
+        conflicts = kconstraints.column_conflicts(self, pn)
         if conflicts:  # it reads columns a running k-Mon join no longer stores: plan it its own
             self.plan.release(h.id)
             self.plan.closed[h.id] = {

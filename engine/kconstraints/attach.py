@@ -315,8 +315,8 @@ def _kmon_joins(d: Dsms) -> list[tuple[PNode, JoinOp]]:
     ]
 
 
-def _reads(d: Dsms) -> dict[int, frozenset[int]]:
-    outputs = [h.pnode for h in d.queries.values() if h.pnode is not None]
+def _reads(d: Dsms, also: PNode | None = None) -> dict[int, frozenset[int]]:
+    outputs = [h.pnode for h in d.queries.values() if h.pnode is not None] + ([also] if also else [])
     return read_columns(d.plan.nodes.values(), outputs)
 
 
@@ -354,10 +354,10 @@ def reaches(pn: PNode, target: PNode) -> bool:
     return False
 
 
-def column_conflicts(d: Dsms) -> list[PNode]:
-    """k-Mon joins storing rows without columns the plan now reads (a query registered later
-    reads what the earlier ones did not): such a query must not share them."""
-    reads = _reads(d)
+def column_conflicts(d: Dsms, new: PNode) -> list[PNode]:
+    """k-Mon joins storing rows without columns the plan now reads (a query registered later,
+    whose output is `new`, reads what the earlier ones did not): such a query must not share them."""
+    reads = _reads(d, new)
     out = []
     for pn, op in _kmon_joins(d):
         s = cast("KMonStrategy", op.kmon)
