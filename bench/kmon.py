@@ -373,6 +373,7 @@ def columns_table(children: int, window: int, kinds: list[str], payload: int, ch
                 "state_tuples_on": float(np.mean(on.mem[steady])),
                 "state_tuples_off": float(np.mean(off.mem[steady])),
                 "results_equal": same,
+                "us_per_tuple": [1e6 * on.seconds / w.tuples, 1e6 * off.seconds / w.tuples],
             }
         )
         r = rows[-1]
@@ -380,7 +381,8 @@ def columns_table(children: int, window: int, kinds: list[str], payload: int, ch
             f"{kind:<5} k={kd:<6} +{payload} unread columns: memory {m_on / 1e6:.2f} MB eliminated / {m_off / 1e6:.2f} MB kept"
             f" = {r['memory_ratio']:.3f} (rows: {row_bytes(2)}/{row_bytes(2 + payload)} = {expect:.3f})"
             f"  disk {d_on / 1e6:.2f} / {d_off / 1e6:.2f} MB = {r['disk_ratio'] or 0:.3f}"
-            f"  tuples {r['state_tuples_on']:.0f} / {r['state_tuples_off']:.0f}  exact={same}"
+            f"  tuples {r['state_tuples_on']:.0f} / {r['state_tuples_off']:.0f}"
+            f"  µs/tuple {r['us_per_tuple'][0]:.1f} / {r['us_per_tuple'][1]:.1f}  exact={same}"
             "  (paper §3.3.2: no figures)",
             flush=True,
         )

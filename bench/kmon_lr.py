@@ -1,7 +1,7 @@
 """k-Mon on Linear Road streams: join state with constraints against the same joins without them
 (the paper's Table III reports 0.09–0.13 of the baseline).
 
-    python -m bench.kmon_lr [--size small|720k|3h ...] [--json F]
+    python -m bench.kmon_lr [--size small|720k|3h ...] [--columns] [--json F]
 
 Two groups of joins over the streams of bench.linear_road's generator, `[Range 10 minutes]`
 windows unless said, exact mode, results checked equal to the baseline's:
@@ -132,13 +132,22 @@ def _state(join: JoinOp) -> int:
 
 
 def run(
-    ddl: str, query: str, names: tuple[str, ...], data: dict, mode: str = "exact", detect: bool = False
+    ddl: str,
+    query: str,
+    names: tuple[str, ...],
+    data: dict,
+    mode: str = "exact",
+    detect: bool = False,
+    eliminate: bool = True,
+    nbytes: list[tuple[int, int]] | None = None,
 ) -> tuple[Counter, list[list[int]], list, list[int], float]:
     """Results (with their signs: a relation's changes), state tuples in memory of each of the
     query's joins (in plan order, inputs first) after each call, their strategies, the spilled rows kept in memory for retraction after
-    each call, and the CPU seconds of the run's engine calls."""
+    each call, and the CPU seconds of the run's engine calls. `eliminate`: k-Mon's column
+    elimination; `nbytes` gets, after each call, the bytes of k-Mon's rows in memory (state and
+    retraction tier) and in the disk store's files, over the query's joins."""
     d = Dsms()
-    setattr(d, CONFIG_ATTR, KMonConfig(mode=mode, detect=detect))
+    setattr(d, CONFIG_ATTR, KMonConfig(mode=mode, detect=detect, eliminate_columns=eliminate))
     d.execute(ddl)
     h = d.register_query(query)
     sub = d.subscribe(h.id)
@@ -164,6 +173,9 @@ def run(
         out.update(zip(b.ts.tolist(), d.rows(b), b.sign.tolist()))
         mem.append([_state(j) for j in joins])
         tier.append(sum(j.kmon.counts()["tier"] for j in joins if j.kmon is not None))
+        if nbytes is not None:
+            sb = [j.kmon.state_bytes() for j in joins if j.kmon is not None]
+            nbytes.append((sum(b["memory"] + b["tier"] for b in sb), sum(b["disk"] for b in sb)))
     return out, mem, [j.kmon for j in joins if j.kmon is not None], tier, cpu
 
 
@@ -203,9 +215,45 @@ def _row(name: str, base: tuple, got: tuple, cars: str) -> dict:
     }
 
 
-def table(size: str = "small", shapes: bool = True, windows: bool = True, only: str | None = None) -> list[dict]:
+def columns_row(name: str, ddl: str, q: str, names: tuple[str, ...], data: dict) -> dict:
+    """k-Mon's state bytes with column elimination (§3.3.2) and without: memory (state and
+    retraction tier, mean over the second half) and disk (the store's files at the end)."""
+    got: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
+    res = {on: run(ddl, q, names, data, eliminate=on, nbytes=got[on])[0] for on in (True, False)}
+    half = len(got[True]) // 2
+    mem = {on: float(np.mean([m for m, _ in got[on][half:]])) for on in got}
+    disk = {on: got[on][-1][1] for on in got}
+    kept = [j.kmon.columns.line() for j in _joins_of(ddl, q) if j.kmon is not None and j.kmon.columns is not None]
+    print(
+        f"{name:<46} k-Mon state bytes, columns eliminated / kept: memory {mem[True] / 1e3:.1f} / {mem[False] / 1e3:.1f} kB"
+        f" = {mem[True] / mem[False]:.3f}  disk {disk[True] / 1e3:.1f} / {disk[False] / 1e3:.1f} kB"
+        f" = {disk[True] / max(disk[False], 1):.3f}  exact={res[True] == res[False]}  (paper §3.3.2: no figures)"
+        + "".join(f"\n    {k}" for k in kept),
+        flush=True,
+    )
+    return {
+        "query": name,
+        "memory_bytes": [mem[True], mem[False]],
+        "disk_bytes": [disk[True], disk[False]],
+        "exact": res[True] == res[False],
+        "kept": kept,
+    }
+
+
+def _joins_of(ddl: str, q: str) -> list[JoinOp]:
+    """The joins of a query registered on a fresh engine (for its EXPLAIN of the columns kept)."""
+    d = Dsms()
+    d.execute(ddl)
+    d.register_query(q)
+    return [o for o in d.plan.operators if isinstance(o, JoinOp)]
+
+
+def table(
+    size: str = "small", shapes: bool = True, windows: bool = True, only: str | None = None, columns: bool = False
+) -> list[dict]:
     """One row per query: the mean state of its joins in the second half of the run with
-    constraints and without. `only`: the queries whose name contains it."""
+    constraints and without. `only`: the queries whose name contains it. `columns`: also the
+    state bytes with column elimination and without (the paper's shapes)."""
     data = streams(size)
     ts, rows = data["Car"]
     vid = np.array([r[0] for r in rows])
@@ -215,6 +263,8 @@ def table(size: str = "small", shapes: bool = True, windows: bool = True, only: 
     for name, (ddl, q, names) in PAPER_SHAPES.items() if shapes else ():
         if only is None or only.lower() in name.lower():
             out.append(_row(name, run(ddl, q, names, data, "off"), run(ddl, q, names, data), cars))
+            if columns:
+                out[-1]["columns"] = columns_row(name, ddl, q, names, data)
     for name, (ddl, q, (ce, cx), names) in QUERIES.items() if windows else ():
         if only is None or only.lower() in name.lower():
             base = run(ddl.format(e="", x=""), q, names, data)
@@ -226,12 +276,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.kmon_lr", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", action="append", choices=list(SIZES), help="input size(s) (default: small and 3h)")
     p.add_argument("--only", default=None, help="run only the queries whose name contains this (e.g. AccSeg)")
+    p.add_argument(
+        "--columns", action="store_true", help="also k-Mon's state bytes with column elimination and without"
+    )
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     res = {}
     for size in args.size or ["small", "3h"]:
         print(f"== Linear Road input {size}: {SIZES[size]}", flush=True)
-        res[size] = table(size, windows=size != "3h", only=args.only)
+        res[size] = table(size, windows=size != "3h", only=args.only, columns=args.columns)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1, default=str)
