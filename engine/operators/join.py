@@ -618,7 +618,9 @@ class JoinOp(Operator):
         equi, self.const, self.local, theta = classify(self.predicate, f_off, f_w)
         at = [{c: i for i, c in enumerate(k)} for k in keep]
         glob = {f_off[x] + c: self.offsets[x] + i for x, k in enumerate(keep) for i, c in enumerate(k)}
-        self.equi = [Equi(e.cid, e.a, renumber(e.ea, at[e.a]), e.b, renumber(e.eb, at[e.b])) for e in equi]
+        by_cid = {e.cid: e for e in equi}
+        for e in self.equi:  # in place: the adaptive pipelines hold these objects
+            e.ea, e.eb = renumber(by_cid[e.cid].ea, at[e.a]), renumber(by_cid[e.cid].eb, at[e.b])
         self.theta = [(renumber(c, glob), own) for c, own in theta]
 
     def _narrowed(self, k: int, b: Batch) -> Batch:
