@@ -22,7 +22,8 @@ from typing import Any
 # The checkpoint pickles the engine's objects whole, so a release whose classes hold new state
 # cannot resume from an older pickle (the objects would lack the new attributes): bump VERSION then.
 # 2: admission control, join summaries and caches, synopsis joins (2026-11-28).
-FORMAT, VERSION = "cqlstream-checkpoint", 2
+# 3: k-Mon column elimination (joins' kept columns, the plan's closed nodes) (2026-11-28).
+FORMAT, VERSION = "cqlstream-checkpoint", 3
 PREFIX, SUFFIX = "checkpoint-", ".ckpt"
 _FUNCTIONS = "functions"  # the persistent id of the function registry
 

@@ -263,7 +263,7 @@ def test_a_constraint_violated_midway_brings_back_rows_without_their_eliminated_
     assert all(a < b for a, b in zip(on.state_bytes, off.state_bytes) if b)
 
 
-def test_engine_harness_feed_equals_run_engine_with_elimination():
+def test_one_event_per_push_gives_the_same_results_with_elimination_and_without():
     """A one-event-per-push feed (other batching than assert_same's) gives the same results."""
     ddl = (
         "register stream S (a int, b int, c int) with constraints (unique(a)); register stream T (a int, b int, d int)"
