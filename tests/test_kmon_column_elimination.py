@@ -280,3 +280,29 @@ def test_one_event_per_push_gives_the_same_results_with_elimination_and_without(
         d.end()
         got[on] = _results(d, sub)
     assert got[True] == got[False] and sum(got[True].values()) > 5
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    stream_events(n=12, first=st.integers(0, 3)),
+    stream_events(n=12, first=st.integers(0, 3)),
+    stream_events(n=12, first=st.integers(0, 3)),
+    st.booleans(),
+)
+def test_a_binary_join_tree_step_keeps_what_the_next_step_reads(s, t, u, on):
+    """With binary joins, (S ⋈ T) ⋈ U: the first step's k-Mon state keeps the columns the second
+    step's predicate and the projection read, nothing else."""
+    ddl = (
+        "register stream S (a int, b int, c int) with constraints (unique(a));"
+        " register stream T (a int, b int, d int) with constraints (a references S(a) within 1);"
+        " register stream U (a int, b int, e int)"
+    )
+    q = "select istream(T.d, U.e) from S [rows 3], T [rows 4], U [rows 3] where S.a = T.a and T.b = U.b"
+    with elimination(on):
+        assert_same(ddl, q, {"S": _wide(s), "T": _wide(t), "U": _wide(u)}, binary_joins=True)
+    d = Dsms(binary_joins=True)
+    d.kconstraints = KMonConfig(eliminate_columns=on)  # type: ignore[attr-defined]
+    d.execute(ddl)
+    d.register_query(q)
+    join = _join(d)
+    assert join.kept == ([(0,), (0, 1, 2)] if on else None)
