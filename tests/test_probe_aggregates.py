@@ -4,7 +4,8 @@
 - against the reference evaluator (which runs the plan without rewrites): grouped count, sum, avg,
   min and max over windows that expire and over a relation with inserts, deletes and updates,
   aggregates over aggregates, selections and projections between them and above the join,
-  several probe tuples per instant and instants without any, the stream first or second; 1, 7
+  several probe tuples per instant and instants without any, the stream first or second, the
+  aggregate over a window of the probing stream itself; 1, 7
   and all events per push, paper and compat mode;
 - the same batches in the same order as the plan without the probes, at every push size;
 - the rule's reach: which aggregates get the probe (nested ones, through selections and
@@ -44,6 +45,7 @@ QUERIES = [
     "Rstream(select S.c, A2.b, A2.n from S [Now], A2)",
     "Rstream(select S.c, AT.v from S [Now], AT where S.a = AT.a and S.c <> AT.a)",
     "Rstream(select S.a, X.n, X.k from S [Now], (select n, count(*) as k from CT group by n) as X where S.b = X.n)",
+    "Rstream(select S.c, X.n from S [Now], (select a, count(*) as n from S [Range 2] group by a) as X where S.a = X.a)",
 ]
 
 
