@@ -45,7 +45,8 @@ def node_label(n: L.Plan) -> str:
         case L.Aggregate():
             keys = ", ".join(k.sql() for k in n.keys)
             aggs = ", ".join(a.sql() for a in n.aggs)
-            return "AGGREGATE" + (f" GROUP BY {keys}" if keys else "") + (f": {aggs}" if aggs else "")
+            probe = " (net changes at the instants of input 2)" if n.probe is not None else ""
+            return "AGGREGATE" + (f" GROUP BY {keys}" if keys else "") + (f": {aggs}" if aggs else "") + probe
         case L.Distinct():
             return "DISTINCT"
         case L.SetOp():

@@ -310,15 +310,23 @@ class Join(Plan):
 
 @dataclass(frozen=True)
 class Aggregate(Plan):
-    """Group by `keys` and compute `aggs`; output = keys then aggregates. No keys: one row always."""
+    """Group by `keys` and compute `aggs`; output = keys then aggregates. No keys: one row always.
+
+    `probe`: a stream whose instants are the only ones at which the output relation is read (set
+    by cql/logical/probe_aggregates.py for an aggregate only a stream–relation join reads
+    with that stream): the output is then exact at those instants (and at the end of every call),
+    and a group's changes between two of them are emitted as one net change, at the last of them.
+    The probe is a second input; only its timestamps are read."""
 
     input: Plan
     keys: tuple[Expr, ...]
     aggs: tuple[AggCall, ...]
     names: tuple[str, ...]
+    probe: Plan | None = None
 
     def __post_init__(self) -> None:
         _relations(self, (self.input,))
+        _check(self.probe is None or self.probe.is_stream, "Aggregate: the probe must be a stream")
         _check(len(self.names) == len(self.keys) + len(self.aggs), "Aggregate needs a name per output")
         w = len(self.input.schema)
         for k in self.keys:
@@ -329,7 +337,7 @@ class Aggregate(Plan):
 
     @property
     def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
+        return (self.input,) if self.probe is None else (self.input, self.probe)
 
     @cached_property
     def schema(self) -> tuple[Attribute, ...]:
@@ -495,6 +503,8 @@ def with_inputs(node: Plan, new: tuple[Plan, ...]) -> Plan:
         return replace(node, inputs_=tuple(new))
     if isinstance(node, (SetOp, SemiJoin)):
         return replace(node, left=new[0], right=new[1])
+    if isinstance(node, Aggregate) and node.probe is not None:
+        return replace(node, input=new[0], probe=new[1])
     rebuild = getattr(node, "replace_inputs", None)  # a node defined outside this module
     if rebuild is not None:
         return rebuild(new)

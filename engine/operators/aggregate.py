@@ -31,6 +31,15 @@ Vectorized evaluation (one pass per batch, whatever the number of instants it sp
 5. Every strategy gives its output column per cell; each cell's row is compared with the
    previous cell of its group (or the carried row, engine/aggregates/group_state.py) and only
    real changes are emitted, in ts order.
+
+With a probe (a second input, `Aggregate.probe`: the stream whose instants are the only ones a
+stream–relation join reads this output at, cql/logical/probe_aggregates.py), step 5
+looks only at the cells that end a group's run of cells within one probe interval (after one
+probe instant, up to and including the next; the last interval of a call ends at the call's
+bound): each is compared with the group's previous such cell, so a group emits its net change
+over the interval at its last change in it. The relation is then exact at every probe instant
+and at the end of every call, with the live rows inserted at the same instants, in the same
+order, as without the probe.
 """
 
 from __future__ import annotations
@@ -103,6 +112,9 @@ class AggregateOp(Operator):
         self.need_init = self.scalar_row
         self.stateful = [s for s in self.strategies if s.stateful]
         self.state = self._new_state()
+        self.probed = len(inputs) == 2  # input 1: the probe stream (module docstring)
+        if self.probed:  # the join reading the output probes at every instant of it: never shed
+            self.unshed = frozenset({1})
 
     def _arg(self, e: Expr) -> int:
         if e not in self.args:
@@ -124,6 +136,7 @@ class AggregateOp(Operator):
     # ------------------------------------------------------------ processing
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
+        probe_ts = inputs[1].ts if self.probed else None
         # the scalar row's first instant is t0, if the input ever started (docs/semantics.md:
         # a query none of whose sources saw an element or heartbeat has no instants)
         init = self.need_init and self.t0 is not None and bound >= self.t0 and self.inputs[0].start is not None
@@ -209,6 +222,11 @@ class AggregateOp(Operator):
         rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
         exists = np.ones(ncells, bool) if self.scalar_row else rows > 0
         outs = [s.values(cx) for s in self.strategies]
+        em = None if probe_ts is None else _interval_ends(cell_g, cell_ts, probe_ts)
+        if em is not None:  # only the cells ending a probe interval of their group are compared
+            cell_g, cell_ts, exists = cell_g[em], cell_ts[em], exists[em]
+            outs = [(v[em], nl[em]) for v, nl in outs]
+            ncells = len(em)
 
         # 6. changes against the previous cell of the group (or the carried row) and emission
         same = np.zeros(ncells, bool)
@@ -249,9 +267,10 @@ class AggregateOp(Operator):
             ig = cell_g[ins_c]
             last_ins = starts_to_ends(np.r_[True, ig[1:] != ig[:-1]])
             state.row_id[ig[last_ins]] = nid[ins_mask][last_ins]
-        state.carry_totals(cx.totals, lastc, G)
+        full_last = lastc if em is None else em[lastc]  # the same cells, numbered among all cells
+        state.carry_totals(cx.totals, full_last, G)
         if self.stateful:
-            dead = G[rows[lastc] <= 0].tolist()
+            dead = G[rows[full_last] <= 0].tolist()
             for s in self.stateful:
                 s.forget(dead)
         self._maybe_compact()
@@ -372,8 +391,21 @@ class AggregateOp(Operator):
         from cqlstream.engine.operators.base import BOUNDED
 
         assert isinstance(node, L.Aggregate)
-        worst = max(kids, default=BOUNDED)
+        worst = max(kids[:1], default=BOUNDED)  # a probe (kids[1]) only gives instants: nothing is kept of it
         scalar_o1 = not node.keys and all(
             a.func.lower() in ("count", "sum", "avg") and not a.distinct for a in node.aggs
         )
         return (BOUNDED if not node.keys else worst), [(BOUNDED if scalar_o1 else worst, "aggregate state")]
+
+
+def _interval_ends(cell_g: np.ndarray, cell_ts: np.ndarray, probe_ts: np.ndarray) -> np.ndarray:
+    """Positions of the cells (in (group, ts) order) that end their group's run of cells within one
+    probe interval: the group's last cell, or one whose next cell of the group falls after a probe
+    instant not before its own (intervals (p_i, p_i+1], instants of `probe_ts`)."""
+    n = len(cell_g)
+    last = np.ones(n, bool)
+    if n > 1:
+        p = probe_ts[np.r_[True, probe_ts[1:] != probe_ts[:-1]]] if len(probe_ts) else probe_ts  # ts order: distinct
+        k = np.searchsorted(p, cell_ts, "left")  # the interval: cells at p_i belong to the one ending there
+        last[:-1] = (cell_g[1:] != cell_g[:-1]) | (k[1:] != k[:-1])
+    return np.flatnonzero(last)

@@ -91,6 +91,7 @@ class Operator(ABC):
 
     kind = "operator"
     fanout = False  # True: deliver() routes each call's output to several queues (FilterHub)
+    unshed: frozenset[int] = frozenset()  # inputs load shedding never thins (read for their instants only)
     KNOBS: ClassVar[tuple[K.Knob, ...]] = (K.MEMORY_LIMIT, SAMPLING_RATE)
     reads_input_stores: ClassVar[bool] = False  # True: from_node takes its inputs' shared stores (joins)
 
@@ -150,7 +151,7 @@ class Operator(ABC):
         began = time.perf_counter()
         data = [r.take(b) for r in self.readers]
         if self.sampling_rate < 1.0:
-            data = [self._shed(d) for d in data]
+            data = [d if i in self.unshed else self._shed(d) for i, d in enumerate(data)]
         n_in = sum(len(d) for d in data)
         out = self.process(data, b)
         self.done_through = b

@@ -8,7 +8,8 @@ its instant. Selections and projections are per tuple, so they commute with Rstr
 R(t) maps to a tuple of the projected R(t), in the same insertion order): they stay above the new
 node (selections directly above the join join its predicate). Exact in both modes: the operator gives the Rstream's order within an instant and, in compat
 mode, its silence at the last instant. Binary joins only, with a `[Now]` window (no slide) over a
-stream as one input; with two such inputs the first is the probing stream.
+stream as one input; with two such inputs the first is the probing stream. Aggregates that X
+reads only for the join get S as their probe (cql/logical/probe_aggregates.py): they emit net changes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import replace
 
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.probe_aggregates import probe_aggregates
 
 
 def stream_join(node: L.Plan) -> L.Plan | None:
@@ -39,7 +41,8 @@ def stream_join(node: L.Plan) -> L.Plan | None:
     k = now[0]
     window = base.inputs_[k]
     assert isinstance(window, L.Window)
-    inputs = tuple(window.input if j == k else i for j, i in enumerate(base.inputs_))
+    x = probe_aggregates(base.inputs_[1 - k], window.input)  # aggregates read only at S's instants
+    inputs = tuple(window.input if j == k else x for j in range(2))
     out: L.Plan = L.StreamJoin(inputs, k, predicate)
     for n in reversed(chain):
         out = replace(n, input=out)

@@ -1,0 +1,39 @@
+"""Aggregates that only a stream–relation join reads: tell them the probing stream.
+
+`Rstream(S [Now] ⋈ X)` (a `StreamJoin`, cql/logical/rewrites/stream_join.py) reads its relation X
+only as of the instants where S has tuples: X(t), with the insertion order of X's live rows,
+for every t with S(t) non-empty. When X is a grouped aggregate (through selections and
+projections, which are per tuple), the aggregate's changes between two such instants are never
+read one by one: the join only needs each group's net change over the interval, emitted at the
+group's last change in it (the instant its row was last inserted, so the live rows' insertion
+order is the same). The aggregate gets S as its `probe` (logical `Aggregate.probe`, engine
+`AggregateOp`) and emits only those net changes. An aggregate over such an aggregate (through
+selections and projections) is read only at the same instants — an aggregate of a relation at t
+depends only on that relation at t — so it gets the probe too: in Linear Road the speed
+averages `SMVAvgRel` (per vehicle) and `SMAvgRel` (per segment, over `SMVAvgRel`), read by
+`SMAvgStr` at minute ends, and `VolSM`, read by `SegTollStr2`.
+
+Not across windows, DISTINCT or set operations (their operators emit every change), and not when
+S itself contains the aggregate (the aggregate would wait for its own reader's input).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cqlstream.cql.logical import nodes as L
+
+
+def probe_aggregates(x: L.Plan, s: L.Plan) -> L.Plan:
+    """Relation `x`, read only at the instants of stream `s`, with every aggregate it reads that
+    way given `s` as its probe (`x` itself when none is)."""
+    if isinstance(x, (L.Filter, L.Project)):
+        inner = probe_aggregates(x.input, s)
+        return x if inner is x.input else replace(x, input=inner)
+    if isinstance(x, L.Aggregate) and x.probe is None and x.keys and not _contains(s, x):
+        return replace(x, input=probe_aggregates(x.input, s), probe=s)
+    return x
+
+
+def _contains(plan: L.Plan, agg: L.Aggregate) -> bool:
+    return any(isinstance(n, L.Aggregate) and replace(n, probe=None) == agg for n in L.walk(plan))
