@@ -86,32 +86,54 @@ class _Run:
         self.chash, self.eid, self.ids = chash, eid, ids
         self.live = np.ones(len(chash), bool)
         self.n_live = len(chash)
-        self.by_id = [np.argsort(ids[:, p], kind="stable") for p in range(ids.shape[1])]
-        self.sid = [ids[o, p] for p, o in enumerate(self.by_id)]
+        # built on the first deletion that needs them (a run merged away first never pays)
+        self.by_id: list[np.ndarray | None] = [None] * ids.shape[1]
+        self.sid: list[np.ndarray | None] = [None] * ids.shape[1]
 
     def __len__(self) -> int:
         return len(self.chash)
 
     def with_id(self, pos: int, gone: np.ndarray) -> np.ndarray:
         """Row indexes of the live combos whose component at `pos` is among `gone` (sorted)."""
-        sid = self.sid[pos]
+        order, sid = self.by_id[pos], self.sid[pos]
+        if order is None or sid is None:
+            order = self.by_id[pos] = np.argsort(self.ids[:, pos], kind="stable")
+            sid = self.sid[pos] = self.ids[order, pos]
         lo = np.searchsorted(sid, gone, side="left")
         hi = np.searchsorted(sid, gone, side="right")
         _rep, at = expand(lo, hi - lo)
-        rows = self.by_id[pos][at]
+        rows = order[at]
         return rows[self.live[rows]]
 
 
 def _merge(runs: list[_Run], live_eids: np.ndarray) -> _Run:
     """One run of the live combos of `runs` whose entry still exists (`live_eids` sorted), in
-    hash order (a stable sort keeps each key's combos in insertion order)."""
-    parts = [(r.chash[r.live], r.eid[r.live], r.ids[r.live]) for r in runs]
+    hash order, each key's combos in insertion order (runs are oldest first). Two runs merge in
+    linear time (each side's places found by binary search); more are sorted."""
+    parts = []
+    for r in runs:
+        keep = r.live if r.n_live < len(r) else None
+        ch, eid, ids = (r.chash, r.eid, r.ids) if keep is None else (r.chash[keep], r.eid[keep], r.ids[keep])
+        ok = in_sorted(eid, live_eids)
+        if not ok.all():
+            ch, eid, ids = ch[ok], eid[ok], ids[ok]
+        parts.append((ch, eid, ids))
+    if len(parts) == 2:
+        (ca, ea, ia), (cb, eb, ib) = parts
+        n = len(ca) + len(cb)
+        at_b = np.searchsorted(ca, cb, side="right") + np.arange(len(cb))
+        is_b = np.zeros(n, bool)
+        is_b[at_b] = True
+        ch = np.empty(n, ca.dtype)
+        eid = np.empty(n, ea.dtype)
+        ids = np.empty((n, ia.shape[1]), ia.dtype)
+        ch[is_b], ch[~is_b] = cb, ca
+        eid[is_b], eid[~is_b] = eb, ea
+        ids[is_b], ids[~is_b] = ib, ia
+        return _Run(ch, eid, ids)
     ch = np.concatenate([p[0] for p in parts])
     eid = np.concatenate([p[1] for p in parts])
     ids = np.concatenate([p[2] for p in parts])
-    keep = in_sorted(eid, live_eids)
-    if not keep.all():
-        ch, eid, ids = ch[keep], eid[keep], ids[keep]
     o = np.argsort(ch, kind="stable")
     return _Run(ch[o], eid[o], ids[o])
 
