@@ -420,6 +420,7 @@ def test_knobs_control_table_explain_events_and_off():
     assert t["knobs"]["caching"] is True and t["knobs"]["cache_memory"] == NO_SELECTION.memory
     (used,) = [c for c in t["caching"]["candidates"] if c["state"] == "used"]
     assert used["segment"] == [1, 2] and used["entries"] > 0 and used["hits"] > 0
+    assert used["runs"] >= 1 and used["rows_held"] >= used["rows"]
     (line,) = [x for x in op.explain_detail() if x.startswith("caches (")]
     assert "0: [1, 2]" in line
     ev = op.events()

@@ -157,6 +157,10 @@ class Candidate:
             "rows": s.rows if s is not None else 0,
             "bytes": s.nbytes() if s is not None else 0,
             "capacity": s.capacity if s is not None else 0,
+            # the store's runs (cache_store.py) and the combos they hold, dead ones not yet
+            # dropped included
+            "runs": len(s.runs) if s is not None else 0,
+            "rows_held": s.physical_rows() if s is not None else 0,
             "hits": self.total_hits,
             "probes": self.total_probes,
             "calls_partial_hit": self.calls_partial,
