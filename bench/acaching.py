@@ -17,19 +17,21 @@ set: C's pipeline caches A⋈B and D's caches A⋈B⋈C, the pair A, B with the 
 first), P (A-Caching: caches chosen by the re-optimizer). The thesis' G (globally-consistent
 caches) is not built. Metric: input tuples per CPU second, profiling and re-optimization included;
 `rows` the join's result rows (the reconstruction check), `prof%` / `cache%` the share of P's CPU
-time spent profiling candidates and doing cache work.
+time spent profiling candidates and doing cache work; `X saves` / `X costs`: per join call, in CPU
+microseconds, the segment steps X's caches save (their measured step times at the measured hit
+rate) against the caches' own measured work (lookup, hits, merges, maintenance, entry creation).
 
 Fig 5.22 — a 3-way join R(a) ⋈ S(a, b) ⋈ T(b) (T's multiplicity r = 5); half way R bursts to 20×
 its rate. Throughput per slice of the input, P against M (thesis: no pause in P's throughput
 when the burst starts; it switches cache within the re-optimization interval).
 
 Costly probes — the thesis' regime of Figs 5.19/5.20 (an unindexed, nested-loop segment), with a
-forced cache F beside M and P.
+forced cache F beside M and P; and F against MF (no cache, same orders) at several push sizes.
 
 Fig 5.23 — D8 with the cache memory varied: P against M (flat: it cannot use memory) and X,
 which needs all of its subresults in memory (infeasible below that; thesis: below 25.6 KB).
 
-    python -m bench.acaching [--tuples 6000] [--push 20] [--base 100] [--repeat 3] [--json F]
+    python -m bench.acaching [--tuples 6000] [--push 20] [--base 100] [--repeat 3] [--pushes 20 100 400] [--json F]
 """
 
 from __future__ import annotations
@@ -191,6 +193,11 @@ def run(
         "slices": per_slice,
         "caches_used": [f"{c['pipeline']}:{c['segment']}" for c in used],
         "hit_rate": sum(c["hits"] for c in used) / max(sum(c["probes"] for c in used), 1),
+        # per join call, in CPU seconds: the segment steps the used caches save (their measured
+        # step times at the measured hit rate) and the caches' own measured work
+        "saved_per_call": sum(c["benefit"] for c in used),
+        "work_per_call": sum(c["work_seconds_per_call"] or 0.0 for c in used),
+        "calls": op.caching.join_calls,
         "cache_bytes": st["memory_used"],
         "selections": st["selections"],
         "profile_seconds": st["profile_seconds"],
@@ -219,7 +226,8 @@ def fig_521(tuples: int, push: int, base: int, repeat: int = 1) -> dict[str, Any
         got = " ".join(f"{f:.4f}({s:g})" for f, s in zip(fitted(sels), sels))
         print(f"    {name}: d = {domains(sels)}  {got}")
     print(
-        f"  {'pt':<4}{'M':>10}{'X':>10}{'P':>10}{'P/M':>7}{'X/M':>7}{'rows':>8}{'prof%':>7}{'cache%':>7}  P's caches (hit rate)"
+        f"  {'pt':<4}{'M':>10}{'X':>10}{'P':>10}{'P/M':>7}{'X/M':>7}{'rows':>8}{'prof%':>7}{'cache%':>7}"
+        f"{'X saves':>9}{'X costs':>9}  P's caches (hit rate)"
     )
     for name, (rates, sels) in WORKLOADS.items():
         ev = generate4(tuples, rates, sels)
@@ -235,7 +243,8 @@ def fig_521(tuples: int, push: int, base: int, repeat: int = 1) -> dict[str, Any
         print(
             f"  {name:<4}{m['throughput']:>10.0f}{x['throughput']:>10.0f}{p['throughput']:>10.0f}"
             f"{p['throughput'] / m['throughput']:>7.2f}{x['throughput'] / m['throughput']:>7.2f}{m['rows']:>8}"
-            f"{100 * p['profile_seconds'] / p['cpu_seconds']:>7.1f}{100 * p['cache_seconds'] / p['cpu_seconds']:>7.1f}  "
+            f"{100 * p['profile_seconds'] / p['cpu_seconds']:>7.1f}{100 * p['cache_seconds'] / p['cpu_seconds']:>7.1f}"
+            f"{1e6 * x['saved_per_call']:>9.0f}{1e6 * x['work_per_call']:>9.0f}  "
             f"{', '.join(p['caches_used']) or 'none'} ({p['hit_rate']:.2f})"
         )
     return out
@@ -244,16 +253,15 @@ def fig_521(tuples: int, push: int, base: int, repeat: int = 1) -> dict[str, Any
 # ------------------------------------------------------------------ costly probes (Figs 5.19/5.20)
 
 
-def fig_costly(tuples: int, push: int, window: int = 1000, dom: int = 200, repeat: int = 1) -> dict[str, Any]:
-    """The thesis' regime where probes are costly: R ⋈ S ⋈ T with S.b = T.b and R joining S by a
-    band (|R.a − S.a| ≤ 1) that no index serves, so every probe of R is a nested loop over its
-    window (the thesis drops the hash index on S.B, Figs 5.19/5.20); T at 5× the rate of R and S
-    over a key domain of `dom` values, so T's keys repeat within the windows. M: no caches; F: T's
-    pipeline caches S ⋈ R (forced); P: A-Caching's own choice; PF: A-Caching's own choice under
-    F's fixed orders (A-Greedy's orders break the prefix invariant of F's cache); MF: F's fixed
-    orders without caches, F's fair baseline (M pays for A-Greedy's profiling, F and MF do not)."""
+COSTLY_ORDERS = [[1, 2], [0, 2], [1, 0]]  # S's pipeline probes R first, T's probes S then R (F's cache)
+COSTLY_DDL = ["register stream R (a int)", "register stream S (a int, b int)", "register stream T (b int)"]
+
+
+def costly_input(
+    tuples: int, window: int = 1000, dom: int = 200
+) -> tuple[list[tuple[str, np.ndarray]], str, list[str]]:
+    """The costly-probe workload: events, query and DDL (see `fig_costly`)."""
     rng = np.random.default_rng(5)
-    ddl = ["register stream R (a int)", "register stream S (a int, b int)", "register stream T (b int)"]
     q = (
         f"select * from R [Rows {window}] as r, S [Rows {window}] as s, T [Rows {5 * window}] as t "
         "where s.b = t.b and r.a >= s.a - 1 and r.a <= s.a + 1"
@@ -267,7 +275,44 @@ def fig_costly(tuples: int, push: int, window: int = 1000, dom: int = 200, repea
             events.append(("S", np.array([rng.integers(0, dom), rng.integers(0, dom)])))
         else:
             events.append(("T", np.array([rng.integers(0, dom)])))
-    orders = [[1, 2], [0, 2], [1, 0]]
+    return events, q, COSTLY_DDL
+
+
+def fig_costly_push(tuples: int, pushes: list[int], repeat: int = 1) -> dict[str, Any]:
+    """The costly-probe workload at several push sizes: F (T's pipeline caching S ⋈ R, forced)
+    against MF (the same orders, no cache). A cache's per-call work is mostly fixed while the
+    nested-loop probe it saves grows with the rows per call, so the gain appears with the push
+    size; `saves` / `costs` are F's measured segment time saved and cache work per join call."""
+    events, q, ddl = costly_input(tuples)
+    print("Costly probes against the push size: F (forced cache) vs MF (same orders, no cache), tuples per CPU second")
+    print("  thesis (tuple at a time): up to +90 % for a cache over a costly segment (Figs 5.19/5.20)")
+    print(f"  {'push':>6}{'MF':>10}{'F':>10}{'F/MF':>7}{'hit':>6}{'saves us':>10}{'costs us':>10}")
+    out: dict[str, Any] = {}
+    for push in pushes:
+        mfs, fs = [], []
+        for _ in range(repeat):
+            mfs.append(run(events, q, ddl, push, caching(on=False), fixed=(COSTLY_ORDERS, [])))
+            fs.append(run(events, q, ddl, push, caching(), fixed=(COSTLY_ORDERS, [(2, 2)])))
+        mf, f = best(mfs), best(fs)
+        assert mf["rows"] == f["rows"]
+        out[push] = {"MF": mf, "F": f}
+        print(
+            f"  {push:>6}{mf['throughput']:>10.0f}{f['throughput']:>10.0f}{f['throughput'] / mf['throughput']:>7.2f}"
+            f"{f['hit_rate']:>6.2f}{1e6 * f['saved_per_call']:>10.0f}{1e6 * f['work_per_call']:>10.0f}"
+        )
+    return out
+
+
+def fig_costly(tuples: int, push: int, window: int = 1000, dom: int = 200, repeat: int = 1) -> dict[str, Any]:
+    """The thesis' regime where probes are costly: R ⋈ S ⋈ T with S.b = T.b and R joining S by a
+    band (|R.a − S.a| ≤ 1) that no index serves, so every probe of R is a nested loop over its
+    window (the thesis drops the hash index on S.B, Figs 5.19/5.20); T at 5× the rate of R and S
+    over a key domain of `dom` values, so T's keys repeat within the windows. M: no caches; F: T's
+    pipeline caches S ⋈ R (forced); P: A-Caching's own choice; PF: A-Caching's own choice under
+    F's fixed orders (A-Greedy's orders break the prefix invariant of F's cache); MF: F's fixed
+    orders without caches, F's fair baseline (M pays for A-Greedy's profiling, F and MF do not)."""
+    events, q, ddl = costly_input(tuples, window, dom)
+    orders = COSTLY_ORDERS
     ms, fs, ps, pfs, mfs = [], [], [], [], []
     for _ in range(repeat):
         ms.append(run(events, q, ddl, push, caching(on=False)))
@@ -286,6 +331,11 @@ def fig_costly(tuples: int, push: int, window: int = 1000, dom: int = 200, repea
             f"{r['throughput'] / mf['throughput']:.2f}x MF), "
             f"caches {', '.join(r['caches_used']) or 'none'}, hit rate {r['hit_rate']:.2f}, cache work {share:.0f} % of CPU"
             f", {r['selections']} selections"
+            + (
+                f", per call saves {1e6 * r['saved_per_call']:.0f} us, costs {1e6 * r['work_per_call']:.0f} us"
+                if r["caches_used"]
+                else ""
+            )
         )
     print(f"  result rows: {m['rows']}")
     return {"M": m, "MF": mf, "F": f, "P": p, "PF": pf}
@@ -352,11 +402,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--push", type=int, default=20, help="tuples per push (one instant each)")
     ap.add_argument("--base", type=int, default=100, help="window rows per unit of relative rate")
     ap.add_argument("--repeat", type=int, default=3, help="runs per plan in Fig 5.21 and the costly case (best kept)")
+    ap.add_argument(
+        "--pushes", type=int, nargs="+", default=[20, 100, 400], help="push sizes of the costly-probe sweep"
+    )
     ap.add_argument("--json", help="write the figures to this file")
     a = ap.parse_args(argv)
     res = {
         "fig_5_21": fig_521(a.tuples, a.push, a.base, a.repeat),
         "costly": fig_costly(a.tuples, a.push, repeat=a.repeat),
+        "costly_push": fig_costly_push(a.tuples, a.pushes, repeat=a.repeat),
         "fig_5_22": fig_522(a.tuples, a.push, a.base),
         "fig_5_23": fig_523(a.tuples, a.push, a.base),
     }

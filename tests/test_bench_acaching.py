@@ -13,7 +13,24 @@ from bench import acaching
 def test_acaching_bench_runs(tmp_path, capsys):
     report = tmp_path / "ac.json"
     assert (
-        acaching.main(["--repeat", "1", "--tuples", "240", "--push", "30", "--base", "6", "--json", str(report)]) == 0
+        acaching.main(
+            [
+                "--repeat",
+                "1",
+                "--tuples",
+                "240",
+                "--push",
+                "30",
+                "--base",
+                "6",
+                "--pushes",
+                "5",
+                "40",
+                "--json",
+                str(report),
+            ]
+        )
+        == 0
     )
     out = capsys.readouterr().out
     for fig in ("Fig 5.21", "Costly probes", "Fig 5.22", "Fig 5.23"):
@@ -28,6 +45,9 @@ def test_acaching_bench_runs(tmp_path, capsys):
     costly = data["costly"]
     assert {p: r["rows"] for p, r in costly.items()} == {p: costly["M"]["rows"] for p in ("M", "MF", "F", "P", "PF")}
     assert costly["F"]["caches_used"] == ["2:[1, 0]"]  # T's pipeline caches S ⋈ R
+    sweep = data["costly_push"]
+    assert sorted(sweep) == ["40", "5"] and all(r["F"]["caches_used"] == ["2:[1, 0]"] for r in sweep.values())
+    assert sweep["5"]["F"]["rows"] == sweep["5"]["MF"]["rows"] and sweep["40"]["F"]["rows"] == sweep["40"]["MF"]["rows"]
     f522 = data["fig_5_22"]
     assert 1 <= len(f522["M"]["slices"]) == len(f522["P"]["slices"]) <= 10
     f523 = data["fig_5_23"]

@@ -8,8 +8,12 @@ all of them, kept current by `maintain` (combos of a deleted or expired tuple le
 join under present keys only). Entries are kept in creation order; over the byte budget the
 oldest entries go (the thesis replaces direct-mapped; either keeps the cache consistent).
 Everything is vectorized over numpy arrays; a key is a row of int64 codes (one per equi
-conjunct into the segment); entries and combos are kept sorted by a 64-bit hash of the key, so
-a lookup is a binary search and costs nothing in the size of the cache."""
+conjunct into the segment). Entries are kept sorted by a 64-bit hash of the key (a lookup is a
+binary search). Combos live in *runs* (LSM-style): each call's new combos are one small run
+sorted by key hash, appended; runs of similar size are merged (so there are O(log n) of them and
+a combo is copied O(log n) times over its life, not the whole store every call); a combo that
+loses a component is marked dead in place, and dead combos, like those of evicted entries, are
+dropped when their run is next merged or the store compacted."""
 
 from __future__ import annotations
 
@@ -70,94 +74,231 @@ def in_sorted(x: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     return sorted_set[at] == x
 
 
+class _Run:
+    """One sorted run of combos: key hashes (ascending), the entry each belongs to (its `eid`),
+    component ids per segment input, a live mask, and per segment input the permutation that
+    sorts its ids (`by_id`) with the sorted ids (`sid`): a deletion finds its combos by binary
+    search, touching only them, whatever the size of the run."""
+
+    __slots__ = ("by_id", "chash", "eid", "ids", "live", "n_live", "sid")
+
+    def __init__(self, chash: np.ndarray, eid: np.ndarray, ids: np.ndarray) -> None:
+        self.chash, self.eid, self.ids = chash, eid, ids
+        self.live = np.ones(len(chash), bool)
+        self.n_live = len(chash)
+        # built on the first deletion that needs them (a run merged away first never pays)
+        self.by_id: list[np.ndarray | None] = [None] * ids.shape[1]
+        self.sid: list[np.ndarray | None] = [None] * ids.shape[1]
+
+    def __len__(self) -> int:
+        return len(self.chash)
+
+    def with_id(self, pos: int, gone: np.ndarray) -> np.ndarray:
+        """Row indexes of the live combos whose component at `pos` is among `gone` (sorted)."""
+        order, sid = self.by_id[pos], self.sid[pos]
+        if order is None or sid is None:
+            order = self.by_id[pos] = np.argsort(self.ids[:, pos], kind="stable")
+            sid = self.sid[pos] = self.ids[order, pos]
+        lo = np.searchsorted(sid, gone, side="left")
+        hi = np.searchsorted(sid, gone, side="right")
+        _rep, at = expand(lo, hi - lo)
+        rows = order[at]
+        return rows[self.live[rows]]
+
+
+def _merge(runs: list[_Run], live_eids: np.ndarray) -> _Run:
+    """One run of the live combos of `runs` whose entry still exists (`live_eids` sorted), in
+    hash order, each key's combos in insertion order (runs are oldest first). Two runs merge in
+    linear time (each side's places found by binary search); more are sorted."""
+    parts = []
+    for r in runs:
+        keep = r.live if r.n_live < len(r) else None
+        ch, eid, ids = (r.chash, r.eid, r.ids) if keep is None else (r.chash[keep], r.eid[keep], r.ids[keep])
+        ok = in_sorted(eid, live_eids)
+        if not ok.all():
+            ch, eid, ids = ch[ok], eid[ok], ids[ok]
+        parts.append((ch, eid, ids))
+    if len(parts) == 2:
+        (ca, ea, ia), (cb, eb, ib) = parts
+        n = len(ca) + len(cb)
+        at_b = np.searchsorted(ca, cb, side="right") + np.arange(len(cb))
+        is_b = np.zeros(n, bool)
+        is_b[at_b] = True
+        ch = np.empty(n, ca.dtype)
+        eid = np.empty(n, ea.dtype)
+        ids = np.empty((n, ia.shape[1]), ia.dtype)
+        ch[is_b], ch[~is_b] = cb, ca
+        eid[is_b], eid[~is_b] = eb, ea
+        ids[is_b], ids[~is_b] = ib, ia
+        return _Run(ch, eid, ids)
+    ch = np.concatenate([p[0] for p in parts])
+    eid = np.concatenate([p[1] for p in parts])
+    ids = np.concatenate([p[2] for p in parts])
+    o = np.argsort(ch, kind="stable")
+    return _Run(ch[o], eid[o], ids[o])
+
+
 class SegmentCache:
     """Entries (present keys) and their combos; `capacity` in bytes (0: none may be created).
 
-    Both are kept sorted by a 64-bit hash of the key across calls (`khash`, `chash`), so a
-    lookup is a binary search per probe, O(q log n), not a pass over the whole cache: a hit then
-    costs less than the segment's probes, which is the point of the cache. Equal hashes are
-    confirmed on the full key (a collision is never taken for a hit). `age` orders entries by
-    creation for the oldest-first eviction."""
+    Entries are kept sorted by a 64-bit hash of the key (`khash`; each hash names at most one
+    entry), each with a unique `eid` (its creation number, also the eviction order) and its
+    count of live combos. Combos are in runs sorted by key hash (see the module docstring); a
+    combo names its entry by eid, so a lookup confirms a candidate combo by one integer (the
+    entry's key was confirmed on the full key), and the combos of an evicted entry are never
+    returned even if its key comes back under a new eid. A lookup is a binary search per probe
+    and run: O(q log n), whatever the size of the cache."""
+
+    MERGE_RATIO = 8  # merge the last run into the one before while that one is at most this × larger
+    COMPACT_MIN = 64  # compact only stores holding more combos than this
 
     def __init__(self, n_key: int, n_seg: int, capacity: int) -> None:
         self.n_key, self.n_seg = n_key, n_seg
         self.capacity = capacity
-        self.keys = np.zeros((0, n_key), np.int64)
-        self.khash = np.zeros(0, np.uint64)
-        self.age = np.zeros(0, np.int64)
-        self.combo_key = np.zeros((0, n_key), np.int64)
-        self.chash = np.zeros(0, np.uint64)
-        self.combo_ids = np.zeros((0, n_seg), np.uint64)
+        self.runs: list[_Run] = []
         self.evicted = 0
+        self.merged_rows = 0  # combos copied by merges (the store's write amplification)
         self._born = 0
+        self.clear()
 
     def __len__(self) -> int:
         return len(self.keys)
 
     @property
     def rows(self) -> int:
-        return len(self.combo_ids)
+        """Live combos of present entries."""
+        return int(self.count.sum())
+
+    def _combo_bytes(self) -> int:
+        return 8 * (2 + self.n_seg)  # hash, eid, ids
 
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.combo_key.nbytes + self.combo_ids.nbytes)
+        """Bytes of the entries and their live combos (what the capacity bounds)."""
+        return int(len(self.keys) * 8 * (self.n_key + 3) + self.rows * self._combo_bytes())
+
+    def physical_rows(self) -> int:
+        """Combos held in runs, dead and orphaned ones included (at most about twice `rows`)."""
+        return sum(len(r) for r in self.runs)
 
     def entry_bytes(self) -> float:
         """Average bytes per entry (its key and its combos), for the memory estimate."""
-        per_key = 8 * self.n_key
+        per_key = 8 * (self.n_key + 3)
         if not len(self.keys):
-            return float(per_key + 8 * (self.n_key + self.n_seg))
-        return per_key + self.rows / len(self.keys) * 8 * (self.n_key + self.n_seg)
+            return float(per_key + self._combo_bytes())
+        return per_key + self.rows / len(self.keys) * self._combo_bytes()
 
     def clear(self) -> None:
-        self.keys, self.khash, self.age = self.keys[:0], self.khash[:0], self.age[:0]
-        self.combo_key, self.chash, self.combo_ids = self.combo_key[:0], self.chash[:0], self.combo_ids[:0]
+        self.keys = np.zeros((0, self.n_key), np.int64)
+        self.khash = np.zeros(0, np.uint64)
+        self.eid = np.zeros(0, np.int64)
+        self.count = np.zeros(0, np.int64)
+        self.runs = []
 
     # ------------------------------------------------------------ probe
-    def lookup(self, q: np.ndarray, h: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For probe keys q (n, p) (their hashes h, computed when not given): which are
-        present, and the pairs (probe, combo) of equal key."""
+    def _entry_of(self, q: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per key row: whether it has an entry, and that entry's index (meaningless if not)."""
         if not len(self.keys) or not len(q):
-            z = np.zeros(0, np.int64)
-            return np.zeros(len(q), bool), z, z
-        h = key_hash(q) if h is None else h
-        at = np.minimum(np.searchsorted(self.khash, h), len(self.khash) - 1)
-        present = self.khash[at] == h
-        if present.any():
-            present[present] = (self.keys[at[present]] == q[present]).all(axis=1)
-        lo = np.searchsorted(self.chash, h, side="left")
-        hi = np.where(present, np.searchsorted(self.chash, h, side="right"), lo)
-        rep, pos = expand(lo, hi - lo)
-        same = (self.combo_key[pos] == q[rep]).all(axis=1) if len(pos) else np.zeros(0, bool)
-        return present, rep[same], pos[same]
-
-    # ------------------------------------------------------------ updates
-    def maintain(self, keep: np.ndarray | None, key: np.ndarray, ids: np.ndarray, h: np.ndarray | None = None) -> int:
-        """Keep the combos flagged in `keep` (the others lost a component; None: all), then add
-        the new combos (key, ids; key hashes h) whose key is present. Returns the rows added."""
-        if keep is not None and not keep.all():
-            self.combo_key, self.chash, self.combo_ids = self.combo_key[keep], self.chash[keep], self.combo_ids[keep]
-        if not len(key) or not len(self.keys):
-            return 0
-        h = key_hash(key) if h is None else h
-        take = self.present(key, h)
-        if take.any():
-            self._add_combos(key[take], ids[take], h[take])
-        return int(take.sum())
-
-    def present(self, q: np.ndarray, h: np.ndarray) -> np.ndarray:
-        """Which key rows q (hashes h) have an entry (no combos gathered)."""
-        if not len(self.keys) or not len(q):
-            return np.zeros(len(q), bool)
+            return np.zeros(len(q), bool), np.zeros(len(q), np.int64)
         at = np.minimum(np.searchsorted(self.khash, h), len(self.khash) - 1)
         ok = self.khash[at] == h
         if ok.any():
             ok[ok] = (self.keys[at[ok]] == q[ok]).all(axis=1)
-        return ok
+        return ok, at
 
-    def invalidate(self, pos: int, gone: np.ndarray) -> np.ndarray:
-        """The combos whose component at segment position `pos` is not among the ids `gone`
-        (sorted): a binary search per combo, no sort of the cache."""
-        return ~in_sorted(self.combo_ids[:, pos], gone)
+    def lookup(self, q: np.ndarray, h: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For probe keys q (n, p) (their hashes h, computed when not given): which are
+        present, and for each (probe, combo) pair of equal key the probe's index and the
+        combo's component ids (one row per pair, one column per segment input)."""
+        h = key_hash(q) if h is None else h
+        present, at = self._entry_of(q, h)
+        reps, idss = [], []
+        hq = np.flatnonzero(present)
+        if len(hq):
+            qh, qe = h[hq], self.eid[at[hq]]
+            for r in self.runs:
+                if not r.n_live:
+                    continue
+                lo = np.searchsorted(r.chash, qh, side="left")
+                hi = np.searchsorted(r.chash, qh, side="right")
+                rep, pos = expand(lo, hi - lo)
+                if not len(pos):
+                    continue
+                ok = (r.eid[pos] == qe[rep]) & r.live[pos]
+                reps.append(hq[rep[ok]])
+                idss.append(r.ids[pos[ok]])
+        if not reps:
+            return present, np.zeros(0, np.int64), np.zeros((0, self.n_seg), np.uint64)
+        return present, np.concatenate(reps), np.concatenate(idss)
+
+    def present(self, q: np.ndarray, h: np.ndarray) -> np.ndarray:
+        """Which key rows q (hashes h) have an entry (no combos gathered)."""
+        return self._entry_of(q, h)[0]
+
+    # ------------------------------------------------------------ updates
+    def invalidate(self, pos: int, gone: np.ndarray) -> int:
+        """Mark dead the combos whose component at segment position `pos` is among the ids
+        `gone` (sorted): a binary search per gone id and run, no pass over the store and no
+        copy. Returns the combos marked."""
+        if not len(gone):
+            return 0
+        dead_eids = []
+        for r in self.runs:
+            if not r.n_live:
+                continue
+            d = r.with_id(pos, gone)
+            if len(d):
+                r.live[d] = False
+                r.n_live -= len(d)
+                dead_eids.append(r.eid[d])
+        if not dead_eids:
+            return 0
+        de = np.concatenate(dead_eids)
+        self._uncount(de)
+        self._maybe_compact()
+        return len(de)
+
+    def _uncount(self, eids: np.ndarray) -> None:
+        """Take combos of entries `eids` off their entries' counts (entries evicted: none)."""
+        if not len(self.eid):
+            return
+        o = np.argsort(self.eid)
+        se = self.eid[o]
+        at = np.minimum(np.searchsorted(se, eids), len(se) - 1)
+        ok = se[at] == eids
+        np.subtract.at(self.count, o[at[ok]], 1)
+
+    def maintain(self, key: np.ndarray, ids: np.ndarray, h: np.ndarray | None = None) -> int:
+        """Add the new combos (key, ids; key hashes h) whose key is present. Returns the rows added."""
+        if not len(key) or not len(self.keys):
+            return 0
+        h = key_hash(key) if h is None else h
+        take, at = self._entry_of(key, h)
+        if not take.any():
+            return 0
+        self._add_run(h[take], at[take], ids[take])
+        return int(take.sum())
+
+    def _add_run(self, h: np.ndarray, entry: np.ndarray, ids: np.ndarray) -> None:
+        """A new run of combos (hashes h, entry indexes, ids), then merges while the run before
+        is at most MERGE_RATIO × larger: O(log n) runs, each combo copied O(log n) times
+        (8: a lookup searches about three runs in the benchmarks' caches)."""
+        np.add.at(self.count, entry, 1)
+        o = np.argsort(h, kind="stable")
+        self.runs.append(_Run(h[o], self.eid[entry[o]], ids[o]))
+        while len(self.runs) > 1 and len(self.runs[-2]) <= self.MERGE_RATIO * len(self.runs[-1]):
+            b = self.runs.pop()
+            a = self.runs.pop()
+            m = _merge([a, b], np.sort(self.eid))
+            self.merged_rows += len(m)
+            self.runs.append(m)
+
+    def _maybe_compact(self) -> None:
+        """One run of the live combos once dead and orphaned ones outnumber them."""
+        phys = self.physical_rows()
+        if phys > self.COMPACT_MIN and phys > 2 * self.rows:
+            m = _merge(self.runs, np.sort(self.eid))
+            self.merged_rows += len(m)
+            self.runs = [m] if len(m) else []
 
     def create(
         self,
@@ -184,46 +325,51 @@ class SegmentCache:
         ok = ~(clash | dup)
         if not ok.all():
             keys, h = keys[ok], h[ok]
-            keep = in_sorted(ch, np.sort(h)) if len(key) else np.zeros(0, bool)
-            key, ids, ch = key[keep], ids[keep], ch[keep]
             if not len(keys):
                 return 0
         o = np.argsort(h, kind="stable")
         at = np.searchsorted(self.khash, h[o], side="right")
         self.keys = np.insert(self.keys, at, keys[o], axis=0)
         self.khash = np.insert(self.khash, at, h[o])
-        self.age = np.insert(self.age, at, self._born + np.arange(len(keys))[o])
+        self.eid = np.insert(self.eid, at, self._born + np.arange(len(keys))[o])
+        self.count = np.insert(self.count, at, 0)
         self._born += len(keys)
         if len(key):
-            self._add_combos(key, ids, ch)
+            # the combos of the new entries (those of a key dropped above find no entry)
+            new, eat = self._entry_of(key, ch)
+            new &= self.eid[eat] >= self._born - len(keys)
+            if new.any():
+                self._add_run(ch[new], eat[new], ids[new])
         self._fit()
         return len(keys)
-
-    def _add_combos(self, key: np.ndarray, ids: np.ndarray, h: np.ndarray | None = None) -> None:
-        """Merge combos into the hash-sorted arrays (in their order among equal hashes)."""
-        h = key_hash(key) if h is None else h
-        o = np.argsort(h, kind="stable")
-        at = np.searchsorted(self.chash, h[o], side="right")
-        self.combo_key = np.insert(self.combo_key, at, key[o], axis=0)
-        self.chash = np.insert(self.chash, at, h[o])
-        self.combo_ids = np.insert(self.combo_ids, at, ids[o], axis=0)
 
     def _fit(self) -> None:
         over = self.nbytes() - self.capacity
         if over <= 0 or not len(self.keys):
             return
-        # drop whole entries, oldest first, until the rest fits
-        lo = np.searchsorted(self.chash, self.khash, side="left")
-        hi = np.searchsorted(self.chash, self.khash, side="right")
-        order = np.argsort(self.age, kind="stable")
-        size = 8 * self.n_key + (hi - lo)[order] * 8 * (self.n_key + self.n_seg)
+        # drop whole entries, oldest first (smallest eid), until the rest fits; their combos
+        # become orphans (never returned: a combo is confirmed on its entry's eid), dropped at
+        # the next merge or compaction
+        order = np.argsort(self.eid, kind="stable")
+        size = 8 * (self.n_key + 3) + self.count[order] * self._combo_bytes()
         k = int(np.searchsorted(np.cumsum(size), over, side="left")) + 1
-        gone = np.zeros(len(self.keys), bool)
-        gone[order[:k]] = True
-        # a combo leaves with its entry (entries have distinct hashes: `create`)
-        at = np.minimum(np.searchsorted(self.khash, self.chash), len(self.khash) - 1)
-        drop = gone[at] & (self.khash[at] == self.chash)
-        self.keys, self.khash, self.age = self.keys[~gone], self.khash[~gone], self.age[~gone]
-        keep = ~drop
-        self.combo_key, self.chash, self.combo_ids = self.combo_key[keep], self.chash[keep], self.combo_ids[keep]
+        keep = np.ones(len(self.keys), bool)
+        keep[order[:k]] = False
+        self.keys, self.khash, self.eid, self.count = (
+            self.keys[keep],
+            self.khash[keep],
+            self.eid[keep],
+            self.count[keep],
+        )
         self.evicted += k
+        self._maybe_compact()
+
+    def contents(self) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+        """Every present key and its live combos' ids, sorted (for tests and inspection)."""
+        out: dict[tuple[int, ...], list[tuple[int, ...]]] = {tuple(map(int, k)): [] for k in self.keys}
+        by_eid = {int(e): tuple(map(int, k)) for e, k in zip(self.eid, self.keys)}
+        for r in self.runs:
+            for e, row, ok in zip(r.eid.tolist(), r.ids.tolist(), r.live.tolist()):
+                if ok and e in by_eid:
+                    out[by_eid[e]].append(tuple(row))
+        return {k: sorted(v) for k, v in out.items()}

@@ -157,6 +157,10 @@ class Candidate:
             "rows": s.rows if s is not None else 0,
             "bytes": s.nbytes() if s is not None else 0,
             "capacity": s.capacity if s is not None else 0,
+            # the store's runs (cache_store.py) and the combos they hold, dead ones not yet
+            # dropped included
+            "runs": len(s.runs) if s is not None else 0,
+            "rows_held": s.physical_rows() if s is not None else 0,
             "hits": self.total_hits,
             "probes": self.total_probes,
             "calls_partial_hit": self.calls_partial,
@@ -407,16 +411,14 @@ class ACaching:
             assert c.store is not None
             t0 = _clock()
             delta = _cat_delta(self.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
-            keep: np.ndarray | None = None
+            removed = 0
             for pos, k in enumerate(c.seg):
                 t = tables[k]
                 gone = t.b.id[t.inst[(t.lo < 0) & (t.hi < INF)]]
                 if len(gone) and c.store.rows:
-                    alive = c.store.invalidate(pos, np.sort(gone))
-                    keep = alive if keep is None else keep & alive
+                    removed += c.store.invalidate(pos, np.sort(gone).astype(np.uint64, copy=False))
             end = delta.hi == INF
-            removed = 0 if keep is None else int((~keep).sum())
-            added = c.store.maintain(keep, delta.key[end], delta.ids[end], delta.h[end])
+            added = c.store.maintain(delta.key[end], delta.ids[end], delta.h[end])
             c.maintained += removed + added
             c.call_work += _clock() - t0
         for c, keys, kh, combo_key, combo_ids, ch in self.pending:
@@ -807,14 +809,14 @@ class PipelineCall:
     def _stored(
         self, c: Candidate, q: np.ndarray, combos: np.ndarray, seq: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Hits from stored combos (None if some cached id is not in this call's state)."""
-        assert c.store is not None
+        """Hits from stored combos (probe q[j] with the combo of ids combos[j]; None if some
+        cached id is not in this call's state)."""
         rows = np.zeros((len(q), len(c.seg)), np.int64)
         alive = np.ones(len(q), bool)
         for pos, k in enumerate(c.seg):
             t = self.tables[k]
             state_ids = t.b.id[: t.n_state]
-            want = c.store.combo_ids[combos, pos]
+            want = combos[:, pos]
             if not len(want):
                 continue
             if len(state_ids) < 2 or bool(
