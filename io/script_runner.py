@@ -3,8 +3,8 @@ order, and write each query's results to its dest in STREAM's text.
 
 With two threads or more, the engine runs on the calling thread while each source is read and
 parsed ahead on a thread of its own (io/prefetch.py; pyarrow's parser releases the GIL) and
-results are formatted and written in writer processes (io/writer_process.py, the default: the
-engine and the formatting each have their own GIL) or on writer threads (io/result_writer.py).
+results are formatted and written on writer threads (io/result_writer.py, the default) or in
+writer processes (io/writer_process.py: the engine and the formatting each have their own GIL).
 Rounds, and so the bytes written, are the same at every thread count."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def run_script(
     block_size: int | None = None,
     approximate: str | None = None,
     synopsis_joins: bool = True,
-    writer: str = "process",
+    writer: str = "thread",
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -105,9 +105,9 @@ def run_script(
 
     `threads` (default: `default_threads()`): 1 does everything on the calling thread; N ≥ 2 reads
     and parses each source ahead on a thread of its own and formats and writes results on N − 1
-    workers while the engine runs on the calling one: `writer` "process" (the default) formats and
-    writes in N − 1 writer processes (io/writer_process.py: no GIL shared with the engine),
-    "thread" on N − 1 threads. The output is the same bytes either way.
+    workers while the engine runs on the calling one: `writer` "thread" (the default) on N − 1
+    threads, "process" in N − 1 writer processes (io/writer_process.py: no GIL shared with the
+    engine, but ~0.3 s more CPU per run; bench/README.md). The output is the same bytes either way.
     `block_size`: bytes of source text parsed at a time (default: from `batch_rows`).
     Sources are read from `source_dir` when given (same file name). `approximate` "static":
     every query is registered with static approximation approved (docs/approximation.md).

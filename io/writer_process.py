@@ -2,10 +2,13 @@
 processes beside the engine.
 
 A writer thread shares the engine's GIL: numpy's many short calls in both, and the text
-assembly's GIL-held steps, make the engine wait (measured on Q2/Q4: the engine's rounds took
-~1.5× their CPU time in wall time beside a writer thread). A process has its own interpreter, so
-the engine and the formatting really run side by side on two cores; the cost is one copy of
-the result columns through a pipe (~15 MB per round of Q2, a few ms).
+assembly's GIL-held steps, can make the engine wait (bench/README.md, "Threads in `cqlstream
+run`": the engine's rounds took 0.83-0.93 s of wall for 0.55 s of CPU beside a writer thread). A
+process has its own interpreter, so the engine and the formatting run side by side on two cores;
+the costs are the child's start-up (~0.25 s of CPU, numpy's import, on the other core) and one
+copy of the result columns through a pipe (~15 MB per round of Q2). Opt-in (`cqlstream run
+--writer process`): measured only on a saturated machine so far, where it cost CPU and gained
+nothing (bench/README.md, "Writer processes and lazy imports").
 
 Protocol, parent → child on the child's stdin: one message per round — a header (`<QI`: pickle
 length, buffer count), the round's columns pickled with protocol 5 (arrays travel out of band),
@@ -16,7 +19,7 @@ Child → parent on its stdout: nothing while all goes well; after a failed writ
 blocked by a dead writer). Everything handed over is written in order; memory is bounded by
 the pipe and a queue of one received round in the child.
 
-The child starts with `spawn()` (a fresh `python -m cqlstream.io.writer_process`, ~0.1-0.2 s of
+The child starts with `spawn()` (a fresh `python -m cqlstream.io.writer_process`, ~0.25 s of
 imports, meant to overlap the parent's script parsing and registration); `finish()` waits for it;
 `abort()` kills it. No child outlives its run: one that loses its parent sees its stdin end.
 """

@@ -31,8 +31,8 @@ from cqlstream.io.result_writer import ResultWriter
 from cqlstream.io.script_runner import run_script
 from tests.test_stream_script import CQLSTREAM, S_DDL, _src, write
 
-THREADS = [1, 2, 3]  # 2 and 3: reader threads and writer processes (the default)
-WRITERS = [(t, "process") for t in THREADS] + [(2, "thread")]  # every way of writing
+THREADS = [1, 2, 3]  # 2 and 3: reader threads and writer processes
+WRITERS = [(t, "process") for t in THREADS] + [(2, "thread")]  # every way of writing (thread: the default)
 # (batch_rows, block_size): tiny rounds and blocks of a few lines, and the defaults
 CHUNKS = [(7, 64), (97, 300), (None, None)]
 
