@@ -14,9 +14,9 @@ Protocol, parent → child on the child's stdin: one message per round — a hea
 length, buffer count), the round's columns pickled with protocol 5 (arrays travel out of band),
 then each buffer (`<Q` length, bytes). The first message is the list of dest paths (files the
 parent has already created), which the child opens for writing. End of input ends the child.
-Child → parent on its stdout: nothing while all goes well; after a failed write, one pickled
-`(errno, strerror)`, after which the child discards the rest of its input (the parent is never
-blocked by a dead writer). Everything handed over is written in order; memory is bounded by
+Child → parent on its stdout: nothing while all goes well; when a write fails, at once, one
+pickled `(errno, strerror)` (`<Q` length first), after which the child discards the rest of its
+input (the parent is never blocked by a dead writer) and raises it at its next hand-over. Everything handed over is written in order; memory is bounded by
 the pipe and a queue of one received round in the child.
 
 The child starts with `spawn()` (a fresh `python -m cqlstream.io.writer_process`, ~0.25 s of
@@ -113,10 +113,12 @@ class WriterProcess:
         return cls(proc)
 
     def _failed(self) -> BaseException:
-        """The child's reported write error; else (it died) an OSError saying so."""
+        """The child's reported write error (it reports one as soon as a write fails); else, at the
+        end of its output, it died: an OSError saying so."""
         out = self.proc.stdout
-        data = out.read() if out is not None else b""
-        if data:
+        report = _read_exact(out, _LEN.size) if out is not None else None
+        data = _read_exact(out, _LEN.unpack(report)[0]) if out is not None and report is not None else None
+        if data is not None:
             code, text = pickle.loads(data)
             return OSError(code, text)
         rc = self.proc.wait()
@@ -156,10 +158,11 @@ class WriterProcess:
                 pass
         if self.error is None:
             out = self.proc.stdout
-            data = out.read() if out is not None else b""
+            report = _read_exact(out, _LEN.size) if out is not None else None  # None: ended, no error
             rc = self.proc.wait()
-            if data:
-                code, text = pickle.loads(data)
+            if report is not None and out is not None:
+                data = _read_exact(out, _LEN.unpack(report)[0])
+                code, text = pickle.loads(data) if data is not None else (None, "a cut-off error report")
                 self.error = OSError(code, text)
             elif rc != 0:
                 self.error = OSError(f"the result writer process ended unexpectedly (exit code {rc})")
@@ -205,10 +208,17 @@ def _child_main() -> int:
                 return
 
     error: OSError | None = None
+
+    def tell(e: OSError) -> None:  # reported at once: the parent raises it at its next hand-over
+        data = pickle.dumps((e.errno, e.strerror or str(e)))
+        report.write(_LEN.pack(len(data)) + data)
+        report.flush()
+
     try:
         files = [os.fdopen(os.open(p, os.O_WRONLY), "wb") for p in paths]
     except OSError as e:
         error = e
+        tell(e)
     receiver = threading.Thread(target=receive, name="cqlstream-writer-receive", daemon=True)
     receiver.start()
     while True:
@@ -222,14 +232,14 @@ def _child_main() -> int:
                 write_text(files[k], Batch(cols, nulls, ts, sign, np.zeros(len(ts), np.uint64)))
         except OSError as e:
             error = e
+            tell(e)
     for f in files:
         try:
             f.close()
-        except OSError as e:
-            error = error or e
-    if error is not None:
-        report.write(pickle.dumps((error.errno, error.strerror or str(error))))
-        report.flush()
+        except OSError as e:  # buffered bytes that could not be written
+            if error is None:
+                error = e
+                tell(e)
     return 0
 
 

@@ -425,3 +425,28 @@ def test_writer_option_is_checked(tmp_path):
     assert r.returncode == 2 and "--writer" in r.stderr
     with pytest.raises(ValueError):
         run_script(tmp_path / "x.cql", threads=2, writer="fork")
+
+
+def test_writer_process_error_surfaces_at_a_hand_over(tmp_path):
+    """A writer process whose file fails reports it at once: the producer's next hand-overs raise
+    it (not only the final close), and other processes' dests keep being written."""
+    from cqlstream.io.writer_process import WriterProcess
+
+    good = open(tmp_path / "good", "wb")  # noqa: SIM115
+    full = open("/dev/full", "wb")  # noqa: SIM115
+    procs = [WriterProcess.spawn(), WriterProcess.spawn()]
+    w = ResultWriter([good, full], processes=procs)
+    w.write([(0, _ints(5))])
+    deadline = time.monotonic() + 30
+    with pytest.raises(OSError) as ei:
+        while time.monotonic() < deadline:
+            w.write([(0, _ints(5)), (1, _ints(100_000))])  # more than a file buffer: the write fails
+            time.sleep(0.01)
+    assert ei.value.errno == errno.ENOSPC
+    with pytest.raises(OSError):
+        w.close()
+    for p in procs:
+        p.abort()
+    good.close()
+    full.close()
+    assert (tmp_path / "good").read_bytes().startswith(b"[0]:+:0\n[1]:+:1\n")
