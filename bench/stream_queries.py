@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import gen
+from bench import gen, run_clocks
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -83,16 +83,25 @@ def write_script(qname: str, rows: int) -> tuple[Path, list[Path]]:
     return script, dests
 
 
-def run_query(qname: str, rows: int, cqlstream: str, threads: int | None = None) -> dict:
+def run_query(
+    qname: str, rows: int, cqlstream: str, threads: int | None = None, writer: str | None = None, clocks: bool = False
+) -> dict:
+    """One whole-process run. `clocks`: run through bench.run_clocks (same CLI, same Python) and add
+    the main thread's CPU, the other threads' and children's CPU and the main thread's run-queue wait."""
     streams, query = QUERIES[qname]
     script, dests = write_script(qname, rows)
-    cmd = [cqlstream, "run", str(script)] + ([] if threads is None else ["--threads", str(threads)])
+    exe = [sys.executable, "-m", "bench.run_clocks"] if clocks else [cqlstream]
+    cmd = exe + ["run", str(script)] + ([] if threads is None else ["--threads", str(threads)])
+    cmd += [] if writer is None else ["--writer", writer]
     began = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parent.parent
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - began
+    err = proc.stderr.read().decode() if proc.stderr is not None else ""
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{qname} failed: {proc.stderr.read().decode()}")
+        raise SystemExit(f"{qname} failed: {err}")
     out_lines = sum(_count_lines(d) for d in dests)
     n_in = rows * len(streams)
     shown = query if isinstance(query, str) else f"{len(query)} queries: {query[0]}; ...; {query[-1]}"
@@ -108,6 +117,7 @@ def run_query(qname: str, rows: int, cqlstream: str, threads: int | None = None)
         "output_lines": out_lines,
         "output_tuples_per_s": int(out_lines / wall),
         "peak_rss_mb": usage.ru_maxrss // 1024,
+        **({"clocks": run_clocks.parse(err)} if clocks else {}),
     }
 
 
@@ -126,6 +136,13 @@ def main(argv=None) -> int:
     )
     p.add_argument("--threads", help="comma-separated `cqlstream run --threads` counts to compare, e.g. 1,2")
     p.add_argument("--repeat", type=int, default=1, help="runs per query and thread count (default 1)")
+    p.add_argument("--writer", choices=["thread", "process"], help="`cqlstream run --writer` (default: its own)")
+    p.add_argument(
+        "--clocks",
+        action="store_true",
+        help="also print per-thread clocks (bench/run_clocks.py): the main thread's CPU (the critical "
+        "path), other threads' and writer processes' CPU, and wall minus the main thread's run-queue wait",
+    )
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else list(QUERIES)
     unknown = [q for q in names if q not in QUERIES]
@@ -143,12 +160,19 @@ def main(argv=None) -> int:
         runs = []
         for _ in range(args.repeat):
             for t in counts:  # alternating, so a busy spell on the machine hits every count alike
-                r = run_query(q, args.rows, args.cqlstream, t)
+                r = run_query(q, args.rows, args.cqlstream, t, args.writer, args.clocks)
                 runs.append(r)
+                c = r.get("clocks")
+                extra = (
+                    f"  main {c['main']:.2f} others {c['others']:.2f} children {c['children']:.2f} "
+                    f"wall-runq {c['wall'] - c['runq']:.2f}"
+                    if c
+                    else ""
+                )
                 print(
                     f"{q:5} {'-' if t is None else t:>3} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} "
                     f"{r['input_tuples_per_s']:12,} {r['output_lines']:11,} {r['output_tuples_per_s']:11,} "
-                    f"{r['peak_rss_mb']:11,}",
+                    f"{r['peak_rss_mb']:11,}{extra}",
                     flush=True,
                 )
         report[q] = {**runs[0], "runs": runs} if len(runs) > 1 else runs[0]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cqlstream.cql import ast
 from cqlstream.cql.errors import CqlError
+
+if TYPE_CHECKING:  # annotations only: the AST module costs ~50 ms to import (writer process, batches)
+    from cqlstream.cql import ast
 
 
 @dataclass(frozen=True)

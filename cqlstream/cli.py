@@ -92,6 +92,7 @@ def _run(
     threads: int | None = None,
     approximate: str | None = None,
     synopsis_joins: bool = True,
+    writer: str = "thread",
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
     from cqlstream.io.errors import ScriptError
@@ -108,6 +109,7 @@ def _run(
                 threads=threads,
                 approximate=approximate,
                 synopsis_joins=synopsis_joins,
+                writer=writer,
             ),
             None,
         )
@@ -139,6 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.threads,
         approx,
         args.synopsis_joins == "on",
+        args.writer,
     )
     if counts is None:
         print(err, file=sys.stderr)
@@ -547,9 +550,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="1: read, run and write in turn on one thread; N >= 2: read and parse sources and format and "
-        "write results on other threads (N-1 writers) while the engine runs; the output is the same bytes "
-        "(default 2 when two CPUs are available, else 1)",
+        help="1: read, run and write in turn on one thread; N >= 2: read and parse sources on other threads "
+        "and format and write results in N-1 writers (see --writer) while the engine runs; the output is the "
+        "same bytes (default 2 when two CPUs are available, else 1)",
+    )
+    r.add_argument(
+        "--writer",
+        choices=["process", "thread"],
+        default="thread",
+        help="with --threads N >= 2, where results are formatted and written: 'thread' (default) on N-1 "
+        "threads of this process; 'process' in N-1 writer processes fed through pipes, which share no "
+        "interpreter lock with the engine but cost ~0.3 s more CPU per run (bench/README.md)",
     )
     r.add_argument("--approximate", choices=APPROXIMATE, default="exact", help=_APPROXIMATE_HELP)
     r.add_argument("--synopsis-joins", choices=["on", "off"], default="on", help=_SYNOPSIS_HELP)

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from cqlstream.cql import ast, ddl
 from cqlstream.cql.analyzer import AnalyzeOptions
-from cqlstream.cql.approx import ApproxSpec, approximate_query
+from cqlstream.cql.approx.spec import ApproxSpec
 from cqlstream.cql.catalog import UNIT_MS, Catalog, SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import CompiledQuery, compile_query
@@ -426,6 +426,8 @@ class Dsms:
             options = AnalyzeOptions(stream_compat=self.compat)
             compiled = compile_query(tree, self.catalog, options=options, final=not spec.static)
             if spec.static:
+                from cqlstream.cql.approx.static import approximate_query  # its rules load when approved
+
                 compiled = approximate_query(compiled, spec, self.catalog)
         except CqlError as e:
             raise (e.with_text(query) if isinstance(query, str) else e) from None

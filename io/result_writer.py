@@ -1,5 +1,5 @@
 """Formatting result batches as STREAM text and writing them to their dest files, on the calling
-thread or on worker threads beside the engine.
+thread, on worker threads, or in writer processes (io/writer_process.py) beside the engine.
 
 A round's batches are handed over together; a dest is always served by the same worker, so every
 file receives its batches in the order they were produced and the bytes do not depend on the
@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from cqlstream.engine.batch import Batch
 from cqlstream.io.stream_text import format_chunks
+
+if TYPE_CHECKING:
+    from cqlstream.io.writer_process import WriterProcess
 
 Round = list[tuple[int, Batch]]  # (dest index, results) in production order
 
@@ -52,12 +55,24 @@ class _Worker:
 
 class ResultWriter:
     """Write rounds of result batches to `files`: inline when `workers` is 0, else on that many
-    threads (dest k on worker k mod `workers`)."""
+    threads (dest k on worker k mod `workers`); or, given `processes` (already spawned), in those
+    processes (dest k in process k mod their number; `files` must be named files, which the
+    processes open again by name)."""
 
-    def __init__(self, files: list[IO[bytes]], workers: int = 0, depth: int = 2) -> None:
+    def __init__(
+        self,
+        files: list[IO[bytes]],
+        workers: int = 0,
+        depth: int = 2,
+        processes: list[WriterProcess] | None = None,
+    ) -> None:
         self.files = files
-        self._workers = [_Worker(files, depth, f"cqlstream-writer-{i}") for i in range(workers)]
+        self._procs = processes or []
+        self._workers = [] if self._procs else [_Worker(files, depth, f"cqlstream-writer-{i}") for i in range(workers)]
         self._closed = False
+        paths = [str(f.name) for f in files]
+        for p in self._procs:
+            p.open(paths)
 
     def _raise_failed(self) -> None:
         for w in self._workers:
@@ -67,6 +82,13 @@ class ResultWriter:
     def write(self, rnd: Round) -> None:
         """Format and write (or hand over) one round; raises a worker's earlier write error."""
         if not rnd:
+            return
+        if self._procs:
+            m = len(self._procs)
+            for i, p in enumerate(self._procs):
+                part = [(k, b) for k, b in rnd if k % m == i]
+                if part:
+                    p.write(part)
             return
         if not self._workers:
             for k, b in rnd:
@@ -86,6 +108,14 @@ class ResultWriter:
         if self._closed:
             return
         self._closed = True
+        failed: BaseException | None = None
+        for p in self._procs:
+            try:
+                p.finish()
+            except BaseException as e:  # every process is waited for; the first error is raised
+                failed = failed or e
+        if failed is not None:
+            raise failed
         for w in self._workers:
             w.q.put(None)
         for w in self._workers:

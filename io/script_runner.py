@@ -2,9 +2,10 @@
 order, and write each query's results to its dest in STREAM's text.
 
 With two threads or more, the engine runs on the calling thread while each source is read and
-parsed ahead on a thread of its own (io/prefetch.py) and results are formatted and written on
-writer threads (io/result_writer.py): numpy, pyarrow and file I/O release the GIL, so the work
-overlaps on a second core. Rounds, and so the bytes written, are the same at every thread count."""
+parsed ahead on a thread of its own (io/prefetch.py; pyarrow's parser releases the GIL) and
+results are formatted and written on writer threads (io/result_writer.py, the default) or in
+writer processes (io/writer_process.py: the engine and the formatting each have their own GIL).
+Rounds, and so the bytes written, are the same at every thread count."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ from cqlstream.io.errors import ScriptError
 from cqlstream.io.prefetch import Prefetch
 from cqlstream.io.result_writer import ResultWriter, Round
 from cqlstream.io.stream_script import Registrar, Step, parse_script
+from cqlstream.io.writer_process import WriterProcess
+
+# where `cqlstream run --threads N` (N ≥ 2) formats and writes results
+WRITERS = ("process", "thread")
 
 
 def _dest_path(step: Step, out_dir: str | os.PathLike[str] | None) -> Path:
@@ -92,6 +97,7 @@ def run_script(
     block_size: int | None = None,
     approximate: str | None = None,
     synopsis_joins: bool = True,
+    writer: str = "thread",
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -99,7 +105,9 @@ def run_script(
 
     `threads` (default: `default_threads()`): 1 does everything on the calling thread; N ≥ 2 reads
     and parses each source ahead on a thread of its own and formats and writes results on N − 1
-    threads while the engine runs on the calling one. The output is the same bytes either way.
+    workers while the engine runs on the calling one: `writer` "thread" (the default) on N − 1
+    threads, "process" in N − 1 writer processes (io/writer_process.py: no GIL shared with the
+    engine, but ~0.3 s more CPU per run; bench/README.md). The output is the same bytes either way.
     `block_size`: bytes of source text parsed at a time (default: from `batch_rows`).
     Sources are read from `source_dir` when given (same file name). `approximate` "static":
     every query is registered with static approximation approved (docs/approximation.md).
@@ -110,7 +118,32 @@ def run_script(
     threads = default_threads() if threads is None else threads
     if threads < 1:
         raise ValueError("threads must be at least 1")
+    if writer not in WRITERS:
+        raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
     _tune_malloc()
+    # writer processes start first: their start-up overlaps parsing and registering the script
+    procs = [WriterProcess.spawn() for _ in range(threads - 1)] if threads > 1 and writer == "process" else []
+    try:
+        return _run(
+            path, out_dir, compat, batch_rows, source_dir, threads, block_size, approximate, synopsis_joins, procs
+        )
+    finally:
+        for p in procs:
+            p.abort()  # a no-op for a process that finished; else the run failed before handing over
+
+
+def _run(
+    path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None,
+    compat: bool,
+    batch_rows: int,
+    source_dir: str | os.PathLike[str] | None,
+    threads: int,
+    block_size: int | None,
+    approximate: str | None,
+    synopsis_joins: bool,
+    procs: list[WriterProcess],
+) -> dict[str, int]:
     script = parse_script(path, compat=compat, source_dir=source_dir)
     d = Dsms(compat=compat, synopsis_joins=synopsis_joins)
     reg = Registrar(script, d, compat, approximate)
@@ -145,7 +178,7 @@ def run_script(
                 ) from None
             outs.append((str(dest), f, d.subscribe(h.id)))
             counts[str(dest)] = 0
-        writer = ResultWriter([f for _, f, _ in outs], workers=threads - 1, depth=_WRITE_AHEAD)
+        writer = ResultWriter([f for _, f, _ in outs], workers=threads - 1, depth=_WRITE_AHEAD, processes=procs)
 
         def drain() -> None:
             rnd: Round = []
@@ -263,4 +296,4 @@ def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain: Callable[[], 
         drain()
 
 
-__all__ = ["DEFAULT_BATCH_ROWS", "default_threads", "run_script"]
+__all__ = ["DEFAULT_BATCH_ROWS", "WRITERS", "default_threads", "run_script"]

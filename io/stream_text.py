@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from cqlstream.engine.batch import Batch
 from cqlstream.io.lazy_compute import pc
@@ -196,6 +195,8 @@ def _float_field(x: np.ndarray) -> np.ndarray:
 def _text_field(col: np.ndarray) -> np.ndarray | None:
     """UTF-8 bytes of str values left-aligned in an (n, L) NUL-padded matrix (None if a value
     contains a NUL byte, which the padding could not tell apart)."""
+    import pyarrow as pa  # only for text columns: a numeric output (and the writer process) never loads it
+
     n = len(col)
     arr = pa.array(col, type=pa.string(), from_pandas=False) if col.dtype == object else pa.array(col.astype(str))
     if arr.null_count:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cqlstream.spark_bridge.spec import SourceSpec
+if TYPE_CHECKING:  # an annotation only: the Spark bridge is not loaded by every CLI start
+    from cqlstream.spark_bridge.spec import SourceSpec
 
 TICK_MIN = 0.001  # s: the smallest clock tick (`serve --tick`)
 TICK_MAX = 60.0  # s: the largest one (a system-timestamped instant would wait that long to close)

@@ -34,6 +34,18 @@ def test_stream_queries_run_through_the_cli(tmp_path):
     assert data["results"]["Q5"]["input_tuples"] == 3 * 2000
 
 
+def test_stream_queries_clocks_and_writer_processes(tmp_path):
+    """--clocks reports per-thread clocks; with --writer process the 2-thread run's formatting is a
+    child's CPU (the 1-thread run has none; its few ms are a library lookup)."""
+    report = tmp_path / "q.json"
+    argv = ["--rows", "300", "--only", "Q2", "--threads", "1,2", "--writer", "process", "--clocks"]
+    assert stream_queries.main([*argv, "--json", str(report)]) == 0
+    runs = json.loads(report.read_text())["results"]["Q2"]["runs"]
+    one, two = (r["clocks"] for r in runs)
+    assert one["main"] > 0 and two["children"] > one["children"] + 0.05  # the child imports numpy at least
+    assert all(c["wall"] > 0 and c["runq"] >= 0 for c in (one, two))
+
+
 def test_stream_queries_match_the_reference(tmp_path):
     """Each suite query's dest files, in net form, equal the reference evaluator's result (Q7: a few
     of its 100 queries; Q5, whose reference cross product is too slow at a size with output: the

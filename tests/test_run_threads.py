@@ -1,5 +1,5 @@
-"""`cqlstream run --threads`: reading ahead and writing on worker threads changes nothing a user
-can see. Dest files are the same bytes at every thread count and chunk size (the benchmark
+"""`cqlstream run --threads`: reading ahead and writing on worker threads or in writer processes
+changes nothing a user can see. Dest files are the same bytes at every thread count and chunk size (the benchmark
 suite's queries, a multi-dest script over a stream, a relation and a view); a bad source row, an
 input the engine rejects and a full disk give the same error at every thread count, with the same
 partial output; no worker thread outlives a run. Source files are read in blocks that give the
@@ -9,6 +9,8 @@ instant, are as before) without reading the whole file ahead."""
 from __future__ import annotations
 
 import errno
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -20,6 +22,7 @@ import pyarrow.csv as pacsv
 import pytest
 
 from bench import stream_queries
+from cqlstream.engine.batch import Batch
 from cqlstream.io.dat_source import SourceReader
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.line_blocks import line_blocks
@@ -28,7 +31,8 @@ from cqlstream.io.result_writer import ResultWriter
 from cqlstream.io.script_runner import run_script
 from tests.test_stream_script import CQLSTREAM, S_DDL, _src, write
 
-THREADS = [1, 2, 3]
+THREADS = [1, 2, 3]  # 2 and 3: reader threads and writer processes
+WRITERS = [(t, "process") for t in THREADS] + [(2, "thread")]  # every way of writing (thread: the default)
 # (batch_rows, block_size): tiny rounds and blocks of a few lines, and the defaults
 CHUNKS = [(7, 64), (97, 300), (None, None)]
 
@@ -40,20 +44,39 @@ def _workers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(_MINE)]
 
 
+def _writer_processes() -> list[int]:
+    """Writer processes that are children of this one (running or not yet reaped)."""
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = next((int(x.split()[1]) for x in status.splitlines() if x.startswith("PPid:")), None)
+        if ppid == me and b"cqlstream.io.writer_process" in cmd:
+            found.append(int(entry.name))
+    return found
+
+
 @pytest.fixture(autouse=True)
 def no_thread_left():
-    assert _workers() == []
+    assert _workers() == [] and _writer_processes() == []
     yield
     assert _workers() == [], "a worker thread outlived its run"
+    assert _writer_processes() == [], "a writer process outlived its run"
 
 
-def _run_all(script: Path, out: Path, dests: list[str], **kw) -> dict[int, dict[str, bytes]]:
-    """{threads: {dest name: bytes}} for each thread count."""
-    got = {}
-    for t in THREADS:
-        folder = out / f"t{t}"
-        run_script(script, out_dir=folder, threads=t, **kw)
-        got[t] = {d: (folder / d).read_bytes() for d in dests}
+def _run_all(script: Path, out: Path, dests: list[str], **kw) -> dict[object, dict[str, bytes]]:
+    """{threads (or (2, "thread")): {dest name: bytes}} for each thread count and writer kind."""
+    got: dict[object, dict[str, bytes]] = {}
+    for t, writer in WRITERS:
+        folder = out / f"t{t}-{writer}"
+        run_script(script, out_dir=folder, threads=t, writer=writer, **kw)
+        got[t if writer == "process" else (t, writer)] = {d: (folder / d).read_bytes() for d in dests}
     return got
 
 
@@ -68,7 +91,7 @@ def test_suite_queries_same_bytes_at_every_thread_count(query, tmp_path):
     for batch_rows, block in CHUNKS:
         got = _run_all(script, tmp_path / f"{batch_rows}-{block}", names, **_chunk_kw(batch_rows, block))
         assert sum(len(b) for b in got[1].values()) > 0
-        assert got[2] == got[1] and got[3] == got[1], (query, batch_rows, block)
+        assert got[2] == got[1] and got[3] == got[1] and got[(2, "thread")] == got[1], (query, batch_rows, block)
 
 
 def _multi_dest(tmp_path: Path, rows: int = 3000) -> tuple[Path, list[str]]:
@@ -123,18 +146,22 @@ def test_multi_dest_script_same_bytes_at_every_thread_count(tmp_path):
     for batch_rows, block in CHUNKS:
         got = _run_all(script, tmp_path / f"{batch_rows}-{block}", dests, **_chunk_kw(batch_rows, block))
         assert all(got[1][d] for d in dests), [d for d in dests if not got[1][d]]
-        assert got[2] == got[1] and got[3] == got[1], (batch_rows, block)
+        assert got[2] == got[1] and got[3] == got[1] and got[(2, "thread")] == got[1], (batch_rows, block)
 
 
 # ----------------------------------------------------------------------------- errors
 
 
-def _errors_and_outputs(script: Path, out: Path, dests: list[str], **kw) -> dict[int, tuple[str, dict]]:
-    got = {}
-    for t in THREADS:
+def _errors_and_outputs(script: Path, out: Path, dests: list[str], **kw) -> dict[object, tuple[str, dict]]:
+    got: dict[object, tuple[str, dict]] = {}
+    for t, writer in WRITERS:
+        folder = out / f"t{t}-{writer}"
         with pytest.raises(ScriptError) as ei:
-            run_script(script, out_dir=out / f"t{t}", threads=t, **kw)
-        got[t] = (str(ei.value), {d: (out / f"t{t}" / d).read_bytes() for d in dests})
+            run_script(script, out_dir=folder, threads=t, writer=writer, **kw)
+        got[t if writer == "process" else (t, writer)] = (
+            str(ei.value),
+            {d: (folder / d).read_bytes() for d in dests},
+        )
     return got
 
 
@@ -162,7 +189,7 @@ def test_bad_source_row_same_error_and_output(bad, needle, tmp_path):
     message, outputs = got[1]
     assert message.startswith(f"{tmp_path / 's.dat'}:9002: ") and needle in message, message
     assert outputs["agg"], "rounds before the bad row were written"
-    assert got[2] == got[1] and got[3] == got[1]
+    assert got[2] == got[1] and got[3] == got[1] and got[(2, "thread")] == got[1]
 
 
 def test_rejected_input_same_error_at_every_thread_count(tmp_path):
@@ -179,7 +206,7 @@ def test_rejected_input_same_error_at_every_thread_count(tmp_path):
     )
     got = _errors_and_outputs(tmp_path / "run.cql", tmp_path / "o", ["out"], batch_rows=200, block_size=1000)
     assert got[1][0].startswith(f"{tmp_path / 'r.dat'}:3002: "), got[1][0]
-    assert got[2] == got[1] and got[3] == got[1]
+    assert got[2] == got[1] and got[3] == got[1] and got[(2, "thread")] == got[1]
 
 
 @pytest.mark.parametrize("rows", [20, 200_000])  # fails at close (buffered) / mid-run on a worker
@@ -196,9 +223,9 @@ def test_full_disk_same_error_at_every_thread_count(rows, tmp_path):
             "query : select * from S;\ndest : /dev/full\nquery : select * from S where A = 5;\ndest : ok\n",
         },
     )
-    for t in THREADS:
+    for t, writer in WRITERS:
         with pytest.raises(OSError) as ei:
-            run_script(tmp_path / "run.cql", threads=t, batch_rows=1000)
+            run_script(tmp_path / "run.cql", threads=t, batch_rows=1000, writer=writer)
         assert ei.value.errno == errno.ENOSPC, ei.value
     messages = set()
     for t in THREADS:
@@ -352,3 +379,74 @@ def test_reading_never_starts_pyarrows_thread_pool(tmp_path, monkeypatch):
         list(SourceReader(p, _src("register stream S (A integer, B float)"), block_size=512))
     assert ei.value.line == 302 and "'x' is not an integer" in ei.value.reason
     assert len(seen) > 10 and not any(seen)
+
+
+# ----------------------------------------------------------------------------- writer processes
+
+
+def _ints(n: int) -> Batch:
+    return Batch(
+        [np.arange(n, dtype=np.int64)],
+        [None],
+        np.arange(n, dtype=np.int64),
+        np.ones(n, np.int8),
+        np.zeros(n, np.uint64),
+    )
+
+
+def test_writer_process_that_dies_is_an_error_not_a_hang(tmp_path):
+    """A writer process killed mid-run: the next hand-over (or close) raises an OSError saying
+    so, and the process is reaped."""
+    from cqlstream.io.writer_process import WriterProcess
+
+    f = open(tmp_path / "out", "wb")  # noqa: SIM115
+    w = ResultWriter([f], processes=[p := WriterProcess.spawn()])
+    w.write([(0, _ints(10))])
+    os.kill(p.proc.pid, signal.SIGKILL)
+    p.proc.wait()
+    with pytest.raises(OSError, match="writer process ended unexpectedly"):
+        for _ in range(100):  # the pipe may take a few rounds before it reports the dead reader
+            w.write([(0, _ints(100_000))])
+        w.close()
+    p.abort()
+    f.close()
+
+
+def test_writer_process_is_reaped_when_the_script_fails_early(tmp_path):
+    """Writer processes start before the script is parsed: a script error still ends them."""
+    write(tmp_path, {"run.cql": "table : register stream S (A integer;\nsource : s.dat\n"})
+    for t in (2, 3):
+        with pytest.raises(ScriptError):
+            run_script(tmp_path / "run.cql", threads=t)
+
+
+def test_writer_option_is_checked(tmp_path):
+    r = subprocess.run([CQLSTREAM, "run", str(tmp_path / "x.cql"), "--writer", "fork"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--writer" in r.stderr
+    with pytest.raises(ValueError):
+        run_script(tmp_path / "x.cql", threads=2, writer="fork")
+
+
+def test_writer_process_error_surfaces_at_a_hand_over(tmp_path):
+    """A writer process whose file fails reports it at once: the producer's next hand-overs raise
+    it (not only the final close), and other processes' dests keep being written."""
+    from cqlstream.io.writer_process import WriterProcess
+
+    good = open(tmp_path / "good", "wb")  # noqa: SIM115
+    full = open("/dev/full", "wb")  # noqa: SIM115
+    procs = [WriterProcess.spawn(), WriterProcess.spawn()]
+    w = ResultWriter([good, full], processes=procs)
+    w.write([(0, _ints(5))])
+    deadline = time.monotonic() + 30
+    with pytest.raises(OSError) as ei:
+        while time.monotonic() < deadline:
+            w.write([(0, _ints(5)), (1, _ints(100_000))])  # more than a file buffer: the write fails
+            time.sleep(0.01)
+    assert ei.value.errno == errno.ENOSPC
+    with pytest.raises(OSError):
+        w.close()
+    for p in procs:
+        p.abort()
+    good.close()
+    full.close()
+    assert (tmp_path / "good").read_bytes().startswith(b"[0]:+:0\n[1]:+:1\n")

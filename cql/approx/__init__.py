@@ -7,8 +7,24 @@ make the result grow, and push a Sample through a foreign-key join without biasi
 decides where a rule may act; `report` what the registration reply and EXPLAIN show.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from cqlstream.cql.approx.report import Applied, Refused, Report
 from cqlstream.cql.approx.spec import ApproxSpec
-from cqlstream.cql.approx.static import approximate, approximate_query
+
+if TYPE_CHECKING:
+    from cqlstream.cql.approx.static import approximate, approximate_query
+
+
+def __getattr__(name: str) -> Any:
+    # the rules load on first use: every registration parses an ApproxSpec, few approximate
+    if name in ("approximate", "approximate_query"):
+        from cqlstream.cql.approx import static
+
+        return getattr(static, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Applied", "ApproxSpec", "Refused", "Report", "approximate", "approximate_query"]

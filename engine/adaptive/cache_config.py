@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cqlstream.engine import knobs as K
 from cqlstream.engine.errors import KnobError
 
 
@@ -74,3 +75,15 @@ def tuples(v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise KnobError(f"cache_interval_tuples must be an integer >= 0 (0: no tuple interval), got {v!r}")
     return v
+
+
+# the join's knobs of A-Caching (engine/adaptive/caching.py), here so that a join's class can list
+# them without loading the caching machinery
+CACHING_KNOBS = (
+    K.config_field("caching", "caching", "enabled", enabled),
+    K.config_field("cache_memory", "caching", "memory", memory),
+    K.config_field("cache_interval", "caching", "interval_seconds", seconds),
+    K.config_field("cache_interval_tuples", "caching", "interval_tuples", tuples),
+)
+"""Settings of A-Caching: on/off, the cache memory of the join in bytes, and the
+re-optimization interval in seconds and in tuples."""

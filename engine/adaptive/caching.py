@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive import cache_config as CC
 from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.adaptive.cache_store import SegmentCache, first_per_key, key_hash, match_keys
@@ -999,11 +998,4 @@ def _lo_of_rows(t: Table, rows: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ knobs
 
 
-CACHING_KNOBS = (
-    K.config_field("caching", "caching", "enabled", CC.enabled),
-    K.config_field("cache_memory", "caching", "memory", CC.memory),
-    K.config_field("cache_interval", "caching", "interval_seconds", CC.seconds),
-    K.config_field("cache_interval_tuples", "caching", "interval_tuples", CC.tuples),
-)
-"""Settings of A-Caching: on/off, the cache memory of the join in bytes, and the
-re-optimization interval in seconds and in tuples."""
+CACHING_KNOBS = CC.CACHING_KNOBS  # defined with the config: the join's class lists them without loading this module

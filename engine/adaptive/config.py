@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.errors import KnobError
 
@@ -94,3 +95,13 @@ def cost_model(v: object) -> str:
 
 def with_policy(c: AdaptiveConfig, v: object) -> AdaptiveConfig:
     return replace(c, policy=policy_name(v))
+
+
+# the join's knobs of A-Greedy (engine/adaptive/mjoin.py), here so that a join's class can list them
+# without loading the adaptive machinery (~0.1 s of imports a run without joins never needs)
+MJOIN_KNOBS = (
+    K.config_field("adaptive", "adaptive", "policy", policy_name),
+    K.config_field("profile_probability", "adaptive", "probability", probability),
+    K.config_field("profile_window", "adaptive", "window", window),
+    K.config_field("alpha", "adaptive", "alpha", alpha),
+)

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive import config as AC
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import Reorder
@@ -409,9 +408,4 @@ def edge_pairs(
 # ------------------------------------------------------------------ knobs of the join
 
 
-MJOIN_KNOBS = (
-    K.config_field("adaptive", "adaptive", "policy", AC.policy_name),
-    K.config_field("profile_probability", "adaptive", "probability", AC.probability),
-    K.config_field("profile_window", "adaptive", "window", AC.window),
-    K.config_field("alpha", "adaptive", "alpha", AC.alpha),
-)
+MJOIN_KNOBS = AC.MJOIN_KNOBS  # defined with the config: the join's class lists them without loading this module

@@ -23,6 +23,7 @@ other input's spilled rows of its key, and a spilled row's own delete removes it
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -32,12 +33,12 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.column_reads import read_columns
 from cqlstream.engine.kconstraints.columns import ColumnChoice, conjunct_columns, split_reads
 from cqlstream.engine.kconstraints.constraints import CA, OA, RIDS, UNDECLARED, Constraint, ManyOne, from_defs
-from cqlstream.engine.kconstraints.strategy import KMonConfig, KMonStrategy
 from cqlstream.engine.operators.join import JoinOp, classify
 
 if TYPE_CHECKING:
     from cqlstream.cql.catalog import Catalog
     from cqlstream.engine.dsms import Dsms, QueryHandle
+    from cqlstream.engine.kconstraints.strategy import KMonConfig, KMonStrategy
     from cqlstream.engine.planner import PNode
 
 INTEGER_KINDS = ("int", "byte", "timestamp")  # join keys k-Mon handles (int64 values)
@@ -210,6 +211,8 @@ def assumed_rids(x: Side, y: Side, declared_y: list[Constraint]) -> RIDS | None:
 
 
 def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig) -> KMonStrategy | None:
+    from cqlstream.engine.kconstraints.strategy import KMonStrategy
+
     if not isinstance(node, L.Join) or op.n != 2:
         return None
     for e in op.equi:
@@ -279,15 +282,24 @@ def _joins(pn: PNode) -> list[tuple[PNode, JoinOp]]:
 
 
 def bind(d: Dsms, h: QueryHandle) -> list[KMonStrategy]:
-    """Attach a strategy to each fresh 2-way join of `h` that declared constraints apply to."""
-    for eid, ent in list(d.attached.items()):  # strategies of joins no longer in the plan
-        if isinstance(ent, KMonStrategy) and all(o is not ent.join for o in d.plan.operators):
-            d.detach(eid)
+    """Attach a strategy to each fresh 2-way join of `h` that declared constraints apply to.
+    The strategy module (~0.1 s of imports) loads with the first join: a run without joins has
+    no strategy to detach or attach."""
+    loaded = sys.modules.get("cqlstream.engine.kconstraints.strategy")
+    if loaded is not None:  # else no strategy exists yet
+        for eid, ent in list(d.attached.items()):  # strategies of joins no longer in the plan
+            if isinstance(ent, loaded.KMonStrategy) and all(o is not ent.join for o in d.plan.operators):
+                d.detach(eid)
+    joins = _joins(h.pnode) if h.pnode is not None else []
+    if not joins:
+        return []
+    from cqlstream.engine.kconstraints.strategy import KMonConfig
+
     config = getattr(d, CONFIG_ATTR, None) or KMonConfig()
-    if config.mode == "off" or h.pnode is None:
+    if config.mode == "off":
         return []
     out = []
-    for pn, op in _joins(h.pnode):
+    for pn, op in joins:
         if op.kmon is not None or op.counters.calls or pn.flowed or pn.users - {h.id} or not _fresh(op):
             continue
         s = strategy_for(d.catalog, op, pn.node, config)

@@ -44,12 +44,10 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
 from cqlstream.engine import knobs as K
-from cqlstream.engine.adaptive.caching import CACHING_KNOBS, ACaching
-from cqlstream.engine.adaptive.config import AdaptiveConfig
-from cqlstream.engine.adaptive.mjoin import MJOIN_KNOBS, AdaptiveProbes
+from cqlstream.engine.adaptive.cache_config import CACHING_KNOBS
+from cqlstream.engine.adaptive.config import MJOIN_KNOBS, AdaptiveConfig
 from cqlstream.engine.batch import Batch, combine_ids, concat, empty_column
 from cqlstream.engine.errors import KnobError
-from cqlstream.engine.joinorder import ordering as JO
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
@@ -60,6 +58,7 @@ from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
     from cqlstream.engine.exprs import Col, Evaluator
+    from cqlstream.engine.joinorder.ordering import JoinOrdering
     from cqlstream.engine.planner import EngineOptions
     from cqlstream.engine.synopses import Synopsis
 
@@ -527,6 +526,8 @@ def _set_probe_orders(op: JoinOp, value: object) -> None:
 
 
 def _set_join_order(op: JoinOp, value: object) -> None:
+    from cqlstream.engine.joinorder import ordering as JO
+
     if value not in JO.MODES or op.ordering is None:
         raise KnobError(f"a join's join_order is one of {', '.join(JO.MODES)}, not {value!r}")
     op.join_order = str(value)
@@ -583,8 +584,12 @@ class JoinOp(Operator):
         self.index_mode = "chains"  # knob: "chains" | "dyadic" (StabIndex)
         self.kmon: Any = None  # k-constraint state reduction of a 2-way join (engine/kconstraints), or None
         self.join_order = "cost"  # knob: fixed | cost | rates (engine/joinorder/ordering.py)
-        self.ordering: JO.JoinOrdering | None = None  # set by from_node
+        self.ordering: JoinOrdering | None = None  # set by from_node
         self.counters.extra.update(state_tuples=0, candidate_pairs=0, unmatched_deletes=0)
+        # the adaptive machinery loads with the first join (a run without joins never needs it)
+        from cqlstream.engine.adaptive.caching import ACaching
+        from cqlstream.engine.adaptive.mjoin import AdaptiveProbes
+
         # A-Greedy over each pipeline's probe order (engine/adaptive/mjoin.py)
         self.adaptive = AdaptiveProbes(self, options.adaptive if options else AdaptiveConfig())
         # A-Caching: subresult caches on the pipelines (engine/adaptive/caching.py)
@@ -708,6 +713,8 @@ class JoinOp(Operator):
             ctx.options,
             stores=ctx.stores,
         )
+        from cqlstream.engine.joinorder import ordering as JO
+
         links = [(e.a, e.ea, e.b, e.eb) for e in op.equi]
         op.ordering = JO.initial_probe_orders(node, links, op.probe_orders)  # cost model, before any statistics
         op.probe_orders = [list(o) for o in op.ordering.orders]
