@@ -203,6 +203,8 @@ def run(
         "profile_seconds": st["profile_seconds"],
         "cache_seconds": st["cache_seconds"],
         "cpu_seconds": t_all,
+        "reorders": op.adaptive.reorders,
+        "orders": [list(o) for o in op.probe_orders],
     }
 
 
@@ -338,6 +340,7 @@ def fig_costly(tuples: int, push: int, window: int = 1000, dom: int = 200, repea
             )
         )
     print(f"  result rows: {m['rows']}")
+    print(f"  M's probe orders at the end: {m['orders']} ({m['reorders']} re-orderings); MF's: {orders}")
     return {"M": m, "MF": mf, "F": f, "P": p, "PF": pf}
 
 

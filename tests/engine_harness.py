@@ -62,9 +62,13 @@ def run_engine(
     chunk: int | None = None,
     compat=False,
     functions_setup=None,
+    prepare=None,
     **dsms_options,
 ):
+    """`prepare(h)`: called with the registered query before any input (e.g. to set a knob)."""
     d, h, sub = _start(ddl, query, compat, functions_setup, **dsms_options)
+    if prepare is not None:
+        prepare(h)
     events = _merge_events(inputs)
     step = chunk or max(len(events), 1)
     parts = []

@@ -162,3 +162,84 @@ def test_random_joins_same_results(seed, qi):
     for chunk in (1, 5, None):
         got, _ = run_engine(RANDOM_DDL, q, inputs, chunk=chunk, adaptive=config)
         assert got == expected
+
+
+# ------------------------------------------------------------------ non-equality join conditions
+
+BAND_DDL = "register stream S (a int, b int); register stream T (b int, w int); register stream R (a int, x int);"
+BAND_QUERY = (
+    "select * from S [Rows 12] as s, T [Rows 12] as t, R [Rows 12] as r "
+    "where s.b = t.b and r.a between s.a - 1 and s.a + 1"
+)
+T_FIRST = [[1, 2], [0, 2], [0, 1]]  # S probes T (the equality) before R (the band)
+
+
+def _band(n=900, seed=9, flip=True):
+    """S ⋈ T on b, S ⋈ R by the band |r.a − s.a| ≤ 1. In the first half T holds every key S
+    probes (drops nothing, 3 partners a probe) while R's values lie far from S's (the band drops
+    nearly every S event); with `flip`, in the second half R's values meet S's and T's keys
+    rarely do (the equality is the selective one)."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, list] = {"S": [], "T": [], "R": []}
+    for k in range(n):
+        late = flip and k >= n // 2
+        ts = k // 3
+        out["S"].append((ts, (int(rng.integers(0, 20)), int(rng.integers(0, 4)))))
+        near, far = int(rng.integers(0, 20)), int(rng.integers(100, 400))
+        rare, common = int(rng.integers(4, 400)), int(rng.integers(0, 4))
+        out["T"].append((ts, (rare if late else common, k)))
+        out["R"].append((ts, (near if late or rng.random() < 0.01 else far, k)))
+    return out
+
+
+def _t_first(h) -> None:
+    _join(h).set_knob("probe_orders", T_FIRST)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, None])
+def test_band_join_shifting_same_results(chunk):
+    """A band and an equality whose selectivities swap half way, A-Greedy on from the equality's
+    order: the same result as adaptation off and as the reference, at every batch size."""
+    inputs = _band()
+    expected = run_reference(BAND_DDL, BAND_QUERY, inputs)
+    off, _ = run_engine(
+        BAND_DDL, BAND_QUERY, inputs, chunk=chunk, prepare=_t_first, adaptive=AdaptiveConfig(policy="off")
+    )
+    got, h = run_engine(BAND_DDL, BAND_QUERY, inputs, chunk=chunk, prepare=_t_first, adaptive=AdaptiveConfig(**EAGER))
+    assert got == expected == off
+    if chunk is not None:
+        assert any(0 < r.at < p.seen for p in _join(h).adaptive.pipes for r in p.log), "no re-ordering mid-stream"
+
+
+def test_selective_band_is_probed_first():
+    """S's pipeline starts T-first; the profiler sees the band into R drop nearly every S event
+    (the old profiler, whose logical filters came from equalities only, saw R as a Cartesian step
+    that never drops and kept T first)."""
+    _got, h = run_engine(
+        BAND_DDL, BAND_QUERY, _band(flip=False), chunk=7, prepare=_t_first, adaptive=AdaptiveConfig(**EAGER)
+    )
+    op = _join(h)
+    assert op.probe_orders[0] == [2, 1]
+    pipe = op.adaptive.pipes[0]
+    assert pipe.parent[2] == 0  # R hangs off S by the band, not by a Cartesian step
+    f = {x["input"]: x for x in op.control_table()["adaptive"]["pipelines"][0]["filters"]}
+    assert f[2]["drop_rate"] > 0.9 and f[1]["drop_rate"] < 0.1
+    assert f[2]["candidates"] > f[2]["fan_out"]  # the band examines the whole window, keeps few
+
+
+def test_band_order_follows_the_flip():
+    """After the flip the equality into T is the selective one: S's pipeline ends T-first."""
+    _got, h = run_engine(BAND_DDL, BAND_QUERY, _band(), chunk=7, prepare=_t_first, adaptive=AdaptiveConfig(**EAGER))
+    op = _join(h)
+    pipe = op.adaptive.pipes[0]
+    assert any(r.new[0] == 2 for r in pipe.log if r.at < 900)  # the band first, before the flip
+    assert op.probe_orders[0][0] == 1
+
+
+def test_spanning_tree_prefers_equalities_then_conditions():
+    # 0-1 equality, 1-2 and 0-2 conditions, 3 linked to nothing: 2 hangs off 0 (reached first)
+    visit, parent = spanning_tree(4, _equi([(0, 1)]), 0, _equi([(1, 2), (0, 2)]))
+    assert visit == [0, 1, 2, 3] and parent == {0: None, 1: 0, 2: 0, 3: None}
+    # an equality reaching 2 later wins over the condition
+    visit, parent = spanning_tree(4, _equi([(0, 1), (1, 2)]), 0, _equi([(0, 2)]))
+    assert parent[2] == 1

@@ -25,10 +25,12 @@ import math
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cqlstream.cql.logical import expr as X
 from cqlstream.engine.adaptive import config as AC
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import Reorder
@@ -45,27 +47,59 @@ log = logging.getLogger("cqlstream.adaptive")
 # ------------------------------------------------------------------ the join graph
 
 
-def spanning_tree(n: int, equi: Sequence[Equi], root: int) -> tuple[list[int], dict[int, int | None]]:
-    """BFS over the equi-join graph from `root` (lowest index first): the visit order and each
-    input's parent. Inputs not reachable get parent None (only a Cartesian product reaches them)."""
+@dataclass(frozen=True)
+class Condition:
+    """A join condition that is no equality and reads exactly two inputs (a band, an inequality):
+    an edge of the join graph that no index serves; the profiler evaluates it on the pairs."""
+
+    expr: X.Expr
+    a: int
+    b: int
+
+
+def conditions(op: JoinOp) -> list[Condition]:
+    """The join's non-equality conjuncts over two inputs (column indexes of the joined row)."""
+    out = []
+    for c, own in op.theta:
+        if len(own) == 2:
+            a, b = sorted(own)
+            out.append(Condition(c, a, b))
+    return out
+
+
+def spanning_tree(
+    n: int, equi: Sequence[Any], root: int, conds: Sequence[Any] = ()
+) -> tuple[list[int], dict[int, int | None]]:
+    """BFS over the join graph from `root` (lowest index first): the visit order and each input's
+    parent. Equality edges (`equi`, an index serves them) are followed first; an input they do
+    not reach hangs off the earliest reached input a condition edge (`conds`) links it to. Inputs
+    reachable by neither get parent None (only a Cartesian product reaches them)."""
     adj: dict[int, list[int]] = {k: [] for k in range(n)}
-    for e in equi:
-        adj[e.a].append(e.b)
-        adj[e.b].append(e.a)
+    cadj: dict[int, list[int]] = {k: [] for k in range(n)}
+    for edges, to in ((equi, adj), (conds, cadj)):
+        for e in edges:
+            to[e.a].append(e.b)
+            to[e.b].append(e.a)
     parent: dict[int, int | None] = {root: None}
     order = [root]
-    for start in [root, *range(n)]:
-        if start not in parent:
-            parent[start] = None
-            order.append(start)
-        k = order.index(start)
+    k = 0
+    while True:
         while k < len(order):
             for nb in sorted(set(adj[order[k]])):
                 if nb not in parent:
                     parent[nb] = order[k]
                     order.append(nb)
             k += 1
-    return order, parent
+        if len(order) == n:
+            return order, parent
+        hop = next(((v, nb) for v in order for nb in sorted(set(cadj[v])) if nb not in parent), None)
+        if hop is None:  # a component no edge reaches: a Cartesian step from its lowest input
+            nxt = min(x for x in range(n) if x not in parent)
+            parent[nxt] = None
+        else:
+            parent[hop[1]] = hop[0]
+            nxt = hop[1]
+        order.append(nxt)
 
 
 def path(parent: dict[int, int | None], j: int, root: int) -> list[int]:
@@ -108,8 +142,14 @@ class Pipeline:
         self.i = i
         self.others = [j for j in range(op.n) if j != i]
         self.pos = {j: k for k, j in enumerate(self.others)}  # input → filter index
-        self.visit, self.parent = spanning_tree(op.n, op.equi, i)
+        conds = conditions(op)
+        self.visit, self.parent = spanning_tree(op.n, op.equi, i, conds)
         self.links = {j: [e for e in op.equi if {e.a, e.b} == {j, p}] for j, p in self.parent.items() if p is not None}
+        # the tree edge's other conditions (a band into an input no equality reaches, or one
+        # alongside an equality): evaluated on the edge's pairs, so the filter drops what they drop
+        self.conds = {
+            j: [c.expr for c in conds if {c.a, c.b} == {j, p}] for j, p in self.parent.items() if p is not None
+        }
         self.names = [
             f"input {j}" + (f" via {path(self.parent, j, i)[:-1]}" if self.parent[j] != i else "") for j in self.others
         ]
@@ -125,7 +165,10 @@ class Pipeline:
         self.passes = Passes(config.p, config.profile_pass, seed=0x5EED + self.i, cap=config.w)
         self.window = ProfileWindow(m, config.w)
         self.view = MatrixView(m)
-        self.fan = np.zeros((2, m))  # decayed (probing rows, matches) per tree edge into each filter
+        # decayed (probing rows, candidate pairs, matches) per tree edge into each filter: an
+        # equality's index examines only matches; a condition with no equality examines every
+        # alive instance of the window for each row (the executor's Cartesian step), then filters
+        self.fan = np.zeros((3, m))
         self.pending: list[np.ndarray] = []
         self.pending_rows = 0
         self.profiled = 0
@@ -160,13 +203,14 @@ class Pipeline:
         return moved
 
     def costs(self) -> np.ndarray:
-        rows, hits = self.fan
-        return 1.0 + np.where(rows > 0, hits / np.maximum(rows, 1e-9), 1.0)
+        """Per filter: one probe plus the candidate pairs its edge examines per row in."""
+        rows, cand, _hits = self.fan
+        return 1.0 + np.where(rows > 0, cand / np.maximum(rows, 1e-9), 1.0)
 
     def statistics(self, order: list[int]) -> dict[str, Any]:
         drop = self.window.drop_rates()
         costs = self.costs()
-        rows, hits = self.fan
+        rows, cand, hits = self.fan
         return {
             "input": self.i,
             "order": list(order),
@@ -180,6 +224,7 @@ class Pipeline:
                     "filter": self.names[k],
                     "drop_rate": round(float(drop[k]), 6),
                     "fan_out": round(float(hits[k] / rows[k]), 6) if rows[k] > 0 else None,
+                    "candidates": round(float(cand[k] / rows[k]), 6) if rows[k] > 0 else None,
                     "cost": round(float(costs[k]), 6),
                 }
                 for k, j in enumerate(self.others)
@@ -254,22 +299,45 @@ class AdaptiveProbes:
             # (no parent: a Cartesian step from the events themselves, every alive instance matches)
             sid, prow, mult = at[par if par is not None else pipe.i]
             links = pipe.links.get(j, []) if par is not None else []
-            (ikey, ivalid), (pkey, pvalid), cache_key = edge_keys(self.op, tables, j, links, par, prow)
+            conds = pipe.conds.get(j, []) if par is not None else []
             f = pipe.pos[j]
             pipe.fan[0, f] += mult.sum()
-            if len(sid) > k:  # more rows than samples: one per (sample, key)
+            if conds and len(sid) > k:  # the conditions read the parent's row: one per (sample, row)
+                sid, prow, mult = _distinct_rows(sid, prow, mult)
+            (ikey, ivalid), (pkey, pvalid), cache_key = edge_keys(self.op, tables, j, links, par, prow)
+            if not conds and len(sid) > k:  # more rows than samples: one per (sample, key)
                 sid, pkey, pvalid, mult = _distinct(sid, pkey, pvalid, mult)
             p, got = edge_pairs(self.op, tables, m, j, cache_key, (ikey, ivalid), (pkey, pvalid), seq0[sid])
+            pipe.fan[1, f] += mult[p].sum()
+            if conds and len(p):
+                assert par is not None
+                keep = self._passes(tables, conds, {par: prow[p], j: got}, tables[pipe.i].b.ts[rows[sid[p]]])
+                p, got = p[keep], got[keep]
             at[j] = (sid[p], got, mult[p])
             hit = np.zeros(k, bool)
             hit[sid[p]] = True
             bits[:, f] = ~hit
-            pipe.fan[1, f] += mult[p].sum()
+            pipe.fan[2, f] += mult[p].sum()
         pipe.profiled += k
         dropped = bits[bits.any(axis=1)]
         if len(dropped):
             pipe.pending.append(dropped)
             pipe.pending_rows += len(dropped)
+
+    def _passes(
+        self, tables: Sequence[Table], conds: Sequence[X.Expr], idx: dict[int, np.ndarray], ts: np.ndarray
+    ) -> np.ndarray:
+        """Which pairs (row indexes per input in `idx`) every condition keeps, evaluated as the
+        join evaluates them (engine/operators/join.py)."""
+        from cqlstream.engine.operators.join import gather_batch
+
+        op = self.op
+        cols = sorted(set().union(*(X.columns(c) for c in conds)))
+        b = gather_batch(op.width, cols, op.offsets, op.widths, tables, idx, ts)
+        keep = np.ones(len(ts), bool)
+        for c in conds:
+            keep &= np.asarray(op.ev.predicate(c, b), dtype=bool)
+        return keep
 
     # ------------------------------------------------------------ re-optimizer
     def _check(self, pipe: Pipeline) -> None:
@@ -374,6 +442,16 @@ def _distinct(
     sid, pkey, mult = sid[o], pkey[o], mult[o]
     start = np.flatnonzero(np.concatenate(([True], (sid[1:] != sid[:-1]) | (pkey[1:] != pkey[:-1]))))
     return sid[start], pkey[start], np.ones(len(start), bool), np.add.reduceat(mult, start)
+
+
+def _distinct_rows(sid: np.ndarray, prow: np.ndarray, mult: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One row per (sample, parent row), multiplicities summed (a condition reads the row itself)."""
+    if len(sid) < 2:
+        return sid, prow, mult
+    o = np.lexsort((prow, sid))
+    sid, prow, mult = sid[o], prow[o], mult[o]
+    start = np.flatnonzero(np.concatenate(([True], (sid[1:] != sid[:-1]) | (prow[1:] != prow[:-1]))))
+    return sid[start], prow[start], np.add.reduceat(mult, start)
 
 
 def edge_pairs(

@@ -47,10 +47,13 @@ class WindowStats:
 
 @dataclass(frozen=True)
 class JoinShape:
-    """The join's inputs and its equality classes (sets of inputs equated on one attribute)."""
+    """The join's inputs, its equality classes (sets of inputs equated on one attribute) and its
+    other conditions: (the inputs a condition reads, the share of rows it keeps), applied to a
+    partial result once all those inputs are bound (engine/joinorder/conditions.py)."""
 
     windows: tuple[WindowStats, ...]
     classes: tuple[frozenset[int], ...]
+    conditions: tuple[tuple[frozenset[int], float], ...] = ()
 
     @classmethod
     def common(cls, windows: Sequence[WindowStats]) -> JoinShape:
@@ -68,15 +71,19 @@ class JoinShape:
     def with_rates(self, rates: Sequence[float]) -> JoinShape:
         """The same join with other arrival rates (window time sizes kept)."""
         ws = tuple(replace(w, rate=float(r)) for r, w in zip(rates, self.windows, strict=True))
-        return JoinShape(ws, self.classes)
+        return replace(self, windows=ws)
 
     def with_buckets(self, buckets: Sequence[float]) -> JoinShape:
         ws = tuple(replace(w, buckets=float(b)) for b, w in zip(buckets, self.windows, strict=True))
-        return JoinShape(ws, self.classes)
+        return replace(self, windows=ws)
 
 
-def result_size(shape: JoinShape, members: Sequence[int], origin: int | None = None) -> float:
-    """Expected size of the join of `members` (the `origin` input counts as the single new tuple)."""
+def result_size(
+    shape: JoinShape, members: Sequence[int], origin: int | None = None, unfiltered: int | None = None
+) -> float:
+    """Expected size of the join of `members` (the `origin` input counts as the single new tuple):
+    one factor per equality class and per other condition among them, except the conditions
+    reading input `unfiltered` (what an index lookup into that input visits before they run)."""
     size = 1.0
     for j in members:
         if j != origin:
@@ -85,6 +92,10 @@ def result_size(shape: JoinShape, members: Sequence[int], origin: int | None = N
         vs = [shape.windows[j].distinct for j in members if j in c]
         if len(vs) >= 2:
             size *= min(vs) / math.prod(vs)
+    inside = frozenset(members)
+    for own, keep in shape.conditions:
+        if own <= inside and unfiltered not in own:
+            size *= keep
     return size
 
 
@@ -109,7 +120,8 @@ def origin_cost(shape: JoinShape, origin: int, order: Sequence[int], tau: float 
         bound.append(j)
         matches = result_size(shape, bound, origin)
         if linked and w.buckets == EXACT:
-            total += passed * lookup + matches  # an exact index visits only the matches
+            # an exact index visits only the equality's matches; other conditions then filter them
+            total += passed * lookup + (result_size(shape, bound, origin, j) if shape.conditions else matches)
         else:
             total += passed * (lookup + w.scanned(tau) / (w.buckets if linked else 1.0))
         passed = matches

@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 
+from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
+from cqlstream.engine.joinorder.conditions import condition_estimates
 from cqlstream.engine.joinorder.cost import EXACT, JoinShape, WindowStats
 
 DEFAULT_RATE = 1.0  # tuples per time unit of every stream
@@ -85,8 +87,14 @@ def equality_classes(n: int, links: Sequence[tuple[int, Hashable, int, Hashable]
     return tuple(frozenset(g) for g in groups.values() if len(g) >= 2 and all(0 <= k < n for k in g))
 
 
-def engine_shape(inputs: Sequence[L.Plan], links: Sequence[tuple[int, Hashable, int, Hashable]]) -> JoinShape:
+def engine_shape(
+    inputs: Sequence[L.Plan],
+    links: Sequence[tuple[int, Hashable, int, Hashable]],
+    theta: Sequence[tuple[X.Expr, frozenset[int]]] = (),
+) -> JoinShape:
     """The join as the engine runs it: every linked probe is an exact index lookup (the engine's
-    sorted key index), so a loop visits only the matching tuples."""
+    sorted key index), so a loop visits only the matching tuples; `theta`, the conditions reading
+    several inputs that are no equality (conjunct, inputs), thin the partial results at their
+    default selectivities (engine/joinorder/conditions.py) but serve no lookup."""
     ws = [replace(input_stats(i), buckets=EXACT) for i in inputs]
-    return JoinShape(tuple(ws), equality_classes(len(ws), links))
+    return JoinShape(tuple(ws), equality_classes(len(ws), links), condition_estimates(theta, DEFAULT_DISTINCT))

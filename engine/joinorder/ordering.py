@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.joinorder.cost import JoinShape, plan_cost
 from cqlstream.engine.joinorder.estimates import engine_shape
@@ -117,12 +118,16 @@ def _short(x: float) -> str:
 
 
 def initial_probe_orders(
-    node: L.Join, links: Sequence[tuple[int, Hashable, int, Hashable]], default: Orders
+    node: L.Join,
+    links: Sequence[tuple[int, Hashable, int, Hashable]],
+    default: Orders,
+    theta: Sequence[tuple[X.Expr, frozenset[int]]] = (),
 ) -> JoinOrdering:
     """The cost model's probe orders for the join `node` before any statistics exist: window
     sizes from the plan, default rates and distinct counts (engine/joinorder/estimates.py).
     `links`: the join's equality conjuncts as (input a, a's side, input b, b's side);
-    `default`: the join's own order per input (kept on ties)."""
-    shape = engine_shape(node.inputs, links)
+    `default`: the join's own order per input (kept on ties); `theta`: its other conditions
+    reading several inputs (conjunct, inputs), a band or an inequality."""
+    shape = engine_shape(node.inputs, links, theta)
     orders, cost = choose_orders(shape, default)
     return JoinOrdering(shape, input_names(node), [list(o) for o in default], orders, cost)

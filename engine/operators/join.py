@@ -716,7 +716,8 @@ class JoinOp(Operator):
         from cqlstream.engine.joinorder import ordering as JO
 
         links = [(e.a, e.ea, e.b, e.eb) for e in op.equi]
-        op.ordering = JO.initial_probe_orders(node, links, op.probe_orders)  # cost model, before any statistics
+        # cost model, before any statistics
+        op.ordering = JO.initial_probe_orders(node, links, op.probe_orders, op.theta)
         op.probe_orders = [list(o) for o in op.ordering.orders]
         return op
 
