@@ -3,8 +3,10 @@ A-Greedy (thesis Fig 4.10) in one object that the select operator calls once per
 
 The executor evaluates the conjuncts in the current order, each on the survivors of the ones
 before it (vectorized), timing each under the `measured` cost model. The profiler takes tuples at
-rate p, in passes (profile.Passes): every conjunct is evaluated on a pass's sample, apart from
-the executor's loop, and the sampled tuples some conjunct drops become profile tuples (drop bits). Every `profile_batch` profile tuples, the re-optimizer (a policy) checks its
+rate p, in passes (profile.Passes) that ride on the executor's calls (`Sample`): a sampled tuple's
+drop bits come from the executor's masks while it survives, and from the later conjuncts' calls,
+to which it is appended, once dropped; the sampled tuples some conjunct drops become profile
+tuples (drop bits). Every `profile_batch` profile tuples, the re-optimizer (a policy) checks its
 invariant over the matrix view and may change the order. Order never changes a result.
 """
 
@@ -105,13 +107,14 @@ class AdaptiveOrder:
         # control table's cost_ns), not every call
         timed = self.config.cost_model == "measured" or len(picked) > 0
         secs, tuples = np.zeros(self.n), np.zeros(self.n)
-        out = self._survivors(b, self.order, ev, secs, tuples) if timed else self._survivors(b, self.order, ev)
+        if len(picked):
+            out = self._survivors(b, self.order, ev, secs, tuples, Sample(picked, self.n))
+        else:
+            out = self._survivors(b, self.order, ev, secs, tuples) if timed else self._survivors(b, self.order, ev)
         self.untimed += n_in
         if timed:
             self.meter.add(secs, tuples, self.untimed)
             self.untimed = 0
-        if len(picked):
-            self._sample(b.take(picked), ev)
         if self.pending_rows >= self.config.profile_batch:
             if self.config.cost_model == "measured" and n_in:
                 self._time_one_tuple(b.slice(0, 1), ev)
@@ -125,22 +128,31 @@ class AdaptiveOrder:
         ev: Evaluator,
         secs: np.ndarray | None = None,
         tuples: np.ndarray | None = None,
+        sample: Sample | None = None,
     ) -> Batch:
         """The rows of `b` every conjunct keeps, in batch order, evaluating the conjuncts in
         `order`, each on the survivors of the ones before it (timed into `secs` / `tuples` when
         given). The survivors are carried as positions and each conjunct sees only the columns it
         reads, gathered at them: one copy of the whole row at the end, not one per conjunct (a
-        15-column stream filtered by two conjuncts copied every column twice)."""
+        15-column stream filtered by two conjuncts copied every column twice).
+
+        With a `sample` (a profiling pass) the profiler rides on these calls (thesis §3: the
+        profiler observes during normal execution): a sampled tuple's drop bit under a conjunct
+        comes from the executor's own mask while it survives, and once dropped it is appended to
+        each later conjunct's survivors (the thesis' n − i extra evaluations, §4.3.1). A pass
+        thus adds no call and no batch of its own, only its tuples to calls that run anyway; the
+        survivors' part of each mask is unchanged (conjuncts are evaluated row by row)."""
         first: np.ndarray | None = None  # the first conjunct's mask over b
         idx: np.ndarray | None = None  # positions of the survivors, once a second conjunct runs
         cur = b
         for i in order:
+            extra = sample.dropped if sample is not None else _NONE
             if first is not None:
                 if idx is None:
                     idx = np.flatnonzero(first)
-                if not len(idx):
+                if not len(idx) and not len(extra):
                     break
-                cur = _at(b, idx, self.reads[i])
+                cur = _at(b, np.concatenate([idx, extra]) if len(extra) else idx, self.reads[i])
             elif not len(b):
                 break
             t = time.perf_counter() if secs is not None else 0.0
@@ -150,25 +162,26 @@ class AdaptiveOrder:
                 tuples[i] = len(cur)
             if first is None:
                 first = mask
+                if sample is not None:
+                    sample.observe(i, mask, None)
             else:
                 assert idx is not None
-                idx = idx[mask]
+                if sample is not None:
+                    sample.observe(i, mask, idx)
+                idx = idx[mask[: len(idx)]] if len(extra) else idx[mask]
+        if sample is not None:
+            self._record(sample.bits)
         if first is None:
             return b
         if idx is None:  # one conjunct: its mask, taken by one index array (not a mask per column)
             idx = np.flatnonzero(first)
         return b if len(idx) == len(b) else b.take(idx)
 
-    def _sample(self, sample: Batch, ev: Evaluator) -> None:
-        """Profile tuples of a pass: the sampled tuples' drop bits under every conjunct, one call
-        per conjunct on the sample alone (thesis §4.3.1 evaluates the conjuncts after the one
-        that dropped a tuple; here those before it run again too, on the few sampled tuples,
-        which keeps the executor's loop free of any profiling work)."""
-        bits = np.empty((len(sample), self.n), dtype=bool)
-        for i, c in enumerate(self.conjuncts):
-            bits[:, i] = ~np.asarray(ev.predicate(c, sample), dtype=bool)
-        self.profiled += len(sample)
-        dropped = bits[bits.any(axis=1)]  # only dropped tuples carry information (thesis §4.3.1)
+    def _record(self, bits: np.ndarray) -> None:
+        """Keep a pass's profile tuples: the sampled tuples some conjunct drops (only those carry
+        information, thesis §4.3.1), until the policy next looks."""
+        self.profiled += len(bits)
+        dropped = bits[bits.any(axis=1)]
         if len(dropped):
             self.pending.append(dropped)
             self.pending_rows += len(dropped)
@@ -188,7 +201,7 @@ class AdaptiveOrder:
         dropped = np.concatenate(self.pending)
         self.pending, self.pending_rows = [], 0
         expired = self.window.add(dropped)
-        self.view.update(dropped, expired, self.order)
+        self.view.update(dropped, expired, self.order, self.window.rows)
         assert self.policy is not None
         s = Situation(
             self.view, self.window.rows, self.costs(), self.order, self.names, self.config.alpha, len(dropped)
@@ -258,6 +271,35 @@ class AdaptiveOrder:
         order = ", ".join(f"[{i}] {self.names[i]}" for i in self.order)
         pol = self.config.policy if self.policy is not None else OFF
         return f"conjunct order ({pol}, {self.reorders} re-orderings): {order}"
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+class Sample:
+    """A profiling pass riding on the executor (AdaptiveOrder._survivors): the sampled
+    positions of the call and each one's drop bits as the conjuncts run (original numbering).
+    `live` are the positions the executor has not dropped yet, `dropped` those it has (the rows
+    the later conjuncts evaluate as extras appended to their survivors), each with its row of
+    `bits`."""
+
+    def __init__(self, picked: np.ndarray, n: int) -> None:
+        self.bits = np.zeros((len(picked), n), dtype=bool)  # a conjunct not reached stays 0
+        self.live, self.live_rows = picked, np.arange(len(picked))
+        self.dropped, self.dropped_rows = _NONE, _NONE
+
+    def observe(self, i: int, mask: np.ndarray, idx: np.ndarray | None) -> None:
+        """Conjunct i's `mask` over the executor's rows (the whole batch when `idx` is None,
+        else the survivors `idx` followed by `dropped`): the sampled tuples' bits under i."""
+        keep = mask[self.live] if idx is None else mask[np.searchsorted(idx, self.live)]
+        self.bits[self.live_rows, i] = ~keep
+        if idx is not None and len(self.dropped):
+            self.bits[self.dropped_rows, i] = ~mask[len(idx) :]
+        if not keep.all():  # some are dropped here: the later conjuncts evaluate them as extras
+            out = ~keep
+            self.dropped = np.concatenate([self.dropped, self.live[out]])
+            self.dropped_rows = np.concatenate([self.dropped_rows, self.live_rows[out]])
+            self.live, self.live_rows = self.live[keep], self.live_rows[keep]
 
 
 def _at(b: Batch, idx: np.ndarray, cols: Sequence[int]) -> Batch:

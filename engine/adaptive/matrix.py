@@ -1,7 +1,12 @@
 """The matrix view V of A-Greedy (thesis §4.3.2): for the current order, V[r, c] (c ≥ r, 0-based
 positions) counts the profile tuples that the conjunct at position c drops among those that the
 conjuncts at positions before r all pass, so V[r, c] ∝ d(c | r−1). Kept incrementally: adding
-or expiring a block of profile tuples adds or subtracts its counts (one matrix product)."""
+or expiring a block of profile tuples adds or subtracts its counts.
+
+A block's counts in a fixed number of numpy calls, whatever its size: a profile tuple whose first
+dropping conjunct is at position f counts in V[r, c] for every r ≤ f and every c where it is
+dropped (c ≥ f), which is Fig 4.5's per-tuple update (`for r in 1..dc: V[r][c] += 1`). So the
+block is binned by (f, c) once (`np.bincount`) and V is the suffix sum of the bins over f."""
 
 from __future__ import annotations
 
@@ -13,10 +18,11 @@ def counts(rows: np.ndarray, order: list[int]) -> np.ndarray:
     n = len(order)
     if not len(rows):
         return np.zeros((n, n), dtype=np.int64)
-    pos = rows[:, order].astype(np.int64)  # columns in position order
-    alive = np.ones_like(pos)
-    alive[:, 1:] = np.cumsum(pos, axis=1)[:, :-1] == 0  # passed every earlier position
-    return np.triu(alive.T @ pos)
+    pos = rows[:, order]  # columns in position order
+    first = pos.argmax(axis=1)  # the first dropping position (a row dropped by none adds nothing)
+    cells = (first * n)[:, None] + np.arange(n)  # bin (f, c) of each bit
+    bins = np.bincount(cells[pos], minlength=n * n).reshape(n, n)  # [f, c]: zero below the diagonal
+    return np.cumsum(bins[::-1], axis=0)[::-1]  # V[r, c] = the bins of every f ≥ r
 
 
 def row(rows: np.ndarray, order: list[int], r: int) -> np.ndarray:
@@ -32,8 +38,18 @@ class MatrixView:
     def __init__(self, n: int) -> None:
         self.v = np.zeros((n, n), dtype=np.int64)
 
-    def update(self, added: np.ndarray, expired: np.ndarray, order: list[int]) -> None:
-        self.v += counts(added, order) - counts(expired, order)
+    def update(
+        self, added: np.ndarray, expired: np.ndarray, order: list[int], window: np.ndarray | None = None
+    ) -> None:
+        """Add the counts of `added` and take out those of `expired`. Given the `window` after
+        the change, it is counted anew instead when that is fewer rows (a pass as large as the
+        window replaces most of it): the same integers either way."""
+        if window is not None and len(expired) and len(added) + len(expired) >= len(window):
+            self.v = counts(window, order)
+        elif len(expired):
+            self.v += counts(added, order) - counts(expired, order)
+        else:
+            self.v += counts(added, order)
 
     def rebuild(self, rows: np.ndarray, order: list[int]) -> None:
         self.v = counts(rows, order)
