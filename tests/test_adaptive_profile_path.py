@@ -2,7 +2,7 @@
 (`matrix.counts`) equals the thesis' per-tuple update (Fig 4.5, +1 on insert, −1 on expiry); a
 view counted anew from the window when a pass replaces most of it equals the incremental one;
 A-Greedy's invariant check over all rows at once finds the violation the row-by-row loop finds;
-and a profiling pass riding on the executor (`Sample`) gives, for every sampled tuple, the drop
+and a profiling pass riding on the executor's calls gives, for every sampled tuple, the drop
 bits that evaluating every conjunct on the sample alone gives, while the survivors stay the
 executor's own."""
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from cqlstream.engine.adaptive import matrix
 from cqlstream.engine.adaptive.config import AdaptiveConfig
-from cqlstream.engine.adaptive.conjuncts import AdaptiveOrder, Sample
+from cqlstream.engine.adaptive.conjuncts import AdaptiveOrder
 from cqlstream.engine.adaptive.matrix import MatrixView
 from cqlstream.engine.adaptive.policies import AGreedy, Situation
 from cqlstream.engine.batch import from_rows
@@ -109,20 +109,22 @@ small = st.one_of(st.integers(0, 4), st.just(None))
     seed=st.integers(0, 2**32 - 1),
 )
 def test_pass_on_the_executor_equals_evaluating_the_sample(atoms, rows, seed):
-    """A random order and sample: the survivors equal the unprofiled executor's, and the bits
-    equal every conjunct evaluated on the sampled tuples alone (what the profile tuples were
-    before the pass rode on the executor); a conjunct's NULL counts as a drop."""
+    """A random order and sample: the survivors equal the unprofiled executor's, and the profile
+    tuples equal every conjunct evaluated on the sampled tuples alone (what they were before the
+    pass rode on the executor), in sample order; a conjunct's NULL counts as a drop."""
     conj, types = _filter(" and ".join(atoms), "register stream S (a int, b int, c int);")
     rng = np.random.default_rng(seed)
     ao = AdaptiveOrder(conj, AdaptiveConfig(probability=0.5))
-    order = [int(k) for k in rng.permutation(len(conj))]
+    ao.order = [int(k) for k in rng.permutation(len(conj))]
     b = from_rows(rows, types, np.arange(len(rows)), ids=np.arange(1, len(rows) + 1))
     picked = np.sort(rng.choice(len(rows), size=int(rng.integers(1, len(rows) + 1)), replace=False))
     ev = Evaluator()
-    sample = Sample(picked, len(conj))
-    got = ao._survivors(b, order, ev, np.zeros(len(conj)), np.zeros(len(conj)), sample)
-    assert got.elements() == ao._survivors(b, order, ev).elements()
+    secs, tuples = np.zeros(len(conj)), np.zeros(len(conj))
+    got = ao._profiled_survivors(b, ev, picked, secs, tuples)
+    assert got.elements() == ao._survivors(b, ao.order, ev).elements()
     alone = b.take(picked)
     want = np.stack([~ev.predicate(c, alone) for c in conj], axis=1)
-    assert sample.bits.tolist() == want.tolist()
-    assert ao.pending_rows == int(want.any(axis=1).sum()) and ao.profiled == len(picked)
+    rows_got = np.concatenate(ao.pending) if ao.pending else np.zeros((0, len(conj)), bool)
+    assert rows_got.tolist() == want[want.any(axis=1)].tolist()
+    assert ao.pending_rows == len(rows_got) and ao.profiled == len(picked)
+    assert tuples[ao.order[0]] == len(rows) and (tuples[ao.order[1:]] >= len(picked)).all()

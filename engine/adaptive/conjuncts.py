@@ -3,11 +3,11 @@ A-Greedy (thesis Fig 4.10) in one object that the select operator calls once per
 
 The executor evaluates the conjuncts in the current order, each on the survivors of the ones
 before it (vectorized), timing each under the `measured` cost model. The profiler takes tuples at
-rate p, in passes (profile.Passes) that ride on the executor's calls (`Sample`): a sampled tuple's
-drop bits come from the executor's masks while it survives, and from the later conjuncts' calls,
-to which it is appended, once dropped; the sampled tuples some conjunct drops become profile
-tuples (drop bits). Every `profile_batch` profile tuples, the re-optimizer (a policy) checks its
-invariant over the matrix view and may change the order. Order never changes a result.
+rate p, in passes (profile.Passes) that ride on the executor's calls: the sampled tuples are
+appended to each later conjunct's survivors, so every conjunct's call gives their drop bits too;
+the sampled tuples some conjunct drops become profile tuples. Every `profile_batch` profile
+tuples, the re-optimizer (a policy) checks its invariant over the matrix view and may change the
+order. Order never changes a result.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class AdaptiveOrder:
         timed = self.config.cost_model == "measured" or len(picked) > 0
         secs, tuples = np.zeros(self.n), np.zeros(self.n)
         if len(picked):
-            out = self._survivors(b, self.order, ev, secs, tuples, Sample(picked, self.n))
+            out = self._profiled_survivors(b, ev, picked, secs, tuples)
         else:
             out = self._survivors(b, self.order, ev, secs, tuples) if timed else self._survivors(b, self.order, ev)
         self.untimed += n_in
@@ -128,31 +128,22 @@ class AdaptiveOrder:
         ev: Evaluator,
         secs: np.ndarray | None = None,
         tuples: np.ndarray | None = None,
-        sample: Sample | None = None,
     ) -> Batch:
         """The rows of `b` every conjunct keeps, in batch order, evaluating the conjuncts in
         `order`, each on the survivors of the ones before it (timed into `secs` / `tuples` when
         given). The survivors are carried as positions and each conjunct sees only the columns it
         reads, gathered at them: one copy of the whole row at the end, not one per conjunct (a
-        15-column stream filtered by two conjuncts copied every column twice).
-
-        With a `sample` (a profiling pass) the profiler rides on these calls (thesis §3: the
-        profiler observes during normal execution): a sampled tuple's drop bit under a conjunct
-        comes from the executor's own mask while it survives, and once dropped it is appended to
-        each later conjunct's survivors (the thesis' n − i extra evaluations, §4.3.1). A pass
-        thus adds no call and no batch of its own, only its tuples to calls that run anyway; the
-        survivors' part of each mask is unchanged (conjuncts are evaluated row by row)."""
+        15-column stream filtered by two conjuncts copied every column twice)."""
         first: np.ndarray | None = None  # the first conjunct's mask over b
         idx: np.ndarray | None = None  # positions of the survivors, once a second conjunct runs
         cur = b
         for i in order:
-            extra = sample.dropped if sample is not None else _NONE
             if first is not None:
                 if idx is None:
                     idx = np.flatnonzero(first)
-                if not len(idx) and not len(extra):
+                if not len(idx):
                     break
-                cur = _at(b, np.concatenate([idx, extra]) if len(extra) else idx, self.reads[i])
+                cur = _at(b, idx, self.reads[i])
             elif not len(b):
                 break
             t = time.perf_counter() if secs is not None else 0.0
@@ -162,29 +153,54 @@ class AdaptiveOrder:
                 tuples[i] = len(cur)
             if first is None:
                 first = mask
-                if sample is not None:
-                    sample.observe(i, mask, None)
             else:
                 assert idx is not None
-                if sample is not None:
-                    sample.observe(i, mask, idx)
-                idx = idx[mask[: len(idx)]] if len(extra) else idx[mask]
-        if sample is not None:
-            self._record(sample.bits)
+                idx = idx[mask]
         if first is None:
             return b
         if idx is None:  # one conjunct: its mask, taken by one index array (not a mask per column)
             idx = np.flatnonzero(first)
         return b if len(idx) == len(b) else b.take(idx)
 
+    def _profiled_survivors(
+        self, b: Batch, ev: Evaluator, picked: np.ndarray, secs: np.ndarray, tuples: np.ndarray
+    ) -> Batch:
+        """`_survivors` in the current order with a profiling pass riding on its calls (the
+        thesis merges profiler and executor, §3): the first conjunct's mask over the whole batch
+        gives the sampled tuples' (`picked`, sorted) first bits, and the sampled tuples are
+        appended to every later conjunct's survivors, so that conjunct's call gives their bits
+        too (§4.3.1 evaluates the conjuncts after the dropping one on a profiled tuple; here a
+        sampled tuple still surviving is evaluated twice, once as a survivor). A pass thus costs
+        no call and no batch of its own; the survivors' part of each mask is the executor's own
+        (conjuncts are evaluated row by row)."""
+        bits = np.empty((self.n, len(picked)), dtype=bool)  # bits[i]: conjunct i drops the sampled tuple
+        idx: np.ndarray | None = None  # positions of the survivors, after the first conjunct
+        for i in self.order:
+            cur = b if idx is None else _at(b, np.concatenate([idx, picked]), self.reads[i])
+            t = time.perf_counter()
+            mask = ev.predicate(self.conjuncts[i], cur)
+            secs[i] = time.perf_counter() - t
+            tuples[i] = len(cur)
+            if idx is None:
+                np.logical_not(mask[picked], out=bits[i])
+                idx = np.flatnonzero(mask)
+            else:
+                head = len(idx)
+                np.logical_not(mask[head:], out=bits[i])
+                idx = idx[mask[:head]]
+        assert idx is not None
+        self._record(bits)
+        return b if len(idx) == len(b) else b.take(idx)
+
     def _record(self, bits: np.ndarray) -> None:
-        """Keep a pass's profile tuples: the sampled tuples some conjunct drops (only those carry
-        information, thesis §4.3.1), until the policy next looks."""
-        self.profiled += len(bits)
-        dropped = bits[bits.any(axis=1)]
-        if len(dropped):
-            self.pending.append(dropped)
-            self.pending_rows += len(dropped)
+        """Keep a pass's profile tuples (`bits`, conjunct by sampled tuple): the sampled tuples
+        some conjunct drops (only those carry information, thesis §4.3.1), one row each, until
+        the policy next looks."""
+        self.profiled += bits.shape[1]
+        rows = bits[:, np.logical_or.reduce(bits, axis=0)].T
+        if len(rows):
+            self.pending.append(rows)
+            self.pending_rows += len(rows)
 
     def _time_one_tuple(self, one: Batch, ev: Evaluator) -> None:
         """Time a one-tuple call of each conjunct: its fixed overhead (the `measured` cost model)."""
@@ -271,35 +287,6 @@ class AdaptiveOrder:
         order = ", ".join(f"[{i}] {self.names[i]}" for i in self.order)
         pol = self.config.policy if self.policy is not None else OFF
         return f"conjunct order ({pol}, {self.reorders} re-orderings): {order}"
-
-
-_NONE = np.zeros(0, np.int64)
-
-
-class Sample:
-    """A profiling pass riding on the executor (AdaptiveOrder._survivors): the sampled
-    positions of the call and each one's drop bits as the conjuncts run (original numbering).
-    `live` are the positions the executor has not dropped yet, `dropped` those it has (the rows
-    the later conjuncts evaluate as extras appended to their survivors), each with its row of
-    `bits`."""
-
-    def __init__(self, picked: np.ndarray, n: int) -> None:
-        self.bits = np.zeros((len(picked), n), dtype=bool)  # a conjunct not reached stays 0
-        self.live, self.live_rows = picked, np.arange(len(picked))
-        self.dropped, self.dropped_rows = _NONE, _NONE
-
-    def observe(self, i: int, mask: np.ndarray, idx: np.ndarray | None) -> None:
-        """Conjunct i's `mask` over the executor's rows (the whole batch when `idx` is None,
-        else the survivors `idx` followed by `dropped`): the sampled tuples' bits under i."""
-        keep = mask[self.live] if idx is None else mask[np.searchsorted(idx, self.live)]
-        self.bits[self.live_rows, i] = ~keep
-        if idx is not None and len(self.dropped):
-            self.bits[self.dropped_rows, i] = ~mask[len(idx) :]
-        if not keep.all():  # some are dropped here: the later conjuncts evaluate them as extras
-            out = ~keep
-            self.dropped = np.concatenate([self.dropped, self.live[out]])
-            self.dropped_rows = np.concatenate([self.dropped_rows, self.live_rows[out]])
-            self.live, self.live_rows = self.live[keep], self.live_rows[keep]
 
 
 def _at(b: Batch, idx: np.ndarray, cols: Sequence[int]) -> Batch:

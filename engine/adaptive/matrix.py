@@ -3,10 +3,12 @@ positions) counts the profile tuples that the conjunct at position c drops among
 conjuncts at positions before r all pass, so V[r, c] ∝ d(c | r−1). Kept incrementally: adding
 or expiring a block of profile tuples adds or subtracts its counts.
 
-A block's counts in a fixed number of numpy calls, whatever its size: a profile tuple whose first
-dropping conjunct is at position f counts in V[r, c] for every r ≤ f and every c where it is
-dropped (c ≥ f), which is Fig 4.5's per-tuple update (`for r in 1..dc: V[r][c] += 1`). So the
-block is binned by (f, c) once (`np.bincount`) and V is the suffix sum of the bins over f."""
+A block's counts in a fixed number of numpy calls per position, whatever its size: with A[r] the
+tuples passed by every position before r and D[c] those the position c drops (one row per
+position, a column per profile tuple), V[r, c] = Σ A[r]·D[c], one matrix product; A[r] is zero
+where an earlier position dropped, so V is zero below the diagonal, and a tuple first dropped at
+position f counts in V[r, c] for every r ≤ f and every c dropping it: Fig 4.5's per-tuple update
+(`for r in 1..dc: V[r][c] += 1`). Counts are whole numbers in float64, exact below 2**53."""
 
 from __future__ import annotations
 
@@ -18,11 +20,12 @@ def counts(rows: np.ndarray, order: list[int]) -> np.ndarray:
     n = len(order)
     if not len(rows):
         return np.zeros((n, n), dtype=np.int64)
-    pos = rows[:, order]  # columns in position order
-    first = pos.argmax(axis=1)  # the first dropping position (a row dropped by none adds nothing)
-    cells = (first * n)[:, None] + np.arange(n)  # bin (f, c) of each bit
-    bins = np.bincount(cells[pos], minlength=n * n).reshape(n, n)  # [f, c]: zero below the diagonal
-    return np.cumsum(bins[::-1], axis=0)[::-1]  # V[r, c] = the bins of every f ≥ r
+    drops = rows[:, order].T.astype(np.float64)  # D: a row per position
+    alive = np.empty_like(drops)  # A
+    alive[0] = 1.0
+    for r in range(1, n):
+        np.multiply(alive[r - 1], 1.0 - drops[r - 1], out=alive[r])
+    return np.rint(alive @ drops.T).astype(np.int64)
 
 
 def row(rows: np.ndarray, order: list[int], r: int) -> np.ndarray:
