@@ -214,7 +214,7 @@ class AdaptiveOrder:
     # ------------------------------------------------------------ profiler and re-optimizer
     def _profile(self) -> None:
         """Add the waiting profile tuples to the window and the view; let the policy check."""
-        dropped = np.concatenate(self.pending)
+        dropped = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
         self.pending, self.pending_rows = [], 0
         expired = self.window.add(dropped)
         self.view.update(dropped, expired, self.order, self.window.rows)
