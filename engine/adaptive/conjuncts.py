@@ -72,6 +72,7 @@ class AdaptiveOrder:
         self.names = [c.sql() for c in self.conjuncts]
         self.reads = [sorted(X.columns(c)) for c in self.conjuncts]  # input columns each conjunct reads
         self.static = np.array([static_cost(c) for c in self.conjuncts], dtype=float)
+        self.static_costs = self.static * 1e-9  # operations scaled to nanoseconds (the `static` cost model)
         self.log: deque[Reorder] = deque(maxlen=self.LOG)
         self.events: deque[Reorder] = deque(maxlen=self.EVENTS)
         self.reorders = 0
@@ -240,7 +241,7 @@ class AdaptiveOrder:
     def costs(self) -> np.ndarray:
         """Cost per tuple of each conjunct under the configured cost model (seconds, or
         operations scaled to nanoseconds)."""
-        return self.meter.costs() if self.config.cost_model == "measured" else self.static * 1e-9
+        return self.meter.costs() if self.config.cost_model == "measured" else self.static_costs
 
     # ------------------------------------------------------------ what it shows
     def drain_events(self) -> list[tuple[str, float]]:

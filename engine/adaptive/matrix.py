@@ -59,4 +59,4 @@ class MatrixView:
 
     def ranks(self, costs: np.ndarray, order: list[int]) -> np.ndarray:
         """V[r, c] / a_f(c): conditional drop count per unit cost (the greedy rank)."""
-        return self.v / costs[order][None, :]
+        return self.v / costs[order]  # (broadcast along the rows)
