@@ -3,9 +3,11 @@ A-Greedy (thesis Fig 4.10) in one object that the select operator calls once per
 
 The executor evaluates the conjuncts in the current order, each on the survivors of the ones
 before it (vectorized), timing each under the `measured` cost model. The profiler takes tuples at
-rate p, in passes (profile.Passes): every conjunct is evaluated on a pass's sample, apart from
-the executor's loop, and the sampled tuples some conjunct drops become profile tuples (drop bits). Every `profile_batch` profile tuples, the re-optimizer (a policy) checks its
-invariant over the matrix view and may change the order. Order never changes a result.
+rate p, in passes (profile.Passes) that ride on the executor's calls: the sampled tuples are
+appended to each later conjunct's survivors, so every conjunct's call gives their drop bits too;
+the sampled tuples some conjunct drops become profile tuples. Every `profile_batch` profile
+tuples, the re-optimizer (a policy) checks its invariant over the matrix view and may change the
+order. Order never changes a result.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class AdaptiveOrder:
         self.names = [c.sql() for c in self.conjuncts]
         self.reads = [sorted(X.columns(c)) for c in self.conjuncts]  # input columns each conjunct reads
         self.static = np.array([static_cost(c) for c in self.conjuncts], dtype=float)
+        self.static_costs = self.static * 1e-9  # operations scaled to nanoseconds (the `static` cost model)
         self.log: deque[Reorder] = deque(maxlen=self.LOG)
         self.events: deque[Reorder] = deque(maxlen=self.EVENTS)
         self.reorders = 0
@@ -105,13 +108,14 @@ class AdaptiveOrder:
         # control table's cost_ns), not every call
         timed = self.config.cost_model == "measured" or len(picked) > 0
         secs, tuples = np.zeros(self.n), np.zeros(self.n)
-        out = self._survivors(b, self.order, ev, secs, tuples) if timed else self._survivors(b, self.order, ev)
+        if len(picked):
+            out = self._profiled_survivors(b, ev, picked, secs, tuples)
+        else:
+            out = self._survivors(b, self.order, ev, secs, tuples) if timed else self._survivors(b, self.order, ev)
         self.untimed += n_in
         if timed:
             self.meter.add(secs, tuples, self.untimed)
             self.untimed = 0
-        if len(picked):
-            self._sample(b.take(picked), ev)
         if self.pending_rows >= self.config.profile_batch:
             if self.config.cost_model == "measured" and n_in:
                 self._time_one_tuple(b.slice(0, 1), ev)
@@ -159,19 +163,45 @@ class AdaptiveOrder:
             idx = np.flatnonzero(first)
         return b if len(idx) == len(b) else b.take(idx)
 
-    def _sample(self, sample: Batch, ev: Evaluator) -> None:
-        """Profile tuples of a pass: the sampled tuples' drop bits under every conjunct, one call
-        per conjunct on the sample alone (thesis §4.3.1 evaluates the conjuncts after the one
-        that dropped a tuple; here those before it run again too, on the few sampled tuples,
-        which keeps the executor's loop free of any profiling work)."""
-        bits = np.empty((len(sample), self.n), dtype=bool)
-        for i, c in enumerate(self.conjuncts):
-            bits[:, i] = ~np.asarray(ev.predicate(c, sample), dtype=bool)
-        self.profiled += len(sample)
-        dropped = bits[bits.any(axis=1)]  # only dropped tuples carry information (thesis §4.3.1)
-        if len(dropped):
-            self.pending.append(dropped)
-            self.pending_rows += len(dropped)
+    def _profiled_survivors(
+        self, b: Batch, ev: Evaluator, picked: np.ndarray, secs: np.ndarray, tuples: np.ndarray
+    ) -> Batch:
+        """`_survivors` in the current order with a profiling pass riding on its calls (the
+        thesis merges profiler and executor, §3): the first conjunct's mask over the whole batch
+        gives the sampled tuples' (`picked`, sorted) first bits, and the sampled tuples are
+        appended to every later conjunct's survivors, so that conjunct's call gives their bits
+        too (§4.3.1 evaluates the conjuncts after the dropping one on a profiled tuple; here a
+        sampled tuple still surviving is evaluated twice, once as a survivor). A pass thus costs
+        no call and no batch of its own; the survivors' part of each mask is the executor's own
+        (conjuncts are evaluated row by row)."""
+        bits = np.empty((self.n, len(picked)), dtype=bool)  # bits[i]: conjunct i drops the sampled tuple
+        idx: np.ndarray | None = None  # positions of the survivors, after the first conjunct
+        for i in self.order:
+            cur = b if idx is None else _at(b, np.concatenate([idx, picked]), self.reads[i])
+            t = time.perf_counter()
+            mask = ev.predicate(self.conjuncts[i], cur)
+            secs[i] = time.perf_counter() - t
+            tuples[i] = len(cur)
+            if idx is None:
+                np.logical_not(mask[picked], out=bits[i])
+                idx = np.flatnonzero(mask)
+            else:
+                head = len(idx)
+                np.logical_not(mask[head:], out=bits[i])
+                idx = idx[mask[:head]]
+        assert idx is not None
+        self._record(bits)
+        return b if len(idx) == len(b) else b.take(idx)
+
+    def _record(self, bits: np.ndarray) -> None:
+        """Keep a pass's profile tuples (`bits`, conjunct by sampled tuple): the sampled tuples
+        some conjunct drops (only those carry information, thesis §4.3.1), one row each, until
+        the policy next looks."""
+        self.profiled += bits.shape[1]
+        rows = bits[:, np.logical_or.reduce(bits, axis=0)].T
+        if len(rows):
+            self.pending.append(rows)
+            self.pending_rows += len(rows)
 
     def _time_one_tuple(self, one: Batch, ev: Evaluator) -> None:
         """Time a one-tuple call of each conjunct: its fixed overhead (the `measured` cost model)."""
@@ -185,10 +215,10 @@ class AdaptiveOrder:
     # ------------------------------------------------------------ profiler and re-optimizer
     def _profile(self) -> None:
         """Add the waiting profile tuples to the window and the view; let the policy check."""
-        dropped = np.concatenate(self.pending)
+        dropped = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
         self.pending, self.pending_rows = [], 0
         expired = self.window.add(dropped)
-        self.view.update(dropped, expired, self.order)
+        self.view.update(dropped, expired, self.order, self.window.rows)
         assert self.policy is not None
         s = Situation(
             self.view, self.window.rows, self.costs(), self.order, self.names, self.config.alpha, len(dropped)
@@ -211,7 +241,7 @@ class AdaptiveOrder:
     def costs(self) -> np.ndarray:
         """Cost per tuple of each conjunct under the configured cost model (seconds, or
         operations scaled to nanoseconds)."""
-        return self.meter.costs() if self.config.cost_model == "measured" else self.static * 1e-9
+        return self.meter.costs() if self.config.cost_model == "measured" else self.static_costs
 
     # ------------------------------------------------------------ what it shows
     def drain_events(self) -> list[tuple[str, float]]:

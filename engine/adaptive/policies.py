@@ -63,14 +63,18 @@ class AGreedy:
 
     def __init__(self, n: int, config: AdaptiveConfig) -> None:
         self.n = n
+        self.upper = np.triu(np.ones((n, n), dtype=bool), k=1)  # positions after the row's own
 
     def violation(self, s: Situation) -> tuple[int, int] | None:
+        """The first position i whose rank is below α times the best rank after it in its row
+        (and that later position j, the first best): every row at once, not a loop over rows."""
         r = s.view.ranks(s.costs, s.order)
-        for i in range(self.n - 1):
-            j = i + 1 + int(np.argmax(r[i, i + 1 :]))
-            if r[i, i] < s.alpha * r[i, j]:
-                return i, j
-        return None
+        later = np.where(self.upper, r, -np.inf).max(axis=1)  # row i's best over positions > i
+        broken = np.diagonal(r) < s.alpha * later
+        if not broken.any():
+            return None
+        i = int(broken.argmax())
+        return i, i + 1 + int(np.argmax(r[i, i + 1 :]))
 
     def check(self, s: Situation) -> Decision | None:
         v = self.violation(s)

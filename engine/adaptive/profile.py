@@ -82,8 +82,8 @@ class Passes:
     """When a selection or a join pipeline profiles, and which of its tuples. Profile tuples fall
     due at the thesis' rate, p per input tuple, but are taken in *passes* of at least `size`, all
     from one call's tuples (uniformly, by a seeded generator): a pass costs mostly a fixed amount
-    (a join's pass joins its sampled events along every tree path; a selection's evaluates its
-    conjuncts on the sample and updates the view), so a few large passes cost far less than a
+    (a join's pass joins its sampled events along every tree path; a selection's rides on the
+    executor's calls and updates the view), so a few large passes cost far less than a
     small one per call, at the same p. Nothing beyond `cap` (the profile window) is ever due:
     more profile tuples from one call would only push each other out of the window. `urgent`
     (the probing itself saw its flows move, engine/adaptive/mjoin.py) takes a pass at once, of
