@@ -195,3 +195,22 @@ def random_join_inputs(seed: int, n: int) -> dict[str, list]:
             rel.append((k, 1, row))
     inputs["R"] = rel
     return inputs
+
+
+def continue_from_checkpoint(d, query_id, tmp_path, step, warm: int, until: int):
+    """Run `step(engine, t)` for t < warm, checkpoint the engine (pickled whole, as the server
+    does), then step the original and the copy alike up to `until`; return both copies and the
+    results each subscriber saw after the checkpoint (equal when the checkpoint is exact)."""
+    from cqlstream.server import checkpoint
+
+    sub = d.subscribe(query_id)
+    for t in range(warm):
+        step(d, t)
+    sub.poll()
+    path = checkpoint.write(tmp_path, 1, {"dsms": d}, d.catalog.functions)
+    copy = checkpoint.load(path, d.catalog.functions)[1]["dsms"]
+    copy_sub = copy.queries[query_id].subscriptions[0]
+    for t in range(warm, until):
+        step(d, t)
+        step(copy, t)
+    return copy, sub.poll().elements(), copy_sub.poll().elements()

@@ -26,8 +26,7 @@ from hypothesis import strategies as st
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.aggregate import AggregateOp
-from cqlstream.server import checkpoint
-from tests.engine_harness import assert_same, engine_raw
+from tests.engine_harness import assert_same, continue_from_checkpoint, engine_raw
 from tests.test_stream_join import relation_events, stream_events
 
 DDL = (
@@ -134,7 +133,6 @@ def test_a_checkpoint_continues_exactly(tmp_path):
     d = Dsms()
     d.execute(DDL)
     h = d.register_query(QUERIES[2])
-    sub = d.subscribe(h.id)
 
     def step(e: Dsms, t: int) -> None:
         r = np.random.default_rng(t)
@@ -146,16 +144,7 @@ def test_a_checkpoint_continues_exactly(tmp_path):
         e.heartbeat("T", t)
         e.run()
 
-    for t in range(7):
-        step(d, t)
-    sub.poll()
-    path = checkpoint.write(tmp_path, 1, {"dsms": d}, d.catalog.functions)
-    copy = checkpoint.load(path, d.catalog.functions)[1]["dsms"]
-    copy_sub = copy.queries[h.id].subscriptions[0]
-    for t in range(7, 20):
-        step(d, t)
-        step(copy, t)
-    a, b = sub.poll().elements(), copy_sub.poll().elements()
+    copy, a, b = continue_from_checkpoint(d, h.id, tmp_path, step, warm=7, until=20)
     assert a == b and len(a) > 0
     rows = [[o.current_rows(0).rows() for o in _probed(e)] for e in (d, copy)]
     assert rows[0] == rows[1] and len(rows[0]) == 2

@@ -23,8 +23,7 @@ from cqlstream.cql.logical import rewrites
 from cqlstream.cql.logical.rewrites.stream_join import stream_join
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.stream_join import StreamJoinOp
-from cqlstream.server import checkpoint
-from tests.engine_harness import assert_same, engine_raw
+from tests.engine_harness import assert_same, continue_from_checkpoint, engine_raw
 
 DDL = "register stream S (a int, b int, c int); register stream T (a int, b int); register relation R (a int, b int);"
 QUERIES = [
@@ -143,7 +142,6 @@ def test_a_checkpoint_continues_exactly(tmp_path):
     """The engine is checkpointed by pickling it whole: a copy taken midway continues exactly as
     the original (same results, same relation state in the operator)."""
     d, h = _register("Rstream(select S.c, R.b from S [Now], R where S.a = R.a)")
-    sub = d.subscribe(h.id)
 
     def step(e: Dsms, t: int) -> None:
         r = np.random.default_rng(t)
@@ -152,16 +150,7 @@ def test_a_checkpoint_continues_exactly(tmp_path):
         e.heartbeat("T", t)
         e.run()
 
-    for t in range(5):
-        step(d, t)
-    sub.poll()
-    path = checkpoint.write(tmp_path, 1, {"dsms": d}, d.catalog.functions)
-    copy = checkpoint.load(path, d.catalog.functions)[1]["dsms"]
-    copy_sub = copy.queries[h.id].subscriptions[0]
-    for t in range(5, 12):
-        step(d, t)
-        step(copy, t)
-    a, b = sub.poll().elements(), copy_sub.poll().elements()
+    copy, a, b = continue_from_checkpoint(d, h.id, tmp_path, step, warm=5, until=12)
     assert a == b and len(a) > 0
     ops = [next(o for o in e.plan.operators if isinstance(o, StreamJoinOp)) for e in (d, copy)]
     assert ops[0].state.rows() == ops[1].state.rows() and len(ops[0].state) > 0
