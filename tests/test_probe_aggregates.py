@@ -27,7 +27,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.aggregate import AggregateOp
 from tests.engine_harness import assert_same, continue_from_checkpoint, engine_raw
-from tests.test_stream_join import relation_events, stream_events
+from tests.test_stream_join import _inputs, relation_events, stream_events
 
 DDL = (
     "register stream S (a int, b int, c int); register stream T (a int, b int); register relation R (a int, b int);"
@@ -49,10 +49,6 @@ QUERIES = [
 
 
 stream_join_module = importlib.import_module("cqlstream.cql.logical.rewrites.stream_join")
-
-
-def _inputs(s, t, r):
-    return {"S": s, "T": t, "R": r}
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
