@@ -18,6 +18,7 @@ from lark.tree import Meta
 
 from cqlstream.cql import ast
 from cqlstream.cql.errors import CqlError, Pos, close_matches
+from cqlstream.cql.grammar_cache import cached_lark
 from cqlstream.cql.nesting import check_depth
 
 # grammar/ sits beside cql/ both in a source checkout and in the installed package (cqlstream.grammar)
@@ -56,13 +57,13 @@ def _grammar_path() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
-    return Lark(
+    # the LALR tables are kept in the user's cache folder (cql/grammar_cache.py): ~0.3-1 s per start
+    return cached_lark(
         _grammar_path().read_text(),
         parser="lalr",
         start=["script", "single"],
         propagate_positions=True,
         maybe_placeholders=False,
-        cache=True,  # the LALR tables are cached in the temp dir (keyed by grammar hash): ~0.3 s per start
     )
 
 

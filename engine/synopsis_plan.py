@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from cqlstream.cql.logical import nodes as L
 
 
+@L.cached_hash
 @dataclass(frozen=True)
 class SynopsisJoinPlan(L.Plan):
     """`query` (the logical plan it computes, with that plan's schema and output kind) evaluated
@@ -50,6 +51,7 @@ class SynopsisJoinPlan(L.Plan):
         return not isinstance(n, L.Distinct)
 
 
+@L.cached_hash
 @dataclass(frozen=True)
 class SynopsisAggregatePlan(L.Plan):
     """`query` (an aggregate over a join of streams read whole; its schema: the keys, then the

@@ -16,6 +16,7 @@ from typing import IO
 
 import numpy as np
 
+from cqlstream.cql.catalog import SourceDef
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
@@ -144,21 +145,35 @@ def _run(
     synopsis_joins: bool,
     procs: list[WriterProcess],
 ) -> dict[str, int]:
-    script = parse_script(path, compat=compat, source_dir=source_dir)
-    d = Dsms(compat=compat, synopsis_joins=synopsis_joins)
-    reg = Registrar(script, d, compat, approximate)
-    reg.register_all()
-    if out_dir is not None:
-        try:
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ScriptError(out_dir, None, f"cannot create the output folder: {e.strerror or e}") from None
+    block = block_size or int(min(64 << 20, max(1 << 20, batch_rows * 16)))
+    # With threads, each source starts being read and parsed as soon as the script's check has
+    # passed its table (parse_script's on_source), so reading the first blocks overlaps checking
+    # the rest of the script, registering and planning it. What a reader finds wrong in its input
+    # is raised only when the feed takes that block, after the whole script was checked and
+    # registered: a script error is always reported first, as at --threads 1.
+    early: dict[int, tuple[SourceDef, SourceReader, Prefetch[Batch]]] = {}  # id(step) → reader started
+
+    def start_reading(step: Step, src: SourceDef) -> None:
+        r = SourceReader(step.paired_file, src, block_size=block)
+        early[id(step)] = (src, r, Prefetch(r, _READ_AHEAD, f"cqlstream-read-{src.name}"))
+
     outs: list[tuple[str, IO[bytes], Subscription]] = []  # (dest path, file, subscription)
     counts: dict[str, int] = {}
     seen: dict[Path, int] = {}
     feeds: list[_Feed] = []
     writer: ResultWriter | None = None
     try:
+        script = parse_script(
+            path, compat=compat, source_dir=source_dir, on_source=start_reading if threads > 1 else None
+        )
+        d = Dsms(compat=compat, synopsis_joins=synopsis_joins)
+        reg = Registrar(script, d, compat, approximate)
+        reg.register_all()
+        if out_dir is not None:
+            try:
+                Path(out_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ScriptError(out_dir, None, f"cannot create the output folder: {e.strerror or e}") from None
         for step, h in reg.queries:
             assert isinstance(h, QueryHandle)  # registered into a Dsms, not only compiled
             dest = _dest_path(step, out_dir)
@@ -189,8 +204,13 @@ def _run(
                     counts[name] += len(b)
             writer.write(rnd)
 
-        block = block_size or int(min(64 << 20, max(1 << 20, batch_rows * 16)))
         for step, src in reg.sources:
+            started = early.pop(id(step), None)
+            if started is not None and started[0] == src:  # the checked table is the registered one
+                feeds.append(_Feed(src.name, started[1], started[2]))
+                continue
+            if started is not None:
+                started[2].close()
             r = SourceReader(step.paired_file, src, block_size=block)
             it: Iterator[Batch] = iter(r) if threads == 1 else Prefetch(r, _READ_AHEAD, f"cqlstream-read-{src.name}")
             feeds.append(_Feed(src.name, r, it))
@@ -199,6 +219,8 @@ def _run(
         drain()
         writer.close()
     finally:
+        for _, _, pre in early.values():
+            pre.close()  # a run that failed before feeding: the readers started early stop here
         for feed in feeds:
             if isinstance(feed.it, Prefetch):
                 feed.it.close()

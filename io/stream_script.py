@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -224,12 +225,18 @@ def _resolve(folder: Path, name: str) -> Path:
 
 
 def parse_script(
-    path: str | os.PathLike[str], *, compat: bool = False, source_dir: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str],
+    *,
+    compat: bool = False,
+    source_dir: str | os.PathLike[str] | None = None,
+    on_source: Callable[[Step, SourceDef], None] | None = None,
 ) -> Script:
     """Read and check a STREAM script: pairing of table/source, vquery/vtable and query/dest,
     existence of source files and their type lines, and every CQL statement (analyzed in order
     against a scratch catalog). With `source_dir`, every source is read from that folder under its
     file name (a script written for other paths runs unchanged, as `out_dir` does for dests).
+    `on_source(step, definition)` is called for each table as soon as it and its source file's
+    type line are checked, before the statements after it (a run starts reading it there).
     Raises ScriptError with the script line of the first problem."""
     path = Path(path)
     try:
@@ -283,7 +290,7 @@ def parse_script(
         expected = need[pending.kind]
         what = {"table": "table", "view": "vquery", "query": "query"}[pending.kind]
         raise ScriptError(path, pending.line, f"'{what}' must be followed by '{expected} :' (found end of script)")
-    check = Registrar(script, None, compat, check_only=True)
+    check = Registrar(script, None, compat, check_only=True, on_source=on_source)
     check.register_all()
     script.warnings = check.warnings
     for w in script.warnings:
@@ -319,9 +326,16 @@ class Registrar:
     turning every CqlError into a ScriptError on the script line it comes from."""
 
     def __init__(
-        self, script: Script, dsms: Dsms | None, compat: bool, approximate: str | None = None, check_only: bool = False
+        self,
+        script: Script,
+        dsms: Dsms | None,
+        compat: bool,
+        approximate: str | None = None,
+        check_only: bool = False,
+        on_source: Callable[[Step, SourceDef], None] | None = None,
     ) -> None:
         self.script = script
+        self.on_source = on_source  # told of each table once it and its source's type line check
         # check_only (parse_script's check, into a bare catalog): queries are parsed and analyzed
         # (every user error is found there) but not optimized, and `queries` stays empty
         self.check_only = check_only and dsms is None
@@ -360,6 +374,8 @@ class Registrar:
             raise self._err(e, step.line, step.col) from None
         check_type_line(step.paired_file, d)
         self.sources.append((step, d))
+        if self.on_source is not None:
+            self.on_source(step, d)
 
     def _view(self, step: Step) -> None:
         path = self.script.path

@@ -450,3 +450,87 @@ def test_writer_process_error_surfaces_at_a_hand_over(tmp_path):
     good.close()
     full.close()
     assert (tmp_path / "good").read_bytes().startswith(b"[0]:+:0\n[1]:+:1\n")
+
+
+# ----------------------------------------------------------------------------- overlapped start
+
+
+def _early_script(tmp_path: Path, first_row: str, later: str) -> Path:
+    """A table whose source's first row is `first_row`, then the statements `later`."""
+    rows = [first_row] + [f"{i // 4 + 1},{i % 50},{i % 7}" for i in range(4, 6000)]
+    write(
+        tmp_path,
+        {
+            "s.dat": "i,i,i\n" + "\n".join(rows) + "\n",
+            "run.cql": "table : register stream S (A integer, B integer);\nsource : s.dat\n" + later,
+        },
+    )
+    return tmp_path / "run.cql"
+
+
+def test_reading_starts_before_the_script_is_registered(tmp_path, monkeypatch):
+    """With threads, the source's reader is already running (and has parsed a block) while the
+    queries are registered and planned; at one thread nothing runs beside the main thread."""
+    from cqlstream.engine.dsms import Dsms
+
+    script = _early_script(tmp_path, "1,1,1", "query : select A, Count(*) from S [Rows 10] group by A;\ndest : agg\n")
+    seen: dict[int, list[str]] = {}
+    register = Dsms.register_query
+
+    def spy(self, *a, **kw):
+        names = [t.name for t in _workers()]
+        if any(n.startswith("cqlstream-read-") for n in names):
+            deadline = time.monotonic() + 10
+            pre = next(f for f in _prefetches if f._thread.name == "cqlstream-read-S")
+            while pre._q.empty() and time.monotonic() < deadline:  # it parses the first block meanwhile
+                time.sleep(0.01)
+            names.append("block ready" if not pre._q.empty() else "no block")
+        seen[current] = names
+        return register(self, *a, **kw)
+
+    _prefetches: list[Prefetch] = []
+    init = Prefetch.__init__
+
+    def track(self, *a, **kw):
+        init(self, *a, **kw)
+        _prefetches.append(self)
+
+    monkeypatch.setattr(Dsms, "register_query", spy)
+    monkeypatch.setattr(Prefetch, "__init__", track)
+    outs = {}
+    for current in (1, 2):
+        run_script(script, out_dir=tmp_path / f"t{current}", threads=current, batch_rows=500, block_size=2000)
+        outs[current] = (tmp_path / f"t{current}" / "agg").read_bytes()
+    assert seen[1] == []
+    assert "cqlstream-read-S" in seen[2] and "block ready" in seen[2], seen[2]
+    assert outs[2] == outs[1] and outs[1]
+    assert _workers() == []
+
+
+@pytest.mark.parametrize(
+    "later,needle,line",
+    [  # an error the check finds after the table, and one only registration into the engine finds
+        ("query : select Nope from S;\ndest : x\n", "Nope", 3),
+        ("query : select A from S;\ndest : a/x\nquery : select B from S;\ndest : b/x\n", "also written", 6),
+    ],
+)
+def test_a_script_error_wins_over_a_bad_row_the_early_reader_found(later, needle, line, tmp_path):
+    """The reader meets a malformed first row while the script is still being checked; the
+    script's own error is what every thread count reports (the script is checked and registered
+    before any row is taken), and the reader started early is stopped."""
+    script = _early_script(tmp_path, "1,1,zz", later)
+    for t, writer in WRITERS:
+        with pytest.raises(ScriptError) as ei:
+            run_script(script, out_dir=tmp_path / f"o{t}{writer}", threads=t, writer=writer, block_size=2000)
+        assert str(ei.value).startswith(f"{script}:{line}: ") and needle in str(ei.value), str(ei.value)
+        assert _workers() == []
+
+
+def test_a_bad_first_row_is_reported_once_the_script_is_good(tmp_path):
+    script = _early_script(tmp_path, "1,1,zz", "query : select A from S;\ndest : x\n")
+    got = _errors_and_outputs(script, tmp_path / "out", ["x"], block_size=2000)
+    message, outputs = got[1]
+    assert message.startswith(f"{tmp_path / 's.dat'}:2: ") and "'zz' is not an integer" in message, message
+    assert outputs == {"x": b""}  # the dest was opened, no row reached it
+    assert got[2] == got[1] and got[3] == got[1] and got[(2, "thread")] == got[1]
+    assert _workers() == []

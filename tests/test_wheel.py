@@ -168,16 +168,25 @@ def test_layers_import_from_the_installed_copy(venv: tuple[Path, set[str]], tmp_
 
 
 def test_cli_runs_from_the_wheel(venv: tuple[Path, set[str]], tmp_path: Path) -> None:
+    """Twice: the first run saves the parser's tables in the user's cache folder (never in the
+    installed package), the second loads them; both give the same results."""
     bin_dir, _ = venv
-    env = clean_env(bin_dir)
+    env = {**clean_env(bin_dir), "CQLSTREAM_CACHE_DIR": str(tmp_path / "cache")}
     cli = str(bin_dir / "cqlstream")
     helped = run([cli, "--help"], cwd=tmp_path, env=env).stdout
     assert helped.startswith("usage: cqlstream") and "run" in helped
     (tmp_path / "t.cql").write_text(SCRIPT)
     (tmp_path / "s.dat").write_text(DATA)
-    ran = run([cli, "run", "t.cql", "--out-dir", "out"], cwd=tmp_path, env=env)
-    assert (tmp_path / "out" / "counts").read_text() == COUNTS, ran.stderr
-    assert (tmp_path / "out" / "doubled").read_text() == DOUBLED, ran.stderr
+    site = Path(run([str(bin_dir / "python"), "-c", PURELIB], cwd=tmp_path, env=env).stdout.strip())
+    for _ in range(2):
+        ran = run([cli, "run", "t.cql", "--out-dir", "out"], cwd=tmp_path, env=env)
+        assert (tmp_path / "out" / "counts").read_text() == COUNTS, ran.stderr
+        assert (tmp_path / "out" / "doubled").read_text() == DOUBLED, ran.stderr
+        assert [p.name[:9] for p in (tmp_path / "cache").iterdir()] == ["cql-lalr-"]
+    assert not [p for p in site.rglob("*") if "lalr" in p.name or "lark_cache" in p.name]
+
+
+PURELIB = "import sysconfig; print(sysconfig.get_path('purelib'))"
 
 
 def test_serve_demo_starts_from_the_wheel(venv: tuple[Path, set[str]], tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import Field, dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from cqlstream.cql.logical.expr import AggCall, Expr, columns
 from cqlstream.cql.types import BOOL, DataType
@@ -53,6 +53,11 @@ class Plan:
 
     # Every concrete node is a frozen dataclass; declaring so lets `dataclasses.replace` take a Plan.
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the cached hash (cached_hash): str hashes differ between processes, so a
+        plan restored from a checkpoint computes its own."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @property
     def monotonic(self) -> bool:
@@ -518,3 +523,31 @@ def walk(node: Plan) -> Iterator[Plan]:
     yield node
     for i in node.inputs:
         yield from walk(i)
+
+
+P = TypeVar("P", bound=type[Plan])
+
+
+def cached_hash(cls: P) -> P:
+    """Make a frozen dataclass node remember its hash. The generated `__hash__` hashes every field,
+    so hashing a plan hashes its whole tree; the planner keys its nodes by plan (a dict lookup per
+    node of every query it builds), which made registering deep plans quadratic (Linear Road's
+    views inlined into its queries: 190k recursive hash calls, a third of registration). A node
+    is immutable, so its hash never changes; it is kept in the instance and left out of pickles
+    (Plan.__getstate__)."""
+    compute = cls.__hash__
+
+    def __hash__(self: Plan) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = compute(self)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    cls.__hash__ = __hash__  # type: ignore[method-assign,assignment]
+    return cls
+
+
+# every node class of this module (a node class defined elsewhere applies the decorator itself)
+for _cls in Plan.__subclasses__():
+    cached_hash(_cls)
