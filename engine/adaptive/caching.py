@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cqlstream.engine.adaptive import cache_config as CC
+from cqlstream.engine.adaptive import cache_share as SH
 from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.adaptive.cache_store import SegmentCache, first_per_key, key_hash, match_keys
 from cqlstream.engine.adaptive.config import OFF
@@ -107,6 +108,10 @@ class Candidate:
 
     def __init__(self, i: int, seg: tuple[int, ...], keys: list[Equi], window: int) -> None:
         self.i, self.seg, self.keys = i, seg, keys
+        # the store's columns: the segment inputs in input order (not probe order), so that the
+        # candidates of other pipelines over the same windows and key share it (cache_share.py)
+        self.cols = tuple(sorted(seg))
+        self.share = SH.share_key(keys, seg)
         self.state = PROFILED
         self.store: SegmentCache | None = None
         self.miss_obs: deque[float] = deque(maxlen=window)
@@ -283,6 +288,34 @@ class ACaching:
     def used(self) -> list[Candidate]:
         return [c for c in self.cands.values() if c.state == USED]
 
+    def stores(self) -> list[Candidate]:
+        """One used candidate per store (the first of those sharing it): who supplies and
+        maintains it."""
+        seen: set[int] = set()
+        out = []
+        for c in self.used():
+            if c.store is not None and id(c.store) not in seen:
+                seen.add(id(c.store))
+                out.append(c)
+        return out
+
+    def sharing(self, c: Candidate) -> list[Candidate]:
+        """The used candidates probing c's store (c included), in pipeline order."""
+        if c.store is None:
+            return [c]
+        return sorted((d for d in self.used() if d.store is c.store), key=lambda d: d.i)
+
+    @staticmethod
+    def delta_key(c: Candidate) -> tuple[Any, ...]:
+        """Where a call's new combos for c's store are gathered: one list per shared cache."""
+        return c.share
+
+    def group_net(self, c: Candidate) -> float:
+        """Net benefit of the cache c belongs to: its pipelines' benefits summed, its cost
+        once (the largest of its members' estimates: the maintenance is the same store's)."""
+        members = self.sharing(c)
+        return sum(d.benefit for d in members) - max(d.cost for d in members)
+
     def force(self, i: int, s: int, capacity: int | None = None) -> Candidate:
         """Use the cache over the first s probes of pipeline i now (empty): tests and benchmarks
         (fixed cache sets). Raises ValueError when the candidate is not eligible."""
@@ -308,7 +341,7 @@ class ACaching:
         key = (i, seg)
         c = self.cands.get(key)
         if c is None:
-            keys = sorted((e for e in self.op.equi if i in (e.a, e.b) and e.other(i) in seg), key=lambda e: e.cid)
+            keys = SH.key_order([e for e in self.op.equi if i in (e.a, e.b) and e.other(i) in seg], seg)
             if not keys:
                 return None
             c = self.cands[key] = Candidate(i, seg, keys, self.config.window)
@@ -360,7 +393,7 @@ class ACaching:
             if not self._fits(c, [d for d in self.used() if d is not c]):
                 self._drop(c, "a segment input's cache covers it", unused=False)
         self.join_calls += 1
-        for c in self.used():
+        for c in self.stores():
             if len(c.seg) == 1:
                 t0 = _clock()
                 (k,) = c.seg
@@ -406,12 +439,12 @@ class ACaching:
     def end_call(self, tables: Sequence[Table]) -> None:
         if not self.live:
             return
-        for c in self.used():
+        for c in self.stores():  # a shared store is maintained once
             assert c.store is not None
             t0 = _clock()
-            delta = _cat_delta(self.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
+            delta = _cat_delta(self.deltas.get(self.delta_key(c), []), 2 * len(c.keys), len(c.seg))
             removed = 0
-            for pos, k in enumerate(c.seg):
+            for pos, k in enumerate(c.cols):
                 t = tables[k]
                 gone = t.b.id[t.inst[(t.lo < 0) & (t.hi < INF)]]
                 if len(gone) and c.store.rows:
@@ -567,8 +600,9 @@ class ACaching:
         )
         current = self._current()
         for c in self.used():  # refinement (a): a used cache that stopped paying goes at once
-            if not c.pinned and c.net < 0 and len(c.miss_obs) >= cfg.window:
-                self._drop(c, f"net benefit {c.net:.3g} < 0", unused=True)
+            net = self.group_net(c) if len(self.sharing(c)) > 1 else c.net
+            if not c.pinned and net < 0 and len(c.miss_obs) >= cfg.window:
+                self._drop(c, f"net benefit {net:.3g} < 0", unused=True)
         if self.phase == PROFILED:
             profiled = [c for c in current if c.state == PROFILED]
             ready = all(len(c.miss_obs) >= cfg.window for c in profiled)
@@ -600,19 +634,18 @@ class ACaching:
                     c.state = UNUSED
             return
         self.selections += 1
-        chosen: dict[int, Candidate] = {}
-        for c in sorted((c for c in known if c.net > 0), key=lambda c: -c.net):
-            if c.i in chosen:
-                continue
-            if self._fits(c, list(chosen.values())):
-                chosen[c.i] = c
-        # memory by net benefit per byte (thesis §5.6)
+        chosen = self._choose(known)
+        # memory by net benefit per byte (thesis §5.6); a shared cache is granted once
         left = self.config.memory
         grant: dict[int, int] = {}
+        by_share: dict[Any, int] = {}
         for c in sorted(chosen.values(), key=lambda c: -c.net / max(c.bytes_wanted, 1.0)):
+            if c.share in by_share:
+                grant[c.i] = by_share[c.share]
+                continue
             g = int(min(left, max(c.bytes_wanted, 1024.0)))
             if g > 0:
-                grant[c.i] = g
+                grant[c.i] = by_share[c.share] = g
                 left -= g
         for c in list(self.cands.values()):
             c.net_at_selection = c.net
@@ -637,12 +670,40 @@ class ACaching:
             self.last_used = names
         self.events.append(("cache_selection", float(self.selections)))
 
+    def _choose(self, known: list[Candidate]) -> dict[int, Candidate]:
+        """The caches to use, at most one per pipeline, compatible (`_fits`). Nothing shared:
+        each pipeline's best cache by net benefit (its candidates are nested prefixes, so this is
+        Theorem 5.5.1's optimum), taken in order of net benefit while they fit. Some window set
+        and key candidates of two or more pipelines: Theorem 5.5.3's greedy over caches, each
+        worth its members' summed benefit less its cost once (cache_share.py)."""
+        groups: dict[Any, list[Candidate]] = {}
+        for c in known:
+            groups.setdefault(c.share, []).append(c)
+        chosen: dict[int, Candidate] = {}
+        if all(len(g) == 1 for g in groups.values()):
+            for c in sorted((c for c in known if c.net > 0), key=lambda c: -c.net):
+                if c.i not in chosen and self._fits(c, list(chosen.values())):
+                    chosen[c.i] = c
+            return chosen
+        options = [SH.Option(key, max(c.cost for c in g), [(c, c.benefit) for c in g]) for key, g in groups.items()]
+        picked, _value = SH.greedy(options, lambda c, taken: all(d.i != c.i for d in taken) and self._fits(c, taken))
+        for _o, members in picked:
+            for c in members:
+                chosen[c.i] = c
+        return chosen
+
     def _use(self, c: Candidate, capacity: int, reason: str) -> None:
         for d in self.used():
             if d.i == c.i:
                 self._drop(d, "replaced", unused=True)
         c.state = USED
-        c.store = SegmentCache(2 * len(c.keys), len(c.seg), capacity)
+        peer = next((d for d in self.used() if d is not c and d.share == c.share and d.store is not None), None)
+        if peer is not None:  # one cache with the pipelines already using it: its store, filled
+            assert peer.store is not None
+            c.store = peer.store
+            c.store.capacity = max(c.store.capacity, capacity)
+        else:
+            c.store = SegmentCache(2 * len(c.keys), len(c.seg), capacity)
         c.miss_obs.clear()
         c.work_obs.clear()
         c.call_work, c.call_rows, c.calls_all_hit, c.calls_probed = 0.0, 0, 0, 0
@@ -673,20 +734,30 @@ class ACaching:
             "costs": cfg.costs,
             "profile_seconds": round(self.profile_seconds, 6),
             "cache_seconds": round(self.cache_seconds, 6),
-            "candidates": [c.as_dict() for c in self.cands.values() if c.state != UNUSED or c.store is not None]
-            + [c.as_dict() for c in self.cands.values() if c.state == UNUSED and c.store is None],
+            "candidates": [self._row(c) for c in self.cands.values() if c.state != UNUSED or c.store is not None]
+            + [self._row(c) for c in self.cands.values() if c.state == UNUSED and c.store is None],
             "log": list(self.log)[-10:],
         }
+
+    def _row(self, c: Candidate) -> dict[str, Any]:
+        """A candidate's control-table row: its statistics, and the pipelines probing its store
+        (more than one: a shared cache, thesis Def 5.5.1)."""
+        return {**c.as_dict(), "shared_by": [d.i for d in self.sharing(c)] if c.state == USED else []}
 
     def explain(self) -> list[str]:
         if not self.active:
             return []
         used = self.used()
-        parts = [
-            f"{c.i}: {list(c.seg)} ({len(c.store) if c.store else 0} entries, hit "
-            f"{c.total_hits / max(c.total_probes, 1):.2f})"
-            for c in used
-        ]
+        parts = []
+        for c in used:
+            peers = [d.i for d in self.sharing(c) if d is not c]
+            shared = (
+                f", shared with pipeline{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}" if peers else ""
+            )
+            parts.append(
+                f"{c.i}: {list(c.seg)} ({len(c.store) if c.store else 0} entries, hit "
+                f"{c.total_hits / max(c.total_probes, 1):.2f}{shared})"
+            )
         return [f"caches (a-caching, {self.selections} selections): " + ("; ".join(parts) if parts else "none used")]
 
     def drain_events(self) -> list[tuple[str, float]]:
@@ -721,7 +792,8 @@ class PipelineCall:
         ac.pipe_rows[i] += len(ev)
         self.own: Candidate | None = next((c for c in ac.used() if c.i == i), None)
         # caches this pipeline supplies: (candidate, the step after which its combos are complete)
-        self.supplies = [(c, len(c.seg) - 2) for c in ac.used() if i in c.seg and len(c.seg) > 1]
+        # (one per store: the pipelines sharing a cache are supplied once)
+        self.supplies = [(c, len(c.seg) - 2) for c in ac.stores() if i in c.seg and len(c.seg) > 1]
         self.hits: tuple[dict[int, np.ndarray], np.ndarray] | None = None
         self.miss_rows = ev
         self.miss_keys: np.ndarray | None = None
@@ -786,11 +858,11 @@ class PipelineCall:
         hit = present
         self.ac.observe_keys(c, keys, valid, len(ev), int(hit.sum()))
         # this call's new combos (supplied before this pipeline ran) alive at the probe's seq
-        d = _cat_delta(self.ac.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
+        d = _cat_delta(self.ac.deltas.get(self.ac.delta_key(c), []), 2 * len(c.keys), len(c.seg))
         hq2, hrows2 = self._fresh(keys, h, hit, d, seq)
         qq = np.concatenate([hq, hq2])
         rows = np.concatenate([hrows, hrows2])
-        self.hits = ({self.i: ev[qq], **{k: rows[:, pos] for pos, k in enumerate(c.seg)}}, seq[qq])
+        self.hits = ({self.i: ev[qq], **{k: rows[:, pos] for pos, k in enumerate(c.cols)}}, seq[qq])
         miss = ~hit
         self.miss_rows = ev[miss]
         self.miss_keys = keys[miss]
@@ -812,7 +884,7 @@ class PipelineCall:
         cached id is not in this call's state)."""
         rows = np.zeros((len(q), len(c.seg)), np.int64)
         alive = np.ones(len(q), bool)
-        for pos, k in enumerate(c.seg):
+        for pos, k in enumerate(c.cols):
             t = self.tables[k]
             state_ids = t.b.id[: t.n_state]
             want = combos[:, pos]
@@ -914,7 +986,7 @@ class PipelineCall:
         which = ko[np.searchsorted(krow[ko], idx[self.i][sel][alive])]
         ck = keys[which] if len(which) else np.zeros((0, keys.shape[1]), np.int64)
         cid = (
-            np.stack([self.tables[k].b.id[rows[k]] for k in c.seg], axis=1).astype(np.uint64)
+            np.stack([self.tables[k].b.id[rows[k]] for k in c.cols], axis=1).astype(np.uint64)
             if len(which)
             else np.zeros((0, len(c.seg)), np.uint64)
         )
@@ -976,12 +1048,12 @@ def supply(
     if got is None:
         c.ok = False
         return
-    ids = np.stack([tables[k].b.id[rows[k]] for k in c.seg], axis=1).astype(np.uint64)
+    ids = np.stack([tables[k].b.id[rows[k]] for k in c.cols], axis=1).astype(np.uint64)
     hi = np.full(len(lo), INF, np.int64)
     for k in c.seg:
         hi = np.minimum(hi, _hi_of_rows(tables[k], rows[k]))
-    rws = np.stack([rows[k] for k in c.seg], axis=1)
-    ac.deltas.setdefault((c.i, c.seg), []).append(Delta(got[0], got[1], ids, rws, lo, hi))
+    rws = np.stack([rows[k] for k in c.cols], axis=1)
+    ac.deltas.setdefault(ac.delta_key(c), []).append(Delta(got[0], got[1], ids, rws, lo, hi))
 
 
 def _hi_of_rows(t: Table, rows: np.ndarray) -> np.ndarray:
