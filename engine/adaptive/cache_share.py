@@ -70,13 +70,13 @@ def prefix_ok(orders: dict[int, Sequence[int]], windows: frozenset[int]) -> bool
 
 def prefix_sets(orders: dict[int, Sequence[int]], min_size: int = 2) -> list[frozenset[int]]:
     """Window sets of at least `min_size` windows (joins) satisfying the prefix invariant, smallest
-    first. Each is a prefix of its members' pipelines, so these are the prefixes of the pipelines
-    that satisfy it."""
+    first, that some pipeline can cache (all n windows satisfy it trivially but lie in no pipeline).
+    Each is a prefix of its members' pipelines, so these are found among the prefixes."""
     out: set[frozenset[int]] = set()
     for w, order in orders.items():
         for s in range(max(min_size - 1, 1), len(order) + 1):
             cand = frozenset(order[:s]) | {w}
-            if len(cand) >= min_size and prefix_ok(orders, cand):
+            if min_size <= len(cand) < len(orders) and prefix_ok(orders, cand):
                 out.add(cand)
     return sorted(out, key=lambda s: (len(s), sorted(s)))
 
