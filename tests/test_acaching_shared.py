@@ -8,6 +8,7 @@ the candidate enumeration of cache_share.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -16,9 +17,10 @@ import pytest
 from cqlstream.engine.adaptive import cache_share as SH
 from cqlstream.engine.adaptive import caching as CA
 from cqlstream.engine.adaptive.cache_config import CachingConfig
+from cqlstream.engine.adaptive.cache_store import SegmentCache
 from cqlstream.engine.adaptive.caching import ACaching
 from tests.engine_harness import run_reference
-from tests.test_acaching import CHUNKS, _run
+from tests.test_acaching import CHUNKS, EAGER, _run
 from tests.test_adaptive_mjoin import _join
 
 DDL = (
@@ -233,3 +235,119 @@ def test_shared_candidates_need_the_same_key():
     # U's conjunct read from S's side instead: the same windows, another key
     other = SH.share_key([op.equi[0]], (1, 0))
     assert other[0] == a.share[0] and other != a.share
+
+
+# ------------------------------------------------------------------ globally consistent caches
+
+# (orders, pipeline, X's length, Y): Ex 5.7.1's shape. R's pipeline probes T, U, then S: {T, U}
+# fails the prefix invariant (T's pipeline starts with S) but {S, T, U} holds it, so R's pipeline
+# caches (T⋈U)⋉S. Then U's pipeline caching (R⋈T)⋉S, the relation (deletes) inside X.
+CONSISTENT = [
+    ([[1, 2, 3], [0, 2, 3], [1, 0, 3], [1, 2, 0]], 3, 2, (0,)),
+    ([[1, 3, 2], [0, 3, 2], [3, 1, 0], [0, 1, 2]], 2, 2, (0,)),
+]
+
+
+def _consistent_case(fi: int, chunk):
+    orders, i, s, y = CONSISTENT[fi]
+
+    def act(op):
+        op.set_knob("probe_orders", orders)
+        with pytest.raises(ValueError):  # X alone fails the prefix invariant: no plain cache
+            op.caching.force(i, s)
+        op.caching.force(i, s, partners=y)
+
+    return _run(DDL, Q, _inputs(), chunk, {0: act})
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+@pytest.mark.parametrize("fi", range(len(CONSISTENT)))
+def test_globally_consistent_caches_same_results(chunk, fi):
+    got, h = _consistent_case(fi, chunk)
+    assert got == _expected()
+    (c,) = _join(h).caching.used()
+    assert c.partners == CONSISTENT[fi][3] and c.total_hits > 0
+    assert c.store is not None and c.store.rows > 0
+    if chunk == 1:
+        assert c.total_hits > 0.5 * c.total_probes
+
+
+def test_globally_consistent_cache_in_explain_and_control_table():
+    """The store's columns are X's windows (T, U), its suppliers X ∪ Y's; EXPLAIN and the
+    control table show X and Y."""
+    _got, h = _consistent_case(0, 1)
+    op = _join(h)
+    (c,) = op.caching.used()
+    assert c.cols == (1, 2) and c.union == (0, 1, 2)
+    rows = [r for r in op.control_table()["caching"]["candidates"] if r["state"] == "used"]
+    assert rows[0]["segment"] == [1, 2] and rows[0]["partners"] == [0]
+    (line,) = [x for x in op.explain_detail() if x.startswith("caches (")]
+    assert "3: [1, 2]⋉[0]" in line
+
+
+def _partner_inserts_ignored(monkeypatch):
+    # Y's pipeline does not supply: combos whose partner arrives later never reach the cache
+    orig = CA.supply
+
+    def supply(ac, tables, c, i, idx, seq):
+        if i not in c.partners:
+            orig(ac, tables, c, i, idx, seq)
+
+    monkeypatch.setattr(CA, "supply", supply)
+
+
+def _repeats_kept(monkeypatch):
+    # an X-combo with two partners (or already stored) is kept and returned once per partner
+    monkeypatch.setattr(SegmentCache, "_new_combos", lambda self, at, ids, take: take)
+    monkeypatch.setattr(CA, "distinct_pairs", lambda q, rows: (q, rows))
+
+
+def _hits_repeated(monkeypatch):
+    # the store keeps each X-combo once, but a hit takes it from the store and again from this
+    # call's new combos
+    monkeypatch.setattr(CA, "distinct_pairs", lambda q, rows: (q, rows))
+
+
+@pytest.mark.parametrize("fi", range(len(CONSISTENT)))
+@pytest.mark.parametrize("broken", [_partner_inserts_ignored, _repeats_kept, _hits_repeated])
+def test_the_differential_check_catches_broken_consistency(monkeypatch, fi, broken):
+    broken(monkeypatch)
+    wrong = [chunk for chunk in CHUNKS if _consistent_case(fi, chunk)[0] != _expected()]
+    assert wrong, "the broken version went unnoticed"
+
+
+def test_thesis_example_5_7_1_and_the_cap():
+    ex = {**EX551, 6: [2, 3, 4, 5, 1]}
+    f = frozenset
+    cands = SH.consistent_candidates(ex, cap=100)
+    # (R2⋈R3)⋉R1 in ΔR6's pipeline: R2,R3 fails the prefix invariant, R1,R2,R3 holds it
+    assert SH.Consistent(6, 0, 2, f({2, 3}), f({1})) in cands
+    assert not SH.prefix_ok(ex, f({2, 3})) and SH.prefix_ok(ex, f({1, 2, 3}))
+    plain = [c for c in cands if not c.y]
+    assert {c.x for c in plain} == {f({1, 2}), f({4, 5}), f({1, 2, 3}), f({1, 2, 3, 4, 5})}
+    # after the p plain ones, X = all but one window (a whole pipeline) first, then all but two
+    sizes = [len(c.x) for c in cands[len(plain) :]]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] == 5
+    for c in cands:
+        assert not (c.x & c.y) and SH.prefix_ok(ex, c.x | c.y) and c.pipeline not in c.x
+    # the cap m: p < m, the plain ones then the largest X up to m; p ≥ m: the plain ones alone
+    assert len(plain) == 9
+    capped = SH.consistent_candidates(ex, cap=12)
+    assert capped == cands[:12] and len(capped) == 12 and capped[:9] == plain
+    assert SH.consistent_candidates(ex, cap=6) == plain
+
+
+@pytest.mark.parametrize("fi", range(len(CONSISTENT)))
+def test_reoptimizer_with_consistent_candidates(fi):
+    """The re-optimizer (rows cost model) over a candidate list holding globally consistent
+    candidates (fewer than m prefix-invariant ones): exhaustive selection; results unchanged."""
+    orders = CONSISTENT[fi][0]
+    # this join's orders give six prefix-invariant candidates (single windows included): m = 8
+    # leaves room for two globally consistent ones
+    cfg = dataclasses.replace(EAGER, candidates_cap=8)
+    got, h = _run(DDL, Q, _inputs(), 7, {0: lambda op: op.set_knob("probe_orders", orders)}, caching=cfg)
+    assert got == _expected()
+    ac = _join(h).caching
+    current = ac._current()
+    assert any(c.partners for c in current) and len(current) <= 8
+    assert ac.selections >= 1

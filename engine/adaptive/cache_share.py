@@ -55,9 +55,12 @@ def key_order(keys: list[Equi], seg: Sequence[int]) -> list[Equi]:
     return sorted(keys, key=lambda e: (seg_side(e, seg), e.cid))
 
 
-def share_key(keys: list[Equi], seg: Sequence[int]) -> tuple[frozenset[int], tuple[tuple[int, str], ...]]:
-    """What makes two candidates one cache: the segment's windows and its sides of the key."""
-    return frozenset(seg), tuple(seg_side(e, seg) for e in key_order(keys, seg))
+def share_key(
+    keys: list[Equi], seg: Sequence[int], partners: Sequence[int] = ()
+) -> tuple[frozenset[int], tuple[tuple[int, str], ...], frozenset[int]]:
+    """What makes two candidates one cache: the segment's windows, its sides of the key and,
+    for a globally consistent cache, the windows Y its combos have partners in."""
+    return frozenset(seg), tuple(seg_side(e, seg) for e in key_order(keys, seg)), frozenset(partners)
 
 
 # ------------------------------------------------------------------ abstract pipelines
@@ -225,14 +228,14 @@ def smallest_consistent_union(orders: dict[int, Sequence[int]], x: frozenset[int
 
 def consistent_candidates(orders: dict[int, Sequence[int]], cap: int = 6, min_size: int = 2) -> list[Consistent]:
     """The capped candidate list of §5.7: if the p prefix-invariant candidates reach the cap m,
-    those (the first m); else all p, then globally consistent ones whose X is all but one of the
+    those alone; else all p, then globally consistent ones whose X is all but one of the
     n windows (one per pipeline: its whole order), then all but two, and so on, while X has at
     least `min_size` windows, until m are listed (the last group cut in order of pipeline and
     position: the thesis picks arbitrarily there). A globally consistent X is a segment whose
     windows fail the prefix invariant; its Y completes it to the smallest set that satisfies it."""
     plain = [Consistent(s.pipeline, s.j, s.k, s.windows, frozenset()) for s in segment_candidates(orders, min_size)]
-    if len(plain) >= cap:
-        return plain[:cap]
+    if len(plain) >= cap:  # p ≥ m: the prefix-invariant caches only (all of them)
+        return plain
     out = list(plain)
     n = len(orders)
     for size in range(n - 1, min_size - 1, -1):

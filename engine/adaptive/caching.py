@@ -40,6 +40,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
+from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -104,14 +105,21 @@ def _bloom_fraction(codes: np.ndarray, alpha: int) -> float:
 
 
 class Candidate:
-    """A cache over the first `len(seg)` probes of pipeline i, with its statistics."""
+    """A cache over the first `len(seg)` probes of pipeline i, with its statistics. `partners`
+    (Y, later windows of the pipeline) non-empty: a globally consistent cache (thesis §5.7),
+    holding the segment's combos that have a partner in Y (and possibly some that lost it)."""
 
-    def __init__(self, i: int, seg: tuple[int, ...], keys: list[Equi], window: int) -> None:
+    def __init__(
+        self, i: int, seg: tuple[int, ...], keys: list[Equi], window: int, partners: tuple[int, ...] = ()
+    ) -> None:
         self.i, self.seg, self.keys = i, seg, keys
+        self.partners = partners
         # the store's columns: the segment inputs in input order (not probe order), so that the
         # candidates of other pipelines over the same windows and key share it (cache_share.py)
         self.cols = tuple(sorted(seg))
-        self.share = SH.share_key(keys, seg)
+        # the windows whose pipelines supply new combos (X ∪ Y: the prefix invariant holds there)
+        self.union = tuple(sorted(seg + partners))
+        self.share = SH.share_key(keys, seg, partners)
         self.state = PROFILED
         self.store: SegmentCache | None = None
         self.miss_obs: deque[float] = deque(maxlen=window)
@@ -139,7 +147,7 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        return f"{self.i}:{list(self.seg)}"
+        return f"{self.i}:{list(self.seg)}" + (f"⋉{list(self.partners)}" if self.partners else "")
 
     def miss(self) -> float | None:
         if self.state != USED and self.span_miss is not None:
@@ -151,6 +159,7 @@ class Candidate:
         return {
             "pipeline": self.i,
             "segment": list(self.seg),
+            "partners": list(self.partners),
             "state": self.state,
             "miss_probability": None if self.miss() is None else round(float(self.miss() or 0.0), 6),
             "observations": len(self.miss_obs),
@@ -218,7 +227,7 @@ class ACaching:
     def __init__(self, op: JoinOp, config: CachingConfig) -> None:
         self.op = op
         self.config = config
-        self.cands: dict[tuple[int, tuple[int, ...]], Candidate] = {}
+        self.cands: dict[tuple[int, tuple[int, ...]] | tuple[int, tuple[int, ...], tuple[int, ...]], Candidate] = {}
         self.events: deque[tuple[str, float]] = deque(maxlen=self.EVENTS)
         self.log: deque[dict[str, Any]] = deque(maxlen=20)
         self.selections = 0
@@ -316,11 +325,12 @@ class ACaching:
         members = self.sharing(c)
         return sum(d.benefit for d in members) - max(d.cost for d in members)
 
-    def force(self, i: int, s: int, capacity: int | None = None) -> Candidate:
-        """Use the cache over the first s probes of pipeline i now (empty): tests and benchmarks
-        (fixed cache sets). Raises ValueError when the candidate is not eligible."""
+    def force(self, i: int, s: int, capacity: int | None = None, partners: Sequence[int] = ()) -> Candidate:
+        """Use the cache over the first s probes of pipeline i now (empty; `partners`: the
+        windows Y of a globally consistent cache): tests and benchmarks (fixed cache sets).
+        Raises ValueError when the candidate is not eligible."""
         seg = tuple(self.op._order(i)[:s])
-        c = self._candidate(i, seg)
+        c = self._candidate(i, seg, tuple(sorted(partners)))
         if c is None or not self._eligible(c):
             raise ValueError(f"no eligible cache over {list(seg)} in pipeline {i}")
         if not self._fits(c, [d for d in self.used() if d.i != c.i]):
@@ -337,15 +347,48 @@ class ACaching:
                 self._drop(c, "dropped by hand", unused=True)
 
     # ------------------------------------------------------------ candidates
-    def _candidate(self, i: int, seg: tuple[int, ...]) -> Candidate | None:
-        key = (i, seg)
+    def _candidate(self, i: int, seg: tuple[int, ...], partners: tuple[int, ...] = ()) -> Candidate | None:
+        key = (i, seg, partners) if partners else (i, seg)
         c = self.cands.get(key)
         if c is None:
             keys = SH.key_order([e for e in self.op.equi if i in (e.a, e.b) and e.other(i) in seg], seg)
             if not keys:
                 return None
-            c = self.cands[key] = Candidate(i, seg, keys, self.config.window)
+            c = self.cands[key] = Candidate(i, seg, keys, self.config.window, partners)
         return c
+
+    def _consistent(self, orders: tuple[tuple[int, ...], ...], room: int) -> list[Candidate]:
+        """Up to `room` globally consistent candidates (thesis §5.7's cap): X a prefix of a
+        pipeline whose windows fail the prefix invariant, Y the fewest later windows of the
+        pipeline completing X to a set that satisfies it; the longest X first (all but one of
+        the pipeline's windows, then all but two, ...), within a length in pipeline order."""
+        if room <= 0:
+            return []
+        by: dict[int, Sequence[int]] = dict(enumerate(orders))
+        out: list[Candidate] = []
+        for s in range(self.op.n - 2, 0, -1):
+            for i, order in enumerate(orders):
+                seg = order[:s]
+                if len(out) >= room:
+                    return out
+                if SH.prefix_ok(by, frozenset(seg)):
+                    continue
+                later = order[s:]
+                y = next(
+                    (
+                        tuple(sorted(more))
+                        for k in range(1, len(later) + 1)
+                        for more in combinations(later, k)
+                        if SH.prefix_ok(by, frozenset(seg) | frozenset(more))
+                    ),
+                    None,
+                )
+                if y is None:
+                    continue
+                c = self._candidate(i, seg, y)
+                if c is not None and self._eligible(c):
+                    out.append(c)
+        return out
 
     def _current(self) -> list[Candidate]:
         """The eligible candidates of the current orders (recomputed only when an order changed)."""
@@ -357,17 +400,21 @@ class ACaching:
                     c = self._candidate(i, orders[i][:s])
                     if c is not None and self._eligible(c):
                         out.append(c)
+            out += self._consistent(orders, self.config.candidates_cap - len(out))
             self._current_memo = (orders, out)
         return [c for c in self._current_memo[1] if c.ok]
 
     def _eligible(self, c: Candidate) -> bool:
         if not c.ok:
             return False
-        seg = set(c.seg)
+        seg, union = set(c.seg), set(c.union)
         for _t, own in self.op.theta:
-            if own & seg and not own <= seg:
+            if (own & seg and not own <= seg) or (own & union and not own <= union):
                 return False
-        return all(set(self.op._order(k)[: len(seg) - 1]) == seg - {k} for k in seg)
+        order = self.op._order(c.i)
+        if c.partners and not set(c.partners) <= set(order[len(c.seg) :]):
+            return False
+        return all(set(self.op._order(k)[: len(union) - 1]) == union - {k} for k in union)
 
     # ------------------------------------------------------------ one call
     def start_call(self, tables: Sequence[Table], const_ok: bool) -> list[int]:
@@ -394,26 +441,26 @@ class ACaching:
                 self._drop(c, "a segment input's cache covers it", unused=False)
         self.join_calls += 1
         for c in self.stores():
-            if len(c.seg) == 1:
+            if len(c.union) == 1:
                 t0 = _clock()
                 (k,) = c.seg
                 t = tables[k]
                 supply(self, tables, c, k, {k: t.inst[t.lo >= 0]}, None)
                 c.call_work += _clock() - t0
-        length = {c.i: len(c.seg) for c in self.used()}
+        length = {c.i: len(c.union) for c in self.used()}
         return sorted(range(self.op.n), key=lambda i: length.get(i, 0))
 
     @staticmethod
     def _fits(c: Candidate, others: list[Candidate]) -> bool:
-        """Suppliers run before the pipelines they supply: a segment input's own cache must be
-        shorter than the segment less one, and a cache this pipeline supplies longer than c."""
-        s = len(c.seg)
+        """Suppliers run before the pipelines they supply (pipelines run in order of their
+        cache's X ∪ Y size) and supply after their own cache's hits are merged: a supplying
+        input's own cache spans fewer windows than the X ∪ Y it supplies."""
         for d in others:
             if d.i == c.i:
                 return False
-            if s > 1 and d.i in c.seg and len(d.seg) >= s - 0:
+            if len(c.union) > 1 and d.i in c.union and len(d.union) >= len(c.union):
                 return False
-            if len(d.seg) > 1 and c.i in d.seg and s >= len(d.seg):
+            if len(d.union) > 1 and c.i in d.union and len(c.union) >= len(d.union):
                 return False
         return True
 
@@ -422,7 +469,7 @@ class ACaching:
         involves the pipeline and it is not profiled in this call (its events are only counted)."""
         if not self.live:
             return None
-        if not any(c.i == i or i in c.seg for c in self.used()) and not self._profiling(i):
+        if not any(c.i == i or i in c.union for c in self.used()) and not self._profiling(i):
             self.record(i, len(ev))
             self.pipe_calls[i] += 1
             self.pipe_rows[i] += len(ev)
@@ -450,7 +497,7 @@ class ACaching:
                 if len(gone) and c.store.rows:
                     removed += c.store.invalidate(pos, np.sort(gone).astype(np.uint64, copy=False))
             end = delta.hi == INF
-            added = c.store.maintain(delta.key[end], delta.ids[end], delta.h[end])
+            added = c.store.maintain(delta.key[end], delta.ids[end], delta.h[end], distinct=bool(c.partners))
             c.maintained += removed + added
             c.call_work += _clock() - t0
         for c, keys, kh, combo_key, combo_ids, ch in self.pending:
@@ -579,10 +626,11 @@ class ACaching:
         out = float(r[2 * s - 1])
         per_row = seg_work - cfg.probe_cost - (1 - m) * out * cfg.hit_row_cost - m * (seg_work + out * cfg.update_cost)
         supply = 0.0
-        for k in c.seg:
+        u = len(c.union)  # X ∪ Y's pipelines supply the new combos, after their first u − 1 steps
+        for k in c.union:
             rk = self._ratios(k)
             frac = self.probing[k] / total
-            supply += frac * (1.0 if s == 1 or rk is None else float(rk[2 * (s - 2) + 1]))
+            supply += frac * (1.0 if u == 1 or rk is None else float(rk[2 * (u - 2) + 1]))
         c.benefit = rate * per_row
         c.cost = 2 * cfg.update_cost * supply
         c.net = c.benefit - c.cost
@@ -675,18 +723,23 @@ class ACaching:
         each pipeline's best cache by net benefit (its candidates are nested prefixes, so this is
         Theorem 5.5.1's optimum), taken in order of net benefit while they fit. Some window set
         and key candidates of two or more pipelines: Theorem 5.5.3's greedy over caches, each
-        worth its members' summed benefit less its cost once (cache_share.py)."""
+        worth its members' summed benefit less its cost once (cache_share.py); globally
+        consistent candidates in the list (at most `candidates_cap` candidates then): the
+        exhaustive search over its subsets."""
         groups: dict[Any, list[Candidate]] = {}
         for c in known:
             groups.setdefault(c.share, []).append(c)
         chosen: dict[int, Candidate] = {}
-        if all(len(g) == 1 for g in groups.values()):
+        if all(len(g) == 1 for g in groups.values()) and not any(c.partners for c in known):
             for c in sorted((c for c in known if c.net > 0), key=lambda c: -c.net):
                 if c.i not in chosen and self._fits(c, list(chosen.values())):
                     chosen[c.i] = c
             return chosen
         options = [SH.Option(key, max(c.cost for c in g), [(c, c.benefit) for c in g]) for key, g in groups.items()]
-        picked, _value = SH.greedy(options, lambda c, taken: all(d.i != c.i for d in taken) and self._fits(c, taken))
+        fits = lambda c, taken: all(d.i != c.i for d in taken) and self._fits(c, taken)  # noqa: E731
+        # globally consistent candidates among them: exhaustive over the capped list (§5.7)
+        pick = SH.exhaustive if any(c.partners for c in known) else SH.greedy
+        picked, _value = pick(options, fits)
         for _o, members in picked:
             for c in members:
                 chosen[c.i] = c
@@ -754,8 +807,9 @@ class ACaching:
             shared = (
                 f", shared with pipeline{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}" if peers else ""
             )
+            partners = f"⋉{list(c.partners)}" if c.partners else ""  # globally consistent: X ⋉ Y
             parts.append(
-                f"{c.i}: {list(c.seg)} ({len(c.store) if c.store else 0} entries, hit "
+                f"{c.i}: {list(c.seg)}{partners} ({len(c.store) if c.store else 0} entries, hit "
                 f"{c.total_hits / max(c.total_probes, 1):.2f}{shared})"
             )
         return [f"caches (a-caching, {self.selections} selections): " + ("; ".join(parts) if parts else "none used")]
@@ -784,7 +838,6 @@ class PipelineCall:
     def __init__(self, ac: ACaching, i: int, tables: Sequence[Table], ev: np.ndarray, seq: np.ndarray) -> None:
         t0 = _clock()
         self.ac, self.i, self.tables = ac, i, tables
-        op = ac.op
         self.rows_in = len(seq)
         self.skipped = False
         ac.record(i, len(ev))
@@ -793,17 +846,18 @@ class PipelineCall:
         self.own: Candidate | None = next((c for c in ac.used() if c.i == i), None)
         # caches this pipeline supplies: (candidate, the step after which its combos are complete)
         # (one per store: the pipelines sharing a cache are supplied once)
-        self.supplies = [(c, len(c.seg) - 2) for c in ac.stores() if i in c.seg and len(c.seg) > 1]
+        self.supplies = [(c, len(c.union) - 2) for c in ac.stores() if i in c.union and len(c.union) > 1]
         self.hits: tuple[dict[int, np.ndarray], np.ndarray] | None = None
         self.miss_rows = ev
         self.miss_keys: np.ndarray | None = None
         if self.own is not None:
             self.own.call_rows += len(ev)
         # profiled candidates of this pipeline see the probing keys of one call in `profile_every`
-        order = op._order(i) if ac.join_calls % max(ac.config.profile_every, 1) == 0 else []
-        for s in range(1, len(order) + 1):
-            c = ac.cands.get((i, tuple(order[:s])))
-            if c is not None and c.state == PROFILED and c is not self.own and c.ok:
+        profiled = (
+            [c for c in ac._current() if c.i == i] if ac.join_calls % max(ac.config.profile_every, 1) == 0 else []
+        )
+        for c in profiled:
+            if c.state == PROFILED and c is not self.own and c.ok:
                 got = self._keys(c, ev)
                 if got is None:
                     c.ok = False
@@ -862,6 +916,8 @@ class PipelineCall:
         hq2, hrows2 = self._fresh(keys, h, hit, d, seq)
         qq = np.concatenate([hq, hq2])
         rows = np.concatenate([hrows, hrows2])
+        if c.partners:  # a combo stored and fresh again (another partner): once
+            qq, rows = distinct_pairs(qq, rows)
         self.hits = ({self.i: ev[qq], **{k: rows[:, pos] for pos, k in enumerate(c.cols)}}, seq[qq])
         miss = ~hit
         self.miss_rows = ev[miss]
@@ -1002,6 +1058,9 @@ class PipelineCall:
             ck = np.concatenate([ck, d.key[dj]])
             cid = np.concatenate([cid, d.ids[dj]])
             ch = np.concatenate([ch, d.h[dj]])
+        if c.partners and len(cid):  # a combo with several partners, or found both ways: once
+            _u, first = np.unique(np.column_stack([ck, cid.view(np.int64)]), axis=0, return_index=True)
+            ck, cid, ch = ck[first], cid[first], ch[first]
         self.ac.pending.append((c, keys, kh, ck, cid, ch))
 
 
@@ -1043,6 +1102,8 @@ def supply(
         lo = seq[keep]
     if not len(lo):
         return
+    # X ∪ Y combos projected on X (a globally consistent cache keeps X's parts, alive while X's
+    # components are; their partners may leave, the invariant allows it)
     rows = {k: idx[k][keep] for k in c.seg}
     got = side_keys(ac.op, tables, c, rows, probing=False)
     if got is None:
@@ -1054,6 +1115,15 @@ def supply(
         hi = np.minimum(hi, _hi_of_rows(tables[k], rows[k]))
     rws = np.stack([rows[k] for k in c.cols], axis=1)
     ac.deltas.setdefault(ac.delta_key(c), []).append(Delta(got[0], got[1], ids, rws, lo, hi))
+
+
+def distinct_pairs(q: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (probe, combo) pairs once each: a globally consistent cache's X-combo can come back
+    once per partner, or both from the store and from this call's new combos."""
+    if not len(q):
+        return q, rows
+    _u, first = np.unique(np.column_stack([q, rows]), axis=0, return_index=True)
+    return q[first], rows[first]
 
 
 def _hi_of_rows(t: Table, rows: np.ndarray) -> np.ndarray:
