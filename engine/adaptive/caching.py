@@ -814,6 +814,16 @@ class ACaching:
             )
         return [f"caches (a-caching, {self.selections} selections): " + ("; ".join(parts) if parts else "none used")]
 
+    def flows(self, flows: dict[int, list[int]]) -> dict[int, list[int]]:
+        """The rows per probe step that A-Greedy's shift detector reads, less those of the
+        pipelines using a cache: their hits skip the segment's steps and join the rows after it,
+        so the counts there move with the hit rate, not with the data (a forced cache's pipeline
+        was re-ordered, and its cache dropped, on such a false shift)."""
+        if not self.live:
+            return flows
+        own = {c.i for c in self.used()}
+        return {i: f for i, f in flows.items() if i not in own} if own else flows
+
     def drain_events(self) -> list[tuple[str, float]]:
         out = list(self.events)
         self.events.clear()
