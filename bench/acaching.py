@@ -32,12 +32,16 @@ Fig 5.23 — D8 with the cache memory varied: P against M (flat: it cannot use m
 which needs all of its subresults in memory (infeasible below that; thesis: below 25.6 KB).
 
 Shared caches (§5.5.4) — R band-joins S, T and U join S on b: T's and U's caches over R ⋈ S are
-one store. MF (no cache) against FT / FU (one pipeline's cache) and FS (both, shared), and P.
+one store. MF (no cache) against FT / FU (one pipeline's cache) and FS (both, shared), and P,
+at each push size of --pushes.
 
 Globally consistent caches (§5.7) — the shape of Ex 5.7.1: V's pipeline caches (T⋈U)⋉S, T⋈U
 alone failing the prefix invariant. MF against G (forced) and P.
 
-    python -m bench.acaching [--tuples 6000] [--push 20] [--base 100] [--repeat 3] [--pushes 20 100 400] [--json F]
+    python -m bench.acaching [--tuples 6000] [--push 20] [--base 100] [--repeat 3] [--pushes 20 100 400]
+                             [--only shared consistent ...] [--json F]
+
+(the shared and globally consistent cases run at each of --pushes)
 """
 
 from __future__ import annotations
@@ -560,16 +564,18 @@ def main(argv: list[str] | None = None) -> int:
         "--pushes", type=int, nargs="+", default=[20, 100, 400], help="push sizes of the costly-probe sweep"
     )
     ap.add_argument("--json", help="write the figures to this file")
-    a = ap.parse_args(argv)
-    res = {
-        "fig_5_21": fig_521(a.tuples, a.push, a.base, a.repeat),
-        "costly": fig_costly(a.tuples, a.push, repeat=a.repeat),
-        "costly_push": fig_costly_push(a.tuples, a.pushes, repeat=a.repeat),
-        "fig_5_22": fig_522(a.tuples, a.push, a.base),
-        "fig_5_23": fig_523(a.tuples, a.push, a.base),
-        "shared": fig_shared(a.tuples, a.push, repeat=a.repeat),
-        "consistent": fig_consistent(a.tuples, a.push, repeat=a.repeat),
+    figs = {
+        "fig_5_21": lambda a: fig_521(a.tuples, a.push, a.base, a.repeat),
+        "costly": lambda a: fig_costly(a.tuples, a.push, repeat=a.repeat),
+        "costly_push": lambda a: fig_costly_push(a.tuples, a.pushes, repeat=a.repeat),
+        "fig_5_22": lambda a: fig_522(a.tuples, a.push, a.base),
+        "fig_5_23": lambda a: fig_523(a.tuples, a.push, a.base),
+        "shared": lambda a: {p: fig_shared(a.tuples, p, repeat=a.repeat) for p in a.pushes},
+        "consistent": lambda a: {p: fig_consistent(a.tuples, p, repeat=a.repeat) for p in a.pushes},
     }
+    ap.add_argument("--only", nargs="+", choices=sorted(figs), help="run only these figures (default: all)")
+    a = ap.parse_args(argv)
+    res = {name: f(a) for name, f in figs.items() if not a.only or name in a.only}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1, default=str)

@@ -299,17 +299,22 @@ def _partner_inserts_ignored(monkeypatch):
 def _repeats_kept(monkeypatch):
     # an X-combo with two partners (or already stored) is kept and returned once per partner
     monkeypatch.setattr(SegmentCache, "_new_combos", lambda self, at, ids, take: take)
-    monkeypatch.setattr(CA, "distinct_pairs", lambda q, rows: (q, rows))
+    monkeypatch.setattr(CA, "distinct_pairs", lambda q, rows, n_stored=0: (q, rows))
+
+
+def _store_repeats(monkeypatch):
+    # maintenance adds an X-combo the entry already holds (another partner): a hit returns it twice
+    monkeypatch.setattr(SegmentCache, "_new_combos", lambda self, at, ids, take: take)
 
 
 def _hits_repeated(monkeypatch):
     # the store keeps each X-combo once, but a hit takes it from the store and again from this
     # call's new combos
-    monkeypatch.setattr(CA, "distinct_pairs", lambda q, rows: (q, rows))
+    monkeypatch.setattr(CA, "distinct_pairs", lambda q, rows, n_stored=0: (q, rows))
 
 
 @pytest.mark.parametrize("fi", range(len(CONSISTENT)))
-@pytest.mark.parametrize("broken", [_partner_inserts_ignored, _repeats_kept, _hits_repeated])
+@pytest.mark.parametrize("broken", [_partner_inserts_ignored, _repeats_kept, _store_repeats, _hits_repeated])
 def test_the_differential_check_catches_broken_consistency(monkeypatch, fi, broken):
     broken(monkeypatch)
     wrong = [chunk for chunk in CHUNKS if _consistent_case(fi, chunk)[0] != _expected()]
@@ -351,3 +356,14 @@ def test_reoptimizer_with_consistent_candidates(fi):
     current = ac._current()
     assert any(c.partners for c in current) and len(current) <= 8
     assert ac.selections >= 1
+
+
+def test_cached_pipelines_give_no_flows_to_the_shift_detector():
+    """A pipeline using a cache hands A-Greedy's shift detector no per-step counts (its hits
+    skip the segment's steps, so the counts would move with the hit rate); the others do."""
+    _got, h = _consistent_case(0, 7)
+    ac = _join(h).caching
+    flows = {i: [10, 5, 5, 5] for i in range(4)}
+    assert sorted(ac.flows(flows)) == [0, 1, 2]
+    ac.drop(3)
+    assert sorted(ac.flows(flows)) == [0, 1, 2, 3]

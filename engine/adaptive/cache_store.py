@@ -287,12 +287,10 @@ class SegmentCache:
         earlier row's repeat."""
         rows = np.flatnonzero(take)
         cand = np.column_stack([self.eid[at[rows]], ids[rows].view(np.int64)])
-        have = []
-        for r in self.runs:
-            if not r.n_live:
-                continue
-            have.append(np.column_stack([r.eid[r.live], r.ids[r.live].view(np.int64)]))
-        old = np.concatenate(have) if have else np.zeros((0, cand.shape[1]), np.int64)
+        # the live combos of those entries only (a lookup: no pass over the store)
+        ue = np.unique(at[rows])
+        _present, q, old_ids = self.lookup(self.keys[ue], self.khash[ue])
+        old = np.column_stack([self.eid[ue[q]], old_ids.view(np.int64)])
         _u, first, inv = np.unique(np.concatenate([old, cand]), axis=0, return_index=True, return_inverse=True)
         inv = inv.reshape(-1)
         # a candidate is new when it is the first occurrence of its row and no old row precedes it

@@ -927,7 +927,7 @@ class PipelineCall:
         qq = np.concatenate([hq, hq2])
         rows = np.concatenate([hrows, hrows2])
         if c.partners:  # a combo stored and fresh again (another partner): once
-            qq, rows = distinct_pairs(qq, rows)
+            qq, rows = distinct_pairs(qq, rows, len(hq))
         self.hits = ({self.i: ev[qq], **{k: rows[:, pos] for pos, k in enumerate(c.cols)}}, seq[qq])
         miss = ~hit
         self.miss_rows = ev[miss]
@@ -1127,13 +1127,19 @@ def supply(
     ac.deltas.setdefault(ac.delta_key(c), []).append(Delta(got[0], got[1], ids, rws, lo, hi))
 
 
-def distinct_pairs(q: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def distinct_pairs(q: np.ndarray, rows: np.ndarray, n_stored: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The (probe, combo) pairs once each: a globally consistent cache's X-combo can come back
-    once per partner, or both from the store and from this call's new combos."""
-    if not len(q):
+    once per partner, or both from the store and from this call's new combos. The first
+    `n_stored` pairs (from the store, which keeps each combo once) are distinct already: only
+    the new combos' pairs are checked, against each other and the stored pairs of their probes."""
+    if len(q) == n_stored:
         return q, rows
-    _u, first = np.unique(np.column_stack([q, rows]), axis=0, return_index=True)
-    return q[first], rows[first]
+    near = np.flatnonzero(np.isin(q[:n_stored], q[n_stored:]))
+    both = np.concatenate([near, np.arange(n_stored, len(q))])
+    _u, first = np.unique(np.column_stack([q[both], rows[both]]), axis=0, return_index=True)
+    fresh = both[first[first >= len(near)]]
+    keep = np.concatenate([np.arange(n_stored), np.sort(fresh)])
+    return q[keep], rows[keep]
 
 
 def _hi_of_rows(t: Table, rows: np.ndarray) -> np.ndarray:
