@@ -14,8 +14,8 @@ result then needs W³·s⁶ ≥ 1, windows of ~40,000 tuples) and gives a cache'
 segment's key is a value of a, which repeats within a window. Plans: M (MJoin, A-Greedy
 orders, no caches), X (an XJoin-like left-deep tree ((A⋈B)⋈C)⋈D expressed as a fixed full cache
 set: C's pipeline caches A⋈B and D's caches A⋈B⋈C, the pair A, B with the lowest selectivity
-first), P (A-Caching: caches chosen by the re-optimizer). The thesis' G (globally-consistent
-caches) is not built. Metric: input tuples per CPU second, profiling and re-optimization included;
+first), P (A-Caching: caches chosen by the re-optimizer; globally consistent candidates join its
+list when the prefix-invariant ones are fewer than m = 6). Metric: input tuples per CPU second, profiling and re-optimization included;
 `rows` the join's result rows (the reconstruction check), `prof%` / `cache%` the share of P's CPU
 time spent profiling candidates and doing cache work; `X saves` / `X costs`: per join call, in CPU
 microseconds, the segment steps X's caches save (their measured step times at the measured hit
@@ -31,7 +31,17 @@ forced cache F beside M and P; and F against MF (no cache, same orders) at sever
 Fig 5.23 — D8 with the cache memory varied: P against M (flat: it cannot use memory) and X,
 which needs all of its subresults in memory (infeasible below that; thesis: below 25.6 KB).
 
-    python -m bench.acaching [--tuples 6000] [--push 20] [--base 100] [--repeat 3] [--pushes 20 100 400] [--json F]
+Shared caches (§5.5.4) — R band-joins S, T and U join S on b: T's and U's caches over R ⋈ S are
+one store. MF (no cache) against FT / FU (one pipeline's cache) and FS (both, shared), and P,
+at each push size of --pushes.
+
+Globally consistent caches (§5.7) — the shape of Ex 5.7.1: V's pipeline caches (T⋈U)⋉S, T⋈U
+alone failing the prefix invariant. MF against G (forced) and P.
+
+    python -m bench.acaching [--tuples 6000] [--push 20] [--base 100] [--repeat 3] [--pushes 20 100 400]
+                             [--only shared consistent ...] [--json F]
+
+(the shared and globally consistent cases run at each of --pushes)
 """
 
 from __future__ import annotations
@@ -144,7 +154,7 @@ def run(
     ddl: list[str],
     push: int,
     cache: CachingConfig,
-    fixed: tuple[list[list[int]], list[tuple[int, int]]] | None = None,
+    fixed: tuple[list[list[int]], list[tuple[int, ...]]] | None = None,
     slices: int = 1,
 ) -> dict[str, Any]:
     adaptive = AdaptiveConfig(policy="a-greedy", probability=1e-9) if fixed else ADAPTIVE
@@ -158,8 +168,8 @@ def run(
     (op,) = [o for o in d.plan.operators if isinstance(o, JoinOp)]
     if fixed is not None:
         op.set_knob("probe_orders", fixed[0])
-        for i, s in fixed[1]:
-            op.caching.force(i, s)
+        for i, s, *partners in fixed[1]:  # (pipeline, prefix length[, Y's windows...])
+            op.caching.force(i, s, partners=partners)
     rows = 0
     per_slice: list[float] = []
     cut = max(len(events) // slices, 1)
@@ -191,7 +201,17 @@ def run(
         "throughput": len(events) / max(t_all, 1e-9),
         "rows": rows,
         "slices": per_slice,
-        "caches_used": [f"{c['pipeline']}:{c['segment']}" for c in used],
+        "caches_used": [
+            f"{c['pipeline']}:{c['segment']}" + (f"⋉{c['partners']}" if c["partners"] else "") for c in used
+        ],
+        "shared_by": sorted({tuple(c["shared_by"]) for c in used if len(c["shared_by"]) > 1}),
+        "estimates": {
+            f"{c['pipeline']}:{c['segment']}" + (f"⋉{c['partners']}" if c["partners"] else ""): (
+                c["benefit"],
+                c["cost"],
+            )
+            for c in st["candidates"]
+        },
         "hit_rate": sum(c["hits"] for c in used) / max(sum(c["probes"] for c in used), 1),
         # per join call, in CPU seconds: the segment steps the used caches save (their measured
         # step times at the measured hit rate) and the caches' own measured work
@@ -344,6 +364,141 @@ def fig_costly(tuples: int, push: int, window: int = 1000, dom: int = 200, repea
     return {"M": m, "MF": mf, "F": f, "P": p, "PF": pf}
 
 
+# ------------------------------------------------------------------ shared and globally consistent caches
+
+SHARED_DDL = [
+    "register stream R (a int)",
+    "register stream S (a int, b int)",
+    "register stream T (b int)",
+    "register stream U (b int)",
+]
+# R's pipeline probes S first, S's R first (R⋈S holds the prefix invariant); T's and U's both
+# start with S, R: their caches over R⋈S, keyed on s.b, are one (thesis Def 5.5.1)
+SHARED_ORDERS = [[1, 2, 3], [0, 2, 3], [1, 0, 3], [1, 0, 2]]
+
+
+def shared_input(tuples: int, window: int, dom: int) -> tuple[list[tuple[str, np.ndarray]], str]:
+    """R(a) band-joins S(a, b) (|r.a − s.a| ≤ 1: a nested loop no index serves, the costly
+    segment), T(b) and U(b) join S on b; R, S, T, U at rates 1 : 1 : 2.5 : 2.5, T's and U's keys over
+    `dom` values too (they repeat: a cache's locality)."""
+    rng = np.random.default_rng(11)
+    q = (
+        f"select * from R [Rows {window}] as r, S [Rows {window}] as s, T [Rows {window}] as t, "
+        f"U [Rows {window}] as u where r.a >= s.a - 1 and r.a <= s.a + 1 and s.b = t.b and s.b = u.b"
+    )
+    who = rng.choice(4, size=tuples, p=np.array([1.0, 1.0, 2.5, 2.5]) / 7.0)
+    events: list[tuple[str, np.ndarray]] = []
+    for w in who:
+        if w == 0:
+            events.append(("R", np.array([rng.integers(0, dom)])))
+        elif w == 1:
+            events.append(("S", np.array([rng.integers(0, dom), rng.integers(0, dom)])))
+        else:
+            events.append(("TU"[w - 2], np.array([rng.integers(0, dom)])))
+    return events, q
+
+
+def forced_only(memory: int = 1 << 20) -> CachingConfig:
+    """Caching on with no re-optimization in the run: exactly the forced caches are used."""
+    return CachingConfig(enabled=True, memory=memory, interval_seconds=0, interval_tuples=10**12, window=10**6)
+
+
+def fig_shared(tuples: int, push: int, window: int = 1000, dom: int = 200, repeat: int = 1) -> dict[str, Any]:
+    """Shared caches (thesis §5.5.4): T's and U's pipelines each may cache the costly R⋈S segment
+    under the key s.b; the two candidates are one store. MF: these orders without caches; FT /
+    FU: one pipeline's cache alone; FS: both, sharing the store (maintained once, probed by
+    both); P: the re-optimizer's choice under these orders (time model). P's estimates: each
+    candidate's benefit and cost in CPU seconds per join call as the re-optimizer saw them last;
+    a shared cache is chosen when the benefits summed beat the cost paid once."""
+    events, q = shared_input(tuples, window, dom)
+    plans = {
+        "MF": (caching(on=False), []),
+        "FT": (forced_only(), [(2, 2)]),
+        "FU": (forced_only(), [(3, 2)]),
+        "FS": (forced_only(), [(2, 2), (3, 2)]),
+        "P": (caching(), []),
+    }
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in plans}
+    for _ in range(repeat):
+        for name, (cfg, forced) in plans.items():
+            got[name].append(run(events, q, SHARED_DDL, push, cfg, fixed=(SHARED_ORDERS, forced)))
+    res = {k: best(v) for k, v in got.items()}
+    assert len({r["rows"] for r in res.values()}) == 1, "plans disagree"
+    mf = res["MF"]
+    print(f"Shared caches (thesis §5.5.4): R band-join S, T and U on s.b; windows {window}, push {push}")
+    print("  thesis: a shared cache's benefits add up, its cost is paid once (no figure for sharing)")
+    for name, r in res.items():
+        print(
+            f"  {name:<2}: {r['throughput']:>8.0f} tuples/s ({r['throughput'] / mf['throughput']:.2f}x MF), "
+            f"caches {', '.join(r['caches_used']) or 'none'}"
+            + (f" shared by pipelines {list(r['shared_by'][0])}" if r["shared_by"] else "")
+            + f", hit rate {r['hit_rate']:.2f}"
+        )
+    est = res["P"]["estimates"]
+    for name in ("2:[1, 0]", "3:[1, 0]"):
+        if name in est:
+            b, c = est[name]
+            print(
+                f"  P's estimate for {name}: benefit {1e6 * b:.0f} us, cost {1e6 * c:.0f} us per call (net alone {1e6 * (b - c):+.0f})"
+            )
+    if "2:[1, 0]" in est and "3:[1, 0]" in est:
+        b = est["2:[1, 0]"][0] + est["3:[1, 0]"][0]
+        c = max(est["2:[1, 0]"][1], est["3:[1, 0]"][1])
+        print(f"  shared: benefit {1e6 * b:.0f} us summed, cost {1e6 * c:.0f} us once (net {1e6 * (b - c):+.0f})")
+    print(f"  result rows: {mf['rows']}")
+    return res
+
+
+CONSISTENT_ORDERS = [[1, 2, 3], [0, 2, 3], [1, 0, 3], [1, 2, 0]]
+
+
+def consistent_input(tuples: int, window: int, dom: int) -> tuple[list[tuple[str, np.ndarray]], str]:
+    """S, T, U, V: T band-joins U (|t.a − u.a| ≤ 1: a nested loop, the costly segment), S and V
+    join T on a; V (the probing stream of the cached pipeline) at 2.5× the others' rate."""
+    rng = np.random.default_rng(12)
+    q = (
+        f"select * from S [Rows {window}] as s, T [Rows {window}] as t, U [Rows {window}] as u, "
+        f"V [Rows {window}] as v where s.a = t.a and u.a >= t.a - 1 and u.a <= t.a + 1 and t.a = v.a"
+    )
+    who = rng.choice(4, size=tuples, p=np.array([1.0, 1.0, 1.0, 2.5]) / 5.5)
+    events = [("STUV"[w], np.array([rng.integers(0, dom)])) for w in who]
+    return events, q
+
+
+def fig_consistent(tuples: int, push: int, window: int = 1000, dom: int = 200, repeat: int = 1) -> dict[str, Any]:
+    """A globally consistent cache (thesis §5.7, the shape of Ex 5.7.1): V's pipeline probes T, U,
+    then S; {T, U} fails the prefix invariant (T's pipeline starts with S) so no plain cache over
+    T⋈U exists, but {S, T, U} holds it: V's pipeline caches (T⋈U)⋉S, maintained from S's, T's and
+    U's pipelines. MF: these orders, no cache; G: that cache forced; P: the re-optimizer's choice
+    under these orders with m = 8 (room for globally consistent candidates)."""
+    from dataclasses import replace
+
+    events, q = consistent_input(tuples, window, dom)
+    ddl = [f"register stream {n} (a int)" for n in "STUV"]
+    plans = {
+        "MF": (caching(on=False), []),
+        "G": (forced_only(), [(3, 2, 0)]),
+        "P": (replace(caching(), candidates_cap=8), []),
+    }
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in plans}
+    for _ in range(repeat):
+        for name, (cfg, forced) in plans.items():
+            got[name].append(run(events, q, ddl, push, cfg, fixed=(CONSISTENT_ORDERS, forced)))
+    res = {k: best(v) for k, v in got.items()}
+    assert len({r["rows"] for r in res.values()}) == 1, "plans disagree"
+    mf = res["MF"]
+    print(f"Globally consistent caches (thesis §5.7): V's pipeline caching (T⋈U)⋉S; windows {window}, push {push}")
+    print("  thesis: G almost always as good as the best XJoin, better than P where the prefix invariant")
+    print("  fails for a high-benefit cache (Fig 5.21 D1-D3); no figure for this query")
+    for name, r in res.items():
+        print(
+            f"  {name:<2}: {r['throughput']:>8.0f} tuples/s ({r['throughput'] / mf['throughput']:.2f}x MF), "
+            f"caches {', '.join(r['caches_used']) or 'none'}, hit rate {r['hit_rate']:.2f}"
+        )
+    print(f"  result rows: {mf['rows']}")
+    return res
+
+
 # ------------------------------------------------------------------ Fig 5.22: a 20× burst
 
 
@@ -409,14 +564,18 @@ def main(argv: list[str] | None = None) -> int:
         "--pushes", type=int, nargs="+", default=[20, 100, 400], help="push sizes of the costly-probe sweep"
     )
     ap.add_argument("--json", help="write the figures to this file")
-    a = ap.parse_args(argv)
-    res = {
-        "fig_5_21": fig_521(a.tuples, a.push, a.base, a.repeat),
-        "costly": fig_costly(a.tuples, a.push, repeat=a.repeat),
-        "costly_push": fig_costly_push(a.tuples, a.pushes, repeat=a.repeat),
-        "fig_5_22": fig_522(a.tuples, a.push, a.base),
-        "fig_5_23": fig_523(a.tuples, a.push, a.base),
+    figs = {
+        "fig_5_21": lambda a: fig_521(a.tuples, a.push, a.base, a.repeat),
+        "costly": lambda a: fig_costly(a.tuples, a.push, repeat=a.repeat),
+        "costly_push": lambda a: fig_costly_push(a.tuples, a.pushes, repeat=a.repeat),
+        "fig_5_22": lambda a: fig_522(a.tuples, a.push, a.base),
+        "fig_5_23": lambda a: fig_523(a.tuples, a.push, a.base),
+        "shared": lambda a: {p: fig_shared(a.tuples, p, repeat=a.repeat) for p in a.pushes},
+        "consistent": lambda a: {p: fig_consistent(a.tuples, p, repeat=a.repeat) for p in a.pushes},
     }
+    ap.add_argument("--only", nargs="+", choices=sorted(figs), help="run only these figures (default: all)")
+    a = ap.parse_args(argv)
+    res = {name: f(a) for name, f in figs.items() if not a.only or name in a.only}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1, default=str)

@@ -33,7 +33,7 @@ def test_acaching_bench_runs(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    for fig in ("Fig 5.21", "Costly probes", "Fig 5.22", "Fig 5.23"):
+    for fig in ("Fig 5.21", "Costly probes", "Fig 5.22", "Fig 5.23", "Shared caches", "Globally consistent"):
         assert fig in out
     data = json.loads(report.read_text())
     f521 = data["fig_5_21"]
@@ -56,3 +56,11 @@ def test_acaching_bench_runs(tmp_path, capsys):
     for mem, point in f523["points"].items():
         assert (point["X"] is None) == (int(mem) < need)
         assert point["P"] > 0
+    assert sorted(data["shared"]) == sorted(data["consistent"]) == ["40", "5"]
+    for shared in data["shared"].values():
+        assert len({r["rows"] for r in shared.values()}) == 1
+        assert shared["FT"]["caches_used"] == ["2:[1, 0]"] and shared["FU"]["caches_used"] == ["3:[1, 0]"]
+        assert shared["FS"]["shared_by"] == [[2, 3]]  # one store for both pipelines
+    for consistent in data["consistent"].values():
+        assert len({r["rows"] for r in consistent.values()}) == 1
+        assert consistent["G"]["caches_used"] == ["3:[1, 2]⋉[0]"]

@@ -21,6 +21,8 @@ measured times, a cache's work (lookups, merges, maintenance, entry creation) as
 it is used, or, for a cache not used yet, from the work of the join's used caches (the priors
 `prior_call_seconds` + `prior_row_seconds` per probing row until some is measured). "rows": the
 step-count model above (deterministic; tests use it to make selections independent of timing).
+`candidates_cap`: m of thesis §5.7: when the prefix-invariant candidates of a join are fewer, globally
+consistent ones fill the list up to m (0: none; thesis experiments m = 6).
 `profile_every`: a profiled candidate takes the keys of one call in this many (the Bloom
 filter's miss-rate estimate sees a sample of the calls; 1: every call)."""
 
@@ -49,6 +51,7 @@ class CachingConfig:
     prior_call_seconds: float = 2e-4
     prior_row_seconds: float = 2e-6
     profile_every: int = 4
+    candidates_cap: int = 6
 
 
 def enabled(v: object) -> bool:

@@ -267,16 +267,37 @@ class SegmentCache:
         ok = se[at] == eids
         np.subtract.at(self.count, o[at[ok]], 1)
 
-    def maintain(self, key: np.ndarray, ids: np.ndarray, h: np.ndarray | None = None) -> int:
-        """Add the new combos (key, ids; key hashes h) whose key is present. Returns the rows added."""
+    def maintain(self, key: np.ndarray, ids: np.ndarray, h: np.ndarray | None = None, distinct: bool = False) -> int:
+        """Add the new combos (key, ids; key hashes h) whose key is present. Returns the rows
+        added. `distinct`: the combos may repeat each other or the entry's live ones (a globally
+        consistent cache's projections, one per partner): each is added once."""
         if not len(key) or not len(self.keys):
             return 0
         h = key_hash(key) if h is None else h
         take, at = self._entry_of(key, h)
+        if distinct and take.any():
+            take &= self._new_combos(at, ids, take)
         if not take.any():
             return 0
         self._add_run(h[take], at[take], ids[take])
         return int(take.sum())
+
+    def _new_combos(self, at: np.ndarray, ids: np.ndarray, take: np.ndarray) -> np.ndarray:
+        """Which rows (entry index at, ids) among `take` are neither live in their entry nor an
+        earlier row's repeat."""
+        rows = np.flatnonzero(take)
+        cand = np.column_stack([self.eid[at[rows]], ids[rows].view(np.int64)])
+        # the live combos of those entries only (a lookup: no pass over the store)
+        ue = np.unique(at[rows])
+        _present, q, old_ids = self.lookup(self.keys[ue], self.khash[ue])
+        old = np.column_stack([self.eid[ue[q]], old_ids.view(np.int64)])
+        _u, first, inv = np.unique(np.concatenate([old, cand]), axis=0, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        # a candidate is new when it is the first occurrence of its row and no old row precedes it
+        is_new = first[inv[len(old) :]] == len(old) + np.arange(len(cand))
+        out = np.zeros(len(take), bool)
+        out[rows[is_new]] = True
+        return out
 
     def _add_run(self, h: np.ndarray, entry: np.ndarray, ids: np.ndarray) -> None:
         """A new run of combos (hashes h, entry indexes, ids), then merges while the run before

@@ -40,11 +40,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
+from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cqlstream.engine.adaptive import cache_config as CC
+from cqlstream.engine.adaptive import cache_share as SH
 from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.adaptive.cache_store import SegmentCache, first_per_key, key_hash, match_keys
 from cqlstream.engine.adaptive.config import OFF
@@ -103,10 +105,21 @@ def _bloom_fraction(codes: np.ndarray, alpha: int) -> float:
 
 
 class Candidate:
-    """A cache over the first `len(seg)` probes of pipeline i, with its statistics."""
+    """A cache over the first `len(seg)` probes of pipeline i, with its statistics. `partners`
+    (Y, later windows of the pipeline) non-empty: a globally consistent cache (thesis §5.7),
+    holding the segment's combos that have a partner in Y (and possibly some that lost it)."""
 
-    def __init__(self, i: int, seg: tuple[int, ...], keys: list[Equi], window: int) -> None:
+    def __init__(
+        self, i: int, seg: tuple[int, ...], keys: list[Equi], window: int, partners: tuple[int, ...] = ()
+    ) -> None:
         self.i, self.seg, self.keys = i, seg, keys
+        self.partners = partners
+        # the store's columns: the segment inputs in input order (not probe order), so that the
+        # candidates of other pipelines over the same windows and key share it (cache_share.py)
+        self.cols = tuple(sorted(seg))
+        # the windows whose pipelines supply new combos (X ∪ Y: the prefix invariant holds there)
+        self.union = tuple(sorted(seg + partners))
+        self.share = SH.share_key(keys, seg, partners)
         self.state = PROFILED
         self.store: SegmentCache | None = None
         self.miss_obs: deque[float] = deque(maxlen=window)
@@ -134,7 +147,7 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        return f"{self.i}:{list(self.seg)}"
+        return f"{self.i}:{list(self.seg)}" + (f"⋉{list(self.partners)}" if self.partners else "")
 
     def miss(self) -> float | None:
         if self.state != USED and self.span_miss is not None:
@@ -146,6 +159,7 @@ class Candidate:
         return {
             "pipeline": self.i,
             "segment": list(self.seg),
+            "partners": list(self.partners),
             "state": self.state,
             "miss_probability": None if self.miss() is None else round(float(self.miss() or 0.0), 6),
             "observations": len(self.miss_obs),
@@ -213,7 +227,7 @@ class ACaching:
     def __init__(self, op: JoinOp, config: CachingConfig) -> None:
         self.op = op
         self.config = config
-        self.cands: dict[tuple[int, tuple[int, ...]], Candidate] = {}
+        self.cands: dict[tuple[int, tuple[int, ...]] | tuple[int, tuple[int, ...], tuple[int, ...]], Candidate] = {}
         self.events: deque[tuple[str, float]] = deque(maxlen=self.EVENTS)
         self.log: deque[dict[str, Any]] = deque(maxlen=20)
         self.selections = 0
@@ -283,11 +297,40 @@ class ACaching:
     def used(self) -> list[Candidate]:
         return [c for c in self.cands.values() if c.state == USED]
 
-    def force(self, i: int, s: int, capacity: int | None = None) -> Candidate:
-        """Use the cache over the first s probes of pipeline i now (empty): tests and benchmarks
-        (fixed cache sets). Raises ValueError when the candidate is not eligible."""
+    def stores(self) -> list[Candidate]:
+        """One used candidate per store (the first of those sharing it): who supplies and
+        maintains it."""
+        seen: set[int] = set()
+        out = []
+        for c in self.used():
+            if c.store is not None and id(c.store) not in seen:
+                seen.add(id(c.store))
+                out.append(c)
+        return out
+
+    def sharing(self, c: Candidate) -> list[Candidate]:
+        """The used candidates probing c's store (c included), in pipeline order."""
+        if c.store is None:
+            return [c]
+        return sorted((d for d in self.used() if d.store is c.store), key=lambda d: d.i)
+
+    @staticmethod
+    def delta_key(c: Candidate) -> tuple[Any, ...]:
+        """Where a call's new combos for c's store are gathered: one list per shared cache."""
+        return c.share
+
+    def group_net(self, c: Candidate) -> float:
+        """Net benefit of the cache c belongs to: its pipelines' benefits summed, its cost
+        once (the largest of its members' estimates: the maintenance is the same store's)."""
+        members = self.sharing(c)
+        return sum(d.benefit for d in members) - max(d.cost for d in members)
+
+    def force(self, i: int, s: int, capacity: int | None = None, partners: Sequence[int] = ()) -> Candidate:
+        """Use the cache over the first s probes of pipeline i now (empty; `partners`: the
+        windows Y of a globally consistent cache): tests and benchmarks (fixed cache sets).
+        Raises ValueError when the candidate is not eligible."""
         seg = tuple(self.op._order(i)[:s])
-        c = self._candidate(i, seg)
+        c = self._candidate(i, seg, tuple(sorted(partners)))
         if c is None or not self._eligible(c):
             raise ValueError(f"no eligible cache over {list(seg)} in pipeline {i}")
         if not self._fits(c, [d for d in self.used() if d.i != c.i]):
@@ -304,15 +347,48 @@ class ACaching:
                 self._drop(c, "dropped by hand", unused=True)
 
     # ------------------------------------------------------------ candidates
-    def _candidate(self, i: int, seg: tuple[int, ...]) -> Candidate | None:
-        key = (i, seg)
+    def _candidate(self, i: int, seg: tuple[int, ...], partners: tuple[int, ...] = ()) -> Candidate | None:
+        key = (i, seg, partners) if partners else (i, seg)
         c = self.cands.get(key)
         if c is None:
-            keys = sorted((e for e in self.op.equi if i in (e.a, e.b) and e.other(i) in seg), key=lambda e: e.cid)
+            keys = SH.key_order([e for e in self.op.equi if i in (e.a, e.b) and e.other(i) in seg], seg)
             if not keys:
                 return None
-            c = self.cands[key] = Candidate(i, seg, keys, self.config.window)
+            c = self.cands[key] = Candidate(i, seg, keys, self.config.window, partners)
         return c
+
+    def _consistent(self, orders: tuple[tuple[int, ...], ...], room: int) -> list[Candidate]:
+        """Up to `room` globally consistent candidates (thesis §5.7's cap): X a prefix of a
+        pipeline whose windows fail the prefix invariant, Y the fewest later windows of the
+        pipeline completing X to a set that satisfies it; the longest X first (all but one of
+        the pipeline's windows, then all but two, ...), within a length in pipeline order."""
+        if room <= 0:
+            return []
+        by: dict[int, Sequence[int]] = dict(enumerate(orders))
+        out: list[Candidate] = []
+        for s in range(self.op.n - 2, 0, -1):
+            for i, order in enumerate(orders):
+                seg = order[:s]
+                if len(out) >= room:
+                    return out
+                if SH.prefix_ok(by, frozenset(seg)):
+                    continue
+                later = order[s:]
+                y = next(
+                    (
+                        tuple(sorted(more))
+                        for k in range(1, len(later) + 1)
+                        for more in combinations(later, k)
+                        if SH.prefix_ok(by, frozenset(seg) | frozenset(more))
+                    ),
+                    None,
+                )
+                if y is None:
+                    continue
+                c = self._candidate(i, seg, y)
+                if c is not None and self._eligible(c):
+                    out.append(c)
+        return out
 
     def _current(self) -> list[Candidate]:
         """The eligible candidates of the current orders (recomputed only when an order changed)."""
@@ -324,17 +400,21 @@ class ACaching:
                     c = self._candidate(i, orders[i][:s])
                     if c is not None and self._eligible(c):
                         out.append(c)
+            out += self._consistent(orders, self.config.candidates_cap - len(out))
             self._current_memo = (orders, out)
         return [c for c in self._current_memo[1] if c.ok]
 
     def _eligible(self, c: Candidate) -> bool:
         if not c.ok:
             return False
-        seg = set(c.seg)
+        seg, union = set(c.seg), set(c.union)
         for _t, own in self.op.theta:
-            if own & seg and not own <= seg:
+            if (own & seg and not own <= seg) or (own & union and not own <= union):
                 return False
-        return all(set(self.op._order(k)[: len(seg) - 1]) == seg - {k} for k in seg)
+        order = self.op._order(c.i)
+        if c.partners and not set(c.partners) <= set(order[len(c.seg) :]):
+            return False
+        return all(set(self.op._order(k)[: len(union) - 1]) == union - {k} for k in union)
 
     # ------------------------------------------------------------ one call
     def start_call(self, tables: Sequence[Table], const_ok: bool) -> list[int]:
@@ -360,27 +440,27 @@ class ACaching:
             if not self._fits(c, [d for d in self.used() if d is not c]):
                 self._drop(c, "a segment input's cache covers it", unused=False)
         self.join_calls += 1
-        for c in self.used():
-            if len(c.seg) == 1:
+        for c in self.stores():
+            if len(c.union) == 1:
                 t0 = _clock()
                 (k,) = c.seg
                 t = tables[k]
                 supply(self, tables, c, k, {k: t.inst[t.lo >= 0]}, None)
                 c.call_work += _clock() - t0
-        length = {c.i: len(c.seg) for c in self.used()}
+        length = {c.i: len(c.union) for c in self.used()}
         return sorted(range(self.op.n), key=lambda i: length.get(i, 0))
 
     @staticmethod
     def _fits(c: Candidate, others: list[Candidate]) -> bool:
-        """Suppliers run before the pipelines they supply: a segment input's own cache must be
-        shorter than the segment less one, and a cache this pipeline supplies longer than c."""
-        s = len(c.seg)
+        """Suppliers run before the pipelines they supply (pipelines run in order of their
+        cache's X ∪ Y size) and supply after their own cache's hits are merged: a supplying
+        input's own cache spans fewer windows than the X ∪ Y it supplies."""
         for d in others:
             if d.i == c.i:
                 return False
-            if s > 1 and d.i in c.seg and len(d.seg) >= s - 0:
+            if len(c.union) > 1 and d.i in c.union and len(d.union) >= len(c.union):
                 return False
-            if len(d.seg) > 1 and c.i in d.seg and s >= len(d.seg):
+            if len(d.union) > 1 and c.i in d.union and len(c.union) >= len(d.union):
                 return False
         return True
 
@@ -389,7 +469,7 @@ class ACaching:
         involves the pipeline and it is not profiled in this call (its events are only counted)."""
         if not self.live:
             return None
-        if not any(c.i == i or i in c.seg for c in self.used()) and not self._profiling(i):
+        if not any(c.i == i or i in c.union for c in self.used()) and not self._profiling(i):
             self.record(i, len(ev))
             self.pipe_calls[i] += 1
             self.pipe_rows[i] += len(ev)
@@ -406,18 +486,18 @@ class ACaching:
     def end_call(self, tables: Sequence[Table]) -> None:
         if not self.live:
             return
-        for c in self.used():
+        for c in self.stores():  # a shared store is maintained once
             assert c.store is not None
             t0 = _clock()
-            delta = _cat_delta(self.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
+            delta = _cat_delta(self.deltas.get(self.delta_key(c), []), 2 * len(c.keys), len(c.seg))
             removed = 0
-            for pos, k in enumerate(c.seg):
+            for pos, k in enumerate(c.cols):
                 t = tables[k]
                 gone = t.b.id[t.inst[(t.lo < 0) & (t.hi < INF)]]
                 if len(gone) and c.store.rows:
                     removed += c.store.invalidate(pos, np.sort(gone).astype(np.uint64, copy=False))
             end = delta.hi == INF
-            added = c.store.maintain(delta.key[end], delta.ids[end], delta.h[end])
+            added = c.store.maintain(delta.key[end], delta.ids[end], delta.h[end], distinct=bool(c.partners))
             c.maintained += removed + added
             c.call_work += _clock() - t0
         for c, keys, kh, combo_key, combo_ids, ch in self.pending:
@@ -546,10 +626,11 @@ class ACaching:
         out = float(r[2 * s - 1])
         per_row = seg_work - cfg.probe_cost - (1 - m) * out * cfg.hit_row_cost - m * (seg_work + out * cfg.update_cost)
         supply = 0.0
-        for k in c.seg:
+        u = len(c.union)  # X ∪ Y's pipelines supply the new combos, after their first u − 1 steps
+        for k in c.union:
             rk = self._ratios(k)
             frac = self.probing[k] / total
-            supply += frac * (1.0 if s == 1 or rk is None else float(rk[2 * (s - 2) + 1]))
+            supply += frac * (1.0 if u == 1 or rk is None else float(rk[2 * (u - 2) + 1]))
         c.benefit = rate * per_row
         c.cost = 2 * cfg.update_cost * supply
         c.net = c.benefit - c.cost
@@ -567,8 +648,9 @@ class ACaching:
         )
         current = self._current()
         for c in self.used():  # refinement (a): a used cache that stopped paying goes at once
-            if not c.pinned and c.net < 0 and len(c.miss_obs) >= cfg.window:
-                self._drop(c, f"net benefit {c.net:.3g} < 0", unused=True)
+            net = self.group_net(c) if len(self.sharing(c)) > 1 else c.net
+            if not c.pinned and net < 0 and len(c.miss_obs) >= cfg.window:
+                self._drop(c, f"net benefit {net:.3g} < 0", unused=True)
         if self.phase == PROFILED:
             profiled = [c for c in current if c.state == PROFILED]
             ready = all(len(c.miss_obs) >= cfg.window for c in profiled)
@@ -600,19 +682,18 @@ class ACaching:
                     c.state = UNUSED
             return
         self.selections += 1
-        chosen: dict[int, Candidate] = {}
-        for c in sorted((c for c in known if c.net > 0), key=lambda c: -c.net):
-            if c.i in chosen:
-                continue
-            if self._fits(c, list(chosen.values())):
-                chosen[c.i] = c
-        # memory by net benefit per byte (thesis §5.6)
+        chosen = self._choose(known)
+        # memory by net benefit per byte (thesis §5.6); a shared cache is granted once
         left = self.config.memory
         grant: dict[int, int] = {}
+        by_share: dict[Any, int] = {}
         for c in sorted(chosen.values(), key=lambda c: -c.net / max(c.bytes_wanted, 1.0)):
+            if c.share in by_share:
+                grant[c.i] = by_share[c.share]
+                continue
             g = int(min(left, max(c.bytes_wanted, 1024.0)))
             if g > 0:
-                grant[c.i] = g
+                grant[c.i] = by_share[c.share] = g
                 left -= g
         for c in list(self.cands.values()):
             c.net_at_selection = c.net
@@ -637,12 +718,45 @@ class ACaching:
             self.last_used = names
         self.events.append(("cache_selection", float(self.selections)))
 
+    def _choose(self, known: list[Candidate]) -> dict[int, Candidate]:
+        """The caches to use, at most one per pipeline, compatible (`_fits`). Nothing shared:
+        each pipeline's best cache by net benefit (its candidates are nested prefixes, so this is
+        Theorem 5.5.1's optimum), taken in order of net benefit while they fit. Some window set
+        and key candidates of two or more pipelines: Theorem 5.5.3's greedy over caches, each
+        worth its members' summed benefit less its cost once (cache_share.py); globally
+        consistent candidates in the list (at most `candidates_cap` candidates then): the
+        exhaustive search over its subsets."""
+        groups: dict[Any, list[Candidate]] = {}
+        for c in known:
+            groups.setdefault(c.share, []).append(c)
+        chosen: dict[int, Candidate] = {}
+        if all(len(g) == 1 for g in groups.values()) and not any(c.partners for c in known):
+            for c in sorted((c for c in known if c.net > 0), key=lambda c: -c.net):
+                if c.i not in chosen and self._fits(c, list(chosen.values())):
+                    chosen[c.i] = c
+            return chosen
+        options = [SH.Option(key, max(c.cost for c in g), [(c, c.benefit) for c in g]) for key, g in groups.items()]
+        fits = lambda c, taken: all(d.i != c.i for d in taken) and self._fits(c, taken)  # noqa: E731
+        # globally consistent candidates among them: exhaustive over the capped list (§5.7)
+        pick = SH.exhaustive if any(c.partners for c in known) else SH.greedy
+        picked, _value = pick(options, fits)
+        for _o, members in picked:
+            for c in members:
+                chosen[c.i] = c
+        return chosen
+
     def _use(self, c: Candidate, capacity: int, reason: str) -> None:
         for d in self.used():
             if d.i == c.i:
                 self._drop(d, "replaced", unused=True)
         c.state = USED
-        c.store = SegmentCache(2 * len(c.keys), len(c.seg), capacity)
+        peer = next((d for d in self.used() if d is not c and d.share == c.share and d.store is not None), None)
+        if peer is not None:  # one cache with the pipelines already using it: its store, filled
+            assert peer.store is not None
+            c.store = peer.store
+            c.store.capacity = max(c.store.capacity, capacity)
+        else:
+            c.store = SegmentCache(2 * len(c.keys), len(c.seg), capacity)
         c.miss_obs.clear()
         c.work_obs.clear()
         c.call_work, c.call_rows, c.calls_all_hit, c.calls_probed = 0.0, 0, 0, 0
@@ -673,21 +787,42 @@ class ACaching:
             "costs": cfg.costs,
             "profile_seconds": round(self.profile_seconds, 6),
             "cache_seconds": round(self.cache_seconds, 6),
-            "candidates": [c.as_dict() for c in self.cands.values() if c.state != UNUSED or c.store is not None]
-            + [c.as_dict() for c in self.cands.values() if c.state == UNUSED and c.store is None],
+            "candidates": [self._row(c) for c in self.cands.values() if c.state != UNUSED or c.store is not None]
+            + [self._row(c) for c in self.cands.values() if c.state == UNUSED and c.store is None],
             "log": list(self.log)[-10:],
         }
+
+    def _row(self, c: Candidate) -> dict[str, Any]:
+        """A candidate's control-table row: its statistics, and the pipelines probing its store
+        (more than one: a shared cache, thesis Def 5.5.1)."""
+        return {**c.as_dict(), "shared_by": [d.i for d in self.sharing(c)] if c.state == USED else []}
 
     def explain(self) -> list[str]:
         if not self.active:
             return []
         used = self.used()
-        parts = [
-            f"{c.i}: {list(c.seg)} ({len(c.store) if c.store else 0} entries, hit "
-            f"{c.total_hits / max(c.total_probes, 1):.2f})"
-            for c in used
-        ]
+        parts = []
+        for c in used:
+            peers = [d.i for d in self.sharing(c) if d is not c]
+            shared = (
+                f", shared with pipeline{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}" if peers else ""
+            )
+            partners = f"⋉{list(c.partners)}" if c.partners else ""  # globally consistent: X ⋉ Y
+            parts.append(
+                f"{c.i}: {list(c.seg)}{partners} ({len(c.store) if c.store else 0} entries, hit "
+                f"{c.total_hits / max(c.total_probes, 1):.2f}{shared})"
+            )
         return [f"caches (a-caching, {self.selections} selections): " + ("; ".join(parts) if parts else "none used")]
+
+    def flows(self, flows: dict[int, list[int]]) -> dict[int, list[int]]:
+        """The rows per probe step that A-Greedy's shift detector reads, less those of the
+        pipelines using a cache: their hits skip the segment's steps and join the rows after it,
+        so the counts there move with the hit rate, not with the data (a forced cache's pipeline
+        was re-ordered, and its cache dropped, on such a false shift)."""
+        if not self.live:
+            return flows
+        own = {c.i for c in self.used()}
+        return {i: f for i, f in flows.items() if i not in own} if own else flows
 
     def drain_events(self) -> list[tuple[str, float]]:
         out = list(self.events)
@@ -713,7 +848,6 @@ class PipelineCall:
     def __init__(self, ac: ACaching, i: int, tables: Sequence[Table], ev: np.ndarray, seq: np.ndarray) -> None:
         t0 = _clock()
         self.ac, self.i, self.tables = ac, i, tables
-        op = ac.op
         self.rows_in = len(seq)
         self.skipped = False
         ac.record(i, len(ev))
@@ -721,17 +855,19 @@ class PipelineCall:
         ac.pipe_rows[i] += len(ev)
         self.own: Candidate | None = next((c for c in ac.used() if c.i == i), None)
         # caches this pipeline supplies: (candidate, the step after which its combos are complete)
-        self.supplies = [(c, len(c.seg) - 2) for c in ac.used() if i in c.seg and len(c.seg) > 1]
+        # (one per store: the pipelines sharing a cache are supplied once)
+        self.supplies = [(c, len(c.union) - 2) for c in ac.stores() if i in c.union and len(c.union) > 1]
         self.hits: tuple[dict[int, np.ndarray], np.ndarray] | None = None
         self.miss_rows = ev
         self.miss_keys: np.ndarray | None = None
         if self.own is not None:
             self.own.call_rows += len(ev)
         # profiled candidates of this pipeline see the probing keys of one call in `profile_every`
-        order = op._order(i) if ac.join_calls % max(ac.config.profile_every, 1) == 0 else []
-        for s in range(1, len(order) + 1):
-            c = ac.cands.get((i, tuple(order[:s])))
-            if c is not None and c.state == PROFILED and c is not self.own and c.ok:
+        profiled = (
+            [c for c in ac._current() if c.i == i] if ac.join_calls % max(ac.config.profile_every, 1) == 0 else []
+        )
+        for c in profiled:
+            if c.state == PROFILED and c is not self.own and c.ok:
                 got = self._keys(c, ev)
                 if got is None:
                     c.ok = False
@@ -786,11 +922,13 @@ class PipelineCall:
         hit = present
         self.ac.observe_keys(c, keys, valid, len(ev), int(hit.sum()))
         # this call's new combos (supplied before this pipeline ran) alive at the probe's seq
-        d = _cat_delta(self.ac.deltas.get((c.i, c.seg), []), 2 * len(c.keys), len(c.seg))
+        d = _cat_delta(self.ac.deltas.get(self.ac.delta_key(c), []), 2 * len(c.keys), len(c.seg))
         hq2, hrows2 = self._fresh(keys, h, hit, d, seq)
         qq = np.concatenate([hq, hq2])
         rows = np.concatenate([hrows, hrows2])
-        self.hits = ({self.i: ev[qq], **{k: rows[:, pos] for pos, k in enumerate(c.seg)}}, seq[qq])
+        if c.partners:  # a combo stored and fresh again (another partner): once
+            qq, rows = distinct_pairs(qq, rows, len(hq))
+        self.hits = ({self.i: ev[qq], **{k: rows[:, pos] for pos, k in enumerate(c.cols)}}, seq[qq])
         miss = ~hit
         self.miss_rows = ev[miss]
         self.miss_keys = keys[miss]
@@ -812,7 +950,7 @@ class PipelineCall:
         cached id is not in this call's state)."""
         rows = np.zeros((len(q), len(c.seg)), np.int64)
         alive = np.ones(len(q), bool)
-        for pos, k in enumerate(c.seg):
+        for pos, k in enumerate(c.cols):
             t = self.tables[k]
             state_ids = t.b.id[: t.n_state]
             want = combos[:, pos]
@@ -914,7 +1052,7 @@ class PipelineCall:
         which = ko[np.searchsorted(krow[ko], idx[self.i][sel][alive])]
         ck = keys[which] if len(which) else np.zeros((0, keys.shape[1]), np.int64)
         cid = (
-            np.stack([self.tables[k].b.id[rows[k]] for k in c.seg], axis=1).astype(np.uint64)
+            np.stack([self.tables[k].b.id[rows[k]] for k in c.cols], axis=1).astype(np.uint64)
             if len(which)
             else np.zeros((0, len(c.seg)), np.uint64)
         )
@@ -930,6 +1068,9 @@ class PipelineCall:
             ck = np.concatenate([ck, d.key[dj]])
             cid = np.concatenate([cid, d.ids[dj]])
             ch = np.concatenate([ch, d.h[dj]])
+        if c.partners and len(cid):  # a combo with several partners, or found both ways: once
+            _u, first = np.unique(np.column_stack([ck, cid.view(np.int64)]), axis=0, return_index=True)
+            ck, cid, ch = ck[first], cid[first], ch[first]
         self.ac.pending.append((c, keys, kh, ck, cid, ch))
 
 
@@ -971,17 +1112,34 @@ def supply(
         lo = seq[keep]
     if not len(lo):
         return
+    # X ∪ Y combos projected on X (a globally consistent cache keeps X's parts, alive while X's
+    # components are; their partners may leave, the invariant allows it)
     rows = {k: idx[k][keep] for k in c.seg}
     got = side_keys(ac.op, tables, c, rows, probing=False)
     if got is None:
         c.ok = False
         return
-    ids = np.stack([tables[k].b.id[rows[k]] for k in c.seg], axis=1).astype(np.uint64)
+    ids = np.stack([tables[k].b.id[rows[k]] for k in c.cols], axis=1).astype(np.uint64)
     hi = np.full(len(lo), INF, np.int64)
     for k in c.seg:
         hi = np.minimum(hi, _hi_of_rows(tables[k], rows[k]))
-    rws = np.stack([rows[k] for k in c.seg], axis=1)
-    ac.deltas.setdefault((c.i, c.seg), []).append(Delta(got[0], got[1], ids, rws, lo, hi))
+    rws = np.stack([rows[k] for k in c.cols], axis=1)
+    ac.deltas.setdefault(ac.delta_key(c), []).append(Delta(got[0], got[1], ids, rws, lo, hi))
+
+
+def distinct_pairs(q: np.ndarray, rows: np.ndarray, n_stored: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The (probe, combo) pairs once each: a globally consistent cache's X-combo can come back
+    once per partner, or both from the store and from this call's new combos. The first
+    `n_stored` pairs (from the store, which keeps each combo once) are distinct already: only
+    the new combos' pairs are checked, against each other and the stored pairs of their probes."""
+    if len(q) == n_stored:
+        return q, rows
+    near = np.flatnonzero(np.isin(q[:n_stored], q[n_stored:]))
+    both = np.concatenate([near, np.arange(n_stored, len(q))])
+    _u, first = np.unique(np.column_stack([q[both], rows[both]]), axis=0, return_index=True)
+    fresh = both[first[first >= len(near)]]
+    keep = np.concatenate([np.arange(n_stored), np.sort(fresh)])
+    return q[keep], rows[keep]
 
 
 def _hi_of_rows(t: Table, rows: np.ndarray) -> np.ndarray:

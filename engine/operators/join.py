@@ -865,7 +865,8 @@ class JoinOp(Operator):
         if self.kmon is not None:  # moves the state the constraints make unnecessary out of memory
             self.kmon.after(tables, parts)
         self.counters.extra["state_tuples"] = sum(len(s) for s in (self.state if not self.stores else state))
-        self.adaptive.observe(tables, m, self._flows)  # may change probe_orders for the next call
+        # may change probe_orders for the next call (a cached pipeline's flows are left out)
+        self.adaptive.observe(tables, m, self.caching.flows(self._flows))
         self._codes, self._indexes = {}, {}
         return self._assemble(parts, tables)
 
