@@ -65,6 +65,7 @@ from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import stable_order, starts_to_ends
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
+from cqlstream.engine.operators.probe_intervals import interval_ends
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ class AggregateOp(Operator):
         rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
         exists = np.ones(ncells, bool) if self.scalar_row else rows > 0
         outs = [s.values(cx) for s in self.strategies]
-        em = None if probe_ts is None else _interval_ends(cell_g, cell_ts, probe_ts)
+        em = None if probe_ts is None else interval_ends(cell_g, cell_ts, probe_ts)
         if em is not None:  # only the cells ending a probe interval of their group are compared
             cell_g, cell_ts, exists = cell_g[em], cell_ts[em], exists[em]
             outs = [(v[em], nl[em]) for v, nl in outs]
@@ -396,16 +397,3 @@ class AggregateOp(Operator):
             a.func.lower() in ("count", "sum", "avg") and not a.distinct for a in node.aggs
         )
         return (BOUNDED if not node.keys else worst), [(BOUNDED if scalar_o1 else worst, "aggregate state")]
-
-
-def _interval_ends(cell_g: np.ndarray, cell_ts: np.ndarray, probe_ts: np.ndarray) -> np.ndarray:
-    """Positions of the cells (in (group, ts) order) that end their group's run of cells within one
-    probe interval: the group's last cell, or one whose next cell of the group falls after a probe
-    instant not before its own (intervals (p_i, p_i+1], instants of `probe_ts`)."""
-    n = len(cell_g)
-    last = np.ones(n, bool)
-    if n > 1:
-        p = probe_ts[np.r_[True, probe_ts[1:] != probe_ts[:-1]]] if len(probe_ts) else probe_ts  # ts order: distinct
-        k = np.searchsorted(p, cell_ts, "left")  # the interval: cells at p_i belong to the one ending there
-        last[:-1] = (cell_g[1:] != cell_g[:-1]) | (k[1:] != k[:-1])
-    return np.flatnonzero(last)
