@@ -17,7 +17,11 @@ A DISTINCT under a probed aggregate (through selections and projections) is read
 instants only as well — its relation at t is a function of its input's at t — so it gets the
 probe too and emits one net change per value and interval (engine/operators/relational.py):
 in Linear Road `VolSMV` (`select distinct * from SegStr2 [Range 61 Seconds]`) under `VolSM`.
-Aggregates below such a DISTINCT get the probe as well.
+Aggregates below such a DISTINCT get the probe as well. The relation stays exact at every probe
+instant, but a value that leaves and returns within one interval keeps its earlier row (no net
+change), so the order of the live rows — and the join's output order within an instant — can
+differ from the plan without probes; the bag of results at every instant cannot
+(tests/test_probe_distinct.py).
 
 Not across windows or set operations (their operators emit every change), not for a DISTINCT the
 join reads directly (only under a probed aggregate), and not when S itself contains the aggregate

@@ -118,8 +118,9 @@ def _net_per_interval(ch: Changes, delta: np.ndarray, probe_ts: np.ndarray) -> n
     """`delta` (the output's change per (value, instant) group, groups in (value, ts) order) with
     each value's changes within one probe interval summed into one net change at the last of them
     (engine/operators/probe_intervals.py); the other groups change nothing. The output is then
-    exact at every probe instant and at the end of the call, and a value's live row was inserted
-    at the instant of its last real change, as without the probe."""
+    exact at every probe instant and at the end of the call; a value inserted in the interval is
+    inserted at its last real change, as without the probe, and one that leaves and returns keeps
+    its earlier row (cql/logical/probe_aggregates.py: the order within an instant can differ)."""
     real = np.flatnonzero(delta)
     if not len(real):
         return delta
