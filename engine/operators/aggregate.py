@@ -40,6 +40,11 @@ bound): each is compared with the group's previous such cell, so a group emits i
 over the interval at its last change in it. The relation is then exact at every probe instant
 and at the end of every call, with the live rows inserted at the same instants, in the same
 order, as without the probe.
+
+With a HAVING predicate (`Aggregate.having`, cql/logical/rewrites/having_in_aggregate.py: a
+selection over the output moved in), emission keeps only the rows the predicate holds for — the
+old row of a `−`, the new row of a `+` — evaluated once per batch over those rows (`_having`);
+ids and the carried state are as without it, so the output is the selection's, element for element.
 """
 
 from __future__ import annotations
