@@ -78,6 +78,8 @@ def strategy(node: L.Aggregate) -> tuple[Aggregation, bool] | None:
     and either the join on the grouping attributes bounded with duplicates kept (Theorem 5.6:
     counts per bucket, False) or, for MAX / MIN only, bounded under π with every bucket's
     representatives carrying its extremes (`_extremes_hold`: representatives, True)."""
+    if node.having is not None or node.probe is not None:  # the synopses emit every row, every change
+        return None
     a = normal_form(node)
     if not isinstance(a, Aggregation) or len(a.spj.occurrences) < 2:
         return None

@@ -60,9 +60,11 @@ def _sample(node: L.Plan, read: Cols) -> list[Cols]:
 
 def _aggregate(node: L.Plan, read: Cols) -> list[Cols]:
     """Group keys always (they make the groups); an aggregate's argument when its column is read
-    (COUNT(*) reads none)."""
+    (COUNT(*) reads none) or the HAVING predicate reads it."""
     assert isinstance(node, L.Aggregate)
     nk = len(node.keys)
+    if node.having is not None:
+        read = read | X.columns(node.having)
     args = [a.arg for i, a in enumerate(node.aggs) if nk + i in read]
     return [frozenset(_cols(node.keys) | _cols(args))]
 

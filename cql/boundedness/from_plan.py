@@ -134,6 +134,8 @@ def _spj(b: _Builder, projected: tuple[int, ...], distinct: bool) -> Spj:
 
 
 def _aggregation(n: L.Aggregate) -> Aggregation:
+    if n.having is not None:  # a selection over the aggregate (rewrites/having_in_aggregate.py)
+        raise _Out("the filter operator over an aggregate (HAVING): only select-project-join-aggregate is covered")
     b = _Builder()
     cols = _walk(n.input, b)
     keys = _projected([b.term(k, cols) for k in n.keys], "GROUP BY")

@@ -21,6 +21,9 @@ def _window(n: L.Window) -> str:
     return f"WINDOW [{text}]" + (" (default)" if n.default else "")
 
 
+_PROBED = " (net changes at the instants of input 2)"  # an operator read only at a probe's instants
+
+
 def node_label(n: L.Plan) -> str:
     match n:
         case L.StreamSource():
@@ -45,10 +48,11 @@ def node_label(n: L.Plan) -> str:
         case L.Aggregate():
             keys = ", ".join(k.sql() for k in n.keys)
             aggs = ", ".join(a.sql() for a in n.aggs)
-            probe = " (net changes at the instants of input 2)" if n.probe is not None else ""
-            return "AGGREGATE" + (f" GROUP BY {keys}" if keys else "") + (f": {aggs}" if aggs else "") + probe
+            having = f" HAVING {n.having.sql()}" if n.having is not None else ""
+            text = "AGGREGATE" + (f" GROUP BY {keys}" if keys else "") + (f": {aggs}" if aggs else "") + having
+            return text + _PROBED * (n.probe is not None)
         case L.Distinct():
-            return "DISTINCT"
+            return "DISTINCT" + _PROBED * (n.probe is not None)
         case L.SetOp():
             return n.op.upper() + ("" if n.all else " DISTINCT")
         case L.SemiJoin():

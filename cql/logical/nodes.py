@@ -321,13 +321,18 @@ class Aggregate(Plan):
     by cql/logical/probe_aggregates.py for an aggregate only a stream–relation join reads
     with that stream): the output is then exact at those instants (and at the end of every call),
     and a group's changes between two of them are emitted as one net change, at the last of them.
-    The probe is a second input; only its timestamps are read."""
+    The probe is a second input; only its timestamps are read.
+
+    `having`: a predicate over the output row (set by cql/logical/rewrites/having_in_aggregate.py
+    for a selection over a grouped aggregate): only the rows it holds for are emitted, so the output
+    is the selection of the aggregate's, the same elements in the same order."""
 
     input: Plan
     keys: tuple[Expr, ...]
     aggs: tuple[AggCall, ...]
     names: tuple[str, ...]
     probe: Plan | None = None
+    having: Expr | None = None
 
     def __post_init__(self) -> None:
         _relations(self, (self.input,))
@@ -339,6 +344,8 @@ class Aggregate(Plan):
         for a in self.aggs:
             if a.arg is not None:
                 self._check_expr(a.arg, w, "aggregate argument")
+        if self.having is not None:
+            self._check_expr(self.having, len(self.keys) + len(self.aggs), "having predicate")
 
     @property
     def inputs(self) -> tuple[Plan, ...]:
@@ -358,14 +365,21 @@ class Aggregate(Plan):
 
 @dataclass(frozen=True)
 class Distinct(Plan):
+    """One row per distinct value of the input relation.
+
+    `probe`: as `Aggregate.probe` (set by cql/logical/probe_aggregates.py for a DISTINCT only a
+    probed aggregate reads): a value's changes between two probe instants are one net change."""
+
     input: Plan
+    probe: Plan | None = None
 
     def __post_init__(self) -> None:
         _relations(self, (self.input,))
+        _check(self.probe is None or self.probe.is_stream, "Distinct: the probe must be a stream")
 
     @property
     def inputs(self) -> tuple[Plan, ...]:
-        return (self.input,)
+        return (self.input,) if self.probe is None else (self.input, self.probe)
 
     @property
     def schema(self) -> tuple[Attribute, ...]:
@@ -508,7 +522,7 @@ def with_inputs(node: Plan, new: tuple[Plan, ...]) -> Plan:
         return replace(node, inputs_=tuple(new))
     if isinstance(node, (SetOp, SemiJoin)):
         return replace(node, left=new[0], right=new[1])
-    if isinstance(node, Aggregate) and node.probe is not None:
+    if isinstance(node, (Aggregate, Distinct)) and node.probe is not None:
         return replace(node, input=new[0], probe=new[1])
     rebuild = getattr(node, "replace_inputs", None)  # a node defined outside this module
     if rebuild is not None:

@@ -13,8 +13,19 @@ depends only on that relation at t — so it gets the probe too: in Linear Road 
 averages `SMVAvgRel` (per vehicle) and `SMAvgRel` (per segment, over `SMVAvgRel`), read by
 `SMAvgStr` at minute ends, and `VolSM`, read by `SegTollStr2`.
 
-Not across windows, DISTINCT or set operations (their operators emit every change), and not when
-S itself contains the aggregate (the aggregate would wait for its own reader's input).
+A DISTINCT under a probed aggregate (through selections and projections) is read at those
+instants only as well — its relation at t is a function of its input's at t — so it gets the
+probe too and emits one net change per value and interval (engine/operators/relational.py):
+in Linear Road `VolSMV` (`select distinct * from SegStr2 [Range 61 Seconds]`) under `VolSM`.
+Aggregates below such a DISTINCT get the probe as well. The relation stays exact at every probe
+instant, but a value that leaves and returns within one interval keeps its earlier row (no net
+change), so the order of the live rows — and the join's output order within an instant — can
+differ from the plan without probes; the bag of results at every instant cannot
+(tests/test_probe_distinct.py).
+
+Not across windows or set operations (their operators emit every change), not for a DISTINCT the
+join reads directly (only under a probed aggregate), and not when S itself contains the aggregate
+or DISTINCT (it would wait for its own reader's input).
 """
 
 from __future__ import annotations
@@ -31,9 +42,21 @@ def probe_aggregates(x: L.Plan, s: L.Plan) -> L.Plan:
         inner = probe_aggregates(x.input, s)
         return x if inner is x.input else replace(x, input=inner)
     if isinstance(x, L.Aggregate) and x.probe is None and x.keys and not _contains(s, x):
-        return replace(x, input=probe_aggregates(x.input, s), probe=s)
+        return replace(x, input=_under_probed(x.input, s), probe=s)
     return x
 
 
-def _contains(plan: L.Plan, agg: L.Aggregate) -> bool:
-    return any(isinstance(n, L.Aggregate) and replace(n, probe=None) == agg for n in L.walk(plan))
+def _under_probed(x: L.Plan, s: L.Plan) -> L.Plan:
+    """The input `x` of an aggregate probed by `s`, with the aggregates and DISTINCTs it reads
+    (through selections and projections) probed too."""
+    if isinstance(x, (L.Filter, L.Project)):
+        inner = _under_probed(x.input, s)
+        return x if inner is x.input else replace(x, input=inner)
+    if isinstance(x, L.Distinct) and x.probe is None and not _contains(s, x):
+        return replace(x, input=_under_probed(x.input, s), probe=s)
+    return probe_aggregates(x, s)
+
+
+def _contains(plan: L.Plan, node: L.Aggregate | L.Distinct) -> bool:
+    kind = type(node)
+    return any(isinstance(n, kind) and replace(n, probe=None) == node for n in L.walk(plan))

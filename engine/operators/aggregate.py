@@ -40,6 +40,11 @@ bound): each is compared with the group's previous such cell, so a group emits i
 over the interval at its last change in it. The relation is then exact at every probe instant
 and at the end of every call, with the live rows inserted at the same instants, in the same
 order, as without the probe.
+
+With a HAVING predicate (`Aggregate.having`, cql/logical/rewrites/having_in_aggregate.py: a
+selection over the output moved in), emission keeps only the rows the predicate holds for — the
+old row of a `−`, the new row of a `+` — evaluated once per batch over those rows (`_having`);
+ids and the carried state are as without it, so the output is the selection's, element for element.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import stable_order, starts_to_ends
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
+from cqlstream.engine.operators.probe_intervals import interval_ends
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -85,8 +91,10 @@ class AggregateOp(Operator):
         evaluator: Evaluator,
         compat: bool = False,
         options: EngineOptions | None = None,
+        having: Expr | None = None,
     ) -> None:
         super().__init__(inputs, output, ids, options)
+        self.having = having  # a predicate on output rows: only those it holds for are emitted
         self.keys = tuple(keys)
         self.aggs = tuple(aggs)
         self.ev = evaluator
@@ -130,8 +138,12 @@ class AggregateOp(Operator):
 
     def current_rows(self, at: int) -> Batch:
         """The current groups' output rows as `+` elements at instant `at` (what a late query or
-        a snapshot subscriber starts from); ids are those the rows were inserted with."""
-        return self.state.current_rows(at)
+        a snapshot subscriber starts from); ids are those the rows were inserted with. With a
+        HAVING predicate, only the rows it holds for."""
+        rows = self.state.current_rows(at)
+        if self.having is None or not len(rows):
+            return rows
+        return rows.take(np.flatnonzero(self.ev.predicate(self.having, rows)))
 
     # ------------------------------------------------------------ processing
     def process(self, inputs: list[Batch], bound: int) -> Batch:
@@ -222,7 +234,7 @@ class AggregateOp(Operator):
         rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
         exists = np.ones(ncells, bool) if self.scalar_row else rows > 0
         outs = [s.values(cx) for s in self.strategies]
-        em = None if probe_ts is None else _interval_ends(cell_g, cell_ts, probe_ts)
+        em = None if probe_ts is None else interval_ends(cell_g, cell_ts, probe_ts)
         if em is not None:  # only the cells ending a probe interval of their group are compared
             cell_g, cell_ts, exists = cell_g[em], cell_ts[em], exists[em]
             outs = [(v[em], nl[em]) for v, nl in outs]
@@ -290,11 +302,14 @@ class AggregateOp(Operator):
         prevs: list[tuple[np.ndarray, np.ndarray]],
     ) -> Batch:
         """Rows for the changed cells `chg`: `−` (old row, old id) where the group existed before
-        the cell, `+` (new row, new id) where it exists after, in ts order. The changed cells are
+        the cell, `+` (new row, new id) where it exists after, in ts order; with a HAVING
+        predicate, only the rows it holds for (`_having`). The changed cells are
         ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
         (del, ins) pair of slots, and the slots of missing rows (a group appearing or becoming
         empty) are dropped by one gather at the kept slots, found once per batch. Only gathers,
         strided writes and no np.where: this runs on every output row."""
+        if self.having is not None:
+            del_mask, ins_mask = self._having(cell_g, chg, del_mask, ins_mask, outs, prevs)
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
@@ -348,6 +363,37 @@ class AggregateOp(Operator):
             nulls.append(m if m is not None and m.any() else None)
         return Batch(cols, nulls, ts, sign, ids)
 
+    def _having(
+        self,
+        cell_g: np.ndarray,
+        chg: np.ndarray,
+        del_mask: np.ndarray,
+        ins_mask: np.ndarray,
+        outs: list[tuple[np.ndarray, np.ndarray]],
+        prevs: list[tuple[np.ndarray, np.ndarray]],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`del_mask` and `ins_mask` kept only where the HAVING predicate is TRUE of the row
+        (NULL: false, as a selection): evaluated once, vectorized, over the rows that would be
+        emitted — the old rows of the deletes, then the new rows of the inserts."""
+        assert self.having is not None
+        dc, ic = chg[del_mask], chg[ins_mask]
+        if not (len(dc) + len(ic)):
+            return del_mask, ins_mask
+        g = cell_g[np.concatenate([dc, ic])]
+        cols: list[np.ndarray] = [kv[g] for kv in self.state.key_vals]
+        nulls: list[np.ndarray | None] = [kn[g] for kn in self.state.key_nulls]
+        for (v, nl), (pv, pn) in zip(outs, prevs):
+            cols.append(np.concatenate([pv[dc], v[ic]]))
+            nulls.append(np.concatenate([pn[dc], nl[ic]]))
+        nulls = [None if m is None or not m.any() else m for m in nulls]
+        n = len(g)
+        rows = Batch(cols, nulls, np.zeros(n, np.int64), np.ones(n, np.int8), np.zeros(n, np.uint64))
+        keep = self.ev.predicate(self.having, rows)
+        del_mask, ins_mask = del_mask.copy(), ins_mask.copy()
+        del_mask[del_mask] = keep[: len(dc)]
+        ins_mask[ins_mask] = keep[len(dc) :]
+        return del_mask, ins_mask
+
     # ------------------------------------------------------------ compaction of dead groups
     def _maybe_compact(self) -> None:
         """Renumber the groups when most ids belong to groups that have become empty, so state
@@ -376,7 +422,9 @@ class AggregateOp(Operator):
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Aggregate)
-        return cls(ctx.inputs, ctx.output, ctx.ids, node.keys, node.aggs, ctx.ev, compat=ctx.options.compat)
+        return cls(
+            ctx.inputs, ctx.output, ctx.ids, node.keys, node.aggs, ctx.ev, compat=ctx.options.compat, having=node.having
+        )
 
     def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
         return self.current_rows(at)
@@ -396,16 +444,3 @@ class AggregateOp(Operator):
             a.func.lower() in ("count", "sum", "avg") and not a.distinct for a in node.aggs
         )
         return (BOUNDED if not node.keys else worst), [(BOUNDED if scalar_o1 else worst, "aggregate state")]
-
-
-def _interval_ends(cell_g: np.ndarray, cell_ts: np.ndarray, probe_ts: np.ndarray) -> np.ndarray:
-    """Positions of the cells (in (group, ts) order) that end their group's run of cells within one
-    probe interval: the group's last cell, or one whose next cell of the group falls after a probe
-    instant not before its own (intervals (p_i, p_i+1], instants of `probe_ts`)."""
-    n = len(cell_g)
-    last = np.ones(n, bool)
-    if n > 1:
-        p = probe_ts[np.r_[True, probe_ts[1:] != probe_ts[:-1]]] if len(probe_ts) else probe_ts  # ts order: distinct
-        k = np.searchsorted(p, cell_ts, "left")  # the interval: cells at p_i belong to the one ending there
-        last[:-1] = (cell_g[1:] != cell_g[:-1]) | (k[1:] != k[:-1])
-    return np.flatnonzero(last)

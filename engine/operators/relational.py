@@ -30,6 +30,7 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
+from cqlstream.engine.operators.probe_intervals import interval_ends
 from cqlstream.engine.operators.setop_summary import BloomSetOp, setop_summaries
 from cqlstream.engine.operators.summary_mode import DEFAULT_BYTES, SUMMARIES, SUMMARY_KNOBS, BloomDistinct, summary_line
 from cqlstream.engine.operators.valuecount import Changes, ValueTable
@@ -62,6 +63,9 @@ class DistinctOp(Operator):
         self.summary = "exact"
         self.summary_bytes = DEFAULT_BYTES
         self.bloom: BloomDistinct | None = None
+        self.probed = len(inputs) == 2  # input 1: the probe stream (`Distinct.probe`; `_net_per_interval`)
+        if self.probed:  # the output is read at every instant of the probe: never shed it
+            self.unshed = frozenset({1})
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
@@ -69,7 +73,7 @@ class DistinctOp(Operator):
 
     @classmethod
     def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
-        return held_state(node, kids)
+        return held_state(node, kids[:1])  # a probe (kids[1]) only gives instants: nothing is kept of it
 
     def state_bytes(self) -> int:
         return self.table.nbytes() if self.bloom is None else self.bloom.nbytes()
@@ -103,9 +107,28 @@ class DistinctOp(Operator):
         enc = t.encode(b)
         ch = t.changes(enc, b.ts, b.sign.astype(np.int64)[None, :])
         delta = (ch.after[0] > 0).astype(np.int64) - (ch.before[0] > 0)
+        if self.probed:
+            delta = _net_per_interval(ch, delta, inputs[1].ts)
         out = emit_changes(t, b, ch, delta)
         t.finish(enc)
         return out
+
+
+def _net_per_interval(ch: Changes, delta: np.ndarray, probe_ts: np.ndarray) -> np.ndarray:
+    """`delta` (the output's change per (value, instant) group, groups in (value, ts) order) with
+    each value's changes within one probe interval summed into one net change at the last of them
+    (engine/operators/probe_intervals.py); the other groups change nothing. The output is then
+    exact at every probe instant and at the end of the call; a value inserted in the interval is
+    inserted at its last real change, as without the probe, and one that leaves and returns keeps
+    its earlier row (cql/logical/probe_aggregates.py: the order within an instant can differ)."""
+    real = np.flatnonzero(delta)
+    if not len(real):
+        return delta
+    ends = interval_ends(ch.slot[real], ch.ts[real], probe_ts)
+    starts = np.r_[0, ends[:-1] + 1]
+    out = np.zeros_like(delta)
+    out[real[ends]] = np.add.reduceat(delta[real], starts)
+    return out
 
 
 def _f_set(op: str, all_: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

@@ -221,7 +221,8 @@ class _Reference:
             return [r for r in rows if n.predicate is None or ev(n.predicate, r) is True]
 
         if isinstance(n, L.Aggregate):
-            return self._aggregate(n, self.relation(n.input, t))
+            rows = self._aggregate(n, self.relation(n.input, t))
+            return rows if n.having is None else [r for r in rows if ev(n.having, r) is True]  # HAVING: a selection
 
         if isinstance(n, L.Distinct):
             return list(dict.fromkeys(self.relation(n.input, t)))

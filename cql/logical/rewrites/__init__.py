@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from cqlstream.cql.logical.nodes import Plan, with_inputs
+from cqlstream.cql.logical.rewrites.having_in_aggregate import having_in_aggregate
 from cqlstream.cql.logical.rewrites.istream_unbounded import istream_unbounded
 from cqlstream.cql.logical.rewrites.narrow_windows import narrow_windows
 from cqlstream.cql.logical.rewrites.push_selections import push_selections
@@ -36,7 +37,8 @@ COMPAT_RULES: tuple[Rule, ...] = (
 )
 # Rules choosing an operator shape that static approximation (cql/approx/) does not analyse: they
 # run after the rules above and, when a query is approximated, after its approximation (both modes).
-FINAL_RULES: tuple[Rule, ...] = (stream_join,)
+# Bottom-up, so a selection is already inside its aggregate when the stream_join rule probes it.
+FINAL_RULES: tuple[Rule, ...] = (having_in_aggregate, stream_join)
 
 
 def optimize(
