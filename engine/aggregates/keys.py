@@ -10,6 +10,9 @@ many key columns. A batch outside the layout re-packs the known keys under a wid
 monotone per column, so the sorted keys stay sorted and ids do not change). When the ranges no
 longer fit 62 bits, the keys move for good to `ChainKeys` (one interner per column chained by
 interning (previous id, code) pairs), whose ids are translated to the ids already handed out.
+In packed mode the aggregate releases the groups that became empty (`GroupKeys.release`): their
+keys leave the sorted arrays and their ids go to new keys, so a window's short-lived groups keep
+the interner and the group state as large as the live groups.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 
 class AggregateOp(Operator):
     kind = "aggregate"
-    COMPACT_MIN = 1 << 16  # renumber groups only past this many group ids (tests lower it)
+    COMPACT_MIN = 1 << 16  # reuse empty groups' ids / renumber only past this many ids (tests lower it)
 
     def __init__(
         self,
