@@ -45,7 +45,7 @@ class Queue:
                 self.start = int(batch.ts[0])
             self.last_ts = int(batch.ts[-1])
             # a copy of the tail: a slice would be a view keeping the whole batch's arrays alive
-            self.recent.append(batch.take(np.arange(max(len(batch) - RECENT, 0), len(batch))))
+            self.recent.append(batch.copy_range(max(len(batch) - RECENT, 0), len(batch)))
         if watermark is not None and (self.watermark is None or watermark > self.watermark):
             self.watermark = watermark
 

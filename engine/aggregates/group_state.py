@@ -111,6 +111,20 @@ class GroupState:
             else:
                 self.totals[q][G] = val[lastc]
 
+    def reset(self, g: np.ndarray) -> None:
+        """Groups `g` (empty now) back to the state of a group never seen, so their ids can be
+        handed out again (key values are stored anew when they are)."""
+        self.exists[g] = False
+        self.row_id[g] = 0
+        for a in self.out_vals:
+            a[g] = "" if a.dtype == object else 0
+        for a in self.out_nulls:
+            a[g] = True
+        for a in self.totals.values():
+            a[g] = 0
+        for a in (*self.fsum_hi.values(), *self.fsum_lo.values()):
+            a[g] = 0.0
+
     def store_keys(self, g: np.ndarray, rows: np.ndarray, kv: list[np.ndarray], kn: list[np.ndarray | None]) -> None:
         """Remember the key values of groups `g`, new this batch, from their rows `rows` of the
         batch's key columns (output columns)."""

@@ -10,6 +10,9 @@ many key columns. A batch outside the layout re-packs the known keys under a wid
 monotone per column, so the sorted keys stay sorted and ids do not change). When the ranges no
 longer fit 62 bits, the keys move for good to `ChainKeys` (one interner per column chained by
 interning (previous id, code) pairs), whose ids are translated to the ids already handed out.
+In packed mode the aggregate releases the groups that became empty (`GroupKeys.release`): their
+keys leave the sorted arrays and their ids go to new keys, so a window's short-lived groups keep
+the interner and the group state as large as the live groups.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ _EMPTY_I = np.zeros(0, np.int64)
 
 class IntInterner:
     """Persistent map int64 key → dense id 0, 1, 2, ... (in order of discovery), vectorized.
+    Released keys (`release`) are forgotten and their ids handed out again to new keys, so a
+    stream of short-lived keys keeps the arrays as large as the live keys, not all keys ever seen.
 
     Authoritative form: sorted `keys` with their `ids` (np.searchsorted). Accelerator: when the
     known keys span a small range, a direct lookup `table` (id or −1) over [lo, lo + len)."""
@@ -39,6 +44,7 @@ class IntInterner:
         self.lo = 0
         self.table: np.ndarray | None = None
         self.added: np.ndarray | None = None  # the last _add's new keys (mask over its u), None: none
+        self.free = _EMPTY_I  # released ids, handed out before new ones
         self.new_ids = self.new_rows = _EMPTY_I
 
     def nbytes(self) -> int:
@@ -79,29 +85,69 @@ class IntInterner:
         return ids[inv]
 
     def _add(self, u: np.ndarray) -> np.ndarray:
-        """Ids of the sorted unique keys `u`, adding the unknown ones."""
-        pos = np.searchsorted(self.keys, u)
+        """Ids of the sorted unique keys `u`, adding the unknown ones (released ids first)."""
+        keys = self.keys
+        K = len(keys)
+        pos = np.searchsorted(keys, u)
         found = np.zeros(len(u), bool)
-        inb = pos < len(self.keys)
-        found[inb] = self.keys[pos[inb]] == u[inb]
+        inb = np.flatnonzero(pos < K)
+        found[inb] = keys[pos[inb]] == u[inb]
         ids = np.empty(len(u), np.int64)
         ids[found] = self.ids[pos[found]]
         new = ~found
         k = int(new.sum())
         self.added = new if k else None
         if k:
-            ids[new] = np.arange(self.n, self.n + k, dtype=np.int64)
-            self.n += k
-            self.keys = np.insert(self.keys, pos[new], u[new])
-            self.ids = np.insert(self.ids, pos[new], ids[new])
+            ids[new] = nid = self._take_ids(k)
+            un = u[new]
+            # one merge pass for both arrays (np.insert would sort its positions and copy twice)
+            dest = pos[new] + np.arange(k, dtype=np.int64)
+            old = np.ones(K + k, bool)
+            old[dest] = False
+            nk = np.empty(K + k, np.int64)
+            nk[dest] = un
+            nk[old] = keys
+            ni = np.empty(K + k, np.int64)
+            ni[dest] = nid
+            ni[old] = self.ids
+            self.keys, self.ids = nk, ni
             t = self.table
             if t is not None:
-                un = u[new]
                 if int(un[0]) >= self.lo and int(un[-1]) < self.lo + len(t):
-                    t[un - self.lo] = ids[new]
+                    t[un - self.lo] = nid
                 else:
                     self.table = None
         return ids
+
+    def _take_ids(self, k: int) -> np.ndarray:
+        """k ids for new keys: released ones first (in release order), then fresh ones from n."""
+        f = self.free
+        if not len(f):
+            out = np.arange(self.n, self.n + k, dtype=np.int64)
+            self.n += k
+            return out
+        if len(f) >= k:
+            self.free = f[k:]
+            return f[:k]
+        out = np.concatenate([f, np.arange(self.n, self.n + k - len(f), dtype=np.int64)])
+        self.n += k - len(f)
+        self.free = _EMPTY_I
+        return out
+
+    def release(self, ids: np.ndarray) -> None:
+        """Forget the keys of `ids` (distinct ids handed out and not released since): their ids
+        are handed out again to later new keys, so the arrays follow the live keys only."""
+        if not len(ids):
+            return
+        dead = np.zeros(self.n, bool)
+        dead[ids] = True
+        gone = dead[self.ids]
+        t = self.table
+        if t is not None:
+            t[self.keys[gone] - self.lo] = -1
+        keep = ~gone
+        self.keys, self.ids = self.keys[keep], self.ids[keep]
+        self.free = np.concatenate([self.free, ids]) if len(self.free) else ids.astype(np.int64, copy=True)
 
     def _retable(self) -> None:
         if self.table is not None or not len(self.keys):
@@ -194,7 +240,8 @@ Range = tuple[int, int] | None
 
 class GroupKeys:
     """Dense group ids 0, 1, 2, ... for the key columns (NULL is a value of its own), persistent:
-    packed keys through one interner while they fit 62 bits, else `ChainKeys` (module doc)."""
+    packed keys through one interner while they fit 62 bits, else `ChainKeys` (module doc).
+    In packed mode the ids of released groups are reused (`release`)."""
 
     def __init__(self, types: Iterable[DataType]) -> None:
         self.types = list(types)
@@ -240,6 +287,13 @@ class GroupKeys:
             self.fresh = (it.new_ids, it.new_rows)
             return gid
         return self._chain_map(codes, nulls, n)
+
+    def release(self, gids: np.ndarray) -> None:
+        """Groups `gids` (distinct, live ids) are gone: in packed mode their keys are forgotten
+        and their ids reused for later new groups (the caller must have reset their state to
+        that of a new group); the chained interners keep them (compaction reclaims those)."""
+        if self.packed is not None and self.types:
+            self.packed.release(gids)
 
     def _codes(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> list[np.ndarray]:
         """int64 codes per column (equal values ⇔ equal codes; arbitrary under NULL)."""

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 
 class AggregateOp(Operator):
     kind = "aggregate"
-    COMPACT_MIN = 1 << 16  # renumber groups only past this many group ids (tests lower it)
+    COMPACT_MIN = 1 << 16  # reuse empty groups' ids / renumber only past this many ids (tests lower it)
 
     def __init__(
         self,
@@ -116,6 +116,7 @@ class AggregateOp(Operator):
         self.arg_dt = [dtype_of(a.type) if a.type.kind != "null" else np.int64 for a in self.args]
         self.ms = {ai: Multiset(self.arg_dt[ai]) for ai in self.multisets}
         self.gkeys = GroupKeys(self.key_types)
+        self.recycling = False  # ids of empty groups are being reused (`_release`)
         self.scalar_row = not self.keys and not compat  # one row at every instant from t0
         self.need_init = self.scalar_row
         self.stateful = [s for s in self.strategies if s.stateful]
@@ -281,10 +282,8 @@ class AggregateOp(Operator):
             state.row_id[ig[last_ins]] = nid[ins_mask][last_ins]
         full_last = lastc if em is None else em[lastc]  # the same cells, numbered among all cells
         state.carry_totals(cx.totals, full_last, G)
-        if self.stateful:
-            dead = G[rows[full_last] <= 0].tolist()
-            for s in self.stateful:
-                s.forget(dead)
+        if self.keys:
+            self._release(G[rows[full_last] <= 0])
         self._maybe_compact()
         return out
 
@@ -394,7 +393,24 @@ class AggregateOp(Operator):
         ins_mask[ins_mask] = keep[len(dc) :]
         return del_mask, ins_mask
 
-    # ------------------------------------------------------------ compaction of dead groups
+    # ------------------------------------------------------------ dead groups: reuse, compaction
+    def _release(self, dead: np.ndarray) -> None:
+        """Groups `dead` (touched by this call, empty after it) are forgotten. Past COMPACT_MIN
+        group ids their ids are also reused for new groups (`GroupKeys.release`; the first time,
+        every empty group is swept), so keys and state follow the live groups with no renumbering
+        pass. Below it ids are never reused: the ids, and with them the order of the rows an
+        instant emits, stay those of first discovery."""
+        for s in self.stateful:
+            s.forget(dead.tolist())
+        if self.gkeys.n < self.COMPACT_MIN:
+            return
+        if not self.recycling:
+            self.recycling = True
+            dead = np.flatnonzero(self.state.totals[ROWS][: self.gkeys.n] <= 0)
+        if len(dead):
+            self.state.reset(dead)
+            self.gkeys.release(dead)
+
     def _maybe_compact(self) -> None:
         """Renumber the groups when most ids belong to groups that have become empty, so state
         follows the live groups, not the history of keys (vectorized, amortized O(1))."""
@@ -413,6 +429,7 @@ class AggregateOp(Operator):
         remap[live] = newg
         st.compact(live, newg, max(fresh.n, 16))
         self.gkeys = fresh
+        self.recycling = False
         for ms in self.ms.values():
             ms.remap(remap)
         for s in self.stateful:
