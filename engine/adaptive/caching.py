@@ -48,6 +48,7 @@ from cqlstream.engine.adaptive import cache_config as CC
 from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.adaptive.cache_store import SegmentCache, first_per_key, key_hash, match_keys
 from cqlstream.engine.adaptive.config import OFF
+from cqlstream.engine.adaptive.step_costs import StepCosts
 
 if TYPE_CHECKING:
     from cqlstream.cql.logical import expr as X
@@ -227,12 +228,9 @@ class ACaching:
         self.last_tick_events = 0
         self.last_tick_time = time.monotonic()
         self.phase = PROFILED  # profiling after a tick, until the selection runs
-        # measured time (costs = "time"): per pipeline and step, (rows in, seconds) of the
-        # step's runs; the pipeline's calls and probing rows; the caches' work per join call
+        # measured time (costs = "time"): the steps' runs (step_costs.py); the pipeline's calls and probing rows; the caches' work per join call
         # (rows, seconds) pooled over all used caches; the profiler's own time
-        self.step_time: list[list[deque[tuple[float, float]]]] = [
-            [deque(maxlen=64) for _ in range(max(n - 1, 1))] for _ in range(n)
-        ]
+        self.step_costs = StepCosts(n)  # each step run's rows, candidate pairs and seconds
         self.pipe_calls = np.zeros(n)
         self.pipe_rows = np.zeros(n)
         self.join_calls = 0
@@ -473,9 +471,11 @@ class ACaching:
         tot = np.sum(obs, axis=0)
         return tot[1:] / max(tot[0], 1.0)
 
-    def observe_step(self, i: int, step: int, rows: int, seconds: float) -> None:
-        """One run of step `step` of pipeline i: its probing rows and its time."""
-        self.step_time[i][step].append((float(rows), seconds))
+    def observe_step(self, i: int, step: int, rows0: int, rows: int, pairs: int, seconds: float, misses: bool) -> None:
+        """One run of step `step` of pipeline i: the pipeline's probing rows behind it in this
+        call, the rows into the step, the candidate pairs it met and its time (`misses`: run on a
+        used cache's misses only)."""
+        self.step_costs.observe(i, step, rows0, rows, pairs, seconds, misses)
 
     @staticmethod
     def _fit(obs: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
@@ -491,9 +491,10 @@ class ACaching:
         return max(float(y.mean()) - b * float(x.mean()), 0.0), b
 
     def _estimate_time(self, c: Candidate) -> None:
-        """Benefit and cost in seconds per join call (costs = "time"): the segment's measured
-        step times it saves (a step's per-call time when every probing event of the call hits,
-        its per-row time for each hit) against the cache's measured work."""
+        """Benefit and cost in seconds per join call (costs = "time"): the segment's step work
+        it saves, priced by the join's fitted step model (step_costs.py: a step's constant when
+        every probing event of the call hits, its rows and candidate pairs per probing row for
+        each hit), against the cache's measured work."""
         cfg = self.config
         r = self._ratios(c.i)
         m = c.miss()
@@ -507,13 +508,17 @@ class ACaching:
             p_all = c.calls_all_hit / c.calls_probed
         else:
             p_all = (1.0 - m) ** n
+        price = self.step_costs.fit()
+        if price is None:
+            return
+        a, b_row, b_pair = price
         saved = 0.0
         for k in range(s):
-            fit = self._fit(self.step_time[c.i][k])
-            if fit is None:
+            per = self.step_costs.per_row(c.i, k)
+            if per is None:
                 return
-            a, b = fit
-            saved += a * p_all + b * n * float(r[2 * k]) * (1.0 - m)
+            rows, pairs = per
+            saved += a * p_all + (b_row * rows + b_pair * pairs) * n * (1.0 - m)
         if c.state == USED and len(c.work_obs) >= 4:
             cost = float(np.mean([w for _r, w in c.work_obs]))
         else:
@@ -738,6 +743,9 @@ class PipelineCall:
                 else:
                     ac.observe_keys(c, got[0], got[1], len(ev), 0)
         self.mark = _clock()  # the steps' times are measured from here
+        self.pairs_mark = op.counters.extra.get("candidate_pairs", 0)  # and their candidate pairs
+        self.rows0 = 0  # probing rows that run the steps (the misses, under a used cache)
+        self.n_ev = len(ev)
         ac.profile_seconds += self.mark - t0
 
     def _keys(self, c: Candidate, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -859,8 +867,17 @@ class PipelineCall:
     def after(self, step: int, idx: dict[int, np.ndarray], seq: np.ndarray) -> tuple[dict[int, np.ndarray], np.ndarray]:
         n_in = self.rows_in
         now = _clock()
-        if not self.skipped:
-            self.ac.observe_step(self.i, step, n_in, now - self.mark)
+        pairs = self.ac.op.counters.extra.get("candidate_pairs", 0)
+        if step == 0:
+            self.rows0 = n_in
+        # the probing rows behind this step's rows: the misses inside the own cache's segment,
+        # every probing row after it (the hits are merged back)
+        own = self.own is not None and self.hits is not None and step < len(self.own.seg)
+        base = self.rows0 if own else self.n_ev
+        if not self.skipped and base:
+            met = max(int(pairs - self.pairs_mark), 0)
+            self.ac.observe_step(self.i, step, base, n_in, met, now - self.mark, own)
+        self.pairs_mark = pairs
         self.skipped = False
         acc = self.ac.acc[self.i]
         if step == 0:
