@@ -228,8 +228,9 @@ class ACaching:
         self.last_tick_events = 0
         self.last_tick_time = time.monotonic()
         self.phase = PROFILED  # profiling after a tick, until the selection runs
-        # measured time (costs = "time"): the steps' runs (step_costs.py); the pipeline's calls and probing rows; the caches' work per join call
-        # (rows, seconds) pooled over all used caches; the profiler's own time
+        # measured time (costs = "time"): the steps' runs (step_costs.py); the pipeline's calls
+        # and probing rows; the caches' work per join call (rows, seconds) pooled over all used
+        # caches; the profiler's own time
         self.step_costs = StepCosts(n)  # each step run's rows, candidate pairs and seconds
         self.pipe_calls = np.zeros(n)
         self.pipe_rows = np.zeros(n)
