@@ -475,8 +475,13 @@ class ACaching:
     def observe_step(self, i: int, step: int, rows0: int, rows: int, pairs: int, seconds: float, misses: bool) -> None:
         """One run of step `step` of pipeline i: the pipeline's probing rows behind it in this
         call, the rows into the step, the candidate pairs it met and its time (`misses`: run on a
-        used cache's misses only)."""
-        self.step_costs.observe(i, step, rows0, rows, pairs, seconds, misses)
+        used cache's misses only). A step is a nested loop when no equality links its input to
+        the inputs bound before it (its pairs are rows × window, each tested by a condition)."""
+        order = self.op._order(i)
+        bound = {i, *order[:step]}
+        j = order[step]
+        nested = not any(j in (e.a, e.b) and e.other(j) in bound for e in self.op.equi)
+        self.step_costs.observe(i, step, rows0, rows, pairs, seconds, misses, nested)
 
     @staticmethod
     def _fit(obs: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
@@ -509,16 +514,13 @@ class ACaching:
             p_all = c.calls_all_hit / c.calls_probed
         else:
             p_all = (1.0 - m) ** n
-        price = self.step_costs.fit()
-        if price is None:
-            return
-        a, b_row, b_pair = price
         saved = 0.0
         for k in range(s):
             per = self.step_costs.per_row(c.i, k)
-            if per is None:
+            price = self.step_costs.price(c.i, k)
+            if per is None or price is None:
                 return
-            rows, pairs = per
+            (rows, pairs), (a, b_row, b_pair) = per, price
             saved += a * p_all + (b_row * rows + b_pair * pairs) * n * (1.0 - m)
         if c.state == USED and len(c.work_obs) >= 4:
             cost = float(np.mean([w for _r, w in c.work_obs]))

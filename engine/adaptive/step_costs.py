@@ -3,13 +3,15 @@
 A pipeline's step probes one input with the rows that reached it. Its work is not a fixed cost
 per row: a hash (or stab-index) step does work per probing row and per candidate pair it meets
 (its matches), a nested-loop step (a band or other condition no index serves) meets every live
-row of the window for each probing row, so its pairs are probe rows × window rows. The join
-counts those candidate pairs anyway (`candidate_pairs`), so every step run gives
-(probing rows, candidate pairs, seconds), and one least-squares fit over all steps of the join,
+row of the window for each probing row, so its pairs are probe rows × window rows, each then tested by the
+condition (columns gathered, an expression evaluated): a nested-loop pair costs more than a
+hash match. The join counts the candidate pairs anyway (`candidate_pairs`), so every step run
+gives (probing rows, candidate pairs, seconds, its kind), and one least-squares fit over all
+steps of the join,
 
-    seconds = a + b_row · rows + b_pair · pairs        (a, b_row, b_pair ≥ 0),
+    seconds = a + b_row · rows + b_match · hash pairs + b_scan · nested-loop pairs   (all ≥ 0),
 
-prices both kinds of step with the same three coefficients: the steps differ in what they do,
+prices both kinds of step with the same four coefficients: the steps differ in what they do,
 not in the price of doing it. Pooling the steps gives the fit rows and pairs that vary by
 orders of magnitude (a nested-loop step against a hash step), which a per-step fit over calls
 of nearly equal size cannot separate from its intercept: that is what made the earlier per-step
@@ -46,26 +48,43 @@ class StepCosts:
         self.misses: list[list[deque[tuple[float, float, float, float]]]] = [
             [deque(maxlen=STEP_OBS) for _ in range(max(n - 1, 1))] for _ in range(n)
         ]
-        self.pooled: deque[tuple[float, float, float]] = deque(maxlen=POOLED_OBS)
+        self.nested = [[False] * max(n - 1, 1) for _ in range(n)]  # the step's kind, last seen
+        self.pooled: deque[tuple[float, float, float, float]] = deque(maxlen=POOLED_OBS)
         self.seen = 0
-        self._memo: tuple[int, tuple[float, float, float] | None] = (-1, None)
+        self._memo: tuple[int, tuple[float, float, float, float] | None] = (-1, None)
 
-    def observe(self, i: int, step: int, rows0: int, rows: int, pairs: int, seconds: float, misses: bool) -> None:
+    def observe(
+        self, i: int, step: int, rows0: int, rows: int, pairs: int, seconds: float, misses: bool, nested: bool
+    ) -> None:
         """One run of step `step` of pipeline i: the pipeline's probing rows in this call, the rows
         into the step, the candidate pairs it met and its time; `misses`: run on a used cache's
-        misses only."""
+        misses only; `nested`: a nested-loop step (no equality links it to the inputs before)."""
         (self.misses if misses else self.steps)[i][step].append((float(rows0), float(rows), float(pairs), seconds))
-        self.pooled.append((float(rows), float(pairs), seconds))
+        self.nested[i][step] = nested
+        p = float(pairs)
+        self.pooled.append((float(rows), 0.0 if nested else p, p if nested else 0.0, seconds))
         self.seen += 1
 
-    def fit(self) -> tuple[float, float, float] | None:
-        """(a, b_row, b_pair): seconds per step run, per probing row and per candidate pair, by
-        non-negative least squares over the pooled step runs (None: fewer than 8 runs)."""
+    def fit(self) -> tuple[float, float, float, float] | None:
+        """(a, b_row, b_match, b_scan): seconds per step run, per probing row, per hash pair and
+        per nested-loop pair, by non-negative least squares over the pooled step runs (None:
+        fewer than 8 runs)."""
         if self._memo[0] == self.seen:
             return self._memo[1]
-        got = fit_nonneg(np.array(self.pooled)) if len(self.pooled) >= 8 else None
+        got = None
+        if len(self.pooled) >= 8:
+            a, b_row, b_match, b_scan = fit_nonneg(np.array(self.pooled))
+            got = (a, b_row, b_match, b_scan)
         self._memo = (self.seen, got)
         return got
+
+    def price(self, i: int, step: int) -> tuple[float, float, float] | None:
+        """(a, seconds per row, seconds per pair) of step `step` of pipeline i: the fit's constant
+        and row price, and its pair price for the step's kind (None: no fit yet)."""
+        f = self.fit()
+        if f is None:
+            return None
+        return f[0], f[1], f[3] if self.nested[i][step] else f[2]
 
     def per_row(self, i: int, step: int) -> tuple[float, float] | None:
         """Rows into step `step` of pipeline i and candidate pairs it meets, per probing row of
@@ -83,16 +102,15 @@ class StepCosts:
         return len(self.steps[i][step]) + len(self.misses[i][step])
 
 
-def fit_nonneg(obs: np.ndarray) -> tuple[float, float, float]:
-    """Least squares seconds = a + b_row·rows + b_pair·pairs with every coefficient ≥ 0 (an
-    active-set loop over three columns: a coefficient that comes out negative is fixed at 0 and
-    the rest refitted). Columns that do not vary are left out (their coefficient 0), except the
-    constant, which always stays."""
-    rows, pairs, y = obs[:, 0], obs[:, 1], obs[:, 2]
-    cols = [np.ones(len(y)), rows, pairs]
-    active = [0] + [k for k in (1, 2) if float(np.ptp(cols[k])) > 0]
-    coef = np.zeros(3)
-    while True:
+def fit_nonneg(obs: np.ndarray) -> tuple[float, ...]:
+    """Least squares y = c0 + c1·x1 + … (y the last column, x the others) with every coefficient
+    ≥ 0 (an active-set loop: the most negative coefficient is fixed at 0 and the rest refitted).
+    Columns that do not vary are left out (coefficient 0), except the constant, which stays."""
+    y = obs[:, -1]
+    cols = [np.ones(len(y))] + [obs[:, k] for k in range(obs.shape[1] - 1)]
+    active = [0] + [k for k in range(1, len(cols)) if float(np.ptp(cols[k])) > 0]
+    coef = np.zeros(len(cols))
+    while active:
         x = np.stack([cols[k] for k in active], axis=1)
         sol = np.linalg.lstsq(x, y, rcond=None)[0]
         coef[:] = 0.0
@@ -100,9 +118,7 @@ def fit_nonneg(obs: np.ndarray) -> tuple[float, float, float]:
         neg = [k for k, v in zip(active, sol) if v < 0]
         if not neg:
             break
-        worst = min(neg, key=lambda k: coef[k])
-        active.remove(worst)
-        if not active:
-            coef[:] = 0.0
-            break
-    return float(coef[0]), float(coef[1]), float(coef[2])
+        active.remove(min(neg, key=lambda k: coef[k]))
+    else:
+        coef[:] = 0.0
+    return tuple(float(v) for v in coef)
