@@ -46,14 +46,20 @@ def test_fit_keeps_coefficients_non_negative():
     assert abs(a - float(flat[:, 2].mean())) < 1e-12 and b_row == b_pair == 0.0
 
 
-def test_per_row_prefers_runs_on_all_probing_rows():
+def test_per_row_fan_out_from_all_probing_rows_pairs_from_the_recent_window():
+    """Rows per probing row come from runs on all probing rows (a cache's misses, the keys it
+    lacks, fan out less); pairs per row into the step from the latest runs of either kind, which
+    see the window the step probes now (it fills while a used cache hides the clean runs)."""
     sc = StepCosts(3)
     assert sc.fit() is None and sc.per_row(2, 1) is None
-    for _ in range(4):
-        sc.observe(2, 1, 10, 5, 50, 1e-4, misses=True, nested=True)  # misses: 0.5 rows, 5 pairs per probing row
-    assert sc.per_row(2, 1) == (0.5, 5.0)  # nothing else known: the misses stand in
-    for _ in range(4):
+    for _ in range(4):  # misses: 0.5 rows per probing row, 600 pairs per row into the step
+        sc.observe(2, 1, 10, 5, 3000, 1e-4, misses=True, nested=True)
+    assert sc.per_row(2, 1) == (0.5, 300.0)  # nothing else known: the misses stand in
+    for _ in range(4):  # all probing rows: 2 rows per probing row, the same window
         sc.observe(2, 1, 100, 200, 120_000, 6e-3, misses=False, nested=True)
     assert sc.per_row(2, 1) == (2.0, 1200.0)
     assert sc.runs(2, 1) == 8 and sc.fit() is not None  # 8 runs pooled: fitted
     assert sc.fit() is sc.fit()  # memoized until the next run
+    for _ in range(16):  # the window grew to 1,000 rows; only misses run now
+        sc.observe(2, 1, 10, 5, 5000, 1e-4, misses=True, nested=True)
+    assert sc.per_row(2, 1) == (2.0, 2000.0)  # the fan-out kept, the pairs of the grown window

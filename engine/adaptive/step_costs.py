@@ -48,6 +48,12 @@ class StepCosts:
         self.misses: list[list[deque[tuple[float, float, float, float]]]] = [
             [deque(maxlen=STEP_OBS) for _ in range(max(n - 1, 1))] for _ in range(n)
         ]
+        # every run, clean or on misses: (rows into the step, pairs), for the pairs per row into
+        # the step, which follow the probed window (a nested loop's pairs per row are its size,
+        # whatever keys the rows carry) and must be recent while a used cache hides the clean runs
+        self.recent: list[list[deque[tuple[float, float]]]] = [
+            [deque(maxlen=STEP_OBS) for _ in range(max(n - 1, 1))] for _ in range(n)
+        ]
         self.nested = [[False] * max(n - 1, 1) for _ in range(n)]  # the step's kind, last seen
         self.pooled: deque[tuple[float, float, float, float]] = deque(maxlen=POOLED_OBS)
         self.seen = 0
@@ -60,6 +66,7 @@ class StepCosts:
         into the step, the candidate pairs it met and its time; `misses`: run on a used cache's
         misses only; `nested`: a nested-loop step (no equality links it to the inputs before)."""
         (self.misses if misses else self.steps)[i][step].append((float(rows0), float(rows), float(pairs), seconds))
+        self.recent[i][step].append((float(rows), float(pairs)))
         self.nested[i][step] = nested
         p = float(pairs)
         self.pooled.append((float(rows), 0.0 if nested else p, p if nested else 0.0, seconds))
@@ -88,15 +95,19 @@ class StepCosts:
 
     def per_row(self, i: int, step: int) -> tuple[float, float] | None:
         """Rows into step `step` of pipeline i and candidate pairs it meets, per probing row of
-        the pipeline (None: never run with probing rows). From runs on all probing rows; from runs
-        on a cache's misses only if there are none (a cache forced from the start)."""
+        the pipeline (None: never run with probing rows). The rows per probing row (the fan-out
+        of the steps before) from runs on all probing rows, or from runs on a cache's misses only
+        if there are none (a cache forced from the start); the pairs per row into the step from
+        its most recent runs of either kind (the window it probes now)."""
         obs = self.steps[i][step] or self.misses[i][step]
         if not obs:
             return None
-        rows0, rows, pairs, _ = np.array(obs).sum(axis=0)
+        rows0, rows, _pairs, _ = np.array(obs).sum(axis=0)
         if rows0 <= 0:
             return None
-        return float(rows / rows0), float(pairs / rows0)
+        into, met = np.array(self.recent[i][step]).sum(axis=0)
+        fan = float(rows / rows0)
+        return fan, fan * float(met / into) if into > 0 else 0.0
 
     def runs(self, i: int, step: int) -> int:
         return len(self.steps[i][step]) + len(self.misses[i][step])
