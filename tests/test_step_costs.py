@@ -63,3 +63,78 @@ def test_per_row_fan_out_from_all_probing_rows_pairs_from_the_recent_window():
     for _ in range(16):  # the window grew to 1,000 rows; only misses run now
         sc.observe(2, 1, 10, 5, 5000, 1e-4, misses=True, nested=True)
     assert sc.per_row(2, 1) == (2.0, 2000.0)  # the fan-out kept, the pairs of the grown window
+
+
+def _costly_join(tuples: int = 700):
+    """The costly-probe bench's join (T's pipeline probes S by key, then R by a band) after a
+    few pushes, with caches on, measured costs and no selection of its own in the test."""
+    from dataclasses import replace
+
+    from bench.acaching import COSTLY_DDL, costly_input
+    from cqlstream.engine.adaptive.cache_config import CachingConfig
+    from cqlstream.engine.adaptive.config import AdaptiveConfig
+    from cqlstream.engine.dsms import Dsms
+    from cqlstream.engine.operators.join import JoinOp
+
+    cfg = CachingConfig(enabled=True, interval_seconds=0, interval_tuples=10**9, window=4, distinct_window=64)
+    d = Dsms(adaptive=replace(AdaptiveConfig(), caching=cfg), sys_stream=False)
+    events, q, _ = costly_input(tuples)
+    for stmt in COSTLY_DDL:
+        d.execute(stmt)
+    d.register_query(q)
+    (op,) = [o for o in d.plan.operators if isinstance(o, JoinOp)]
+    op.set_knob("probe_orders", [[1, 2], [0, 2], [1, 0]])
+    for k in range(0, len(events), 70):
+        for n, r in events[k : k + 70]:
+            d.push(n, [tuple(int(x) for x in r)], ts=[k])
+        d.run()
+    return op.caching
+
+
+def test_used_cache_paying_on_its_own_record_is_kept_while_windows_fill():
+    """Refinement (a) reads a used cache's net on its own record (its hits counted, its misses'
+    rows and pairs now, its measured work), not on the fan-out profiled before it was used. Here
+    the runs before use saw small windows (0.7 S rows per T event, 200 R rows per band probe),
+    its misses see filled ones (3 and 1,000): priced the old way the cache's 3 ms of work exceed
+    its saving and it would be dropped at once; on its record it saves 3× its work and stays."""
+    ac = _costly_join()
+    for c in ac.used():
+        ac._drop(c, "test", unused=True)
+    c = ac._candidate(2, (1, 0))
+    assert c is not None
+    ac._use(c, 1 << 20, "test")
+    ac.phase = "unused"  # no selection due: only refinement (a) may act
+    sc = ac.step_costs = StepCosts(3)
+    price = (1e-4, 1e-7, 3e-8, 1e-7)  # a, per row, per hash match, per band pair
+
+    def run(step: int, rows0: int, rows: int, pairs: int, misses: bool) -> None:
+        nested = step == 1
+        secs = price[0] + price[1] * rows + (price[3] if nested else price[2]) * pairs
+        sc.observe(2, step, rows0, rows, pairs, secs, misses=misses, nested=nested)
+
+    for _ in range(4):  # profiled before use: 70 T events, 0.7 S rows each, 200 R rows
+        run(0, 70, 70, 49, False)
+        run(1, 70, 49, 49 * 200, False)
+    for _ in range(8):  # on the cache's misses since: 35 events, 3 S rows each, 1,000 R rows
+        run(0, 35, 35, 105, True)
+        run(1, 35, 105, 105 * 1000, True)
+    assert sc.fit() is not None and abs(sc.fit()[3] - 1e-7) < 1e-12
+    ac.pipe_calls[2], ac.pipe_rows[2], ac.join_calls = 10, 700, 10
+    for _ in range(4):
+        c.miss_obs.append(0.5)
+        c.work_obs.append((70.0, 3e-3))
+        c.own_obs.append((35.0, 0.0, 3e-3))  # 35 hits a call, none with every event hitting
+        c.calls_probed += 1
+    ac._estimate(c)
+    # per hit: step 0 (1 row, 3 matches) and step 1 (3 rows, 3,000 pairs) at the fitted prices
+    per_hit = 1e-7 * 1 + 3e-8 * 3 + 1e-7 * 3 + 1e-7 * 3000
+    assert abs(c.benefit - 35 * per_hit) < 1e-6 and abs(c.cost - 3e-3) < 1e-12 and c.net > 0
+    ac._maybe_reoptimize()
+    assert c.state == "used"
+    # the same record with the work above the saving: dropped at once
+    for _ in range(4):
+        c.own_obs.append((35.0, 0.0, 20e-3))
+    ac._estimate(c)
+    assert c.net < 0
+    ac._maybe_reoptimize()
+    assert c.state != "used"

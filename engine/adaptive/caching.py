@@ -132,6 +132,10 @@ class Candidate:
         self.call_rows = 0
         self.calls_all_hit = self.calls_probed = 0
         self.calls_partial = 0  # calls where some probing events hit and others missed
+        # its own record while used, one entry per join call with probing events: (hits, calls
+        # where every event hit, its work); the last W such calls give its measured net
+        self.call_hits = self.call_misses = 0
+        self.own_obs: deque[tuple[float, float, float]] = deque(maxlen=window)
 
     @property
     def name(self) -> str:
@@ -429,7 +433,12 @@ class ACaching:
             c.work_obs.append(obs)
             self.work_obs.append(obs)
             self.cache_seconds += c.call_work
+            if c.call_hits or c.call_misses:
+                c.own_obs.append((float(c.call_hits), float(c.call_misses == 0), c.call_work))
+                if self.config.costs == "time":
+                    self._measured_net(c)
             c.call_work, c.call_rows = 0.0, 0
+            c.call_hits = c.call_misses = 0
         self.pending = []
         self.deltas = {}
         self._codes, self._unique = {}, {}
@@ -528,15 +537,46 @@ class ACaching:
             fit = self._fit(self.work_obs) if len(self.work_obs) >= 8 else None
             a, b = fit if fit is not None else (cfg.prior_call_seconds, cfg.prior_row_seconds)
             cost = a + b * n * f
-        c.benefit = f * saved
-        c.cost = cost
-        c.net = c.benefit - c.cost
+        if not (c.state == USED and self._measured_net(c)):
+            c.benefit = f * saved
+            c.cost = cost
+            c.net = c.benefit - c.cost
         out = float(r[2 * s - 1])
         entries = max(m, 0.01) * cfg.distinct_window * cfg.window
         c.bytes_wanted = entries * (16 * len(c.keys) + out * 8 * (2 * len(c.keys) + s))
         st = c.store
         if st is not None and st.evicted:
             c.bytes_wanted = max(c.bytes_wanted, 2.0 * st.nbytes())
+
+    def _measured_net(self, c: Candidate) -> bool:
+        """A used cache's benefit and cost from its own record over its last W join calls with
+        probing events (False, nothing set: fewer than W such calls since it was put in use).
+
+        The saved work is priced per hit from what its segment's steps do on its own misses now:
+        their rows and candidate pairs per missed event (the windows as they are now, the keys
+        probing now), at the join's fitted step prices (step_costs.py), plus a step's constant
+        in calls where every event hit (the steps were skipped); the hits are counted, not
+        estimated from a miss rate. The cost is the cache's measured work (lookups, merges,
+        supply, maintenance, entry creation) in the same calls. Nothing is extrapolated from the
+        runs profiled before the cache was used: while the join's windows fill, a segment's
+        work per event grows, and the fan-out measured then understates it (on the costly-probe
+        bench 0.85 S rows per T event before use against 1.6–5 on the misses after)."""
+        if len(c.own_obs) < self.config.window:
+            return False
+        saved_row = skip = 0.0
+        for k in range(len(c.seg)):
+            per = self.step_costs.miss_per_row(c.i, k)
+            price = self.step_costs.price(c.i, k)
+            if per is None or price is None:
+                return False
+            (rows, pairs), (a, b_row, b_pair) = per, price
+            saved_row += b_row * rows + b_pair * pairs
+            skip += a
+        hits, all_hit, work = np.mean(np.array(c.own_obs), axis=0)
+        c.benefit = float(hits) * saved_row + float(all_hit) * skip
+        c.cost = float(work)
+        c.net = c.benefit - c.cost
+        return True
 
     def _estimate(self, c: Candidate) -> None:
         cfg = self.config
@@ -574,8 +614,14 @@ class ACaching:
             cfg.interval_seconds > 0 and now - self.last_tick_time >= cfg.interval_seconds
         )
         current = self._current()
-        for c in self.used():  # refinement (a): a used cache that stopped paying goes at once
-            if not c.pinned and c.net < 0 and len(c.miss_obs) >= cfg.window:
+        # refinement (a): a used cache that stopped paying goes at once. Read as: once its own
+        # statistics are full (W miss-rate windows since it was put in use and, with measured
+        # costs, W join calls of its own record, `_measured_net`), the first call whose net is
+        # negative drops it. Before that its net is the selection's estimate, not a measurement
+        # of it: the store is cold and the windows may still fill.
+        for c in self.used():
+            own = len(c.own_obs) >= cfg.window if cfg.costs == "time" else True
+            if not c.pinned and c.net < 0 and len(c.miss_obs) >= cfg.window and own:
                 self._drop(c, f"net benefit {c.net:.3g} < 0", unused=True)
         if self.phase == PROFILED:
             profiled = [c for c in current if c.state == PROFILED]
@@ -654,6 +700,8 @@ class ACaching:
         c.miss_obs.clear()
         c.work_obs.clear()
         c.call_work, c.call_rows, c.calls_all_hit, c.calls_probed = 0.0, 0, 0, 0
+        c.call_hits = c.call_misses = 0
+        c.own_obs.clear()
         self.events.append(("cache_used", float(c.i)))
         self.log.append({"cache": c.name, "to": USED, "reason": reason})
         log.info("cache %s used: %s", c.name, reason)
@@ -811,6 +859,8 @@ class PipelineCall:
         self.delta = d
         out = {self.i: ev[miss]}
         self.rows_in = int(miss.sum())
+        c.call_hits += len(ev) - self.rows_in
+        c.call_misses += self.rows_in
         c.calls_probed += 1
         c.calls_all_hit += int(not self.rows_in)
         c.calls_partial += int(0 < self.rows_in < len(ev))

@@ -109,6 +109,18 @@ class StepCosts:
         fan = float(rows / rows0)
         return fan, fan * float(met / into) if into > 0 else 0.0
 
+    def miss_per_row(self, i: int, step: int) -> tuple[float, float] | None:
+        """Rows into step `step` of pipeline i and candidate pairs it met, per probing row, over
+        its recent runs on a used cache's misses only (None: no such run with probing rows): what
+        the segment does now for an event the cache lacks, which a hit skips."""
+        obs = self.misses[i][step]
+        if not obs:
+            return None
+        rows0, rows, pairs, _ = np.array(obs).sum(axis=0)
+        if rows0 <= 0:
+            return None
+        return float(rows / rows0), float(pairs / rows0)
+
     def runs(self, i: int, step: int) -> int:
         return len(self.steps[i][step]) + len(self.misses[i][step])
 
