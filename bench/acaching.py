@@ -39,9 +39,11 @@ Globally consistent caches (§5.7) — the shape of Ex 5.7.1: V's pipeline cache
 alone failing the prefix invariant. MF against G (forced) and P.
 
     python -m bench.acaching [--tuples 6000] [--push 20] [--base 100] [--repeat 3] [--pushes 20 100 400]
-                             [--only shared consistent ...] [--json F]
+        [--d-pushes 20 100 400] [--only fig_5_21 costly costly_push fig_5_21_push fig_5_22 fig_5_23
+        shared consistent] [--json F]
 
-(the shared and globally consistent cases run at each of --pushes)
+(the costly sweep and the shared and globally consistent cases run at each of --pushes; the D1–D8
+sweep, fig_5_21_push, at each of --d-pushes, none by default)
 """
 
 from __future__ import annotations
@@ -300,28 +302,72 @@ def costly_input(
     return events, q, COSTLY_DDL
 
 
+MIN_CALLS = 100  # runs against the push size take at least this many join calls (P must learn)
+
+
 def fig_costly_push(tuples: int, pushes: list[int], repeat: int = 1) -> dict[str, Any]:
-    """The costly-probe workload at several push sizes: F (T's pipeline caching S ⋈ R, forced)
-    against MF (the same orders, no cache). A cache's per-call work is mostly fixed while the
-    nested-loop probe it saves grows with the rows per call, so the gain appears with the push
-    size; `saves` / `costs` are F's measured segment time saved and cache work per join call."""
-    events, q, ddl = costly_input(tuples)
-    print("Costly probes against the push size: F (forced cache) vs MF (same orders, no cache), tuples per CPU second")
+    """The costly-probe workload at several push sizes: M (A-Greedy orders, no caches), P
+    (A-Caching's own choice), F (T's pipeline caching S ⋈ R, forced) and MF (F's orders, no
+    cache). A cache's per-call work is mostly fixed while the nested-loop probe it saves grows
+    with the rows per call, so the gain appears with the push size; each run takes at least
+    MIN_CALLS join calls (P profiles one call in four before it chooses). `saves` / `costs`:
+    P's (else F's) cache, the time model's estimate of the step time it saves per join call and
+    its measured work."""
+    print(
+        "Costly probes against the push size: tuples per CPU second (M: MJoin, P: A-Caching, F: forced cache, MF: F's orders)"
+    )
     print("  thesis (tuple at a time): up to +90 % for a cache over a costly segment (Figs 5.19/5.20)")
-    print(f"  {'push':>6}{'MF':>10}{'F':>10}{'F/MF':>7}{'hit':>6}{'saves us':>10}{'costs us':>10}")
+    print(
+        f"  {'push':>6}{'tuples':>8}{'M':>9}{'P':>9}{'MF':>9}{'F':>9}{'P/M':>6}{'F/MF':>6}{'P hit':>6}"
+        f"{'saves us':>10}{'costs us':>10}  P's caches"
+    )
     out: dict[str, Any] = {}
     for push in pushes:
-        mfs, fs = [], []
+        n = max(tuples, MIN_CALLS * push)
+        events, q, ddl = costly_input(n)
+        ms, ps, mfs, fs = [], [], [], []
         for _ in range(repeat):
+            ms.append(run(events, q, ddl, push, caching(on=False)))
+            ps.append(run(events, q, ddl, push, caching()))
             mfs.append(run(events, q, ddl, push, caching(on=False), fixed=(COSTLY_ORDERS, [])))
             fs.append(run(events, q, ddl, push, caching(), fixed=(COSTLY_ORDERS, [(2, 2)])))
-        mf, f = best(mfs), best(fs)
-        assert mf["rows"] == f["rows"]
-        out[push] = {"MF": mf, "F": f}
+        m, p, mf, f = best(ms), best(ps), best(mfs), best(fs)
+        assert m["rows"] == p["rows"] == mf["rows"] == f["rows"]
+        out[push] = {"M": m, "P": p, "MF": mf, "F": f}
+        est = p if p["caches_used"] else f
         print(
-            f"  {push:>6}{mf['throughput']:>10.0f}{f['throughput']:>10.0f}{f['throughput'] / mf['throughput']:>7.2f}"
-            f"{f['hit_rate']:>6.2f}{1e6 * f['saved_per_call']:>10.0f}{1e6 * f['work_per_call']:>10.0f}"
+            f"  {push:>6}{n:>8}{m['throughput']:>9.0f}{p['throughput']:>9.0f}{mf['throughput']:>9.0f}{f['throughput']:>9.0f}"
+            f"{p['throughput'] / m['throughput']:>6.2f}{f['throughput'] / mf['throughput']:>6.2f}{p['hit_rate']:>6.2f}"
+            f"{1e6 * est['saved_per_call']:>10.0f}{1e6 * est['work_per_call']:>10.0f}  {', '.join(p['caches_used']) or 'none'}"
         )
+    return out
+
+
+def fig_521_push(tuples: int, pushes: list[int], base: int, repeat: int = 1) -> dict[str, Any]:
+    """P/M and X/M on D1–D8 against the push size (each run at least MIN_CALLS join calls): where
+    caches do not pay, P must stay at M (its time model declines them), not below."""
+    print("Fig 5.21 against the push size: P/M and X/M (input tuples per CPU second), P's caches")
+    print(f"  thesis: {THESIS_521}; up to +90 % for caching over MJoin (§5.8.2)")
+    out: dict[str, Any] = {}
+    for push in pushes:
+        n = max(tuples, MIN_CALLS * push)
+        cells = []
+        for name, (rates, sels) in WORKLOADS.items():
+            ev = generate4(n, rates, sels)
+            q = query4(base, rates)
+            ms, xs, ps = [], [], []
+            for _ in range(repeat):
+                ms.append(run(ev, q, ddl4(), push, caching(on=False)))
+                xs.append(run(ev, q, ddl4(), push, caching(), fixed=xjoin_plan(sels)))
+                ps.append(run(ev, q, ddl4(), push, caching()))
+            m, x, p = best(ms), best(xs), best(ps)
+            assert m["rows"] == x["rows"] == p["rows"], "plans disagree"
+            out[f"{name}@{push}"] = {"M": m, "X": x, "P": p}
+            cells.append(
+                f"{name} {p['throughput'] / m['throughput']:.2f}/{x['throughput'] / m['throughput']:.2f}"
+                + (f" [{', '.join(p['caches_used'])}]" if p["caches_used"] else "")
+            )
+        print(f"  push {push:>4} ({n} tuples), P/M / X/M: " + "  ".join(cells))
     return out
 
 
@@ -563,11 +609,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--pushes", type=int, nargs="+", default=[20, 100, 400], help="push sizes of the costly-probe sweep"
     )
+    ap.add_argument(
+        "--d-pushes", type=int, nargs="*", default=[], help="push sizes of a D1–D8 sweep (P/M, X/M; none by default)"
+    )
     ap.add_argument("--json", help="write the figures to this file")
     figs = {
         "fig_5_21": lambda a: fig_521(a.tuples, a.push, a.base, a.repeat),
         "costly": lambda a: fig_costly(a.tuples, a.push, repeat=a.repeat),
         "costly_push": lambda a: fig_costly_push(a.tuples, a.pushes, repeat=a.repeat),
+        "fig_5_21_push": lambda a: fig_521_push(a.tuples, a.d_pushes, a.base, a.repeat),
         "fig_5_22": lambda a: fig_522(a.tuples, a.push, a.base),
         "fig_5_23": lambda a: fig_523(a.tuples, a.push, a.base),
         "shared": lambda a: {p: fig_shared(a.tuples, p, repeat=a.repeat) for p in a.pushes},
@@ -575,7 +625,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     ap.add_argument("--only", nargs="+", choices=sorted(figs), help="run only these figures (default: all)")
     a = ap.parse_args(argv)
-    res = {name: f(a) for name, f in figs.items() if not a.only or name in a.only}
+    only = a.only or [k for k in figs if k != "fig_5_21_push" or a.d_pushes]
+    res = {name: f(a) for name, f in figs.items() if name in only}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1, default=str)

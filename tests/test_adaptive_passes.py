@@ -11,7 +11,7 @@ import pytest
 
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.mjoin import _distinct
-from cqlstream.engine.adaptive.profile import Passes
+from cqlstream.engine.adaptive.profile import Passes, strata
 from cqlstream.engine.control import _query_selections
 from cqlstream.engine.operators.join import JoinOp
 from tests.engine_harness import run_engine, run_reference
@@ -128,3 +128,24 @@ def test_selection_profiled_in_passes_same_results(chunk):
     if chunk is not None:
         assert any(0 < r.at < 600 for r in op.adaptive.log), "no re-ordering mid-stream"
         assert 0 < op.adaptive.passes.passes < op.adaptive.seen
+
+
+def test_strata_take_every_tuple_at_rate_k_over_n():
+    """A pass's positions (`strata`): k sorted distinct positions of n, one per run of n // k or
+    n // k + 1 consecutive tuples, each tuple taken at rate k / n over many passes (a uniform draw
+    within each run), including when n is not a multiple of k and when k is n."""
+    rng = np.random.default_rng(11)
+    for n, k in ((100, 7), (1000, 10), (37, 37), (50, 1)):
+        hits = np.zeros(n)
+        draws = 4000
+        for _ in range(draws):
+            got = strata(n, k, rng)
+            assert len(got) == k and (np.diff(got) > 0).all() and got[0] >= 0 and got[-1] < n
+            edges = np.arange(k + 1) * n // k
+            assert ((got >= edges[:-1]) & (got < edges[1:])).all()  # one in each run
+            hits[got] += 1
+        rate = hits / draws
+        runs = np.diff(np.arange(k + 1) * n // k)
+        expected = np.repeat(1.0 / runs, runs)  # 1 / its run's length, within one tuple of k / n
+        assert np.abs(expected - k / n).max() <= k / n * (1 / max(n // k, 1))
+        assert (np.abs(rate - expected) <= 5 * np.sqrt(expected * (1 - expected) / draws) + 1e-9).all()

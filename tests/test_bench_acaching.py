@@ -26,6 +26,8 @@ def test_acaching_bench_runs(tmp_path, capsys):
                 "--pushes",
                 "5",
                 "40",
+                "--d-pushes",
+                "60",
                 "--json",
                 str(report),
             ]
@@ -33,7 +35,15 @@ def test_acaching_bench_runs(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    for fig in ("Fig 5.21", "Costly probes", "Fig 5.22", "Fig 5.23", "Shared caches", "Globally consistent"):
+    for fig in (
+        "Fig 5.21",
+        "Costly probes",
+        "Fig 5.21 against the push size",
+        "Fig 5.22",
+        "Fig 5.23",
+        "Shared caches",
+        "Globally consistent",
+    ):
         assert fig in out
     data = json.loads(report.read_text())
     f521 = data["fig_5_21"]
@@ -48,6 +58,11 @@ def test_acaching_bench_runs(tmp_path, capsys):
     sweep = data["costly_push"]
     assert sorted(sweep) == ["40", "5"] and all(r["F"]["caches_used"] == ["2:[1, 0]"] for r in sweep.values())
     assert sweep["5"]["F"]["rows"] == sweep["5"]["MF"]["rows"] and sweep["40"]["F"]["rows"] == sweep["40"]["MF"]["rows"]
+    assert all(r["P"]["throughput"] > 0 for r in sweep.values())
+    d_sweep = data["fig_5_21_push"]
+    assert sorted(d_sweep) == [f"D{k}@60" for k in range(1, 9)]
+    for runs in d_sweep.values():  # the bench asserts the rows; here: every plan ran
+        assert set(runs) == {"M", "X", "P"} and runs["M"]["rows"] == runs["P"]["rows"] == runs["X"]["rows"]
     f522 = data["fig_5_22"]
     assert 1 <= len(f522["M"]["slices"]) == len(f522["P"]["slices"]) <= 10
     f523 = data["fig_5_23"]

@@ -16,8 +16,8 @@ probing tuple, per cached row returned on a hit, and per row inserted into or re
 cache, in the units of a join step (1 per probing row plus 1 per row it produces); used only by
 the `costs = "rows"` model.
 `costs`: "time" (default) estimates benefit and cost in measured seconds per join call (thesis
-§5.5.1's units are time): a segment's steps as a per-call plus a per-row time fitted to their
-measured times, a cache's work (lookups, merges, maintenance, entry creation) as measured while
+§5.5.1's units are time): a segment's steps by their rows and candidate pairs, priced by one
+fit to the join's measured step times (step_costs.py), a cache's work (lookups, merges, maintenance, entry creation) as measured while
 it is used, or, for a cache not used yet, from the work of the join's used caches (the priors
 `prior_call_seconds` + `prior_row_seconds` per probing row until some is measured). "rows": the
 step-count model above (deterministic; tests use it to make selections independent of timing).

@@ -50,6 +50,7 @@ from cqlstream.engine.adaptive import cache_share as SH
 from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.adaptive.cache_store import SegmentCache, first_per_key, key_hash, match_keys
 from cqlstream.engine.adaptive.config import OFF
+from cqlstream.engine.adaptive.step_costs import StepCosts
 
 if TYPE_CHECKING:
     from cqlstream.cql.logical import expr as X
@@ -144,6 +145,10 @@ class Candidate:
         self.call_rows = 0
         self.calls_all_hit = self.calls_probed = 0
         self.calls_partial = 0  # calls where some probing events hit and others missed
+        # its own record while used, one entry per join call with probing events: (hits, calls
+        # where every event hit, its work); the last W such calls give its measured net
+        self.call_hits = self.call_misses = 0
+        self.own_obs: deque[tuple[float, float, float]] = deque(maxlen=window)
 
     @property
     def name(self) -> str:
@@ -241,12 +246,10 @@ class ACaching:
         self.last_tick_events = 0
         self.last_tick_time = time.monotonic()
         self.phase = PROFILED  # profiling after a tick, until the selection runs
-        # measured time (costs = "time"): per pipeline and step, (rows in, seconds) of the
-        # step's runs; the pipeline's calls and probing rows; the caches' work per join call
-        # (rows, seconds) pooled over all used caches; the profiler's own time
-        self.step_time: list[list[deque[tuple[float, float]]]] = [
-            [deque(maxlen=64) for _ in range(max(n - 1, 1))] for _ in range(n)
-        ]
+        # measured time (costs = "time"): the steps' runs (step_costs.py); the pipeline's calls
+        # and probing rows; the caches' work per join call (rows, seconds) pooled over all used
+        # caches; the profiler's own time
+        self.step_costs = StepCosts(n)  # each step run's rows, candidate pairs and seconds
         self.pipe_calls = np.zeros(n)
         self.pipe_rows = np.zeros(n)
         self.join_calls = 0
@@ -510,7 +513,12 @@ class ACaching:
             c.work_obs.append(obs)
             self.work_obs.append(obs)
             self.cache_seconds += c.call_work
+            if c.call_hits or c.call_misses:
+                c.own_obs.append((float(c.call_hits), float(c.call_misses == 0), c.call_work))
+                if self.config.costs == "time":
+                    self._measured_net(c)
             c.call_work, c.call_rows = 0.0, 0
+            c.call_hits = c.call_misses = 0
         self.pending = []
         self.deltas = {}
         self._codes, self._unique = {}, {}
@@ -553,9 +561,16 @@ class ACaching:
         tot = np.sum(obs, axis=0)
         return tot[1:] / max(tot[0], 1.0)
 
-    def observe_step(self, i: int, step: int, rows: int, seconds: float) -> None:
-        """One run of step `step` of pipeline i: its probing rows and its time."""
-        self.step_time[i][step].append((float(rows), seconds))
+    def observe_step(self, i: int, step: int, rows0: int, rows: int, pairs: int, seconds: float, misses: bool) -> None:
+        """One run of step `step` of pipeline i: the pipeline's probing rows behind it in this
+        call, the rows into the step, the candidate pairs it met and its time (`misses`: run on a
+        used cache's misses only). A step is a nested loop when no equality links its input to
+        the inputs bound before it (its pairs are rows × window, each tested by a condition)."""
+        order = self.op._order(i)
+        bound = {i, *order[:step]}
+        j = order[step]
+        nested = not any(j in (e.a, e.b) and e.other(j) in bound for e in self.op.equi)
+        self.step_costs.observe(i, step, rows0, rows, pairs, seconds, misses, nested)
 
     @staticmethod
     def _fit(obs: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
@@ -571,9 +586,10 @@ class ACaching:
         return max(float(y.mean()) - b * float(x.mean()), 0.0), b
 
     def _estimate_time(self, c: Candidate) -> None:
-        """Benefit and cost in seconds per join call (costs = "time"): the segment's measured
-        step times it saves (a step's per-call time when every probing event of the call hits,
-        its per-row time for each hit) against the cache's measured work."""
+        """Benefit and cost in seconds per join call (costs = "time"): the segment's step work
+        it saves, priced by the join's fitted step model (step_costs.py: a step's constant when
+        every probing event of the call hits, its rows and candidate pairs per probing row for
+        each hit), against the cache's measured work."""
         cfg = self.config
         r = self._ratios(c.i)
         m = c.miss()
@@ -589,26 +605,60 @@ class ACaching:
             p_all = (1.0 - m) ** n
         saved = 0.0
         for k in range(s):
-            fit = self._fit(self.step_time[c.i][k])
-            if fit is None:
+            per = self.step_costs.per_row(c.i, k)
+            price = self.step_costs.price(c.i, k)
+            if per is None or price is None:
                 return
-            a, b = fit
-            saved += a * p_all + b * n * float(r[2 * k]) * (1.0 - m)
+            (rows, pairs), (a, b_row, b_pair) = per, price
+            saved += a * p_all + (b_row * rows + b_pair * pairs) * n * (1.0 - m)
         if c.state == USED and len(c.work_obs) >= 4:
             cost = float(np.mean([w for _r, w in c.work_obs]))
         else:
             fit = self._fit(self.work_obs) if len(self.work_obs) >= 8 else None
             a, b = fit if fit is not None else (cfg.prior_call_seconds, cfg.prior_row_seconds)
             cost = a + b * n * f
-        c.benefit = f * saved
-        c.cost = cost
-        c.net = c.benefit - c.cost
+        if not (c.state == USED and self._measured_net(c)):
+            c.benefit = f * saved
+            c.cost = cost
+            c.net = c.benefit - c.cost
         out = float(r[2 * s - 1])
         entries = max(m, 0.01) * cfg.distinct_window * cfg.window
         c.bytes_wanted = entries * (16 * len(c.keys) + out * 8 * (2 * len(c.keys) + s))
         st = c.store
         if st is not None and st.evicted:
             c.bytes_wanted = max(c.bytes_wanted, 2.0 * st.nbytes())
+
+    def _measured_net(self, c: Candidate) -> bool:
+        """A used cache's benefit and cost from its own record over its last W join calls with
+        probing events (False, nothing set: fewer than W such calls since it was put in use).
+
+        The saved work is priced per hit from what its segment's steps do on its own misses now:
+        their rows and candidate pairs per missed event (the windows as they are now, the keys
+        probing now), at the join's fitted step prices (step_costs.py), plus a step's constant
+        in calls where every event hit (the steps were skipped); the hits are counted, not
+        estimated from a miss rate. The cost is the cache's measured work (lookups, merges,
+        supply, maintenance, entry creation) in the same calls. Nothing is extrapolated from the
+        runs profiled before the cache was used: while the join's windows fill, a segment's
+        work per event grows, and the fan-out measured then understates it (on the costly-probe
+        bench 0.85 S rows per T event before use against 1.6–5 on the misses after). A hit is
+        priced as a miss: where the missed keys meet more segment rows than the held ones the
+        saving is overstated (there ~2× at 100 tuples per push), where fewer, understated."""
+        if len(c.own_obs) < self.config.window:
+            return False
+        saved_row = skip = 0.0
+        for k in range(len(c.seg)):
+            per = self.step_costs.miss_per_row(c.i, k)
+            price = self.step_costs.price(c.i, k)
+            if per is None or price is None:
+                return False
+            (rows, pairs), (a, b_row, b_pair) = per, price
+            saved_row += b_row * rows + b_pair * pairs
+            skip += a
+        hits, all_hit, work = np.mean(np.array(c.own_obs), axis=0)
+        c.benefit = float(hits) * saved_row + float(all_hit) * skip
+        c.cost = float(work)
+        c.net = c.benefit - c.cost
+        return True
 
     def _estimate(self, c: Candidate) -> None:
         cfg = self.config
@@ -647,9 +697,16 @@ class ACaching:
             cfg.interval_seconds > 0 and now - self.last_tick_time >= cfg.interval_seconds
         )
         current = self._current()
-        for c in self.used():  # refinement (a): a used cache that stopped paying goes at once
+        # refinement (a): a used cache that stopped paying goes at once. Read as: once its own
+        # statistics are full (W miss-rate windows since it was put in use and, with measured
+        # costs, W join calls of its own record, `_measured_net`), the first call whose net is
+        # negative drops it. Before that its net is the selection's estimate, not a measurement
+        # of it: the store is cold and the windows may still fill. A shared cache goes when its
+        # group's summed net is negative.
+        for c in self.used():
             net = self.group_net(c) if len(self.sharing(c)) > 1 else c.net
-            if not c.pinned and net < 0 and len(c.miss_obs) >= cfg.window:
+            own = len(c.own_obs) >= cfg.window if cfg.costs == "time" else True
+            if not c.pinned and net < 0 and len(c.miss_obs) >= cfg.window and own:
                 self._drop(c, f"net benefit {net:.3g} < 0", unused=True)
         if self.phase == PROFILED:
             profiled = [c for c in current if c.state == PROFILED]
@@ -760,6 +817,8 @@ class ACaching:
         c.miss_obs.clear()
         c.work_obs.clear()
         c.call_work, c.call_rows, c.calls_all_hit, c.calls_probed = 0.0, 0, 0, 0
+        c.call_hits = c.call_misses = 0
+        c.own_obs.clear()
         self.events.append(("cache_used", float(c.i)))
         self.log.append({"cache": c.name, "to": USED, "reason": reason})
         log.info("cache %s used: %s", c.name, reason)
@@ -874,6 +933,9 @@ class PipelineCall:
                 else:
                     ac.observe_keys(c, got[0], got[1], len(ev), 0)
         self.mark = _clock()  # the steps' times are measured from here
+        self.pairs_mark = ac.op.counters.extra.get("candidate_pairs", 0)  # and their candidate pairs
+        self.rows0 = 0  # probing rows that run the steps (the misses, under a used cache)
+        self.n_ev = len(ev)
         ac.profile_seconds += self.mark - t0
 
     def _keys(self, c: Candidate, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -938,6 +1000,8 @@ class PipelineCall:
         self.delta = d
         out = {self.i: ev[miss]}
         self.rows_in = int(miss.sum())
+        c.call_hits += len(ev) - self.rows_in
+        c.call_misses += self.rows_in
         c.calls_probed += 1
         c.calls_all_hit += int(not self.rows_in)
         c.calls_partial += int(0 < self.rows_in < len(ev))
@@ -997,8 +1061,17 @@ class PipelineCall:
     def after(self, step: int, idx: dict[int, np.ndarray], seq: np.ndarray) -> tuple[dict[int, np.ndarray], np.ndarray]:
         n_in = self.rows_in
         now = _clock()
-        if not self.skipped:
-            self.ac.observe_step(self.i, step, n_in, now - self.mark)
+        pairs = self.ac.op.counters.extra.get("candidate_pairs", 0)
+        if step == 0:
+            self.rows0 = n_in
+        # the probing rows behind this step's rows: the misses inside the own cache's segment,
+        # every probing row after it (the hits are merged back)
+        own = self.own is not None and self.hits is not None and step < len(self.own.seg)
+        base = self.rows0 if own else self.n_ev
+        if not self.skipped and base:
+            met = max(int(pairs - self.pairs_mark), 0)
+            self.ac.observe_step(self.i, step, base, n_in, met, now - self.mark, own)
+        self.pairs_mark = pairs
         self.skipped = False
         acc = self.ac.acc[self.i]
         if step == 0:
