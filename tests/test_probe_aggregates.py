@@ -7,7 +7,8 @@
   several probe tuples per instant and instants without any, the stream first or second, the
   aggregate over a window of the probing stream itself; 1, 7
   and all events per push, paper and compat mode;
-- the same batches in the same order as the plan without the probes, at every push size;
+- the same rows at each instant as the plan without the probes, at every push size (the order
+  within an instant may differ: a group that changes and changes back keeps its earlier row);
 - the rule's reach: which aggregates get the probe (nested ones, through selections and
   projections) and which do not (an aggregate the probing stream itself reads; one below a
   DISTINCT), and that the probed aggregates emit fewer rows;
@@ -65,13 +66,23 @@ def _elements(batches) -> list[tuple]:
     return [e for b in batches if b is not None for e in b.elements()]
 
 
+def _per_instant(batches) -> list[tuple[int, list[tuple]]]:
+    """Each instant's elements as a sorted list, instants in time order: the order of the elements
+    within one instant is not part of the result (a group that changes and changes back within a
+    probe interval keeps its earlier row, so it may come out in another place)."""
+    by_ts: dict[int, list[tuple]] = {}
+    for ts, sign, row in _elements(batches):
+        by_ts.setdefault(ts, []).append((sign, tuple(repr(v) for v in row)))
+    return [(ts, sorted(es)) for ts, es in sorted(by_ts.items())]
+
+
 def _probed(d: Dsms) -> list[AggregateOp]:
     return [o for o in d.plan.operators if isinstance(o, AggregateOp) and o.probed]
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(QUERIES), stream_events(3), stream_events(2), relation_events(), st.booleans())
-def test_same_batches_as_without_probes(query, s, t, r, compat):
+def test_same_rows_per_instant_as_without_probes(query, s, t, r, compat):
     inputs = _inputs(s, t, r)
     with pytest.MonkeyPatch.context() as mp:
         for chunk in (1, 7, None):
@@ -81,7 +92,7 @@ def test_same_batches_as_without_probes(query, s, t, r, compat):
             old, _, d_old = engine_raw(DDL, query, inputs, chunk, compat=compat)
             assert not _probed(d_old)
             mp.undo()
-            assert _elements(new) == _elements(old), f"chunk={chunk}\n{h.explain()}"
+            assert _per_instant(new) == _per_instant(old), f"chunk={chunk}\n{h.explain()}"
 
 
 def _aggregates(query: str) -> list[L.Aggregate]:
