@@ -449,6 +449,26 @@ def forced_only(memory: int = 1 << 20) -> CachingConfig:
     return CachingConfig(enabled=True, memory=memory, interval_seconds=0, interval_tuples=10**12, window=10**6)
 
 
+def best_of_fixed(
+    plans: dict[str, tuple[Any, list]],
+    events: list,
+    q: str,
+    ddl: list[str],
+    push: int,
+    orders: list[list[int]],
+    repeat: int,
+) -> dict[str, dict[str, Any]]:
+    """Each plan (name: (caching config, forced caches)) run under the fixed probe `orders`,
+    alternating, best of `repeat`; all plans must give the same result rows."""
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in plans}
+    for _ in range(repeat):
+        for name, (cfg, forced) in plans.items():
+            got[name].append(run(events, q, ddl, push, cfg, fixed=(orders, forced)))
+    res = {k: best(v) for k, v in got.items()}
+    assert len({r["rows"] for r in res.values()}) == 1, "plans disagree"
+    return res
+
+
 def fig_shared(tuples: int, push: int, window: int = 1000, dom: int = 200, repeat: int = 1) -> dict[str, Any]:
     """Shared caches (thesis §5.5.4): T's and U's pipelines each may cache the costly R⋈S segment
     under the key s.b; the two candidates are one store. MF: these orders without caches; FT /
@@ -464,12 +484,7 @@ def fig_shared(tuples: int, push: int, window: int = 1000, dom: int = 200, repea
         "FS": (forced_only(), [(2, 2), (3, 2)]),
         "P": (caching(), []),
     }
-    got: dict[str, list[dict[str, Any]]] = {k: [] for k in plans}
-    for _ in range(repeat):
-        for name, (cfg, forced) in plans.items():
-            got[name].append(run(events, q, SHARED_DDL, push, cfg, fixed=(SHARED_ORDERS, forced)))
-    res = {k: best(v) for k, v in got.items()}
-    assert len({r["rows"] for r in res.values()}) == 1, "plans disagree"
+    res = best_of_fixed(plans, events, q, SHARED_DDL, push, SHARED_ORDERS, repeat)
     mf = res["MF"]
     print(f"Shared caches (thesis §5.5.4): R band-join S, T and U on s.b; windows {window}, push {push}")
     print("  thesis: a shared cache's benefits add up, its cost is paid once (no figure for sharing)")
@@ -526,12 +541,7 @@ def fig_consistent(tuples: int, push: int, window: int = 1000, dom: int = 200, r
         "G": (forced_only(), [(3, 2, 0)]),
         "P": (replace(caching(), candidates_cap=8), []),
     }
-    got: dict[str, list[dict[str, Any]]] = {k: [] for k in plans}
-    for _ in range(repeat):
-        for name, (cfg, forced) in plans.items():
-            got[name].append(run(events, q, ddl, push, cfg, fixed=(CONSISTENT_ORDERS, forced)))
-    res = {k: best(v) for k, v in got.items()}
-    assert len({r["rows"] for r in res.values()}) == 1, "plans disagree"
+    res = best_of_fixed(plans, events, q, ddl, push, CONSISTENT_ORDERS, repeat)
     mf = res["MF"]
     print(f"Globally consistent caches (thesis §5.7): V's pipeline caching (T⋈U)⋉S; windows {window}, push {push}")
     print("  thesis: G almost always as good as the best XJoin, better than P where the prefix invariant")

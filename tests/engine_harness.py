@@ -160,6 +160,37 @@ def engine_raw(ddl: str, query: str, inputs, chunk, compat: bool = False):
     return out, h, d
 
 
+def elements_of(batches) -> list[tuple]:
+    """Every (ts, sign, row) of raw output batches, in order."""
+    return [e for b in batches if b is not None for e in b.elements()]
+
+
+def per_instant(batches) -> list[tuple[int, list[tuple]]]:
+    """Each instant's (sign, row) elements as a sorted list, instants in time order: for plans whose
+    order within an instant may differ (it is not part of a result)."""
+    by_ts: dict[int, list[tuple]] = {}
+    for ts, sign, row in elements_of(batches):
+        by_ts.setdefault(ts, []).append((sign, tuple(repr(v) for v in row)))
+    return [(ts, sorted(es)) for ts, es in sorted(by_ts.items())]
+
+
+def assert_same_without(ddl: str, query: str, inputs, compat: bool, took, switch_off, key=elements_of) -> None:
+    """A rewrite changes nothing: the raw output with it and with it switched off
+    (`switch_off(monkeypatch)`), at 1, 7 and all events per push, compared by `key`; `took(d)` is
+    true of an engine whose plan has the rewrite, and must be false with it switched off."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp:
+        for chunk in (1, 7, None):
+            new, h, d = engine_raw(ddl, query, inputs, chunk, compat=compat)
+            assert took(d)
+            switch_off(mp)
+            old, _, d_old = engine_raw(ddl, query, inputs, chunk, compat=compat)
+            assert not took(d_old)
+            mp.undo()
+            assert key(new) == key(old), f"chunk={chunk}\n{h.explain()}"
+
+
 def feed(d, events, step: int | None = None, after=None):
     """Push `_merge_events`-shaped events into d one event per push, `step` events per scheduler
     run; `after(i)` is called after chunk i (to poll, or to register queries mid-flow)."""

@@ -20,7 +20,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical import rewrites
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.aggregate import AggregateOp
-from tests.engine_harness import assert_same, engine_raw
+from tests.engine_harness import assert_same, assert_same_without, engine_raw
 from tests.test_stream_join import _inputs, relation_events, stream_events
 
 DDL = (
@@ -61,16 +61,7 @@ def _having(d: Dsms) -> list[AggregateOp]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(QUERIES), stream_events(3), stream_events(2), relation_events(), st.booleans())
 def test_same_elements_in_the_same_order_as_the_selection(query, s, t, r, compat):
-    inputs = _inputs(s, t, r)
-    with pytest.MonkeyPatch.context() as mp:
-        for chunk in (1, 7, None):
-            new, h, d = engine_raw(DDL, query, inputs, chunk, compat=compat)
-            assert _having(d)
-            _without_rule(mp)
-            old, _, d_old = engine_raw(DDL, query, inputs, chunk, compat=compat)
-            assert not _having(d_old)
-            mp.undo()
-            assert _elements(new) == _elements(old), f"chunk={chunk}\n{h.explain()}"
+    assert_same_without(DDL, query, _inputs(s, t, r), compat, _having, _without_rule, key=_elements)
 
 
 def test_rows_enter_and_leave_the_selection():

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.aggregate import AggregateOp
-from tests.engine_harness import assert_same, continue_from_checkpoint, engine_raw
+from tests.engine_harness import assert_same, assert_same_without, continue_from_checkpoint, engine_raw, per_instant
 from tests.test_stream_join import _inputs, relation_events, stream_events
 
 DDL = (
@@ -62,20 +62,6 @@ def _no_probes(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(stream_join_module, "probe_aggregates", lambda x, s: x)
 
 
-def _elements(batches) -> list[tuple]:
-    return [e for b in batches if b is not None for e in b.elements()]
-
-
-def _per_instant(batches) -> list[tuple[int, list[tuple]]]:
-    """Each instant's elements as a sorted list, instants in time order: the order of the elements
-    within one instant is not part of the result (a group that changes and changes back within a
-    probe interval keeps its earlier row, so it may come out in another place)."""
-    by_ts: dict[int, list[tuple]] = {}
-    for ts, sign, row in _elements(batches):
-        by_ts.setdefault(ts, []).append((sign, tuple(repr(v) for v in row)))
-    return [(ts, sorted(es)) for ts, es in sorted(by_ts.items())]
-
-
 def _probed(d: Dsms) -> list[AggregateOp]:
     return [o for o in d.plan.operators if isinstance(o, AggregateOp) and o.probed]
 
@@ -83,16 +69,7 @@ def _probed(d: Dsms) -> list[AggregateOp]:
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(QUERIES), stream_events(3), stream_events(2), relation_events(), st.booleans())
 def test_same_rows_per_instant_as_without_probes(query, s, t, r, compat):
-    inputs = _inputs(s, t, r)
-    with pytest.MonkeyPatch.context() as mp:
-        for chunk in (1, 7, None):
-            new, h, d = engine_raw(DDL, query, inputs, chunk, compat=compat)
-            assert _probed(d)
-            _no_probes(mp)
-            old, _, d_old = engine_raw(DDL, query, inputs, chunk, compat=compat)
-            assert not _probed(d_old)
-            mp.undo()
-            assert _per_instant(new) == _per_instant(old), f"chunk={chunk}\n{h.explain()}"
+    assert_same_without(DDL, query, _inputs(s, t, r), compat, _probed, _no_probes, key=per_instant)
 
 
 def _aggregates(query: str) -> list[L.Aggregate]:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.relational import DistinctOp
-from tests.engine_harness import assert_same, engine_raw
+from tests.engine_harness import assert_same, assert_same_without, engine_raw, per_instant
 from tests.test_stream_join import _inputs, relation_events, stream_events
 
 DDL = (
@@ -70,16 +70,10 @@ def _by_instant(batches) -> dict[int, Counter]:
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(QUERIES), stream_events(3), stream_events(2), relation_events(), st.booleans())
 def test_same_results_as_without_probes(query, s, t, r, compat):
-    inputs = _inputs(s, t, r)
-    with pytest.MonkeyPatch.context() as mp:
-        for chunk in (1, 7, None):
-            new, h, d = engine_raw(DDL, query, inputs, chunk, compat=compat)
-            assert _probed(d)
-            mp.setattr(stream_join_module, "probe_aggregates", lambda x, s: x)
-            old, _, d_old = engine_raw(DDL, query, inputs, chunk, compat=compat)
-            assert not _probed(d_old)
-            mp.undo()
-            assert _by_instant(new) == _by_instant(old), f"chunk={chunk}\n{h.explain()}"
+    def no_probes(mp: pytest.MonkeyPatch) -> None:
+        mp.setattr(stream_join_module, "probe_aggregates", lambda x, s: x)
+
+    assert_same_without(DDL, query, _inputs(s, t, r), compat, _probed, no_probes, key=per_instant)
 
 
 def _distincts(query: str) -> list[L.Distinct]:
