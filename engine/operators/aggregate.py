@@ -56,7 +56,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from cqlstream.cql.logical import nodes as L
-from cqlstream.cql.logical.expr import AggCall, Expr
+from cqlstream.cql.logical.expr import AggCall, Expr, columns
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.columns import as_dtype, empty_column_of
@@ -95,6 +95,7 @@ class AggregateOp(Operator):
     ) -> None:
         super().__init__(inputs, output, ids, options)
         self.having = having  # a predicate on output rows: only those it holds for are emitted
+        self.having_cols = frozenset(columns(having)) if having is not None else frozenset()
         self.keys = tuple(keys)
         self.aggs = tuple(aggs)
         self.ev = evaluator
@@ -373,17 +374,23 @@ class AggregateOp(Operator):
     ) -> tuple[np.ndarray, np.ndarray]:
         """`del_mask` and `ins_mask` kept only where the HAVING predicate is TRUE of the row
         (NULL: false, as a selection): evaluated once, vectorized, over the rows that would be
-        emitted — the old rows of the deletes, then the new rows of the inserts."""
+        emitted — the old rows of the deletes, then the new rows of the inserts. Only the columns
+        the predicate reads are gathered (the others stay empty), so the rows it rejects — 1.3M
+        of VehPos's in Linear Road, against 48 kept — cost one or two columns, not a whole row."""
         assert self.having is not None
         dc, ic = chg[del_mask], chg[ins_mask]
         if not (len(dc) + len(ic)):
             return del_mask, ins_mask
         g = cell_g[np.concatenate([dc, ic])]
-        cols: list[np.ndarray] = [kv[g] for kv in self.state.key_vals]
-        nulls: list[np.ndarray | None] = [kn[g] for kn in self.state.key_nulls]
-        for (v, nl), (pv, pn) in zip(outs, prevs):
-            cols.append(np.concatenate([pv[dc], v[ic]]))
-            nulls.append(np.concatenate([pn[dc], nl[ic]]))
+        read = self.having_cols
+        cols: list[np.ndarray] = []
+        nulls: list[np.ndarray | None] = []
+        for j, (kv, kn) in enumerate(zip(self.state.key_vals, self.state.key_nulls)):
+            cols.append(kv[g] if j in read else kv[:0])
+            nulls.append(kn[g] if j in read else None)
+        for j, ((v, nl), (pv, pn)) in enumerate(zip(outs, prevs), len(cols)):
+            cols.append(np.concatenate([pv[dc], v[ic]]) if j in read else v[:0])
+            nulls.append(np.concatenate([pn[dc], nl[ic]]) if j in read else None)
         nulls = [None if m is None or not m.any() else m for m in nulls]
         n = len(g)
         rows = Batch(cols, nulls, np.zeros(n, np.int64), np.ones(n, np.int8), np.zeros(n, np.uint64))
