@@ -213,17 +213,20 @@ class Consistent:
         return self.pipeline == other.pipeline and self.j < other.k and other.j < self.k
 
 
-def smallest_consistent_union(orders: dict[int, Sequence[int]], x: frozenset[int]) -> frozenset[int]:
-    """The smallest window set U ⊇ x satisfying the prefix invariant (the first in input order
-    among those of its size; all windows always qualify): Y = U − x is the least filtering a
-    globally consistent cache over x needs."""
-    rest = sorted(frozenset(orders) - x)
+def smallest_consistent_union(
+    orders: dict[int, Sequence[int]], x: frozenset[int], among: Sequence[int] | None = None
+) -> frozenset[int] | None:
+    """The smallest window set U ⊇ x satisfying the prefix invariant, adding windows of `among`
+    (default: every other window, in input order; the first qualifying set in that order among
+    those of its size), None if none does: Y = U − x is the least filtering a globally consistent
+    cache over x needs. With every window allowed, all n windows always qualify."""
+    rest = sorted(frozenset(orders) - x) if among is None else list(among)
     for extra in range(len(rest) + 1):
         for more in combinations(rest, extra):
             u = x | frozenset(more)
             if prefix_ok(orders, u):
                 return u
-    return frozenset(orders)
+    return None
 
 
 def consistent_candidates(orders: dict[int, Sequence[int]], cap: int = 6, min_size: int = 2) -> list[Consistent]:
@@ -245,7 +248,9 @@ def consistent_candidates(orders: dict[int, Sequence[int]], cap: int = 6, min_si
                 x = frozenset(order[j : j + size])
                 if prefix_ok(orders, x):
                     continue
-                group.append(Consistent(i, j, j + size, x, smallest_consistent_union(orders, x) - x))
+                u = smallest_consistent_union(orders, x)
+                assert u is not None  # all windows qualify
+                group.append(Consistent(i, j, j + size, x, u - x))
         out += group[: cap - len(out)]
         if len(out) >= cap:
             break

@@ -40,7 +40,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
-from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -376,19 +375,10 @@ class ACaching:
                     return out
                 if SH.prefix_ok(by, frozenset(seg)):
                     continue
-                later = order[s:]
-                y = next(
-                    (
-                        tuple(sorted(more))
-                        for k in range(1, len(later) + 1)
-                        for more in combinations(later, k)
-                        if SH.prefix_ok(by, frozenset(seg) | frozenset(more))
-                    ),
-                    None,
-                )
-                if y is None:
+                u = SH.smallest_consistent_union(by, frozenset(seg), among=order[s:])  # Y: later windows
+                if u is None:
                     continue
-                c = self._candidate(i, seg, y)
+                c = self._candidate(i, seg, tuple(sorted(u - frozenset(seg))))
                 if c is not None and self._eligible(c):
                     out.append(c)
         return out
