@@ -35,26 +35,19 @@ from dataclasses import replace
 from cqlstream.cql.logical import nodes as L
 
 
-def probe_aggregates(x: L.Plan, s: L.Plan) -> L.Plan:
+def probe_aggregates(x: L.Plan, s: L.Plan, under_aggregate: bool = False) -> L.Plan:
     """Relation `x`, read only at the instants of stream `s`, with every aggregate it reads that
-    way given `s` as its probe (`x` itself when none is)."""
+    way given `s` as its probe (`x` itself when none is); `under_aggregate`: `x` is the input of
+    a probed aggregate, so the DISTINCTs it reads that way get the probe too."""
     if isinstance(x, (L.Filter, L.Project)):
-        inner = probe_aggregates(x.input, s)
+        inner = probe_aggregates(x.input, s, under_aggregate)
         return x if inner is x.input else replace(x, input=inner)
-    if isinstance(x, L.Aggregate) and x.probe is None and x.keys and not _contains(s, x):
-        return replace(x, input=_under_probed(x.input, s), probe=s)
+    if not isinstance(x, (L.Aggregate, L.Distinct)):
+        return x
+    wanted = bool(x.keys) if isinstance(x, L.Aggregate) else under_aggregate  # grouped; a DISTINCT: below one
+    if wanted and x.probe is None and not _contains(s, x):
+        return replace(x, input=probe_aggregates(x.input, s, True), probe=s)
     return x
-
-
-def _under_probed(x: L.Plan, s: L.Plan) -> L.Plan:
-    """The input `x` of an aggregate probed by `s`, with the aggregates and DISTINCTs it reads
-    (through selections and projections) probed too."""
-    if isinstance(x, (L.Filter, L.Project)):
-        inner = _under_probed(x.input, s)
-        return x if inner is x.input else replace(x, input=inner)
-    if isinstance(x, L.Distinct) and x.probe is None and not _contains(s, x):
-        return replace(x, input=_under_probed(x.input, s), probe=s)
-    return probe_aggregates(x, s)
 
 
 def _contains(plan: L.Plan, node: L.Aggregate | L.Distinct) -> bool:
