@@ -62,7 +62,10 @@ def node_label(n: L.Plan) -> str:
             return n.op.upper()
         case L.StreamJoin():
             on = f" ON {n.predicate.sql()}" if n.predicate is not None else " (cross product)"
-            return f"RSTREAM JOIN [NOW] of input {n.now + 1}" + on
+            band = (
+                "" if n.window is None else f"; input {2 - n.now} read as [{n.window.sql()}] by lifetimes (band join)"
+            )
+            return f"RSTREAM JOIN [NOW] of input {n.now + 1}" + on + band
     label = getattr(n, "explain_label", None)  # a node defined outside cql/logical (an engine's own)
     return label() if label is not None else type(n).__name__.upper()
 

@@ -486,18 +486,37 @@ class StreamJoin(Plan):
     its stream S; the other input X is a relation. At every instant t it emits S's tuples of t
     joined with X as of the end of t — what the Rstream of the join emits — and X's changes only
     maintain X's state instead of being joined. The schema (and the predicate's columns) are the
-    join's: S's columns at position `now`, X's at the other."""
+    join's: S's columns at position `now`, X's at the other.
+
+    `window` set (a Range window without slide): the physical choice of the band join
+    (engine/operators/band_join.py). X is then `inputs_[1 - now] [window]`, and that input is the
+    window's stream, read directly: each of its tuples is in X for the instants its lifetime
+    covers, so the join needs no window and no delete events (`relation_input` gives X as the
+    plan that would compute it)."""
 
     inputs_: tuple[Plan, ...]
     now: int
     predicate: Expr | None = None
+    window: RangeSpec | None = None
 
     def __post_init__(self) -> None:
         _check(len(self.inputs_) == 2 and self.now in (0, 1), "StreamJoin joins a stream with one relation")
         _check(self.inputs_[self.now].is_stream, "StreamJoin: the [Now] side must be a stream")
-        _relations(self, (self.inputs_[1 - self.now],))
+        if self.window is None:
+            _relations(self, (self.inputs_[1 - self.now],))
+        else:
+            w = self.window
+            _check(w.size is not None and w.slide is None, "StreamJoin: a band side needs a Range window without slide")
+            _check(self.inputs_[1 - self.now].is_stream, "StreamJoin: a band side must be a stream")
         if self.predicate is not None:
             self._check_expr(self.predicate, len(self.schema), "predicate")
+
+    @property
+    def relation_input(self) -> Plan:
+        """X, the relation S is joined with: the input itself, or for a band join the window
+        over the stream input."""
+        x = self.inputs_[1 - self.now]
+        return x if self.window is None else Window(x, self.window)
 
     @property
     def inputs(self) -> tuple[Plan, ...]:

@@ -28,7 +28,7 @@ Compat (STREAM 0.6): like Rstream, nothing at the last input instant.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Self, cast
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.limits import reserve
-from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
+from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.join import (
     SCAN_RATIO,
     Keyed,
@@ -94,8 +94,29 @@ class StreamJoinOp(Operator):
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
+        """The operator for `node`: a band join (band_join.py) when the node reads its relation
+        side as a window's stream (`StreamJoin.window`), else this one."""
         assert isinstance(node, L.StreamJoin)
         types = [[a.type for a in i.schema] for i in node.inputs]
+        if node.window is not None:
+            from cqlstream.engine.operators.band_join import BandJoinOp
+            from cqlstream.engine.operators.window_kinds import range_life
+
+            assert node.window.size is not None
+            life = range_life(node.window.size, ctx.options.compat)
+            band = BandJoinOp(
+                ctx.inputs,
+                ctx.output,
+                ctx.ids,
+                node.predicate,
+                types,
+                ctx.ev,
+                node.now,
+                life,
+                ctx.options.compat,
+                ctx.options,
+            )
+            return cast(Self, band)
         return cls(
             ctx.inputs, ctx.output, ctx.ids, node.predicate, types, ctx.ev, node.now, ctx.options.compat, ctx.options
         )
@@ -106,6 +127,9 @@ class StreamJoinOp(Operator):
     @classmethod
     def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
         assert isinstance(node, L.StreamJoin)
+        if node.window is not None:  # the band join holds the window's live tuples, as the window would
+            held = RATE
+            return max([*kids, held]), [(held, f"band join state (its stream's tuples alive in [{node.window.sql()}])")]
         held = kids[1 - node.now]
         return max(kids, default=held), [(held, "stream join state (the relation's live rows)")]
 
@@ -158,7 +182,7 @@ class StreamJoinOp(Operator):
     def _pairs(self, s: Batch, seq: np.ndarray, table: Table, m: int) -> tuple[np.ndarray, np.ndarray]:
         """(S row, X table row) of every S tuple with each X instance alive at its instant whose
         equi keys equal its own."""
-        ikey, ivalid, pkey, pvalid = self._keys(s, table)
+        ikey, ivalid, pkey, pvalid = self._keys(s, table.b)
         inst = table.inst
         ikey, ivalid = ikey[inst], ivalid[inst]
         if SCAN_RATIO * len(s) < len(inst):
@@ -171,16 +195,16 @@ class StreamJoinOp(Operator):
         self.counters.extra["candidate_pairs"] += index.examined
         return p, rows
 
-    def _keys(self, s: Batch, table: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(X table keys, valid, S keys, valid): one int64 code per row for all equi conjuncts."""
+    def _keys(self, s: Batch, xb: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(X rows' keys, valid, S keys, valid): one int64 code per row for all equi conjuncts."""
         if not self.equi:
-            n, k = len(table.b), len(s)
+            n, k = len(xb), len(s)
             return np.zeros(n, np.int64), np.ones(n, bool), np.zeros(k, np.int64), np.ones(k, bool)
         xs: list[Keyed] = []
         ss: list[Keyed] = []
         for e in self.equi:
             es, ex = (e.ea, e.eb) if e.a == self.now else (e.eb, e.ea)
-            (cs, oks, _), (cx, okx, _) = key_codes([self.ev.eval(es, s), self.ev.eval(ex, table.b)])
+            (cs, oks, _), (cx, okx, _) = key_codes([self.ev.eval(es, s), self.ev.eval(ex, xb)])
             ss.append((cs, oks))
             xs.append((cx, okx))
         (ik, iv), (pk, pv) = combine_keys(xs, ss)

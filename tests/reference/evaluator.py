@@ -161,7 +161,8 @@ class _Reference:
             return out
         if isinstance(n, L.StreamJoin):  # by definition: Rstream(S [Now] ⋈ X)
             now = L.Window(n.inputs_[n.now], L.RangeSpec(0))
-            join = L.Join(tuple(now if k == n.now else x for k, x in enumerate(n.inputs_)), n.predicate)
+            x = n.relation_input  # a band join's stream read as its window
+            join = L.Join(tuple(now if k == n.now else x for k in range(2)), n.predicate)
             return self.stream(L.RelToStream("rstream", join))
         raise TypeError(f"{type(n).__name__} is not a stream operator")
 

@@ -10,6 +10,14 @@ node (selections directly above the join join its predicate). Exact in both mode
 mode, its silence at the last instant. Binary joins only, with a `[Now]` window (no slide) over a
 stream as one input; with two such inputs the first is the probing stream. Aggregates that X
 reads only for the join get S as their probe (cql/logical/probe_aggregates.py): they emit net changes.
+
+When X is itself a Range window (no slide) over a stream — Linear Road's `SegChangeStr` self-join
+`CommonInputStr [Now] ⋈ CommonInputStr [Range 30 Seconds]` — the node reads that stream directly
+(`StreamJoin.window`, the band join, engine/operators/band_join.py): a tuple's lifetime in the
+window is known from its timestamp alone, so the join finds the pairs by a band search on ts
+without the window's insert and delete events. Row, Partition By and sliding windows keep the
+window (a Rows tuple's expiry depends on later arrivals), and so does an Unbounded window (its
+state never shrinks, so nothing is saved).
 """
 
 from __future__ import annotations
@@ -41,9 +49,24 @@ def stream_join(node: L.Plan) -> L.Plan | None:
     k = now[0]
     window = base.inputs_[k]
     assert isinstance(window, L.Window)
-    x = probe_aggregates(base.inputs_[1 - k], window.input)  # aggregates read only at S's instants
+    other = base.inputs_[1 - k]
+    band = band_window(other)
+    if band is not None:  # read the window's stream directly (the band join)
+        assert isinstance(other, L.Window)
+        x = other.input
+    else:
+        x = probe_aggregates(other, window.input)  # aggregates read only at S's instants
     inputs = tuple(window.input if j == k else x for j in range(2))
-    out: L.Plan = L.StreamJoin(inputs, k, predicate)
+    out: L.Plan = L.StreamJoin(inputs, k, predicate, band)
     for n in reversed(chain):
         out = replace(n, input=out)
     return out
+
+
+def band_window(x: L.Plan) -> L.RangeSpec | None:
+    """The spec of a Range window without slide (Now included) over a stream, which the band join
+    reads through its stream, or None."""
+    spec = x.spec if isinstance(x, L.Window) else None
+    if isinstance(spec, L.RangeSpec) and spec.size is not None and spec.slide is None:
+        return spec
+    return None

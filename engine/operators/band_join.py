@@ -1,0 +1,159 @@
+"""The band join: `Rstream(S [Now] ⋈ S' [Range N])` with the window's stream read directly (a
+`StreamJoin` whose `window` is set; chosen by cql/logical/rewrites/stream_join.py).
+
+A Range N window's element is alive for a span of instants known from its timestamp alone:
+a tuple of S' at τ is in X(t) for t in [τ, τ + life), life = N under STREAM 0.6's bounds
+(compat, (t−N, t]) and N + 1 under the paper's ([t−N, t]); Now is life 1 in both
+(`window_kinds.range_life`). So an S tuple at t joins exactly the S' tuples with equal keys and
+t − life < τ ≤ t: no window operator, no insert and delete events, no table pairing them.
+
+One call. X = the carried S' tuples (those still alive at the call's first instant, arrival
+order) followed by the call's S' tuples; ts is non-decreasing along X. X's rows with a valid key
+(NULL and NaN keys never match) are sorted by key, stably, so each key's rows stay in arrival
+order, which is ts order; a row's composite (rank of its key, rank of its ts among X's
+distinct instants) is then non-decreasing, and each S tuple's partners are one range of that
+order, found by two binary searches: [(k, first rank ≥ t − life + 1), (k, first rank > t)).
+The pairs come out in (S row, X row) order; conjuncts reading both sides are evaluated on them
+(only the columns they read are gathered), conjuncts reading one side filter its tuples first.
+
+Output order within an instant is the stream–relation join's (stream_join.py), which is the
+Rstream of the general join's: with S the first input, an instant's pairs whose X tuple arrived
+before that instant come first, by (S row, X row), then those whose X tuple arrived at it, by
+(X row, S row); with S second all are by (S row, X row). Only the instants holding a pair of
+the second kind are re-sorted. Compat: nothing at the last input instant, like Rstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cqlstream.cql.logical import expr as X
+from cqlstream.cql.types import DataType
+from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.limits import reserve
+from cqlstream.engine.operators.base import IdSource
+from cqlstream.engine.operators.stream_join import StreamJoinOp, _distinct_sorted, _ranks, _runs
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.engine.exprs import Evaluator
+    from cqlstream.engine.planner import EngineOptions
+
+
+class BandJoinOp(StreamJoinOp):
+    """Evaluates a `StreamJoin` node with a band side: input `now` is S, the other the stream S'
+    whose tuples are alive in X for `life` instants from their timestamp; `state` holds the S'
+    tuples that can still be alive at a later instant (arrival order)."""
+
+    kind = "band join"
+
+    def __init__(
+        self,
+        inputs: list[Queue],
+        output: Queue,
+        ids: IdSource,
+        predicate: X.Expr | None,
+        input_types: Sequence[Sequence[DataType]],
+        ev: Evaluator,
+        now: int,
+        life: int,
+        compat: bool = False,
+        options: EngineOptions | None = None,
+    ) -> None:
+        super().__init__(inputs, output, ids, predicate, input_types, ev, now, compat, options)
+        assert life >= 1
+        self.life = life
+
+    def complete_from(self, cf: float) -> float:
+        """Exact once every tuple alive in X arrived after `cf`: what the window's own bound is."""
+        return cf + self.life - 1
+
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
+        s = self._filtered(self.now, inputs[self.now])
+        xn = self._filtered(self.rel, inputs[self.rel])
+        x = concat([self.state, xn], self.input_types[self.rel]) if len(xn) else self.state
+        # what can be alive at the instant `bound` or later: τ + life > bound
+        cut = int(np.searchsorted(x.ts, bound - self.life, side="right"))
+        self.state = x.copy_range(cut, len(x)) if cut else x
+        self.counters.extra["state_tuples"] = len(self.state)
+        if not len(s) or not len(x) or not self._const_ok():
+            return Batch.empty(self.out_types)
+        p, rows = self._band_pairs(s, x)
+        if self.theta_pred is not None and len(p):
+            keep = self.ev.predicate(self.theta_pred, self._gather(s, x, p, rows, self.theta_cols))
+            p, rows = p[keep], rows[keep]
+        if len(p) and self.compat and self._final(bound):
+            keep = s.ts[p] < bound  # STREAM 0.6: no Rstream output at the last instant
+            p, rows = p[keep], rows[keep]
+        if not len(p):
+            return Batch.empty(self.out_types)
+        if self.now == 0:
+            p, rows = _late_last(p, rows, s.ts, x.ts)
+        reserve(self, len(p), [s, x])  # over a memory limit: stop here
+        out = self._gather(s, x, p, rows)
+        out.id = self.ids.take(len(p))
+        return out
+
+    def _band_pairs(self, s: Batch, x: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """(S row, X row) of every S tuple at t with each X tuple of an equal valid key and
+        t − life < τ ≤ t, in (S row, X row) order."""
+        xk, xv, sk, sv = self._keys(s, x)
+        uts = _distinct_sorted(x.ts)
+        nr = len(uts) + 1
+        xrank = _ranks(x.ts, uts)
+        valid = np.flatnonzero(xv) if not xv.all() else None
+        if valid is not None:
+            xk, xrank = xk[valid], xrank[valid]
+        order = np.argsort(xk, kind="stable") if self.equi else np.arange(len(xk))
+        ks = xk[order]
+        first = _runs(ks)
+        keys = ks[first]
+        comp = (np.cumsum(first) - 1) * nr + xrank[order]
+        # each S tuple's key rank, and whether X holds its key at all
+        pos = np.searchsorted(keys, sk)
+        found = sv & (pos < len(keys))
+        found[found] = keys[pos[found]] == sk[found]
+        lo_r, hi_r = self._ts_bounds(s.ts, uts)
+        base = pos.astype(np.int64) * nr
+        lo = np.searchsorted(comp, base + lo_r)
+        hi = np.searchsorted(comp, base + hi_r)
+        counts = np.where(found, hi - lo, 0)
+        total = int(counts.sum())
+        self.counters.extra["candidate_pairs"] += total
+        p = np.repeat(np.arange(len(s)), counts)
+        starts = np.cumsum(counts) - counts
+        at = np.repeat(lo - starts, counts) + np.arange(total)
+        rows = order[at]
+        return p, (rows if valid is None else valid[rows])
+
+    def _ts_bounds(self, ts: np.ndarray, uts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per S tuple at t, the ranks in `uts` (X's distinct instants) of its band: the first at
+        or after t − life + 1, and the first after t. Looked up per distinct instant of S."""
+        firsts = np.flatnonzero(_runs(ts))
+        sizes = np.diff(np.append(firsts, len(ts)))
+        t = ts[firsts]
+        lo = np.searchsorted(uts, t - (self.life - 1), side="left")
+        hi = np.searchsorted(uts, t, side="right")
+        return np.repeat(lo, sizes), np.repeat(hi, sizes)
+
+
+def _late_last(p: np.ndarray, rows: np.ndarray, s_ts: np.ndarray, x_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """With S first: within each instant, the pairs whose X tuple arrived at that instant go
+    after the others, by (X row, S row); the others keep their (S row, X row) order. Pairs are
+    in instant order, so only the instants holding such a pair are re-sorted, in place."""
+    t = s_ts[p]
+    late = x_ts[rows] == t
+    if not late.any():
+        return p, rows
+    touched = np.isin(t, np.unique(t[late]))
+    idx = np.flatnonzero(touched)
+    sp, sr, sl = p[idx], rows[idx], late[idx]
+    major = np.where(sl, sr, sp)
+    minor = np.where(sl, sp, sr)
+    o = np.lexsort((minor, major, sl, t[idx]))
+    p, rows = p.copy(), rows.copy()
+    p[idx], rows[idx] = sp[o], sr[o]
+    return p, rows
