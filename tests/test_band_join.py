@@ -36,6 +36,10 @@ QUERIES = [
     "Rstream(select S.c, T.a from S [Now], T [Now] where S.a = T.a)",
     "Rstream(select S.c, T.a, T.b from S [Now], T [Range 2])",
     "Rstream(select S.a + T.b from S [Now], T [Range 4] where S.a = T.a and T.b > 0 and S.c < 3)",
+    # self-joins with one-side conjuncts: equal on both sides (S's tuples are X's new rows) or not
+    "Rstream(select I.c, P.c from S [Now] as I, S [Range 2] as P where I.a = P.a and I.b > 0 and P.b > 0)",
+    "Rstream(select I.c, P.b from S [Now] as I, S [Range 3] as P where I.a = P.a and P.b > 1)",
+    "Rstream(select I.c, P.b from S [Now] as I, S [Range 1] as P where I.a = P.a and I.b = P.b)",
 ]
 
 # the rule's module (the package re-exports the rule function under the module's name)

@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 class BandJoinOp(StreamJoinOp):
     """Evaluates a `StreamJoin` node with a band side: input `now` is S, the other the stream S'
     whose tuples are alive in X for `life` instants from their timestamp; `state` holds the S'
-    tuples that can still be alive at a later instant (arrival order)."""
+    tuples that can still be alive at a later instant (arrival order). `same`: both inputs are the
+    same stream (Linear Road's `SegChangeStr`), so when the one-side conjuncts of both sides are
+    equal the call's S tuples are X's new rows, and X's sort by key gives S's order too."""
 
     kind = "band join"
 
@@ -60,12 +62,14 @@ class BandJoinOp(StreamJoinOp):
         ev: Evaluator,
         now: int,
         life: int,
+        same: bool = False,
         compat: bool = False,
         options: EngineOptions | None = None,
     ) -> None:
         super().__init__(inputs, output, ids, predicate, input_types, ev, now, compat, options)
         assert life >= 1
         self.life = life
+        self.same = same and self.local[0] == self.local[1]  # a self-join (class docstring)
 
     def complete_from(self, cf: float) -> float:
         """Exact once every tuple alive in X arrived after `cf`: what the window's own bound is."""
@@ -81,7 +85,8 @@ class BandJoinOp(StreamJoinOp):
         self.counters.extra["state_tuples"] = len(self.state)
         if not len(s) or not len(x) or not self._const_ok():
             return Batch.empty(self.out_types)
-        p, rows = self._band_pairs(s, x)
+        own = len(x) - len(xn) if self.same and _same_rows(s, xn) else None
+        p, rows = self._band_pairs(s, x, own)
         if self.theta_pred is not None and len(p):
             keep = self.ev.predicate(self.theta_pred, self._gather(s, x, p, rows, self.theta_cols))
             p, rows = p[keep], rows[keep]
@@ -97,9 +102,10 @@ class BandJoinOp(StreamJoinOp):
         out.id = self.ids.take(len(p))
         return out
 
-    def _band_pairs(self, s: Batch, x: Batch) -> tuple[np.ndarray, np.ndarray]:
+    def _band_pairs(self, s: Batch, x: Batch, own: int | None) -> tuple[np.ndarray, np.ndarray]:
         """(S row, X row) of every S tuple at t with each X tuple of an equal valid key and
-        t − life < τ ≤ t, in (S row, X row) order."""
+        t − life < τ ≤ t, in (S row, X row) order. `own`: S's tuples are X's rows from `own` on
+        (a self-join: the same stream under the same one-side conjuncts on both sides)."""
         xk, xv, sk, sv = self._keys(s, x)
         uts = _distinct_sorted(x.ts)
         nr = len(uts) + 1
@@ -111,15 +117,37 @@ class BandJoinOp(StreamJoinOp):
         ks = xk[order]
         first = _runs(ks)
         keys = ks[first]
-        comp = (np.cumsum(first) - 1) * nr + xrank[order]
-        # each S tuple's key rank, and whether X holds its key at all
-        pos = np.searchsorted(keys, sk)
-        found = sv & (pos < len(keys))
-        found[found] = keys[pos[found]] == sk[found]
+        krank = np.cumsum(first) - 1
+        comp = krank * nr + xrank[order]
+        # each S tuple's key rank, whether X holds its key at all, and its band in `comp`; the
+        # searches run over S in (key, ts) order (binary searches for sorted needles are ~3x
+        # faster than for scattered ones: each starts where the previous one ended) and their
+        # results are put back in S's order
+        if own is not None:  # S in (key, ts) order is X's order restricted to S's rows
+            rows = order if valid is None else valid[order]
+            mine = rows >= own
+            so, pos = rows[mine] - own, krank[mine]
+            hit = np.ones(len(so), bool)
+        else:
+            so = np.flatnonzero(sv)
+            so = so[np.argsort(sk[so], kind="stable")] if self.equi else so
+            sks = sk[so]
+            pos = np.searchsorted(keys, sks)
+            hit = pos < len(keys)
+            hit[hit] = keys[pos[hit]] == sks[hit]
         lo_r, hi_r = self._ts_bounds(s.ts, uts)
         base = pos.astype(np.int64) * nr
-        lo = np.searchsorted(comp, base + lo_r)
-        hi = np.searchsorted(comp, base + hi_r)
+        lo = np.zeros(len(sk), np.int64)
+        hi = np.zeros(len(sk), np.int64)
+        lo[so] = np.searchsorted(comp, base + lo_r[so])
+        if own is not None:  # an S row's band ends where the run of its own (key, ts) ends
+            starts = _runs(comp)
+            ends = np.append(np.flatnonzero(starts)[1:], len(comp))
+            hi[so] = ends[(np.cumsum(starts) - 1)[mine]]
+        else:
+            hi[so] = np.searchsorted(comp, base + hi_r[so])
+        found = np.zeros(len(sk), bool)
+        found[so] = hit
         counts = np.where(found, hi - lo, 0)
         total = int(counts.sum())
         self.counters.extra["candidate_pairs"] += total
@@ -157,3 +185,9 @@ def _late_last(p: np.ndarray, rows: np.ndarray, s_ts: np.ndarray, x_ts: np.ndarr
     p, rows = p.copy(), rows.copy()
     p[idx], rows[idx] = sp[o], sr[o]
     return p, rows
+
+
+def _same_rows(s: Batch, xn: Batch) -> bool:
+    """Whether the two inputs' tuples of a call are the same elements (checked, not assumed: the
+    plan says both read one stream)."""
+    return len(s) == len(xn) and (s.id is xn.id or bool(np.array_equal(s.id, xn.id)))

@@ -113,6 +113,7 @@ class StreamJoinOp(Operator):
                 ctx.ev,
                 node.now,
                 life,
+                node.inputs_[0] == node.inputs_[1],
                 ctx.options.compat,
                 ctx.options,
             )

@@ -1,0 +1,154 @@
+"""Per-operator CPU of a Linear Road run, and one join's calls replayed alone.
+
+`python -m bench.linear_road.ops --source-dir DIR [--no-band] [--replay N]` runs
+`linearroad.cql` under `--stream-compat --threads 1` in this process (the dest files go to a
+temporary directory) with every operator's `process` timed by thread CPU (nested calls counted
+once), and prints the operators' CPU by kind and the largest ones. `--no-band` keeps the window
+under Rstream(S [Now] ⋈ S' [Range N]) (the plan before the band join: the stream–relation join
+over the window). `--replay N` also records the calls of the `SegChangeStr` self-join (and, with
+`--no-band`, of the window feeding it) and replays them N times on copies of the operators taken
+before their first call, printing the best replay's CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from cqlstream.engine.operators.base import Operator
+
+SCRIPT = Path(__file__).with_name("linearroad.cql")
+
+
+def _all_operator_classes() -> list[type[Operator]]:
+    from cqlstream.engine.operators.registry import OPERATORS
+
+    for module, _ in OPERATORS.values():
+        importlib.import_module(f"cqlstream.engine.operators.{module}")
+    importlib.import_module("cqlstream.engine.operators.band_join")
+    out, todo = [], [Operator]
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.__subclasses__())
+    return out
+
+
+def _is_self_join(op: Operator) -> bool:
+    pred = getattr(op, "predicate", None)
+    return op.kind in ("stream join", "band join") and pred is not None and "Seg <>" in pred.sql()
+
+
+class Recorder:
+    """Thread CPU per operator; the self-join's (and its window's) calls with copies of the
+    operators as they were before their first call."""
+
+    def __init__(self, replay: bool) -> None:
+        self.cpu: dict[int, float] = defaultdict(float)
+        self.ops: dict[int, Operator] = {}
+        self.depth = 0
+        self.replay = replay
+        self.calls: dict[int, list[tuple[list[Any], int]]] = defaultdict(list)
+        self.first: dict[int, Operator] = {}
+
+    def wants(self, op: Operator) -> bool:
+        if not self.replay:
+            return False
+        if _is_self_join(op):
+            return True
+        # the window feeding the self-join (the plan without the band join)
+        return type(op).__name__ == "WindowOp" and any(
+            _is_self_join(o) and op.output in o.inputs for o in self.ops.values()
+        )
+
+    def wrap(self, cls: type[Operator]) -> None:
+        fn = cls.__dict__.get("process")
+        if fn is None:
+            return
+        rec = self
+
+        def process(self: Operator, inputs: list[Any], bound: int) -> Any:
+            if rec.depth:
+                return fn(self, inputs, bound)
+            rec.ops[id(self)] = self
+            if rec.wants(self):
+                if id(self) not in rec.first:
+                    rec.first[id(self)] = copy.deepcopy(self)
+                rec.calls[id(self)].append((inputs, bound))
+            rec.depth += 1
+            t = time.thread_time()
+            try:
+                return fn(self, inputs, bound)
+            finally:
+                rec.cpu[id(self)] += time.thread_time() - t
+                rec.depth -= 1
+
+        cls.process = process  # type: ignore[method-assign]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source-dir", required=True)
+    ap.add_argument("--no-band", action="store_true", help="keep the window (the plan before the band join)")
+    ap.add_argument("--replay", type=int, default=0, help="replay the self-join's calls this many times")
+    ap.add_argument("--profile", action="store_true", help="cProfile one more replay")
+    args = ap.parse_args(argv)
+    if args.no_band:
+        rule = importlib.import_module("cqlstream.cql.logical.rewrites.stream_join")
+        rule.band_window = lambda x: None
+    rec = Recorder(args.replay > 0)
+    for cls in _all_operator_classes():
+        rec.wrap(cls)
+    from cqlstream.cli import main as cli
+
+    with tempfile.TemporaryDirectory() as out:
+        t = time.process_time()
+        cli(
+            ["run", str(SCRIPT), "--source-dir", args.source_dir, "--out-dir", out, "--stream-compat", "--threads", "1"]
+        )
+        total = time.process_time() - t
+    by_kind: dict[str, float] = defaultdict(float)
+    for k, v in rec.cpu.items():
+        by_kind[type(rec.ops[k]).__name__] += v
+    print(f"process CPU of the run (imports excluded): {total:.2f} s; operators {sum(rec.cpu.values()):.2f} s")
+    for name, v in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<22} {v:6.3f} s")
+    print("largest operators:")
+    for k, v in sorted(rec.cpu.items(), key=lambda kv: -kv[1])[:8]:
+        op = rec.ops[k]
+        what = getattr(op, "predicate", None)
+        print(f"  {v:6.3f} s  {op.kind:<12} {op.eid}  {'' if what is None else what.sql()[:70]}")
+    if args.replay:
+        best = float("inf")
+        rec.depth = 1  # the copies' calls are neither timed nor recorded by the wrapper
+        for _ in range(args.replay):
+            fresh = {k: copy.deepcopy(first) for k, first in rec.first.items()}
+            t = time.thread_time()
+            for k, op in fresh.items():
+                for inputs, bound in rec.calls[k]:
+                    op.process(inputs, bound)
+            best = min(best, time.thread_time() - t)
+        kinds = ", ".join(f"{rec.first[k].kind} ({len(rec.calls[k])} calls)" for k in rec.first)
+        print(f"self-join replayed alone, best of {args.replay}: {best:.3f} s  [{kinds}]")
+        if args.profile:
+            import cProfile
+            import pstats
+
+            fresh = {k: copy.deepcopy(first) for k, first in rec.first.items()}
+            with cProfile.Profile() as prof:
+                for k, op in fresh.items():
+                    for inputs, bound in rec.calls[k]:
+                        op.process(inputs, bound)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+        for k in rec.first:
+            print(f"  {rec.ops[k].kind}: {rec.ops[k].counters.extra}")
+
+
+if __name__ == "__main__":
+    main()
