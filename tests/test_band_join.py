@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.operators import band_join
 from cqlstream.engine.operators.band_join import BandJoinOp
 from cqlstream.engine.operators.stream_join import StreamJoinOp
 from tests.engine_harness import assert_same, continue_from_checkpoint, elements_of, engine_raw
@@ -62,9 +63,12 @@ def _band(d: Dsms) -> bool:
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(QUERIES), stream_events(3), stream_events(2), st.booleans())
-def test_band_join_equals_reference(query, s, t, compat):
-    assert_same(DDL, query, {"S": s, "T": t}, compat=compat)
+@given(st.sampled_from(QUERIES), stream_events(3), stream_events(2), st.booleans(), st.booleans())
+def test_band_join_equals_reference(query, s, t, compat, sorted_needles):
+    """`sorted_needles`: S sorted by key before the searches (what a large X takes) or not."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(band_join, "SORTED_NEEDLES", 0 if sorted_needles else 1 << 40)
+        assert_same(DDL, query, {"S": s, "T": t}, compat=compat)
 
 
 def _window_kept(mp: pytest.MonkeyPatch) -> None:
@@ -78,6 +82,7 @@ def test_output_order_is_the_stream_joins(query, s, t, compat):
     inputs = {"S": s, "T": t}
     with pytest.MonkeyPatch.context() as mp:
         for chunk in (1, 7, None):
+            mp.setattr(band_join, "SORTED_NEEDLES", 0 if chunk == 7 else 1 << 40)
             new, h, d = engine_raw(DDL, query, inputs, chunk, compat=compat)
             assert _band(d)
             _window_kept(mp)

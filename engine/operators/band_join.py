@@ -43,6 +43,12 @@ if TYPE_CHECKING:
     from cqlstream.engine.planner import EngineOptions
 
 
+# X rows from which S is sorted by key before the binary searches: below, X's sorted keys stay in
+# cache and scattered searches cost less than sorting S (Linear Road's accnot join: ~60 X rows
+# against ~10k S tuples a call; the self-join: ~30k against ~25k)
+SORTED_NEEDLES = 1 << 14
+
+
 class BandJoinOp(StreamJoinOp):
     """Evaluates a `StreamJoin` node with a band side: input `now` is S, the other the stream S'
     whose tuples are alive in X for `life` instants from their timestamp; `state` holds the S'
@@ -119,10 +125,10 @@ class BandJoinOp(StreamJoinOp):
         keys = ks[first]
         krank = np.cumsum(first) - 1
         comp = krank * nr + xrank[order]
-        # each S tuple's key rank, whether X holds its key at all, and its band in `comp`; the
-        # searches run over S in (key, ts) order (binary searches for sorted needles are ~3x
-        # faster than for scattered ones: each starts where the previous one ended) and their
-        # results are put back in S's order
+        # each S tuple's key rank, whether X holds its key at all, and its band in `comp`; over
+        # a large X the searches run over S in (key, ts) order (binary searches for sorted
+        # needles are ~3x faster than for scattered ones: each starts where the previous one
+        # ended) and their results are put back in S's order
         if own is not None:  # S in (key, ts) order is X's order restricted to S's rows
             rows = order if valid is None else valid[order]
             mine = rows >= own
@@ -130,7 +136,8 @@ class BandJoinOp(StreamJoinOp):
             hit = np.ones(len(so), bool)
         else:
             so = np.flatnonzero(sv)
-            so = so[np.argsort(sk[so], kind="stable")] if self.equi else so
+            if self.equi and len(comp) >= SORTED_NEEDLES:
+                so = so[np.argsort(sk[so], kind="stable")]
             sks = sk[so]
             pos = np.searchsorted(keys, sks)
             hit = pos < len(keys)
