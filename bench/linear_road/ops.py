@@ -155,7 +155,9 @@ def main(argv: list[str] | None = None) -> None:
                         op.process(inputs, bound)
             pstats.Stats(prof).sort_stats("tottime").print_stats(14)
         for k in rec.first:
-            print(f"  {rec.ops[k].kind}: {rec.cpu[k]:.3f} s in the run; widths {getattr(rec.ops[k], 'widths', None)}; {rec.ops[k].counters.extra}")
+            print(
+                f"  {rec.ops[k].kind}: {rec.cpu[k]:.3f} s in the run; widths {getattr(rec.ops[k], 'widths', None)}; {rec.ops[k].counters.extra}"
+            )
 
 
 if __name__ == "__main__":
