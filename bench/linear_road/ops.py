@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-band", action="store_true", help="keep the window (the plan before the band join)")
     ap.add_argument("--replay", type=int, default=0, help="replay the self-join's calls this many times")
     ap.add_argument("--profile", action="store_true", help="cProfile one more replay")
+    ap.add_argument("--top", type=int, default=8, help="how many of the largest operators to list")
     ap.add_argument("--match", default=MATCH[0], help="replay the join whose predicate holds this text")
     args = ap.parse_args(argv)
     MATCH[0] = args.match
@@ -128,9 +129,9 @@ def main(argv: list[str] | None = None) -> None:
     for name, v in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<22} {v:6.3f} s")
     print("largest operators:")
-    for k, v in sorted(rec.cpu.items(), key=lambda kv: -kv[1])[:8]:
+    for k, v in sorted(rec.cpu.items(), key=lambda kv: -kv[1])[: args.top]:
         op = rec.ops[k]
-        what = getattr(op, "predicate", None)
+        what = getattr(op, "predicate", None) or getattr(op, "spec", None)
         print(f"  {v:6.3f} s  {op.kind:<12} {op.eid}  {'' if what is None else what.sql()[:70]}")
     if args.replay:
         best = float("inf")
