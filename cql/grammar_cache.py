@@ -13,7 +13,7 @@ place other users can write. This cache instead:
   (created private, mode 0700), never beside the installed package, so a read-only
   site-packages changes nothing;
 - is written atomically, trusted only when whole and ours, and never fails a run
-  (cqlstream/cache_files.py): a corrupt, truncated, foreign or stale file is ignored and the
+  (cql/cache_files.py): a corrupt, truncated, foreign or stale file is ignored and the
   parser is built and saved again; a folder that cannot be written only means building each time.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import lark
 from lark import Lark
 
-from cqlstream.cache_files import cache_dir, read_private, write_atomic
+from cqlstream.cql.cache_files import cache_dir, read_private, write_atomic
 
 _MAGIC = b"cqlstream-lalr-1\n"  # the file format (bump to orphan every older file)
 

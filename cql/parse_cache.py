@@ -3,9 +3,9 @@
 A STREAM script's statements are parsed at every run: Linear Road's 75 took ~0.13 s of CPU of a
 ~0.75 s start (the contextual lexer compiling its ~50 scanners' regular expressions, the LALR
 parse building a tree, the transformer), plus ~0.03 s loading the parser's tables. Parsing is a
-function of the text alone, so `cqlstream run` (io/script_runner.py calls `enable()`) keeps the
+function of the text alone, so `cqlstream run` (the CLI calls `enable()`) keeps the
 ASTs of the statements it parsed, by text, in one pickle in the user's cache folder
-(cqlstream/cache_files.py: private, checksummed, written atomically); a later run takes a
+(cql/cache_files.py: private, checksummed, written atomically); a later run takes a
 statement's AST from there and parses only the texts it lacks (and loads the parser's tables
 only then).
 
@@ -57,14 +57,14 @@ def cache_key() -> str:
 
 
 def cache_path(key: str) -> Path:
-    from cqlstream.cache_files import cache_dir
+    from cqlstream.cql.cache_files import cache_dir
 
     return cache_dir() / f"cql-parsed-{key[:32]}.pickle"
 
 
 def _read(key: str) -> dict[str, ast.Node]:
     """The table in the cache file, or {} when there is none we can trust and read."""
-    from cqlstream.cache_files import read_private
+    from cqlstream.cql.cache_files import read_private
 
     payload = read_private(cache_path(key), _MAGIC + key.encode() + b"\n")
     if payload is None:
@@ -121,7 +121,7 @@ def save() -> None:
     process may have written meanwhile); called at exit."""
     if not parsed or _table is None or _key is None:
         return
-    from cqlstream.cache_files import write_atomic
+    from cqlstream.cql.cache_files import write_atomic
 
     table = {**_read(_key), **_table}
     if len(table) > _MAX_TEXTS:

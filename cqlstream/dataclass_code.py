@@ -9,7 +9,7 @@ module's own code but not text compiled at run time.
 
 `install()` gives the `dataclasses` module an `exec` of its own (`cached_exec`) that looks the
 text up in a table of code objects and compiles only the texts the table lacks. The table is
-loaded on first use from the user's cache folder (one marshal file, ~8 ms; cqlstream/cache_files.py:
+loaded on first use from the user's cache folder (one marshal file, ~8 ms; cql/cache_files.py:
 private, checksummed, written atomically) and written back at exit when this process compiled
 something new. The code for a text is exactly what `exec(text)` compiles there (file name
 "<string>", no `from __future__` flags inherited), so the classes are the same; the file is keyed
@@ -44,7 +44,7 @@ def cache_key() -> str:
 
 
 def cache_path() -> Path:
-    from cqlstream.cache_files import cache_dir
+    from cqlstream.cql.cache_files import cache_dir
 
     return cache_dir() / f"dataclass-code-{cache_key()[:32]}.marshal"
 
@@ -55,7 +55,7 @@ def _head() -> bytes:
 
 def _read() -> dict[str, CodeType]:
     """The table in the cache file, or {} when there is none we can trust and read."""
-    from cqlstream.cache_files import read_private
+    from cqlstream.cql.cache_files import read_private
 
     payload = read_private(cache_path(), _head())
     if payload is None:
@@ -101,7 +101,7 @@ def save() -> None:
     process may have written meanwhile); called at exit."""
     if not compiled or _table is None:
         return
-    from cqlstream.cache_files import write_atomic
+    from cqlstream.cql.cache_files import write_atomic
 
     table = {**_read(), **_table}
     if len(table) > _MAX_TEXTS:

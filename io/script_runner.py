@@ -16,7 +16,6 @@ from typing import IO
 
 import numpy as np
 
-from cqlstream.cql import parse_cache
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
@@ -123,7 +122,6 @@ def run_script(
     if writer not in WRITERS:
         raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
     _tune_malloc()
-    parse_cache.enable()  # the script's statements parsed by an earlier run are not parsed again
     # writer processes start first: their start-up overlaps parsing and registering the script
     procs = [WriterProcess.spawn() for _ in range(threads - 1)] if threads > 1 and writer == "process" else []
     try:

@@ -113,8 +113,9 @@ def test_bad_statements_are_never_kept(tmp_path: Path):
 
 def test_off_unless_enabled_and_keyed_by_the_grammar_and_code(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("CQLSTREAM_CACHE_DIR", str(tmp_path / "cache"))
-    assert not parse_cache._enabled  # pytest never enabled it: tests parse afresh
-    assert parse_cache.lookup("select a from S") is None
+    monkeypatch.setattr(parse_cache, "_enabled", False)  # (a test running the CLI in-process enables it)
+    monkeypatch.setattr(parse_cache, "_table", {"select a from S": parse_cache.ast.TableQuery("X")})
+    assert parse_cache.lookup("select a from S") is None  # not enabled: never consulted
     key = parse_cache.cache_key()
     monkeypatch.setattr(parse_cache, "_SOURCES", (*parse_cache._SOURCES, "printer.py"))
     assert parse_cache.cache_key() != key  # another module's text: another file
@@ -138,3 +139,21 @@ def test_errors_are_the_same_in_process():
 
         parse_statement("select from S")
     assert e.value.code == "syntax"
+
+
+def test_cqlstream_run_keeps_its_statements(tmp_path: Path):
+    """The CLI enables the cache: a second run of a script parses nothing and writes the same."""
+    (tmp_path / "s.dat").write_text("i,i,i\n" + "".join(f"{i + 1},{i % 3},{i}\n" for i in range(20)))
+    (tmp_path / "run.cql").write_text(
+        "table : register stream S (A integer, B integer);\nsource : s.dat\n"
+        "query : select A, Sum(B) from S [Range 5] group by A;\ndest : out\n"
+    )
+    env = {**os.environ, "CQLSTREAM_CACHE_DIR": str(tmp_path / "cache")}
+    outs = []
+    for _ in range(2):
+        cmd = [sys.executable, "-m", "cqlstream", "run", "run.cql", "--out-dir", "o", "--threads", "1"]
+        r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        outs.append((tmp_path / "o" / "out").read_text())
+        assert len(list((tmp_path / "cache").glob("cql-parsed-*.pickle"))) == 1
+    assert outs[0] == outs[1] and outs[0].count("\n") > 5
