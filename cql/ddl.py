@@ -14,7 +14,7 @@ from cqlstream.cql.catalog import Catalog, SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError, Pos
 from cqlstream.cql.functions import FunctionRegistry
 from cqlstream.cql.logical.expr import ColRef
-from cqlstream.cql.logical.nodes import Attribute, Project
+from cqlstream.cql.logical.nodes import Attribute, Plan, Project
 from cqlstream.cql.parser import _UNIT_CANON, parse_script
 
 
@@ -123,14 +123,20 @@ def register_source(catalog: Catalog, stmt: ast.RegisterSource) -> SourceDef:
 
 
 def register_view(
-    catalog: Catalog, stmt: ast.RegisterView, text: str | None = None, options: AnalyzeOptions | None = None
+    catalog: Catalog,
+    stmt: ast.RegisterView,
+    text: str | None = None,
+    options: AnalyzeOptions | None = None,
+    analyzed: Plan | None = None,
 ) -> ViewDef:
-    """Analyze a `register view` statement's query (with `options`) and add the view to the catalog."""
+    """Analyze a `register view` statement's query (with `options`) and add the view to the catalog.
+    `analyzed`: the query's plan when the caller has just analyzed it against this catalog with
+    these options (a STREAM script's vquery is analyzed to choose its reading; not done twice)."""
     check_name(stmt.name, "view", stmt.pos)
     for c in stmt.columns or ():
         check_name(c, "column", stmt.pos)
     catalog.claim(stmt.name, stmt.pos)
-    plan = analyze(stmt.query, catalog, text=text, options=options).plan
+    plan = analyzed if analyzed is not None else analyze(stmt.query, catalog, text=text, options=options).plan
     if stmt.columns is not None:
         if len(stmt.columns) != len(plan.schema):
             raise CqlError(

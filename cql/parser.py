@@ -16,7 +16,7 @@ from lark import Lark, Token, Transformer_NonRecursive, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from lark.tree import Meta
 
-from cqlstream.cql import ast
+from cqlstream.cql import ast, parse_cache
 from cqlstream.cql.errors import CqlError, Pos, close_matches
 from cqlstream.cql.grammar_cache import cached_lark
 from cqlstream.cql.nesting import check_depth
@@ -648,8 +648,14 @@ def parse_statement(text: str) -> ast.Statement:
 def _parse_single(text: str) -> ast.Statement:
     """Parses are memoized by text: a STREAM script is checked against a scratch catalog and then
     registered, each statement parsed both times (and the tree is immutable: frozen dataclasses of
-    tuples). Errors are not cached: a bad statement raises every time."""
-    return cast(ast.Statement, _parse(text, "single"))
+    tuples). Errors are not cached: a bad statement raises every time. Under `cqlstream run` the
+    ASTs are also kept between runs (cql/parse_cache.py)."""
+    kept = parse_cache.lookup(text)
+    if kept is not None:
+        return cast(ast.Statement, kept)
+    stmt = cast(ast.Statement, _parse(text, "single"))
+    parse_cache.remember(text, stmt)
+    return stmt
 
 
 def parse_query(text: str) -> ast.Query:

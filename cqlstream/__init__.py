@@ -3,11 +3,19 @@
 This package is the thin public face: the `cqlstream` CLI and re-exports of the public API. The
 re-exports are looked up on first use (PEP 562), so importing a submodule — the CLI running a
 script, the writer process — does not import the query compiler's front end (~0.2 s).
+
+Importing any part of cqlstream first routes `dataclasses`' code generation through a cache of
+compiled methods (cqlstream/dataclass_code.py): creating the package's ~130 dataclasses then no
+longer compiles ~700 methods at every start.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from cqlstream import dataclass_code as _dataclass_code
+
+_dataclass_code.install()
 
 if TYPE_CHECKING:
     from cqlstream.cql.catalog import Catalog

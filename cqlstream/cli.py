@@ -10,16 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cqlstream.catalog_commands import add_parsers as add_catalog_parsers
-from cqlstream.cql.analyzer import AnalyzeOptions
-from cqlstream.cql.catalog import Catalog
-from cqlstream.cql.ddl import catalog_from_ddl
-from cqlstream.cql.errors import CqlError
-from cqlstream.cql.frontend import compile_query
-from cqlstream.cql.logical.explain import explain_partitioning
-from cqlstream.cql.logical.partitioning import partitioning
-from cqlstream.engine.boundedness import decide
-from cqlstream.engine.boundedness import explain as explain_with_verdict
-from cqlstream.engine.errors import EngineError
 from cqlstream.limit_options import add_limit_options, limit_settings
 from cqlstream.scale_out_commands import add_parsers as add_scale_out_parsers
 from cqlstream.server.settings import TICK_MAX, TICK_MIN, Settings, check_tick
@@ -43,6 +33,17 @@ def _read_ddl(args: argparse.Namespace) -> str:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    # the compiler is imported by the commands that use it: `--help` and `run` need none of this
+    from cqlstream.cql.analyzer import AnalyzeOptions
+    from cqlstream.cql.catalog import Catalog
+    from cqlstream.cql.ddl import catalog_from_ddl
+    from cqlstream.cql.errors import CqlError
+    from cqlstream.cql.frontend import compile_query
+    from cqlstream.cql.logical.explain import explain_partitioning
+    from cqlstream.cql.logical.partitioning import partitioning
+    from cqlstream.engine.boundedness import decide
+    from cqlstream.engine.boundedness import explain as explain_with_verdict
+
     ddl = _read_ddl(args)
     try:
         catalog = catalog_from_ddl(ddl) if ddl.strip() else Catalog()
@@ -95,8 +96,11 @@ def _run(
     writer: str = "thread",
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
+    from cqlstream.cql import parse_cache
     from cqlstream.io.errors import ScriptError
     from cqlstream.io.script_runner import run_script
+
+    parse_cache.enable()  # the script's statements parsed by an earlier run are not parsed again
 
     try:
         return (
@@ -266,6 +270,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import os
     import signal
 
+    from cqlstream.cql.errors import CqlError
+    from cqlstream.engine.errors import EngineError
     from cqlstream.server.app import create_app
     from cqlstream.server.problems import ProblemError
     from cqlstream.spark_commands import specs_of

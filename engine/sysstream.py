@@ -31,11 +31,11 @@ DDL = (
 
 class SysPublisher:
     def __init__(self, dsms: Dsms, interval: float = 1.0) -> None:
-        from cqlstream.cql.parser import parse_script
+        from cqlstream.cql.parser import parse_statement
 
         self.dsms = dsms
         self.interval = interval
-        (stmt,) = parse_script(DDL)
+        stmt = parse_statement(DDL)  # memoized (and kept by `cqlstream run`, cql/parse_cache.py)
         assert isinstance(stmt, ast.RegisterSource)
         d = ddl.register_source(dsms.catalog, stmt)
         self.input = StreamInput(d, dsms.plan.source_queue(d.plan()), dsms.ids)

@@ -418,7 +418,10 @@ class Registrar:
                 )
         rv = ast.RegisterView(vt.name, tuple(a.name for a in vt.attrs), q, pos=vt.pos)
         try:
-            ddl.register_view(self.catalog, rv, step.text, options=None if verdict.implicit else _NO_IMPLICIT)
+            # `plan` is the analysis of `q` against this catalog with those options (made above)
+            ddl.register_view(
+                self.catalog, rv, step.text, options=None if verdict.implicit else _NO_IMPLICIT, analyzed=plan
+            )
         except CqlError as e:
             raise self._err(e, ddl_line, step.ddl_col) from None
 

@@ -85,3 +85,33 @@ def test_a_join_still_loads_what_it_uses():
 def test_the_writer_process_imports_neither_pyarrow_nor_the_compiler():
     loaded = _modules_after("import cqlstream.io.writer_process, cqlstream.io.result_writer")
     assert sorted(loaded & {"pyarrow", "lark", "cqlstream.cql.ast", "cqlstream.engine.dsms", *OPTIONAL}) == []
+
+
+def test_cli_help_loads_neither_numpy_nor_the_compiler():
+    """`cqlstream --help` (and a subcommand's) builds the whole argument parser: the compiler and
+    the engine (and numpy with them) are imported by the commands that use them."""
+    code = "from cqlstream.cli import build_parser\nbuild_parser().format_help()"
+    loaded = _modules_after(code)
+    heavy = {"numpy", "lark", "pyarrow", "cqlstream.cql.analyzer", "cqlstream.engine.boundedness", *OPTIONAL}
+    assert sorted(loaded & heavy) == []
+
+
+def test_cli_explain_and_shedding_still_load_what_they_use():
+    """The lazily imported paths work in a fresh interpreter: `cqlstream explain` compiles and
+    prints its verdicts, and load shedding finds which operators take a sampling rate."""
+    code = textwrap.dedent("""
+        import contextlib, io
+        from cqlstream.cli import main
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = main(["explain", "--ddl", "register stream S (a int)", "select a, count(*) from S [Range 5] group by a"])
+        assert rc == 0 and "AGGREGATE GROUP BY a" in out.getvalue() and "Bounded memory" in out.getvalue()
+        from cqlstream.engine.approx import shedding
+        from cqlstream.engine.dsms import Dsms
+        d = Dsms()
+        d.register_source("register stream S (a int)")
+        h = d.register_query("select a from S [Rows 5]")
+        assert any(shedding._sheddable(pn) for pn in d.plan.nodes.values()), "no sheddable operator"
+    """)
+    loaded = _modules_after(code)
+    assert {"cqlstream.engine.boundedness", "cqlstream.engine.operators.base"} <= loaded

@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cqlstream.engine.operators.base import SAMPLING_RATE
-
 if TYPE_CHECKING:
     from cqlstream.engine.dsms import Dsms, QueryHandle
     from cqlstream.engine.planner import PNode
@@ -95,6 +93,9 @@ def _sheddable(pn: PNode) -> bool:
     """Sampling at an operator is safe under a changing rate only when its inputs are streams
     (inserts only): over a relation, a delete could pass at a higher rate whose insert was dropped
     at a lower one. Operators computed by a grouped selection take no rate of their own."""
+    # imported here: the CLI lists the policies (`--help`) without loading the engine and numpy
+    from cqlstream.engine.operators.base import SAMPLING_RATE
+
     return pn.op is not None and SAMPLING_RATE in type(pn.op).KNOBS and all(k.is_stream for k in pn.inputs)
 
 

@@ -49,20 +49,30 @@ def optimize(
     if rules is None:
         plan = optimize(plan, COMPAT_RULES if compat else RULES, max_passes)
         return optimize(plan, FINAL_RULES, max_passes) if final else plan
+    done: dict[Plan, Plan] = {}  # node → what a pass made of it, for this call's rules
     for _ in range(max_passes):
-        new = _pass(plan, rules)
+        new = _pass(plan, rules, done)
         if new == plan:
             return new
         plan = new
     return plan
 
 
-def _pass(node: Plan, rules: Sequence[Rule]) -> Plan:
-    kids = tuple(_pass(i, rules) for i in node.inputs)
-    if kids != node.inputs:
-        node = with_inputs(node, kids)
+def _pass(node: Plan, rules: Sequence[Rule], done: dict[Plan, Plan]) -> Plan:
+    """One bottom-up pass. A rule sees only its node (and that node's inputs), so what a pass makes
+    of a node depends on the node alone: `done` keeps it, and a subtree met again — unchanged by
+    the previous pass, or the same view inlined at several places (Linear Road's queries read
+    CommonInputStr's views many times) — is not walked again (plan nodes keep their hash)."""
+    out = done.get(node)
+    if out is not None:
+        return out
+    kids = tuple(_pass(i, rules, done) for i in node.inputs)
+    new = with_inputs(node, kids) if kids != node.inputs else node
     for rule in rules:
-        out = rule(node)
+        out = rule(new)
         if out is not None:
-            return out
-    return node
+            break
+    else:
+        out = new
+    done[node] = out
+    return out
