@@ -83,7 +83,11 @@ def cached_exec(source: Any, globals: Any = None, locals: Any = None, /, **kwarg
         globals = frame.f_globals
         if locals is None:
             locals = frame.f_locals
-    if isinstance(source, str):
+    if isinstance(source, str) and not _ours(globals):
+        # another package's class: compiled as the builtin would, without this module's
+        # `from __future__` flags (exec of a text inherits its caller's)
+        source = compile(source, "<string>", "exec", dont_inherit=True)
+    elif isinstance(source, str):
         global compiled
         codes = _codes()
         code = codes.get(source)
@@ -94,6 +98,14 @@ def cached_exec(source: Any, globals: Any = None, locals: Any = None, /, **kwarg
         _used.add(source)
         source = code
     exec(source, globals, locals, **kwargs)
+
+
+def _ours(namespace: Any) -> bool:
+    """Whether the class being made is cqlstream's own: dataclasses passes the defining module's
+    namespace, and other packages' classes (pydantic's, the user's) are compiled as usual and
+    never written to the file."""
+    name = namespace.get("__name__", "") if isinstance(namespace, dict) else ""
+    return isinstance(name, str) and (name == "cqlstream" or name.startswith("cqlstream."))
 
 
 def save() -> None:

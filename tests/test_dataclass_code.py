@@ -101,3 +101,36 @@ def test_a_damaged_file_is_ignored_and_rewritten(tmp_path: Path):
 
     path.chmod(0o622)  # writable by others: never loaded
     assert _probe(cache)["compiled"] == first["compiled"]
+
+
+def test_other_packages_classes_are_compiled_as_usual_and_never_saved(tmp_path: Path):
+    """Only cqlstream's own classes go through the table: a class of another module (the user's,
+    a library's) is compiled by the builtin exec and its text never reaches the file."""
+    cache = tmp_path / "cache"
+    probe = textwrap.dedent("""
+        import dataclasses, json
+        import cqlstream
+        from cqlstream import dataclass_code
+
+        @dataclasses.dataclass(frozen=True)
+        class UsersOwnRecordType:
+            a: int
+            b: str = "x"
+
+        r = UsersOwnRecordType(1)
+        assert r == UsersOwnRecordType(1, "x") and hash(r) == hash(UsersOwnRecordType(1))
+        user = dataclass_code.compiled
+        import cqlstream.cql.ast  # cqlstream's own: compiled through the table
+        dataclass_code.save()
+        saved = dataclass_code._read()
+        print(json.dumps({"user": user, "ours": dataclass_code.compiled,
+                          "leaked": sum("UsersOwnRecordType" in t or "'x'" in t for t in saved),
+                          "saved": len(saved)}))
+    """)
+    env = {**os.environ, "CQLSTREAM_CACHE_DIR": str(cache)}
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["user"] == 0  # the user's class: the builtin exec, nothing counted
+    assert out["ours"] > 0 and out["saved"] >= out["ours"]  # cql.ast's methods went through the table
+    assert out["leaked"] == 0
