@@ -167,7 +167,7 @@ class AggregateOp(Operator):
             v, m = self.ev.eval(k, b)
             kv.append(as_dtype(v, dtype_of(k.type)))
             kn.append(None if m is None or not m.any() else m)
-        gid = self.gkeys.map(kv, kn, len(b))
+        gid = self.gkeys.map(kv, kn, len(b), b.sign)
         state.ensure(self.gkeys.n)
         if self.keys:
             state.store_keys(*self.gkeys.fresh, kv, kn)
@@ -435,6 +435,7 @@ class AggregateOp(Operator):
         remap = np.full(n, -1, np.int64)
         remap[live] = newg
         st.compact(live, newg, max(fresh.n, 16))
+        fresh.adopt_fifo(self.gkeys, remap)
         self.gkeys = fresh
         self.recycling = False
         for ms in self.ms.values():
