@@ -13,6 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cqlstream.cql.types import INT
+from cqlstream.engine.aggregates.keys import GroupKeys
 from cqlstream.engine.operators.aggregate import AggregateOp
 from cqlstream.engine.operators.retract_fifo import RetractFifo
 from tests.engine_harness import assert_same
@@ -150,3 +152,30 @@ def test_relation_deleting_in_insertion_order_keeps_the_fifo(reuse_early, served
             events.append((t, -1, (s % 6, s % 2, 0.5, "x")))
     assert_same(DDL, "select a, b, count(*), sum(a) from R group by a, b", {"R": events})
     assert served["hits"] > 0 and served["off"] == 0
+
+
+def _map(gk: GroupKeys, vals: list[int], sign: int) -> list[int]:
+    n = len(vals)
+    return gk.map([np.array(vals, np.int64)], [None], n, np.full(n, sign, np.int8)).tolist()
+
+
+def test_compaction_carries_the_fifo_over():
+    """`adopt_fifo`: the live entries renumbered and re-packed under the fresh layout, so the
+    later deletes are still served with the new ids; an empty FIFO stays on."""
+    old = GroupKeys([INT])
+    assert _map(old, [5, 9, 1000], +1) == [0, 1, 2]
+    assert _map(old, [5], -1) == [0]
+    fresh = GroupKeys([INT])
+    assert fresh.map([np.array([9, 1000], np.int64)], [None], 2).tolist() == [0, 1]
+    fresh.adopt_fifo(old, np.array([-1, 0, 1], np.int64))
+    hits = fresh.fifo.hits
+    assert _map(fresh, [9, 1000], -1) == [0, 1]
+    assert fresh.fifo.on and fresh.fifo.hits == hits + 2
+
+    empty = GroupKeys([INT])
+    _map(empty, [3], +1)
+    _map(empty, [3], -1)
+    again = GroupKeys([INT])
+    again.map([np.zeros(0, np.int64)], [None], 0)
+    again.adopt_fifo(empty, np.zeros(1, np.int64))
+    assert again.fifo.on

@@ -342,6 +342,8 @@ class GroupKeys:
         """After a compaction into this fresh instance: `old`'s FIFO, its ids renumbered by
         `remap` and its keys re-packed under this layout (off if either side does not pack)."""
         f = old.fifo
+        if f.on and not len(f):  # nothing to carry over: this instance's own FIFO (on, empty) serves
+            return
         if f.on and old.layout is not None and self.layout is not None and self.packed is not None:
             src, dst = old.layout, self.layout
             f.remap(remap)
