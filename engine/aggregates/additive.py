@@ -58,8 +58,9 @@ class Sum(AggregateStrategy):
         return cnt, tot, cnt <= 0
 
     def _outside_int64(self, cx: Cells, tot: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """(cells whose exact integer sum is outside int64, the float sum per cell); (None, None) for floats."""
-        if self.shadow is None:
+        """(cells whose exact integer sum is outside int64, the float sum per cell); (None, None) for
+        floats, and while no sum can be outside int64 (the shadow skipped: sum_bound.py)."""
+        if self.shadow is None or self.shadow not in cx.totals:
             return None, None
         hi = cast(tuple[np.ndarray, np.ndarray], cx.totals[self.shadow])[0]
         with np.errstate(invalid="ignore", over="ignore"):

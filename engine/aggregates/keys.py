@@ -13,6 +13,11 @@ interning (previous id, code) pairs), whose ids are translated to the ids alread
 In packed mode the aggregate releases the groups that became empty (`GroupKeys.release`): their
 keys leave the sorted arrays and their ids go to new keys, so a window's short-lived groups keep
 the interner and the group state as large as the live groups.
+
+Given the rows' signs, the deletes of an input that retracts in insertion order (a window) take
+their group ids from a `RetractFifo` (engine/operators/retract_fifo.py) of the packed keys and
+ids of the inserts, checked by comparing the packed keys, instead of being interned a second
+time; the first delete out of order switches that off for good (packed mode only).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import dtype_of
 from cqlstream.engine.kernels import factorize
+from cqlstream.engine.operators.retract_fifo import RetractFifo
 from cqlstream.engine.operators.valuekeys import KeyLayout
 
 _EMPTY_I = np.zeros(0, np.int64)
@@ -253,6 +259,7 @@ class GroupKeys:
         self.tr = _EMPTY_I  # chain mode: chain id → group id (−1: none yet)
         self.count = 0  # chain mode: group ids handed out
         self.fresh = (_EMPTY_I, _EMPTY_I)  # groups the last map call created: (ids, one row of each)
+        self.fifo = RetractFifo()  # packed keys and ids of inserts, for in-order deletes (packed mode)
 
     @property
     def n(self) -> int:
@@ -262,13 +269,16 @@ class GroupKeys:
         return self.packed.n if self.packed is not None else self.count
 
     def nbytes(self) -> int:
-        n = sum(o.nbytes() for o in self.obj if o is not None) + self.tr.nbytes
+        n = sum(o.nbytes() for o in self.obj if o is not None) + self.tr.nbytes + self.fifo.nbytes()
         n += self.packed.nbytes() if self.packed is not None else 0
         return n + (self.chain.nbytes() if self.chain is not None else 0)
 
-    def map(self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int) -> np.ndarray:
+    def map(
+        self, vals: list[np.ndarray], nulls: list[np.ndarray | None], n: int, sign: np.ndarray | None = None
+    ) -> np.ndarray:
         """Group id of every row; `fresh` then holds the ids this call created and one row of
-        each (the rows their key values are stored from)."""
+        each (the rows their key values are stored from). With `sign` (the rows' signs), deletes
+        that retract the inserts in insertion order take their ids from the FIFO (module doc)."""
         self.fresh = (_EMPTY_I, _EMPTY_I)
         if not self.types or not n:
             return np.zeros(n, np.int64)
@@ -283,10 +293,64 @@ class GroupKeys:
         if self.packed is not None:
             assert self.layout is not None
             it = self.packed
-            gid = it.map(_pack(self.layout, codes, nulls, n))
+            x = _pack(self.layout, codes, nulls, n)
+            if sign is not None and self.fifo.on:
+                return self._fifo_map(it, x, sign)
+            gid = it.map(x)
             self.fresh = (it.new_ids, it.new_rows)
             return gid
         return self._chain_map(codes, nulls, n)
+
+    def _fifo_map(self, it: IntInterner, x: np.ndarray, sign: np.ndarray) -> np.ndarray:
+        """Packed keys `x` → ids: the inserts (and weightless rows) through the interner, pushed
+        onto the FIFO; the deletes from the FIFO's head when they match it, else interned too."""
+        dels = sign < 0
+        if not dels.any():
+            gid = it.map(x)
+            self.fresh = (it.new_ids, it.new_rows)
+            ins = sign > 0
+            if ins.all():
+                self.fifo.push(x, gid)
+            else:
+                self.fifo.push(x[ins], gid[ins])
+            return gid
+        gid = np.empty(len(x), np.int64)
+        di = np.flatnonzero(dels)
+        ii = np.flatnonzero(~dels)
+        if len(ii):
+            xi = x[ii]
+            gi = gid[ii] = it.map(xi)
+            self.fresh = (it.new_ids, ii[it.new_rows])
+            pos = sign[ii] > 0
+            if pos.all():
+                self.fifo.push(xi, gi)
+            else:
+                self.fifo.push(xi[pos], gi[pos])
+        xd = x[di]
+        got = self.fifo.take(xd)
+        if got is None:  # out of order: interned (a valid delete's key is known: no new id, normally)
+            got = it.map(xd)
+            if len(it.new_ids):
+                self.fresh = (
+                    np.concatenate([self.fresh[0], it.new_ids]),
+                    np.concatenate([self.fresh[1], di[it.new_rows]]),
+                )
+        gid[di] = got
+        return gid
+
+    def adopt_fifo(self, old: GroupKeys, remap: np.ndarray) -> None:
+        """After a compaction into this fresh instance: `old`'s FIFO, its ids renumbered by
+        `remap` and its keys re-packed under this layout (off if either side does not pack)."""
+        f = old.fifo
+        if f.on and not len(f):  # nothing to carry over: this instance's own FIFO (on, empty) serves
+            return
+        if f.on and old.layout is not None and self.layout is not None and self.packed is not None:
+            src, dst = old.layout, self.layout
+            f.remap(remap)
+            f.repack(lambda k: _repack(src, dst, k))
+            self.fifo = f
+        else:
+            self.fifo.off()
 
     def release(self, gids: np.ndarray) -> None:
         """Groups `gids` (distinct, live ids) are gone: in packed mode their keys are forgotten
@@ -323,15 +387,17 @@ class GroupKeys:
         self.rng = merged
         self.layout = lay
         if old is not None and len(it.keys):
-            cols, nl = old.unpack(it.keys)
-            it.keys = _pack(lay, cols, list(nl), len(it.keys))  # monotone per column: still sorted
+            it.keys = _repack(old, lay, it.keys)  # monotone per column: still sorted
             it.table = None
             it._retable()
+        if old is not None:
+            self.fifo.repack(lambda k: _repack(old, lay, k))
 
     def _to_chain(self) -> None:
         """Move the known keys to ChainKeys, keeping their group ids."""
         it = self.packed
         assert it is not None
+        self.fifo.off()
         self.chain = ChainKeys(len(self.types))
         self.count = it.n
         self.tr = np.full(0, -1, np.int64)
@@ -390,3 +456,9 @@ def _pack(lay: KeyLayout, codes: list[np.ndarray], nulls: list[np.ndarray | None
         code <<= shift
         key |= code
     return np.zeros(n, np.int64) if key is None else key
+
+
+def _repack(old: KeyLayout, new: KeyLayout, keys: np.ndarray) -> np.ndarray:
+    """Keys packed under `old` re-packed under `new` (which covers them)."""
+    cols, nl = old.unpack(keys)
+    return _pack(new, cols, list(nl), len(keys))

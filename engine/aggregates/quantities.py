@@ -70,12 +70,17 @@ def _sum(q: Quantity, cx: Cells) -> np.ndarray:
 WEIGHTS: dict[str, Callable[[Quantity, Cells], np.ndarray]] = {"rows": _rows, "count": _count, "sum": _sum}
 
 
-def cell_totals(quantities: list[Quantity], cx: Cells, state: GroupState) -> None:
+def cell_totals(
+    quantities: list[Quantity], cx: Cells, state: GroupState, skip: frozenset[Quantity] = frozenset()
+) -> None:
     """Every quantity's total at the end of every cell, into cx.totals (int64 per cell, or a
-    (hi, lo) pair of float64 per cell for float sums). ROWS must come first."""
+    (hi, lo) pair of float64 per cell for float sums), except those in `skip` (sum_bound.py:
+    shadows no cell needs). ROWS must come first."""
     deltas: dict[Quantity, np.ndarray] = {}  # int quantity → its change over each cell
     cg = cx.cell_g
     for q in quantities:
+        if q in skip:
+            continue
         if q.measure == "count" and not q.distinct and not cx.nulls_in[q.ai]:
             deltas[q] = deltas[ROWS]  # no NULLs in this batch: same change as the rows
             cx.totals[q] = state.totals[q][cg] + deltas[q]

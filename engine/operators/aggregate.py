@@ -66,6 +66,7 @@ from cqlstream.engine.aggregates.multiset import Multiset
 from cqlstream.engine.aggregates.quantities import ROWS, Quantity, cell_totals
 from cqlstream.engine.aggregates.registry import strategy_for
 from cqlstream.engine.aggregates.strategy import AggregateStrategy
+from cqlstream.engine.aggregates.sum_bound import SumBound
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import stable_order, starts_to_ends
@@ -115,6 +116,10 @@ class AggregateOp(Operator):
                 ex = self.multisets.setdefault(s.ai, [])
                 ex += [k for k in s.extremes if k not in ex]
         self.arg_dt = [dtype_of(a.type) if a.type.kind != "null" else np.int64 for a in self.args]
+        # float sums of integer arguments only tell an int64 sum out of range: skipped while none can be
+        self.sum_bound = SumBound(
+            [q for q in self.quantities if q.floating and np.dtype(self.arg_dt[q.ai]).kind in "iub"]
+        )
         self.ms = {ai: Multiset(self.arg_dt[ai]) for ai in self.multisets}
         self.gkeys = GroupKeys(self.key_types)
         self.recycling = False  # ids of empty groups are being reused (`_release`)
@@ -167,7 +172,7 @@ class AggregateOp(Operator):
             v, m = self.ev.eval(k, b)
             kv.append(as_dtype(v, dtype_of(k.type)))
             kn.append(None if m is None or not m.any() else m)
-        gid = self.gkeys.map(kv, kn, len(b))
+        gid = self.gkeys.map(kv, kn, len(b), b.sign)
         state.ensure(self.gkeys.n)
         if self.keys:
             state.store_keys(*self.gkeys.fresh, kv, kn)
@@ -229,8 +234,9 @@ class AggregateOp(Operator):
                 for kind, r in res.items():
                     cx.extremes[(ai, kind)] = r
 
-        # 4. additive quantities at the cell ends
-        cell_totals(self.quantities, cx, state)
+        # 4. additive quantities at the cell ends (not the float shadows of int sums that cannot overflow)
+        skip = self.sum_bound.skip(len(b), av, an, nulls_in, state)
+        cell_totals(self.quantities, cx, state, skip)
 
         # 5. output values per cell
         rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
@@ -435,6 +441,7 @@ class AggregateOp(Operator):
         remap = np.full(n, -1, np.int64)
         remap[live] = newg
         st.compact(live, newg, max(fresh.n, 16))
+        fresh.adopt_fifo(self.gkeys, remap)
         self.gkeys = fresh
         self.recycling = False
         for ms in self.ms.values():
