@@ -8,6 +8,12 @@ appended to each later conjunct's survivors, so every conjunct's call gives thei
 the sampled tuples some conjunct drops become profile tuples. Every `profile_batch` profile
 tuples, the re-optimizer (a policy) checks its invariant over the matrix view and may change the
 order. Order never changes a result.
+
+Back-off (`backoff` > 1, engine/adaptive/backoff.py): once the window holds only profile tuples
+gathered since the last change and the invariant still holds, each further check that holds
+doubles the stretch (one due pass in `stretch` is taken); a re-ordering, or the shares of tuples
+that the first conjunct and the whole conjunction keep (the executor's own counts) drifting,
+resets it and takes a pass in the next call.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cqlstream.cql.logical import expr as X
+from cqlstream.engine.adaptive.backoff import Backoff, RateDrift
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.matrix import MatrixView
 from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
@@ -92,6 +99,11 @@ class AdaptiveOrder:
         self.pending_rows = 0
         self.profiled = 0  # tuples sampled (dropped or not)
         self.untimed = 0  # input tuples since the meter last had a timed batch
+        self.backoff = Backoff(config.backoff)
+        self.drift = RateDrift()
+        self.calm_from = 0  # window.total at the last change: later profile tuples saw this order
+        self.urgent = False  # drifted: the next call takes a pass
+        self.kept1 = 0  # tuples the first conjunct kept in the last call (set by the executor)
 
     @property
     def ordered(self) -> list[X.Expr]:
@@ -103,7 +115,12 @@ class AdaptiveOrder:
             return self._survivors(b, self.order, ev)
         n_in = len(b)
         self.seen += n_in
-        picked = self.passes.take(n_in)
+        urgent, bo = self.urgent, self.backoff
+        picked = self.passes.take(n_in, urgent)
+        if bo.on:
+            self.urgent = False
+            if len(picked) and not urgent and bo.skip():
+                picked = picked[:0]
         # `static` costs need no clock: then only the calls that profile are timed (for the
         # control table's cost_ns), not every call
         timed = self.config.cost_model == "measured" or len(picked) > 0
@@ -112,6 +129,10 @@ class AdaptiveOrder:
             out = self._profiled_survivors(b, ev, picked, secs, tuples)
         else:
             out = self._survivors(b, self.order, ev, secs, tuples) if timed else self._survivors(b, self.order, ev)
+        if bo.on and self.drift.moved(n_in, (self.kept1, len(out))):
+            bo.reset(self.seen, "selectivity drifted")
+            self.calm_from = self.window.total
+            self.urgent = True
         self.untimed += n_in
         if timed:
             self.meter.add(secs, tuples, self.untimed)
@@ -142,6 +163,7 @@ class AdaptiveOrder:
             if first is not None:
                 if idx is None:
                     idx = np.flatnonzero(first)
+                    self.kept1 = len(idx)
                 if not len(idx):
                     break
                 cur = _at(b, idx, self.reads[i])
@@ -158,9 +180,11 @@ class AdaptiveOrder:
                 assert idx is not None
                 idx = idx[mask]
         if first is None:
+            self.kept1 = len(b)
             return b
         if idx is None:  # one conjunct: its mask, taken by one index array (not a mask per column)
             idx = np.flatnonzero(first)
+            self.kept1 = len(idx)
         return b if len(idx) == len(b) else b.take(idx)
 
     def _profiled_survivors(
@@ -185,6 +209,7 @@ class AdaptiveOrder:
             if idx is None:
                 np.logical_not(mask[picked], out=bits[i])
                 idx = np.flatnonzero(mask)
+                self.kept1 = len(idx)
             else:
                 head = len(idx)
                 np.logical_not(mask[head:], out=bits[i])
@@ -226,12 +251,16 @@ class AdaptiveOrder:
         d = self.policy.check(s)
         if d is not None and list(d.order) != self.order:
             self.set_order(list(d.order), d.reason)
+        elif self.window.total - self.calm_from >= self.config.w:
+            self.backoff.quiet(self.seen)  # the invariant holds on a window gathered under this order
 
     def set_order(self, order: list[int], reason: str) -> None:
         """Switch to `order` (switching carries no state, thesis §3.2), logged with its reason."""
         old = tuple(self.order)
         self.order = list(order)
         self.view.rebuild(self.window.rows, self.order)
+        self.backoff.reset(self.seen, "re-ordered")
+        self.calm_from = self.window.total
         self.reorders += 1
         r = Reorder(self.reorders, self.seen, old, tuple(order), reason)
         self.log.append(r)
@@ -268,6 +297,8 @@ class AdaptiveOrder:
             "alpha": self.config.alpha,
             "cost_model": self.config.cost_model,
             "profile_tuples": len(self.window),
+            "passes": self.passes.passes - self.backoff.skipped,
+            "backoff": self.backoff.statistics(),
             "conjuncts": [
                 {
                     "index": i,
@@ -287,7 +318,9 @@ class AdaptiveOrder:
     def explain(self) -> str:
         order = ", ".join(f"[{i}] {self.names[i]}" for i in self.order)
         pol = self.config.policy if self.policy is not None else OFF
-        return f"conjunct order ({pol}, {self.reorders} re-orderings): {order}"
+        bo = self.backoff
+        back = f", back-off x{bo.stretch} of {bo.cap}" if bo.on and self.policy is not None else ""
+        return f"conjunct order ({pol}, {self.reorders} re-orderings{back}): {order}"
 
 
 def _at(b: Batch, idx: np.ndarray, cols: Sequence[int]) -> Batch:
