@@ -249,23 +249,43 @@ class AdaptiveOrder:
             self.view, self.window.rows, self.costs(), self.order, self.names, self.config.alpha, len(dropped)
         )
         d = self.policy.check(s)
+        major = False
         if d is not None and list(d.order) != self.order:
-            self.set_order(list(d.order), d.reason)
-        elif self.window.total - self.calm_from >= self.config.w:
+            new = list(d.order)
+            # a re-ordering saving less than 1 − α of the work on the window (near-equal ranks
+            # swapping on noise: Table 4.2's n = 8 re-orders at every pass) changes nothing
+            # that matters to the back-off
+            major = not self.backoff.on or self._window_cost(new) < self.config.alpha * self._window_cost(self.order)
+            self.set_order(new, d.reason, major)
+        if not major and self.window.total - self.calm_from >= self.config.w:
             self.backoff.quiet(self.seen)  # the invariant holds on a window gathered under this order
 
-    def set_order(self, order: list[int], reason: str) -> None:
-        """Switch to `order` (switching carries no state, thesis §3.2), logged with its reason."""
+    def set_order(self, order: list[int], reason: str, major: bool = True) -> None:
+        """Switch to `order` (switching carries no state, thesis §3.2), logged with its reason.
+        A `major` change resets the back-off; a minor one (the new order saves less than 1 − α
+        of the old one's work on the window: near-equal ranks swapping on noise) does not, and
+        counts as quiet."""
         old = tuple(self.order)
         self.order = list(order)
         self.view.rebuild(self.window.rows, self.order)
-        self.backoff.reset(self.seen, "re-ordered")
-        self.calm_from = self.window.total
+        if major:
+            self.backoff.reset(self.seen, "re-ordered")
+            self.calm_from = self.window.total
         self.reorders += 1
         r = Reorder(self.reorders, self.seen, old, tuple(order), reason)
         self.log.append(r)
         self.events.append(r)
         log.info("conjunct order %s -> %s after %d tuples: %s", list(old), order, self.seen, reason)
+
+    def _window_cost(self, order: list[int]) -> float:
+        """The work `order` does on the profile window's tuples: each costs the conjuncts up to
+        the first that drops it (every profile tuple is dropped by some conjunct; the sampled
+        tuples that pass them all cost every order the same and are left out)."""
+        rows = self.window.rows
+        if not len(rows):
+            return 0.0
+        first = np.argmax(rows[:, order], axis=1)
+        return float(np.cumsum(self.costs()[order])[first].sum())
 
     def costs(self) -> np.ndarray:
         """Cost per tuple of each conjunct under the configured cost model (seconds, or
