@@ -47,7 +47,8 @@ def _selection(h):
 
 def _selection_timeline() -> None:
     """Steady data: the stretch doubles up to the cap (2, 4, 8) before the shift and passes are
-    skipped; the shift resets it within two pushes, and the order follows within three."""
+    skipped; the shift resets it in its first push, which is profiled at once: the order
+    follows in that push, as it does with no back-off (a pass every push here)."""
     _got, h = run_engine(DDL, QUERY, _selection_data(), chunk=100, adaptive=SEL)
     ad = _selection(h).adaptive
     log = ad.backoff.log
@@ -55,8 +56,8 @@ def _selection_timeline() -> None:
     assert [e["stretch"] for e in before] == [2, 4, 8]
     assert ad.backoff.skipped > 20  # of ~60 due passes
     resets = [e for e in log if e["stretch"] == 1]
-    assert resets and SHIFT < resets[0]["at"] <= SHIFT + 200 and resets[0]["reason"] == "selectivity drifted"
-    assert any(SHIFT < r.at <= SHIFT + 300 for r in ad.log), "re-ordered late after the shift"
+    assert resets and SHIFT < resets[0]["at"] <= SHIFT + 100 and resets[0]["reason"] == "selectivity drifted"
+    assert any(SHIFT < r.at <= SHIFT + 100 for r in ad.log), "re-ordered late after the shift"
 
 
 def test_selection_interval_grows_then_resets_on_a_shift():

@@ -13,7 +13,7 @@ Back-off (`backoff` > 1, engine/adaptive/backoff.py): once the window holds only
 gathered since the last change and the invariant still holds, each further check that holds
 doubles the stretch (one due pass in `stretch` is taken); a re-ordering, or the shares of tuples
 that the first conjunct and the whole conjunction keep (the executor's own counts) drifting,
-resets it and takes a pass in the next call.
+resets it, and a drifting call that took no pass is profiled at once (`_profile_apart`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from cqlstream.engine.adaptive.backoff import Backoff, RateDrift
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.matrix import MatrixView
 from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
-from cqlstream.engine.adaptive.profile import CostMeter, Passes, ProfileWindow
+from cqlstream.engine.adaptive.profile import CostMeter, Passes, ProfileWindow, strata
 from cqlstream.engine.batch import Batch
 
 if TYPE_CHECKING:
@@ -102,7 +102,6 @@ class AdaptiveOrder:
         self.backoff = Backoff(config.backoff)
         self.drift = RateDrift()
         self.calm_from = 0  # window.total at the last change: later profile tuples saw this order
-        self.urgent = False  # drifted: the next call takes a pass
         self.kept1 = 0  # tuples the first conjunct kept in the last call (set by the executor)
 
     @property
@@ -115,12 +114,10 @@ class AdaptiveOrder:
             return self._survivors(b, self.order, ev)
         n_in = len(b)
         self.seen += n_in
-        urgent, bo = self.urgent, self.backoff
-        picked = self.passes.take(n_in, urgent)
-        if bo.on:
-            self.urgent = False
-            if len(picked) and not urgent and bo.skip():
-                picked = picked[:0]
+        bo = self.backoff
+        picked = self.passes.take(n_in)
+        if bo.on and len(picked) and bo.skip():
+            picked = picked[:0]
         # `static` costs need no clock: then only the calls that profile are timed (for the
         # control table's cost_ns), not every call
         timed = self.config.cost_model == "measured" or len(picked) > 0
@@ -132,7 +129,8 @@ class AdaptiveOrder:
         if bo.on and self.drift.moved(n_in, (self.kept1, len(out))):
             bo.reset(self.seen, "selectivity drifted")
             self.calm_from = self.window.total
-            self.urgent = True
+            if not len(picked):  # the shift is in this call: profile it now, not a pass later
+                self._profile_apart(b, ev, n_in)
         self.untimed += n_in
         if timed:
             self.meter.add(secs, tuples, self.untimed)
@@ -217,6 +215,18 @@ class AdaptiveOrder:
         assert idx is not None
         self._record(bits)
         return b if len(idx) == len(b) else b.take(idx)
+
+    def _profile_apart(self, b: Batch, ev: Evaluator, n_in: int) -> None:
+        """A pass over this call's tuples after the executor has run (the back-off's drift
+        signal fired in a call that took no pass): the sample, as many as a pass of this call
+        would take, evaluated by every conjunct on its own. Rare (once per shift), so its extra
+        calls do not matter."""
+        k = min(n_in, max(self.passes.size, min(int(self.config.p * n_in), self.config.w)))
+        sample = b.take(strata(n_in, k, self.passes.rng))
+        bits = np.empty((self.n, k), dtype=bool)
+        for i, c in enumerate(self.conjuncts):
+            np.logical_not(ev.predicate(c, sample), out=bits[i])
+        self._record(bits)
 
     def _record(self, bits: np.ndarray) -> None:
         """Keep a pass's profile tuples (`bits`, conjunct by sampled tuple): the sampled tuples
