@@ -36,7 +36,7 @@ from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive.backoff import cap
 from cqlstream.engine.errors import KnobError
 
-BACKOFF = 1  # A-Caching's back-off cap by default (bench/README.md, session 13)
+BACKOFF = 1  # A-Caching's back-off cap by default: off (the savings are within noise on D1–D8, and a rate burst fires no drift signal; bench/README.md, session 13)
 
 
 @dataclass(frozen=True)
