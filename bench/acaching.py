@@ -40,7 +40,7 @@ alone failing the prefix invariant. MF against G (forced) and P.
 
     python -m bench.acaching [--tuples 6000] [--push 20] [--base 100] [--repeat 3] [--pushes 20 100 400]
         [--d-pushes 20 100 400] [--only fig_5_21 costly costly_push fig_5_21_push fig_5_22 fig_5_23
-        shared consistent] [--json F]
+        shared consistent] [--backoff N] [--json F]
 
 (the costly sweep and the shared and globally consistent cases run at each of --pushes; the D1–D8
 sweep, fig_5_21_push, at each of --d-pushes, none by default)
@@ -53,6 +53,7 @@ import itertools
 import json
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -80,9 +81,13 @@ THESIS_521 = "X, P, G beat M almost always; X > P at D1–D3; G ≥ X at D2, D3,
 ADAPTIVE = AdaptiveConfig()  # A-Greedy orders (default settings)
 
 
+BACKOFF: int | None = None  # --backoff: A-Caching's back-off cap (None: the default)
+
+
 def caching(memory: int = 1 << 20, on: bool = True) -> CachingConfig:
     # the thesis' experiments: I = 2 s; a tuple interval too, so short runs re-optimize
-    return CachingConfig(enabled=on, memory=memory, interval_tuples=2000, distinct_window=256, window=4)
+    c = CachingConfig(enabled=on, memory=memory, interval_tuples=2000, distinct_window=256, window=4)
+    return c if BACKOFF is None else replace(c, backoff=BACKOFF)
 
 
 # ------------------------------------------------------------------ D1–D8
@@ -160,7 +165,6 @@ def run(
     slices: int = 1,
 ) -> dict[str, Any]:
     adaptive = AdaptiveConfig(policy="a-greedy", probability=1e-9) if fixed else ADAPTIVE
-    from dataclasses import replace
 
     d = Dsms(adaptive=replace(adaptive, caching=cache), sys_stream=False)
     for stmt in ddl:
@@ -532,7 +536,6 @@ def fig_consistent(tuples: int, push: int, window: int = 1000, dom: int = 200, r
     T⋈U exists, but {S, T, U} holds it: V's pipeline caches (T⋈U)⋉S, maintained from S's, T's and
     U's pipelines. MF: these orders, no cache; G: that cache forced; P: the re-optimizer's choice
     under these orders with m = 8 (room for globally consistent candidates)."""
-    from dataclasses import replace
 
     events, q = consistent_input(tuples, window, dom)
     ddl = [f"register stream {n} (a int)" for n in "STUV"]
@@ -622,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--d-pushes", type=int, nargs="*", default=[], help="push sizes of a D1–D8 sweep (P/M, X/M; none by default)"
     )
+    ap.add_argument("--backoff", type=int, help="A-Caching's back-off cap (1: none; default: the engine's)")
     ap.add_argument("--json", help="write the figures to this file")
     figs = {
         "fig_5_21": lambda a: fig_521(a.tuples, a.push, a.base, a.repeat),
@@ -635,6 +639,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     ap.add_argument("--only", nargs="+", choices=sorted(figs), help="run only these figures (default: all)")
     a = ap.parse_args(argv)
+    global BACKOFF
+    BACKOFF = a.backoff
     only = a.only or [k for k in figs if k != "fig_5_21_push" or a.d_pushes]
     res = {name: f(a) for name, f in figs.items() if name in only}
     if a.json:

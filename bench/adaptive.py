@@ -20,7 +20,7 @@
 Rates are input tuples per CPU second of the process (`time.process_time`), steadier than wall
 time on a shared machine, the best of `--repeat` runs.
 
-    python -m bench.adaptive [--rows 2000000] [--only filters,overhead,table42,chain] [--json F]
+    python -m bench.adaptive [--rows 2000000] [--only filters,overhead,table42,chain] [--backoff N] [--json F]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import itertools
 import json
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -121,10 +122,15 @@ def run_filter(rows: int, batch: int, phases: list[list[float]], *, config: Adap
 
 
 REPEAT = 3
+BACKOFF: int | None = None  # --backoff: the profiling back-off cap of every adaptive run (None: the default)
+
+
+def _config(config: AdaptiveConfig) -> AdaptiveConfig:
+    return config if BACKOFF is None else replace(config, backoff=BACKOFF)
 
 
 def _run_filter(rows: int, batch: int, phases: list[list[float]], *, config: AdaptiveConfig, order=None) -> dict:
-    d = Dsms(adaptive=config, sys_stream=False)
+    d = Dsms(adaptive=_config(config), sys_stream=False)
     d.execute("register stream S (A int, B int, C int, D int, E int)")
     h = d.register_query(QUERY)
     sub = d.subscribe(h.id)
@@ -215,7 +221,7 @@ def t42_columns(n: int, rows: int, rng: np.random.Generator, gamma: int = 2) -> 
 
 def _run_t42(n: int, cols: list[np.ndarray], batch: int, config: AdaptiveConfig, order) -> dict[str, Any]:
     names = [f"C{k}" for k in range(n)]
-    d = Dsms(adaptive=config, sys_stream=False)
+    d = Dsms(adaptive=_config(config), sys_stream=False)
     d.execute(f"register stream S ({', '.join(f'{c} int' for c in names)})")
     where = " and ".join(f"{identity(c, T42_COST)} < 500" for c in names)
     h = d.register_query(f"select C0 from S where {where}")
@@ -327,10 +333,13 @@ def main(argv=None) -> int:
     p.add_argument("--only", help="comma-separated parts: filters, overhead, table42, chain")
     p.add_argument("--ticks", type=int, default=400, help="ticks of the chain run (default 400)")
     p.add_argument("--repeat", type=int, default=3, help="filter runs per figure, the best kept (default 3)")
+    p.add_argument(
+        "--backoff", type=int, help="profiling back-off cap of the adaptive runs (1: none; default: the engine's)"
+    )
     p.add_argument("--json", help="write the figures to this file")
     args = p.parse_args(argv)
-    global REPEAT
-    REPEAT = args.repeat
+    global REPEAT, BACKOFF
+    REPEAT, BACKOFF = args.repeat, args.backoff
     only = set(args.only.split(",")) if args.only else {"filters", "overhead", "table42", "chain"}
     report: dict[str, Any] = {"rows": args.rows, "batch": args.batch}
     if "filters" in only:

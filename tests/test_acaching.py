@@ -208,9 +208,10 @@ def _force_any(op: JoinOp) -> None:
                 continue
 
 
+@pytest.mark.parametrize("backoff", [1, 8])  # A-Caching's back-off (engine/adaptive/backoff.py)
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize("qi", range(len(RANDOM_QUERIES)))
-def test_random_joins_with_deletes_and_expiry(seed, qi):
+def test_random_joins_with_deletes_and_expiry(seed, qi, backoff):
     inputs = _random_inputs(seed)
     q = RANDOM_QUERIES[qi]
     expected = run_reference(RANDOM_DDL, q, inputs)
@@ -220,7 +221,8 @@ def test_random_joins_with_deletes_and_expiry(seed, qi):
         assert forced == expected, f"forced cache, chunk {chunk}"
         # caches chosen by the re-optimizer while A-Greedy re-orders the pipelines (orders that
         # break a segment drop its cache)
-        chosen, _h = _run(RANDOM_DDL, q, inputs, chunk, {}, caching=EAGER, adaptive=adaptive)
+        eager = CachingConfig(**{**EAGER.__dict__, "backoff": backoff})
+        chosen, _h = _run(RANDOM_DDL, q, inputs, chunk, {}, caching=eager, adaptive=adaptive)
         assert chosen == expected, f"selected caches, chunk {chunk}"
 
 

@@ -35,13 +35,16 @@ def _reorders(h):
     return list(op.adaptive.log)
 
 
+@pytest.mark.parametrize("backoff", [1, 8])  # the profiler's back-off (engine/adaptive/backoff.py)
 @pytest.mark.parametrize("policy", ["a-greedy", "sweep", "independent", "local-swaps"])
 @pytest.mark.parametrize("chunk", [1, 7, 64, None])
-def test_shifting_selectivity_same_results(policy, chunk):
+def test_shifting_selectivity_same_results(policy, chunk, backoff):
     inputs = _shifting()
     expected = run_reference(DDL, QUERY, inputs)
-    off, _ = run_engine(DDL, QUERY, inputs, chunk=chunk, adaptive=AdaptiveConfig(policy="off"))
-    got, h = run_engine(DDL, QUERY, inputs, chunk=chunk, adaptive=AdaptiveConfig(policy=policy, **EAGER))
+    off, _ = run_engine(DDL, QUERY, inputs, chunk=chunk, adaptive=AdaptiveConfig(policy="off", backoff=backoff))
+    got, h = run_engine(
+        DDL, QUERY, inputs, chunk=chunk, adaptive=AdaptiveConfig(policy=policy, backoff=backoff, **EAGER)
+    )
     assert got == expected == off
     if chunk is not None:  # fed as one batch, the order can change only after it: nothing to see
         assert any(0 < r.at < 600 for r in _reorders(h)), "no re-ordering mid-stream"

@@ -24,14 +24,19 @@ step-count model above (deterministic; tests use it to make selections independe
 `candidates_cap`: m of thesis §5.7: when the prefix-invariant candidates of a join are fewer, globally
 consistent ones fill the list up to m (0: none; thesis experiments m = 6).
 `profile_every`: a profiled candidate takes the keys of one call in this many (the Bloom
-filter's miss-rate estimate sees a sample of the calls; 1: every call)."""
+filter's miss-rate estimate sees a sample of the calls; 1: every call).
+`backoff`: the largest stretch of the re-optimization interval while selections keep the same
+caches (engine/adaptive/backoff.py; 1: the thesis' fixed interval, no back-off)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from cqlstream.engine import knobs as K
+from cqlstream.engine.adaptive.backoff import cap
 from cqlstream.engine.errors import KnobError
+
+BACKOFF = 1  # A-Caching's back-off cap by default: off (the savings are within noise on D1–D8, and a rate burst fires no drift signal; bench/README.md, session 13)
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class CachingConfig:
     prior_row_seconds: float = 2e-6
     profile_every: int = 4
     candidates_cap: int = 6
+    backoff: int = BACKOFF
 
 
 def enabled(v: object) -> bool:
@@ -87,6 +93,7 @@ CACHING_KNOBS = (
     K.config_field("cache_memory", "caching", "memory", memory),
     K.config_field("cache_interval", "caching", "interval_seconds", seconds),
     K.config_field("cache_interval_tuples", "caching", "interval_tuples", tuples),
+    K.config_field("cache_backoff", "caching", "backoff", cap),
 )
 """Settings of A-Caching: on/off, the cache memory of the join in bytes, and the
-re-optimization interval in seconds and in tuples."""
+re-optimization interval in seconds and in tuples, and the back-off cap of that interval."""

@@ -32,6 +32,12 @@ profiled again and, after W observations, the selection runs (at most one cache 
 prefixes overlap) if some net benefit moved by more than the threshold; memory goes to chosen
 caches by net benefit per byte (§5.6). A used cache whose net benefit turns negative is dropped
 at once; a cache whose pipeline order breaks its segment or prefix invariant is dropped too.
+
+Back-off (`backoff` > 1, engine/adaptive/backoff.py): a selection that keeps the caches as they
+were (none paying included) doubles the stretch of the interval before candidates are profiled
+again, up to `backoff`; a selection that changes them, a used cache dropped for a negative net,
+or the join's own rows per probe step drifting (backoff.FlowDrift, per pipeline without a used
+cache) resets it, so the next profiling starts as soon as the base interval has passed.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import numpy as np
 
 from cqlstream.engine.adaptive import cache_config as CC
 from cqlstream.engine.adaptive import cache_share as SH
+from cqlstream.engine.adaptive.backoff import Backoff, FlowDrift
 from cqlstream.engine.adaptive.cache_config import CachingConfig
 from cqlstream.engine.adaptive.cache_store import SegmentCache, first_per_key, key_hash, match_keys
 from cqlstream.engine.adaptive.config import OFF
@@ -245,6 +252,9 @@ class ACaching:
         self.last_tick_events = 0
         self.last_tick_time = time.monotonic()
         self.phase = PROFILED  # profiling after a tick, until the selection runs
+        self.backoff = Backoff(config.backoff)  # stretch of the interval while selections change nothing
+        # per pipeline: its result rows per event, its steps' rows in / out (drift signals)
+        self.drift = [(FlowDrift(), FlowDrift()) for _ in range(n)]
         # measured time (costs = "time"): the steps' runs (step_costs.py); the pipeline's calls
         # and probing rows; the caches' work per join call (rows, seconds) pooled over all used
         # caches; the profiler's own time
@@ -290,6 +300,8 @@ class ACaching:
     def configure(self, config: CachingConfig) -> None:
         was = self.config
         self.config = config
+        if config.backoff != was.backoff:
+            self.backoff = Backoff(config.backoff)
         if not config.enabled or config.memory != was.memory:
             for c in self.cands.values():
                 if c.state == USED:
@@ -512,7 +524,20 @@ class ACaching:
         self.pending = []
         self.deltas = {}
         self._codes, self._unique = {}, {}
+        if self.backoff.on:
+            self._watch_drift()
         self._maybe_reoptimize()
+
+    def _watch_drift(self) -> None:
+        """Reset the back-off when the join's own counts of this call moved against their
+        smoothed values: a pipeline's result rows per event (the same whatever its cache serves),
+        or the rows per probe step of a pipeline without a used cache (a cached one's move with
+        the hit rate)."""
+        flows = self.flows(self.op._flows)
+        for i, y in self.op._yields.items():
+            if self.drift[i][0].moved(y, [i]) or self.drift[i][1].moved(flows.get(i), self.op._order(i)):
+                self.backoff.reset(self.events_seen, f"rows of pipeline {i} moved")
+                return
 
     # ------------------------------------------------------------ statistics and selection
     def record(self, i: int, probing: int) -> None:
@@ -683,8 +708,10 @@ class ACaching:
     def _maybe_reoptimize(self) -> None:
         cfg = self.config
         now = time.monotonic()
-        tick = (cfg.interval_tuples > 0 and self.events_seen - self.last_tick_events >= cfg.interval_tuples) or (
-            cfg.interval_seconds > 0 and now - self.last_tick_time >= cfg.interval_seconds
+        # the back-off stretches the wait before candidates are profiled again, not the profiling
+        k = self.backoff.stretch if self.phase == UNUSED else 1
+        tick = (cfg.interval_tuples > 0 and self.events_seen - self.last_tick_events >= k * cfg.interval_tuples) or (
+            cfg.interval_seconds > 0 and now - self.last_tick_time >= k * cfg.interval_seconds
         )
         current = self._current()
         # refinement (a): a used cache that stopped paying goes at once. Read as: once its own
@@ -698,6 +725,7 @@ class ACaching:
             own = len(c.own_obs) >= cfg.window if cfg.costs == "time" else True
             if not c.pinned and net < 0 and len(c.miss_obs) >= cfg.window and own:
                 self._drop(c, f"net benefit {net:.3g} < 0", unused=True)
+                self.backoff.reset(self.events_seen, "a used cache stopped paying")
         if self.phase == PROFILED:
             profiled = [c for c in current if c.state == PROFILED]
             ready = all(len(c.miss_obs) >= cfg.window for c in profiled)
@@ -727,6 +755,7 @@ class ACaching:
             for c in current:
                 if c.state == PROFILED:
                     c.state = UNUSED
+            self.backoff.quiet(self.events_seen)
             return
         self.selections += 1
         chosen = self._choose(known)
@@ -763,6 +792,9 @@ class ACaching:
         if names != self.last_used:  # the log keeps changes only
             self.log.append({"selection": self.selections, "used": names})
             self.last_used = names
+            self.backoff.reset(self.events_seen, "the selection changed the caches")
+        else:
+            self.backoff.quiet(self.events_seen)
         self.events.append(("cache_selection", float(self.selections)))
 
     def _choose(self, known: list[Candidate]) -> dict[int, Candidate]:
@@ -832,6 +864,7 @@ class ACaching:
             "memory_used": sum(c.store.nbytes() for c in self.used() if c.store is not None),
             "interval_seconds": cfg.interval_seconds,
             "interval_tuples": cfg.interval_tuples,
+            "backoff": self.backoff.statistics(),
             "selections": self.selections,
             "costs": cfg.costs,
             "profile_seconds": round(self.profile_seconds, 6),
@@ -861,7 +894,11 @@ class ACaching:
                 f"{c.i}: {list(c.seg)}{partners} ({len(c.store) if c.store else 0} entries, hit "
                 f"{c.total_hits / max(c.total_probes, 1):.2f}{shared})"
             )
-        return [f"caches (a-caching, {self.selections} selections): " + ("; ".join(parts) if parts else "none used")]
+        bo = self.backoff
+        back = f", back-off x{bo.stretch} of {bo.cap}" if bo.on else ""
+        return [
+            f"caches (a-caching, {self.selections} selections{back}): " + ("; ".join(parts) if parts else "none used")
+        ]
 
     def flows(self, flows: dict[int, list[int]]) -> dict[int, list[int]]:
         """The rows per probe step that A-Greedy's shift detector reads, less those of the

@@ -17,7 +17,8 @@ POLICY_NAMES = ("a-greedy", "sweep", "independent", "local-swaps", OFF)
 # conjuncts before costly ones that weighs most (bench/README.md), so 0.005.
 PROBABILITY = 0.005
 DEFAULT_PROBABILITY: dict[str, float] = {}
-DEFAULT_WINDOW = {"sweep": 500}  # the thesis' Table 4.1: Sweep keeps a shorter window
+DEFAULT_WINDOW = {"sweep": 500}
+BACKOFF = 8  # selections' profiling back-off cap by default (Table 4.2: profile work 1.14 → 0.46 %, re-convergence unchanged; bench/README.md, session 13)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class AdaptiveConfig:
     engine/adaptive/profile.py). Timings here are mostly per-call overhead that the order does
     not change, and noisy on a shared machine, so `static` is the default; `measured` suits
     conjuncts calling costly functions.
+    `backoff`: the largest stretch of a selection's interval between profiling passes while the
+    invariant keeps holding (engine/adaptive/backoff.py; 1: the thesis' fixed pace, no back-off).
     `caching`: A-Caching's settings for joins (engine/adaptive/cache_config.py)."""
 
     policy: str = "a-greedy"
@@ -45,6 +48,7 @@ class AdaptiveConfig:
     profile_batch: int = 32
     profile_pass: int = 128
     cost_model: str = "static"
+    backoff: int = BACKOFF
     caching: CachingConfig = field(default_factory=CachingConfig)
 
     @property

@@ -8,6 +8,12 @@ appended to each later conjunct's survivors, so every conjunct's call gives thei
 the sampled tuples some conjunct drops become profile tuples. Every `profile_batch` profile
 tuples, the re-optimizer (a policy) checks its invariant over the matrix view and may change the
 order. Order never changes a result.
+
+Back-off (`backoff` > 1, engine/adaptive/backoff.py): once the window holds only profile tuples
+gathered since the last change and the invariant still holds, each further check that holds
+doubles the stretch (one due pass in `stretch` is taken); a re-ordering, or the shares of tuples
+that the first conjunct and the whole conjunction keep (the executor's own counts) drifting,
+resets it, and a drifting call that took no pass is profiled at once (`_profile_apart`).
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cqlstream.cql.logical import expr as X
+from cqlstream.engine.adaptive.backoff import Backoff, RateDrift
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.matrix import MatrixView
 from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
-from cqlstream.engine.adaptive.profile import CostMeter, Passes, ProfileWindow
+from cqlstream.engine.adaptive.profile import CostMeter, Passes, ProfileWindow, strata
 from cqlstream.engine.batch import Batch
 
 if TYPE_CHECKING:
@@ -92,6 +99,10 @@ class AdaptiveOrder:
         self.pending_rows = 0
         self.profiled = 0  # tuples sampled (dropped or not)
         self.untimed = 0  # input tuples since the meter last had a timed batch
+        self.backoff = Backoff(config.backoff)
+        self.drift = RateDrift()
+        self.calm_from = 0  # window.total at the last change: later profile tuples saw this order
+        self.kept1 = 0  # tuples the first conjunct kept in the last call (set by the executor)
 
     @property
     def ordered(self) -> list[X.Expr]:
@@ -103,7 +114,10 @@ class AdaptiveOrder:
             return self._survivors(b, self.order, ev)
         n_in = len(b)
         self.seen += n_in
+        bo = self.backoff
         picked = self.passes.take(n_in)
+        if bo.on and len(picked) and bo.skip():
+            picked = picked[:0]
         # `static` costs need no clock: then only the calls that profile are timed (for the
         # control table's cost_ns), not every call
         timed = self.config.cost_model == "measured" or len(picked) > 0
@@ -112,6 +126,11 @@ class AdaptiveOrder:
             out = self._profiled_survivors(b, ev, picked, secs, tuples)
         else:
             out = self._survivors(b, self.order, ev, secs, tuples) if timed else self._survivors(b, self.order, ev)
+        if bo.on and self.drift.moved(n_in, (self.kept1, len(out))):
+            bo.reset(self.seen, "selectivity drifted")
+            self.calm_from = self.window.total
+            if not len(picked):  # the shift is in this call: profile it now, not a pass later
+                self._profile_apart(b, ev, n_in)
         self.untimed += n_in
         if timed:
             self.meter.add(secs, tuples, self.untimed)
@@ -142,6 +161,7 @@ class AdaptiveOrder:
             if first is not None:
                 if idx is None:
                     idx = np.flatnonzero(first)
+                    self.kept1 = len(idx)
                 if not len(idx):
                     break
                 cur = _at(b, idx, self.reads[i])
@@ -158,9 +178,11 @@ class AdaptiveOrder:
                 assert idx is not None
                 idx = idx[mask]
         if first is None:
+            self.kept1 = len(b)
             return b
         if idx is None:  # one conjunct: its mask, taken by one index array (not a mask per column)
             idx = np.flatnonzero(first)
+            self.kept1 = len(idx)
         return b if len(idx) == len(b) else b.take(idx)
 
     def _profiled_survivors(
@@ -185,6 +207,7 @@ class AdaptiveOrder:
             if idx is None:
                 np.logical_not(mask[picked], out=bits[i])
                 idx = np.flatnonzero(mask)
+                self.kept1 = len(idx)
             else:
                 head = len(idx)
                 np.logical_not(mask[head:], out=bits[i])
@@ -192,6 +215,18 @@ class AdaptiveOrder:
         assert idx is not None
         self._record(bits)
         return b if len(idx) == len(b) else b.take(idx)
+
+    def _profile_apart(self, b: Batch, ev: Evaluator, n_in: int) -> None:
+        """A pass over this call's tuples after the executor has run (the back-off's drift
+        signal fired in a call that took no pass): the sample, as many as a pass of this call
+        would take, evaluated by every conjunct on its own. Rare (once per shift), so its extra
+        calls do not matter."""
+        k = min(n_in, max(self.passes.size, min(int(self.config.p * n_in), self.config.w)))
+        sample = b.take(strata(n_in, k, self.passes.rng))
+        bits = np.empty((self.n, k), dtype=bool)
+        for i, c in enumerate(self.conjuncts):
+            np.logical_not(ev.predicate(c, sample), out=bits[i])
+        self._record(bits)
 
     def _record(self, bits: np.ndarray) -> None:
         """Keep a pass's profile tuples (`bits`, conjunct by sampled tuple): the sampled tuples
@@ -224,19 +259,43 @@ class AdaptiveOrder:
             self.view, self.window.rows, self.costs(), self.order, self.names, self.config.alpha, len(dropped)
         )
         d = self.policy.check(s)
+        major = False
         if d is not None and list(d.order) != self.order:
-            self.set_order(list(d.order), d.reason)
+            new = list(d.order)
+            # a re-ordering saving less than 1 − α of the work on the window (near-equal ranks
+            # swapping on noise: Table 4.2's n = 8 re-orders at every pass) changes nothing
+            # that matters to the back-off
+            major = not self.backoff.on or self._window_cost(new) < self.config.alpha * self._window_cost(self.order)
+            self.set_order(new, d.reason, major)
+        if not major and self.window.total - self.calm_from >= self.config.w:
+            self.backoff.quiet(self.seen)  # the invariant holds on a window gathered under this order
 
-    def set_order(self, order: list[int], reason: str) -> None:
-        """Switch to `order` (switching carries no state, thesis §3.2), logged with its reason."""
+    def set_order(self, order: list[int], reason: str, major: bool = True) -> None:
+        """Switch to `order` (switching carries no state, thesis §3.2), logged with its reason.
+        A `major` change resets the back-off; a minor one (the new order saves less than 1 − α
+        of the old one's work on the window: near-equal ranks swapping on noise) does not, and
+        counts as quiet."""
         old = tuple(self.order)
         self.order = list(order)
         self.view.rebuild(self.window.rows, self.order)
+        if major:
+            self.backoff.reset(self.seen, "re-ordered")
+            self.calm_from = self.window.total
         self.reorders += 1
         r = Reorder(self.reorders, self.seen, old, tuple(order), reason)
         self.log.append(r)
         self.events.append(r)
         log.info("conjunct order %s -> %s after %d tuples: %s", list(old), order, self.seen, reason)
+
+    def _window_cost(self, order: list[int]) -> float:
+        """The work `order` does on the profile window's tuples: each costs the conjuncts up to
+        the first that drops it (every profile tuple is dropped by some conjunct; the sampled
+        tuples that pass them all cost every order the same and are left out)."""
+        rows = self.window.rows
+        if not len(rows):
+            return 0.0
+        first = np.argmax(rows[:, order], axis=1)
+        return float(np.cumsum(self.costs()[order])[first].sum())
 
     def costs(self) -> np.ndarray:
         """Cost per tuple of each conjunct under the configured cost model (seconds, or
@@ -268,6 +327,8 @@ class AdaptiveOrder:
             "alpha": self.config.alpha,
             "cost_model": self.config.cost_model,
             "profile_tuples": len(self.window),
+            "passes": self.passes.passes - self.backoff.skipped,
+            "backoff": self.backoff.statistics(),
             "conjuncts": [
                 {
                     "index": i,
@@ -287,7 +348,9 @@ class AdaptiveOrder:
     def explain(self) -> str:
         order = ", ".join(f"[{i}] {self.names[i]}" for i in self.order)
         pol = self.config.policy if self.policy is not None else OFF
-        return f"conjunct order ({pol}, {self.reorders} re-orderings): {order}"
+        bo = self.backoff
+        back = f", back-off x{bo.stretch} of {bo.cap}" if bo.on and self.policy is not None else ""
+        return f"conjunct order ({pol}, {self.reorders} re-orderings{back}): {order}"
 
 
 def _at(b: Batch, idx: np.ndarray, cols: Sequence[int]) -> Batch:

@@ -21,7 +21,6 @@ never change a result (engine/operators/join.py).
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ import numpy as np
 
 from cqlstream.cql.logical import expr as X
 from cqlstream.engine.adaptive import config as AC
+from cqlstream.engine.adaptive.backoff import FlowDrift
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import Reorder
 from cqlstream.engine.adaptive.matrix import MatrixView
@@ -131,12 +131,6 @@ class Pipeline:
 
     LOG = 50
     DECAY = 0.999  # per profiled tuple: fan-out estimates follow the data
-    FLOW_MIN = 64  # rows into a step before its flow counts
-    # a step's flow is log(1 + rows out per row in): near 0 whatever a step that drops nearly
-    # everything lets through (noise of a few rows), large for a step that multiplies rows; a
-    # move by log 4 either way (0.03 → 3, 2 → 11) is a shift
-    FLOW_SHIFT = math.log(4.0)
-    FLOW_EWMA = 0.5  # weight of a call's flow in the reference
 
     def __init__(self, op: JoinOp, i: int, config: AdaptiveConfig) -> None:
         self.i = i
@@ -173,34 +167,15 @@ class Pipeline:
         self.pending_rows = 0
         self.profiled = 0
         self.view_order: list[int] | None = None
-        self.flow_ref: list[float | None] | None = None  # smoothed flow per step of flow_order
-        self.flow_order: list[int] | None = None
+        self.drift = FlowDrift()  # the probing's own rows per step, smoothed (engine/adaptive/backoff.py)
         self.urgent = 0  # passes taken because the flows moved
 
     def shifted(self, flow: Sequence[int] | None, order: list[int]) -> bool:
         """Whether the rows leaving the steps of the current probe order (counted by the join's
         own probing, `flow` = rows into step 0, out of step 0, out of step 1, ...) moved by more
-        than FLOW_SHIFT against their smoothed reference: the data changed, profile now. A few
-        numbers per call, in plain Python (numpy's per-call cost would dominate)."""
-        if flow is None or len(flow) < 2:
-            return False
-        if order != self.flow_order:
-            self.flow_order, self.flow_ref = order, [None] * len(order)
-        ref = self.flow_ref
-        assert ref is not None
-        moved = False
-        for s in range(min(len(flow) - 1, len(ref))):
-            rin = flow[s]
-            if rin < self.FLOW_MIN:
-                continue
-            x = math.log1p(flow[s + 1] / rin)
-            r = ref[s]
-            if r is None:
-                ref[s] = x
-                continue
-            moved = moved or abs(x - r) > self.FLOW_SHIFT
-            ref[s] = r + self.FLOW_EWMA * (x - r)
-        return moved
+        than log 4 against their smoothed reference (backoff.FlowDrift): the data changed,
+        profile now."""
+        return self.drift.moved(flow, order)
 
     def costs(self) -> np.ndarray:
         """Per filter: one probe plus the candidate pairs its edge examines per row in."""

@@ -12,6 +12,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive import config as AC
+from cqlstream.engine.adaptive.backoff import cap as backoff_cap
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import AdaptiveOrder
 from cqlstream.engine.batch import Batch, splitmix64
@@ -41,6 +42,7 @@ ADAPTIVE_KNOBS = (
     K.config_field("profile_window", "adaptive", "window", AC.window),
     K.config_field("alpha", "adaptive", "alpha", AC.alpha),
     K.config_field("cost_model", "adaptive", "cost_model", AC.cost_model),
+    K.config_field("profile_backoff", "adaptive", "backoff", backoff_cap),
 )
 
 

@@ -846,6 +846,9 @@ class JoinOp(Operator):
         self._indexes: dict[tuple[int, tuple[int, ...]], StabIndex] = {}
         self._dropped, self._declined = dropped, False
         self._flows: dict[int, list[int]] = {}  # rows into and out of each probe step, per pipeline
+        # per pipeline, its events and the result rows they made (whatever its cache served):
+        # A-Caching's drift signal (engine/adaptive/caching.py)
+        self._yields: dict[int, list[int]] = {}
         parts: list[Probed] = []
         run = self.caching.start_call(tables, self._const_ok())  # suppliers of caches first
         if self._const_ok():
@@ -855,6 +858,7 @@ class JoinOp(Operator):
                     if self._declined:
                         self._codes, self._indexes = {}, {}
                         return None
+                    self._yields[i] = [len(evs[i]), len(res[2]) if res is not None else 0]
                     if res is not None:
                         parts.append(res)
         for k, t in enumerate(tables):
