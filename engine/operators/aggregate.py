@@ -93,7 +93,11 @@ class AggregateOp(Operator):
         compat: bool = False,
         options: EngineOptions | None = None,
         having: Expr | None = None,
+        retracts: bool = True,
     ) -> None:
+        """`retracts`: the input may delete rows (False for an input that only inserts, a stream
+        read whole: then no FIFO of inserts is kept for deletes that never come, which would grow
+        with the input)."""
         super().__init__(inputs, output, ids, options)
         self.having = having  # a predicate on output rows: only those it holds for are emitted
         self.having_cols = frozenset(columns(having)) if having is not None else frozenset()
@@ -122,6 +126,8 @@ class AggregateOp(Operator):
         )
         self.ms = {ai: Multiset(self.arg_dt[ai]) for ai in self.multisets}
         self.gkeys = GroupKeys(self.key_types)
+        if not retracts:
+            self.gkeys.fifo.off()  # compaction carries "off" over (GroupKeys.adopt_fifo)
         self.recycling = False  # ids of empty groups are being reused (`_release`)
         self.scalar_row = not self.keys and not compat  # one row at every instant from t0
         self.need_init = self.scalar_row
@@ -454,7 +460,15 @@ class AggregateOp(Operator):
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.Aggregate)
         return cls(
-            ctx.inputs, ctx.output, ctx.ids, node.keys, node.aggs, ctx.ev, compat=ctx.options.compat, having=node.having
+            ctx.inputs,
+            ctx.output,
+            ctx.ids,
+            node.keys,
+            node.aggs,
+            ctx.ev,
+            compat=ctx.options.compat,
+            having=node.having,
+            retracts=not node.input.monotonic,
         )
 
     def snapshot(self, at: int, inputs: Callable[[], list[Batch] | None]) -> Batch | None:
