@@ -33,6 +33,7 @@ import numpy as np
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.kernels import expand_pairs
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.operators.stream_join import StreamJoinOp, _distinct_sorted, _ranks, _runs
@@ -156,12 +157,8 @@ class BandJoinOp(StreamJoinOp):
         found = np.zeros(len(sk), bool)
         found[so] = hit
         counts = np.where(found, hi - lo, 0)
-        total = int(counts.sum())
-        self.counters.extra["candidate_pairs"] += total
-        p = np.repeat(np.arange(len(s)), counts)
-        starts = np.cumsum(counts) - counts
-        at = np.repeat(lo - starts, counts) + np.arange(total)
-        rows = order[at]
+        self.counters.extra["candidate_pairs"] += int(counts.sum())
+        p, rows = expand_pairs(np.arange(len(s)), order, lo, counts)
         return p, (rows if valid is None else valid[rows])
 
     def _ts_bounds(self, ts: np.ndarray, uts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
