@@ -94,6 +94,7 @@ def _run(
     approximate: str | None = None,
     synopsis_joins: bool = True,
     writer: str = "thread",
+    engine_threads: int = 1,
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
     from cqlstream.cql import parse_cache
@@ -114,6 +115,7 @@ def _run(
                 approximate=approximate,
                 synopsis_joins=synopsis_joins,
                 writer=writer,
+                engine_threads=engine_threads,
             ),
             None,
         )
@@ -135,6 +137,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         print("cqlstream run: --threads must be at least 1", file=sys.stderr)
         return 2
+    if args.engine_threads < 1:
+        print("cqlstream run: --engine-threads must be at least 1", file=sys.stderr)
+        return 2
     approx = None if args.approximate == "exact" else args.approximate
     counts, err = _run(
         args.script,
@@ -146,6 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         approx,
         args.synopsis_joins == "on",
         args.writer,
+        args.engine_threads,
     )
     if counts is None:
         print(err, file=sys.stderr)
@@ -567,6 +573,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --threads N >= 2, where results are formatted and written: 'thread' (default) on N-1 "
         "threads of this process; 'process' in N-1 writer processes fed through pipes, which share no "
         "interpreter lock with the engine but cost ~0.3 s more CPU per run (bench/README.md)",
+    )
+    r.add_argument(
+        "--engine-threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="threads for the engine's own work (engine/parallel.py): 1 (default) runs every operator on "
+        "the calling thread; the results are the same at every count",
     )
     r.add_argument("--approximate", choices=APPROXIMATE, default="exact", help=_APPROXIMATE_HELP)
     r.add_argument("--synopsis-joins", choices=["on", "off"], default="on", help=_SYNOPSIS_HELP)

@@ -17,6 +17,7 @@ from typing import IO
 import numpy as np
 
 from cqlstream.cql.catalog import SourceDef
+from cqlstream.engine import parallel
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
@@ -99,6 +100,7 @@ def run_script(
     approximate: str | None = None,
     synopsis_joins: bool = True,
     writer: str = "thread",
+    engine_threads: int = 1,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -113,6 +115,7 @@ def run_script(
     Sources are read from `source_dir` when given (same file name). `approximate` "static":
     every query is registered with static approximation approved (docs/approximation.md).
     `synopsis_joins`: queries judged bounded run on constant-size synopses (docs/bounded-memory.md).
+    `engine_threads`: threads for the engine's own work (engine/parallel.py), set for the run.
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -121,14 +124,19 @@ def run_script(
         raise ValueError("threads must be at least 1")
     if writer not in WRITERS:
         raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
+    if engine_threads < 1:
+        raise ValueError("engine_threads must be at least 1")
     _tune_malloc()
     # writer processes start first: their start-up overlaps parsing and registering the script
     procs = [WriterProcess.spawn() for _ in range(threads - 1)] if threads > 1 and writer == "process" else []
+    before = parallel.threads()
     try:
+        parallel.set_threads(engine_threads)
         return _run(
             path, out_dir, compat, batch_rows, source_dir, threads, block_size, approximate, synopsis_joins, procs
         )
     finally:
+        parallel.set_threads(before)
         for p in procs:
             p.abort()  # a no-op for a process that finished; else the run failed before handing over
 
