@@ -44,22 +44,25 @@ class IntMap:
         """Cell of each key in `q` (live or tombstone), −1 where the key has no cell."""
         out = np.full(len(q), -1, np.int64)
         pos = self._home(q)
-        todo = np.arange(len(q))
+        todo: np.ndarray | None = None  # None: all of q (the first round)
         mask = self.cap - 1
-        while len(todo):
-            k = self.keys[pos]
+        while len(pos):
+            # positions, not boolean masks, index below: numpy's mask indexing is ~8× slower
+            k = self.keys.take(pos)
             hit = k == q
-            out[todo[hit]] = pos[hit]
-            more = ~hit & (k != _EMPTY)
-            todo, pos, q = todo[more], (pos[more] + 1) & mask, q[more]  # q: the keys still probing
+            at = np.flatnonzero(hit)
+            out[at if todo is None else todo.take(at)] = pos.take(at)
+            more = np.flatnonzero(~hit & (k != _EMPTY))
+            todo = more if todo is None else todo.take(more)
+            pos, q = (pos.take(more) + 1) & mask, q.take(more)  # q: the keys still probing
         return out
 
     def get(self, q: np.ndarray) -> np.ndarray:
         """Value of each key, −1 where absent or deleted."""
         cell = self.find(q)
         out = np.full(len(q), -1, np.int64)
-        have = cell >= 0
-        out[have] = self.vals[cell[have]]
+        have = np.flatnonzero(cell >= 0)
+        out[have] = self.vals.take(cell.take(have))
         return out
 
     def delete(self, q: np.ndarray) -> None:
@@ -78,21 +81,28 @@ class IntMap:
             self._rebuild(len(q))
         cell = self.find(q)
         back = cell >= 0  # tombstones of these very keys: revive in place
-        self.vals[cell[back]] = v[back]
-        q, v = q[~back], v[~back]
-        self.live += int(back.sum()) + len(q)
+        if back.any():
+            at = np.flatnonzero(back)  # (positions, not masks: numpy's mask indexing is slow)
+            self.vals[cell.take(at)] = v.take(at)
+            rest = np.flatnonzero(~back)
+            q, v = q.take(rest), v.take(rest)
+            self.live += len(at)
+        self.live += len(q)
         self.used += len(q)
         pos = self._home(q)
         mask = self.cap - 1
         while len(q):
-            cand = np.flatnonzero(self.keys[pos] == _EMPTY)
+            cand = np.flatnonzero(self.keys.take(pos) == _EMPTY)
             # several keys may probe the same empty cell: one write lands, the read-back says which
-            self.keys[pos[cand]] = q[cand]
-            win = cand[self.keys[pos[cand]] == q[cand]]
-            self.vals[pos[win]] = v[win]
+            pc, qc = pos.take(cand), q.take(cand)
+            self.keys[pc] = qc
+            won = self.keys.take(pc) == qc
+            win = cand.take(np.flatnonzero(won))
+            self.vals[pos.take(win)] = v.take(win)
             stay = np.ones(len(q), bool)
             stay[win] = False
-            q, v, pos = q[stay], v[stay], (pos[stay] + 1) & mask  # their cell is taken now
+            left = np.flatnonzero(stay)
+            q, v, pos = q.take(left), v.take(left), (pos.take(left) + 1) & mask  # their cell is taken now
 
     def _rebuild(self, incoming: int) -> None:
         """Re-hash the live entries into a table of at least 4 × (live + incoming) cells."""

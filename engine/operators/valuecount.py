@@ -253,8 +253,9 @@ class ValueTable:
         heads = np.empty(n, bool)
         heads[0] = True
         np.not_equal(packed[1:], packed[:-1], out=heads[1:])
-        rows = packed[heads]
-        first = order[heads]
+        hix = np.flatnonzero(heads)  # (positions, not the mask: numpy's mask indexing is ~8× slower)
+        rows = packed.take(hix)
+        first = order.take(hix)
         slot_of = self.imap.get(rows)
         new = self._assign(slot_of, first, n)
         sorted_slot = slot_of[np.cumsum(heads) - 1]
@@ -325,22 +326,26 @@ class ValueTable:
         touched = enc.value_slot
         if not len(touched):
             return
-        dead = ~self.count[:, touched].any(axis=0) & (self.n_ins[touched] == self.n_del[touched])
+        live = self.n_ins[touched] != self.n_del[touched]
+        for side in self.count:
+            live |= side.take(touched) != 0
         is_new = np.zeros(len(touched), bool)
         is_new[enc.new] = True
-        born = np.flatnonzero(~dead & is_new)
+        born = np.flatnonzero(live & is_new)  # (positions, not masks: numpy's mask indexing is slow)
+        died = np.flatnonzero(~(live | is_new))
         if enc.packed:
             assert self.imap is not None and isinstance(enc.rows, np.ndarray)
-            self.imap.delete(enc.rows[dead & ~is_new])
-            self.imap.insert(enc.rows[born], touched[born])
+            self.imap.delete(enc.rows.take(died))
+            self.imap.insert(enc.rows.take(born), touched.take(born))
         else:
             rows, idx = enc.rows, self.index
-            for i in np.flatnonzero(dead & ~is_new).tolist():  # per distinct value that died
+            for i in died.tolist():  # per distinct value that died
                 del idx[rows[i]]
             if len(born):
                 idx.update(zip([rows[i] for i in born.tolist()], touched[born].tolist()))
-        if dead.any():
-            self.free = np.concatenate([self.free, touched[dead]])
+        dead = np.flatnonzero(~live)
+        if len(dead):
+            self.free = np.concatenate([self.free, touched.take(dead)])
 
     # ------------------------------------------------------------ per-instant multiplicities
     def changes(self, enc: Encoded, ts: np.ndarray, deltas: np.ndarray) -> Changes:
@@ -389,7 +394,8 @@ class ValueTable:
         base = (cs[:, heads] - gd[:, heads])[:, seg]
         after = self.count[:, gslot] + cs - base
         before = after - gd
-        self.count[:, gslot[send]] = after[:, send]
+        ends_at = np.flatnonzero(send)
+        self.count[:, gslot.take(ends_at)] = after.take(ends_at, axis=1)
         first = order if g == n else order[starts]
         last = order if g == n else order[ends]
         return Changes(gslot, gts, before, after, first, last, sstart, send, order, starts, ends)
