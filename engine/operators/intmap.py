@@ -13,6 +13,8 @@ import numpy as np
 _EMPTY = -1  # key of a never-used cell (real keys are ≥ 0)
 _DEAD = -1  # value of a deleted cell (a tombstone keeps its key, so probe chains stay intact)
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the high bits of key · φ·2^64
+_FEW = 512  # keys still probing at which lookups read _WINDOW cells a round instead of one
+_WINDOW = 16
 
 
 class IntMap:
@@ -44,10 +46,11 @@ class IntMap:
         """Cell of each key in `q` (live or tombstone), −1 where the key has no cell."""
         out = np.full(len(q), -1, np.int64)
         pos = self._home(q)
-        todo: np.ndarray | None = None  # None: all of q (the first round)
         mask = self.cap - 1
-        while len(pos):
-            # positions, not boolean masks, index below: numpy's mask indexing is ~8× slower
+        todo: np.ndarray | None = None  # None: all of q (the first round)
+        # one cell per key and round while many keys probe (positions, not boolean masks, index
+        # below: numpy's mask indexing is ~8× slower) ...
+        while len(pos) > _FEW:
             k = self.keys.take(pos)
             hit = k == q
             at = np.flatnonzero(hit)
@@ -55,6 +58,22 @@ class IntMap:
             more = np.flatnonzero(~hit & (k != _EMPTY))
             todo = more if todo is None else todo.take(more)
             pos, q = (pos.take(more) + 1) & mask, q.take(more)  # q: the keys still probing
+        if todo is None:
+            todo = np.arange(len(q))
+        # ... then the few left in long chains read _WINDOW cells a round (a chain ends at the key
+        # or at the first empty cell), so a long chain costs a round or two, not one per cell
+        step = np.arange(_WINDOW)
+        while len(pos):
+            cells = (pos[:, None] + step) & mask
+            k = self.keys[cells]
+            hit = k == q[:, None]
+            stop = hit | (k == _EMPTY)
+            first = stop.argmax(axis=1)
+            rows = np.arange(len(pos))
+            ended = stop[rows, first]
+            found = ended & hit[rows, first]
+            out[todo[found]] = cells[rows[found], first[found]]
+            todo, pos, q = todo[~ended], (pos[~ended] + _WINDOW) & mask, q[~ended]
         return out
 
     def get(self, q: np.ndarray) -> np.ndarray:
@@ -91,7 +110,7 @@ class IntMap:
         self.used += len(q)
         pos = self._home(q)
         mask = self.cap - 1
-        while len(q):
+        while len(q) > _FEW:
             cand = np.flatnonzero(self.keys.take(pos) == _EMPTY)
             # several keys may probe the same empty cell: one write lands, the read-back says which
             pc, qc = pos.take(cand), q.take(cand)
@@ -103,6 +122,22 @@ class IntMap:
             stay[win] = False
             left = np.flatnonzero(stay)
             q, v, pos = q.take(left), v.take(left), (pos.take(left) + 1) & mask  # their cell is taken now
+        step = np.arange(_WINDOW)
+        while len(q):  # the few left: the first empty cell within _WINDOW cells, per round
+            cells = (pos[:, None] + step) & mask
+            empty = self.keys[cells] == _EMPTY
+            first = empty.argmax(axis=1)
+            some = np.flatnonzero(empty[np.arange(len(q)), first])
+            cand = cells[some, first[some]]
+            _, wi = np.unique(cand, return_index=True)  # one key per empty cell: the first asking
+            won = some[wi]
+            self.keys[cand[wi]] = q[won]
+            self.vals[cand[wi]] = v[won]
+            pos = (pos + _WINDOW) & mask  # no empty cell in the window: the next window
+            pos[some] = (cand + 1) & mask  # lost the cell to another key: on from it
+            stay = np.ones(len(q), bool)
+            stay[won] = False
+            q, v, pos = q[stay], v[stay], pos[stay]
 
     def _rebuild(self, incoming: int) -> None:
         """Re-hash the live entries into a table of at least 4 × (live + incoming) cells."""
