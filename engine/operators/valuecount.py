@@ -405,9 +405,13 @@ class ValueTable:
         k-th copy ever inserted of a value has id combine_ids(vkey, k); a delete retracts the
         oldest live copy). Returns (group index per output element, sign, id), in group order;
         advances the per-slot serials."""
-        k = np.abs(delta)
-        if len(k) and k.max() <= 1:  # at most one copy per group (DISTINCT): only the nonzero groups
+        if len(delta) and np.abs(delta).max() <= 1:  # at most one copy per group (DISTINCT)
             return self._unit_ids(ch, delta)
+        return self._repeat_ids(ch, delta)
+
+    def _repeat_ids(self, ch: Changes, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`output_ids` for any delta: |delta| elements per group (np.repeat)."""
+        k = np.abs(delta)
         plus = np.maximum(delta, 0)
         minus = np.maximum(-delta, 0)
         ins0 = self.n_ins[ch.slot] + seg_exclusive_cumsum(plus, ch.slot_start)
