@@ -126,6 +126,8 @@ def _net_per_interval(ch: Changes, delta: np.ndarray, probe_ts: np.ndarray) -> n
     if not len(real):
         return delta
     ends = interval_ends(ch.slot[real], ch.ts[real], probe_ts)
+    if len(ends) == len(real):  # no value changes twice within a probe interval: nothing to net
+        return delta
     starts = np.r_[0, ends[:-1] + 1]
     out = np.zeros_like(delta)
     out[real[ends]] = np.add.reduceat(delta[real], starts)

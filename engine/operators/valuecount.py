@@ -372,14 +372,14 @@ class ValueTable:
         brk[1:] |= st[1:] != st[:-1]
         if brk.all():  # every (value, instant) has one row (e.g. DISTINCT over a window): no reduce
             starts = ends = np.arange(n, dtype=np.int64)
-            gd = deltas[:, order]
+            gd = deltas.take(order, axis=1)  # (take: ~2× faster than [:, order])
             gslot, gts = sc, st
         else:
             starts = np.flatnonzero(brk)
             ends = np.empty_like(starts)
             ends[:-1] = starts[1:] - 1
             ends[-1] = n - 1
-            gd = np.add.reduceat(deltas[:, order], starts, axis=1)
+            gd = np.add.reduceat(deltas.take(order, axis=1), starts, axis=1)
             gslot, gts = sc[starts], st[starts]
         g = len(starts)
         sstart = np.empty(g, bool)
@@ -391,8 +391,10 @@ class ValueTable:
         cs = np.cumsum(gd, axis=1)
         heads = np.flatnonzero(sstart)
         seg = np.cumsum(sstart) - 1
-        base = (cs[:, heads] - gd[:, heads])[:, seg]
-        after = self.count[:, gslot] + cs - base
+        base = (cs.take(heads, axis=1) - gd.take(heads, axis=1)).take(seg, axis=1)
+        after = self.count.take(gslot, axis=1)
+        after += cs
+        after -= base
         before = after - gd
         ends_at = np.flatnonzero(send)
         self.count[:, gslot.take(ends_at)] = after.take(ends_at, axis=1)
