@@ -30,6 +30,9 @@ class IntMap:
         self.keys = np.full(self.cap, _EMPTY, np.int64)
         self.vals = np.full(self.cap, _DEAD, np.int64)
         self.used = 0  # cells with a key (live or tombstone)
+        # every key with a cell lies in [lo, hi] (kept on insert, exact again after a rebuild):
+        # a lookup outside needs no probing — e.g. a value table's keys of later instants
+        self.lo, self.hi = 0, -1
 
     def __len__(self) -> int:
         return self.live
@@ -44,6 +47,21 @@ class IntMap:
 
     def find(self, q: np.ndarray) -> np.ndarray:
         """Cell of each key in `q` (live or tombstone), −1 where the key has no cell."""
+        if not len(q):
+            return np.full(0, -1, np.int64)
+        if self.lo > self.hi:  # no key has a cell
+            return np.full(len(q), -1, np.int64)
+        qlo, qhi = int(q.min()), int(q.max())
+        if qlo < self.lo or qhi > self.hi:
+            inside = np.flatnonzero((q >= self.lo) & (q <= self.hi))
+            out = np.full(len(q), -1, np.int64)
+            if len(inside):
+                out[inside] = self._probe(q.take(inside))
+            return out
+        return self._probe(q)
+
+    def _probe(self, q: np.ndarray) -> np.ndarray:
+        """`find` by walking the probe chains."""
         out = np.full(len(q), -1, np.int64)
         pos = self._home(q)
         mask = self.cap - 1
@@ -108,6 +126,11 @@ class IntMap:
             self.live += len(at)
         self.live += len(q)
         self.used += len(q)
+        if len(q):
+            qlo, qhi = int(q.min()), int(q.max())
+            empty = self.lo > self.hi
+            self.lo = qlo if empty else min(self.lo, qlo)
+            self.hi = qhi if empty else max(self.hi, qhi)
         pos = self._home(q)
         mask = self.cap - 1
         while len(q) > _FEW:
