@@ -25,41 +25,10 @@ def emit(ins: Batch, dels: Batch, del_ts: np.ndarray, ins_ts: np.ndarray | None 
     """Inserts (at ins_ts or their own ts) and deletes (at del_ts), merged in ts order."""
     ins = ins if ins_ts is None else Batch(ins.cols, ins.nulls, ins_ts, ins.sign, ins.id)
     dels = Batch(dels.cols, dels.nulls, del_ts.astype(np.int64), -np.ones(len(dels), np.int8), dels.id)
-    if len(ins) and len(dels) and dels.ts[-1] > ins.ts[0] and _sorted(ins.ts) and _sorted(dels.ts):
-        return _merge(dels, ins)
     out = concat([dels, ins], None) if (len(ins) or len(dels)) else ins
-    if len(out) and not _sorted(out.ts):
+    if len(out) and not bool(np.all(out.ts[1:] >= out.ts[:-1])):
         out = out.take(np.argsort(out.ts, kind="stable"))
     return out
-
-
-def _sorted(ts: np.ndarray) -> bool:
-    return bool(np.all(ts[1:] >= ts[:-1]))
-
-
-def _merge(a: Batch, b: Batch) -> Batch:
-    """Two ts-sorted batches merged by ts, a's rows first among equal ts (what a stable sort of
-    a + b gives): each row's output position from one search of the other side's ts, then one
-    scatter per array — no sort, and each array written once (not concatenated, then taken)."""
-    na, nb = len(a), len(b)
-    pa = np.searchsorted(b.ts, a.ts, side="left")
-    pa += np.arange(na)
-    pb = np.searchsorted(a.ts, b.ts, side="right")
-    pb += np.arange(nb)
-
-    def put(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        out = np.empty(na + nb, np.result_type(x.dtype, y.dtype))
-        out[pa] = x
-        out[pb] = y
-        return out
-
-    nulls = [
-        None if ma is None and mb is None else put(a.null_mask(i), b.null_mask(i))
-        for i, (ma, mb) in enumerate(zip(a.nulls, b.nulls))
-    ]
-    return Batch(
-        [put(x, y) for x, y in zip(a.cols, b.cols)], nulls, put(a.ts, b.ts), put(a.sign, b.sign), put(a.id, b.id)
-    )
 
 
 def partition_ids(b: Batch, keys: Sequence[int]) -> np.ndarray:
