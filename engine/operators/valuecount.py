@@ -211,11 +211,10 @@ class ValueTable:
         n = len(b)
         if n == 0:
             return Encoded(_EMPTY_I, _EMPTY_I, _EMPTY_I, [], _EMPTY_I, self.imap is not None)
-        if self.imap is not None and packable(b.cols):
-            if self._fit(b, ranges(b.cols, b.nulls)):
-                enc = self._encode_packed(b)
-                if enc is not None:
-                    return enc
+        if self.imap is not None and packable(b.cols) and self._fit(b, ranges(b.cols, b.nulls)):
+            enc = self._encode_packed(b)
+            if enc is not None:
+                return enc
         code, k = row_codes(b.cols, b.nulls)
         order = stable_order(code, 0, k - 1)
         heads = np.empty(n, bool)
