@@ -169,7 +169,8 @@ class StreamJoinOp(Operator):
         p, rows = self._pairs(s, s_rank * 2 + 2, table, 2 * len(inst) + 4)
         if self.theta_pred is not None and len(p):
             keep = self.ev.predicate(self.theta_pred, self._gather(s, table.b, p, rows, self.theta_cols))
-            p, rows = p[keep], rows[keep]
+            at = np.flatnonzero(keep)  # (positions: numpy's mask indexing is ~5× slower at this size)
+            p, rows = p.take(at), rows.take(at)
         if len(p) and self.compat and self._final(bound):
             keep = s.ts[p] < bound  # STREAM 0.6: no Rstream output at the last instant
             p, rows = p[keep], rows[keep]
