@@ -105,3 +105,45 @@ def test_distinct_over_a_range_window_matches_the_reference(seed, batch):
         {"S": events},
         chunks=(batch,),
     )
+
+
+def test_wide_packed_keys_take_the_row_code_path(monkeypatch):
+    """Keys of ~60 bits with a batch's positions beside them exceed 63 bits: the packed encode
+    declines (row codes, then the packed lookup of the distinct values), with the same result as
+    the dict table; narrow keys take the one-sort encode."""
+    from tests.test_value_map import run_table
+
+    calls = []
+    orig = ValueTable._encode_packed
+
+    def spy(self, b):
+        got = orig(self, b)
+        calls.append(got is not None)
+        return got
+
+    monkeypatch.setattr(ValueTable, "_encode_packed", spy)
+    rng = np.random.default_rng(7)
+    for hi, want in ((2**19, True), (2**58, False)):
+        calls.clear()
+        vals = [int(v) for v in rng.integers(0, hi, 12)]
+        batches = []
+        for k in range(4):
+            rows = [(vals[int(j)],) for j in rng.integers(0, len(vals), 40)]
+            signs = [1] * 40 if k == 0 else [1, -1] * 20
+            batches.append((rows, [k] * 40, signs))
+        # deletes only of values held: replay inserts first, then pair each delete with an insert
+        live: list[tuple] = []
+        fixed = []
+        for rows, ts, signs in batches:
+            rr = []
+            for row, sg in zip(rows, signs):
+                if sg < 0:
+                    row = live.pop(0)
+                else:
+                    live.append(row)
+                rr.append(row)
+            fixed.append((rr, ts, signs))
+        got, packed = run_table(fixed, [INT], packed=True)
+        assert packed
+        assert got == run_table(fixed, [INT], packed=False)[0]
+        assert calls and all(c == want for c in calls)
