@@ -33,7 +33,7 @@ import numpy as np
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
-from cqlstream.engine.kernels import expand_pairs
+from cqlstream.engine.kernels import expand_pairs, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.operators.stream_join import StreamJoinOp, _distinct_sorted, _ranks, _runs
@@ -96,7 +96,8 @@ class BandJoinOp(StreamJoinOp):
         p, rows = self._band_pairs(s, x, own)
         if self.theta_pred is not None and len(p):
             keep = self.ev.predicate(self.theta_pred, self._gather(s, x, p, rows, self.theta_cols))
-            p, rows = p[keep], rows[keep]
+            at = np.flatnonzero(keep)  # (positions: numpy's mask indexing is ~5× slower at this size)
+            p, rows = p.take(at), rows.take(at)
         if len(p) and self.compat and self._final(bound):
             keep = s.ts[p] < bound  # STREAM 0.6: no Rstream output at the last instant
             p, rows = p[keep], rows[keep]
@@ -120,7 +121,7 @@ class BandJoinOp(StreamJoinOp):
         valid = np.flatnonzero(xv) if not xv.all() else None
         if valid is not None:
             xk, xrank = xk[valid], xrank[valid]
-        order = np.argsort(xk, kind="stable") if self.equi else np.arange(len(xk))
+        order = stable_order(xk) if self.equi else np.arange(len(xk))  # (a packed sort: ~8× argsort)
         ks = xk[order]
         first = _runs(ks)
         keys = ks[first]
@@ -132,13 +133,13 @@ class BandJoinOp(StreamJoinOp):
         # ended) and their results are put back in S's order
         if own is not None:  # S in (key, ts) order is X's order restricted to S's rows
             rows = order if valid is None else valid[order]
-            mine = rows >= own
-            so, pos = rows[mine] - own, krank[mine]
+            mine = np.flatnonzero(rows >= own)  # (positions: numpy's mask indexing is ~8× slower)
+            so, pos = rows.take(mine) - own, krank.take(mine)
             hit = np.ones(len(so), bool)
         else:
             so = np.flatnonzero(sv)
             if self.equi and len(comp) >= SORTED_NEEDLES:
-                so = so[np.argsort(sk[so], kind="stable")]
+                so = so[stable_order(sk[so])]
             sks = sk[so]
             pos = np.searchsorted(keys, sks)
             hit = pos < len(keys)
@@ -151,7 +152,7 @@ class BandJoinOp(StreamJoinOp):
         if own is not None:  # an S row's band ends where the run of its own (key, ts) ends
             starts = _runs(comp)
             ends = np.append(np.flatnonzero(starts)[1:], len(comp))
-            hi[so] = ends[(np.cumsum(starts) - 1)[mine]]
+            hi[so] = ends[(np.cumsum(starts) - 1).take(mine)]
         else:
             hi[so] = np.searchsorted(comp, base + hi_r[so])
         found = np.zeros(len(sk), bool)

@@ -13,6 +13,8 @@ import numpy as np
 _EMPTY = -1  # key of a never-used cell (real keys are ≥ 0)
 _DEAD = -1  # value of a deleted cell (a tombstone keeps its key, so probe chains stay intact)
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the high bits of key · φ·2^64
+_FEW = 512  # keys still probing at which lookups read _WINDOW cells a round instead of one
+_WINDOW = 16
 
 
 class IntMap:
@@ -28,6 +30,9 @@ class IntMap:
         self.keys = np.full(self.cap, _EMPTY, np.int64)
         self.vals = np.full(self.cap, _DEAD, np.int64)
         self.used = 0  # cells with a key (live or tombstone)
+        # every key with a cell lies in [lo, hi] (kept on insert, exact again after a rebuild):
+        # a lookup outside needs no probing — e.g. a value table's keys of later instants
+        self.lo, self.hi = 0, -1
 
     def __len__(self) -> int:
         return self.live
@@ -42,24 +47,59 @@ class IntMap:
 
     def find(self, q: np.ndarray) -> np.ndarray:
         """Cell of each key in `q` (live or tombstone), −1 where the key has no cell."""
+        if not len(q):
+            return np.full(0, -1, np.int64)
+        if self.lo > self.hi:  # no key has a cell
+            return np.full(len(q), -1, np.int64)
+        qlo, qhi = int(q.min()), int(q.max())
+        if qlo < self.lo or qhi > self.hi:
+            inside = np.flatnonzero((q >= self.lo) & (q <= self.hi))
+            out = np.full(len(q), -1, np.int64)
+            if len(inside):
+                out[inside] = self._probe(q.take(inside))
+            return out
+        return self._probe(q)
+
+    def _probe(self, q: np.ndarray) -> np.ndarray:
+        """`find` by walking the probe chains."""
         out = np.full(len(q), -1, np.int64)
         pos = self._home(q)
-        todo = np.arange(len(q))
         mask = self.cap - 1
-        while len(todo):
-            k = self.keys[pos]
+        todo: np.ndarray | None = None  # None: all of q (the first round)
+        # one cell per key and round while many keys probe (positions, not boolean masks, index
+        # below: numpy's mask indexing is ~8× slower) ...
+        while len(pos) > _FEW:
+            k = self.keys.take(pos)
             hit = k == q
-            out[todo[hit]] = pos[hit]
-            more = ~hit & (k != _EMPTY)
-            todo, pos, q = todo[more], (pos[more] + 1) & mask, q[more]  # q: the keys still probing
+            at = np.flatnonzero(hit)
+            out[at if todo is None else todo.take(at)] = pos.take(at)
+            more = np.flatnonzero(~hit & (k != _EMPTY))
+            todo = more if todo is None else todo.take(more)
+            pos, q = (pos.take(more) + 1) & mask, q.take(more)  # q: the keys still probing
+        if todo is None:
+            todo = np.arange(len(q))
+        # ... then the few left in long chains read _WINDOW cells a round (a chain ends at the key
+        # or at the first empty cell), so a long chain costs a round or two, not one per cell
+        step = np.arange(_WINDOW)
+        while len(pos):
+            cells = (pos[:, None] + step) & mask
+            k = self.keys[cells]
+            hit = k == q[:, None]
+            stop = hit | (k == _EMPTY)
+            first = stop.argmax(axis=1)
+            rows = np.arange(len(pos))
+            ended = stop[rows, first]
+            found = ended & hit[rows, first]
+            out[todo[found]] = cells[rows[found], first[found]]
+            todo, pos, q = todo[~ended], (pos[~ended] + _WINDOW) & mask, q[~ended]
         return out
 
     def get(self, q: np.ndarray) -> np.ndarray:
         """Value of each key, −1 where absent or deleted."""
         cell = self.find(q)
         out = np.full(len(q), -1, np.int64)
-        have = cell >= 0
-        out[have] = self.vals[cell[have]]
+        have = np.flatnonzero(cell >= 0)
+        out[have] = self.vals.take(cell.take(have))
         return out
 
     def delete(self, q: np.ndarray) -> None:
@@ -78,21 +118,49 @@ class IntMap:
             self._rebuild(len(q))
         cell = self.find(q)
         back = cell >= 0  # tombstones of these very keys: revive in place
-        self.vals[cell[back]] = v[back]
-        q, v = q[~back], v[~back]
-        self.live += int(back.sum()) + len(q)
+        if back.any():
+            at = np.flatnonzero(back)  # (positions, not masks: numpy's mask indexing is slow)
+            self.vals[cell.take(at)] = v.take(at)
+            rest = np.flatnonzero(~back)
+            q, v = q.take(rest), v.take(rest)
+            self.live += len(at)
+        self.live += len(q)
         self.used += len(q)
+        if len(q):
+            qlo, qhi = int(q.min()), int(q.max())
+            empty = self.lo > self.hi
+            self.lo = qlo if empty else min(self.lo, qlo)
+            self.hi = qhi if empty else max(self.hi, qhi)
         pos = self._home(q)
         mask = self.cap - 1
-        while len(q):
-            cand = np.flatnonzero(self.keys[pos] == _EMPTY)
+        while len(q) > _FEW:
+            cand = np.flatnonzero(self.keys.take(pos) == _EMPTY)
             # several keys may probe the same empty cell: one write lands, the read-back says which
-            self.keys[pos[cand]] = q[cand]
-            win = cand[self.keys[pos[cand]] == q[cand]]
-            self.vals[pos[win]] = v[win]
+            pc, qc = pos.take(cand), q.take(cand)
+            self.keys[pc] = qc
+            won = self.keys.take(pc) == qc
+            win = cand.take(np.flatnonzero(won))
+            self.vals[pos.take(win)] = v.take(win)
             stay = np.ones(len(q), bool)
             stay[win] = False
-            q, v, pos = q[stay], v[stay], (pos[stay] + 1) & mask  # their cell is taken now
+            left = np.flatnonzero(stay)
+            q, v, pos = q.take(left), v.take(left), (pos.take(left) + 1) & mask  # their cell is taken now
+        step = np.arange(_WINDOW)
+        while len(q):  # the few left: the first empty cell within _WINDOW cells, per round
+            cells = (pos[:, None] + step) & mask
+            empty = self.keys[cells] == _EMPTY
+            first = empty.argmax(axis=1)
+            some = np.flatnonzero(empty[np.arange(len(q)), first])
+            cand = cells[some, first[some]]
+            _, wi = np.unique(cand, return_index=True)  # one key per empty cell: the first asking
+            won = some[wi]
+            self.keys[cand[wi]] = q[won]
+            self.vals[cand[wi]] = v[won]
+            pos = (pos + _WINDOW) & mask  # no empty cell in the window: the next window
+            pos[some] = (cand + 1) & mask  # lost the cell to another key: on from it
+            stay = np.ones(len(q), bool)
+            stay[won] = False
+            q, v, pos = q[stay], v[stay], pos[stay]
 
     def _rebuild(self, incoming: int) -> None:
         """Re-hash the live entries into a table of at least 4 × (live + incoming) cells."""

@@ -29,6 +29,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, combine_ids, concat
 from cqlstream.engine.errors import EngineError
+from cqlstream.engine.kernels import stable_order
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
 from cqlstream.engine.operators.probe_intervals import interval_ends
 from cqlstream.engine.operators.setop_summary import BloomSetOp, setop_summaries
@@ -46,7 +47,7 @@ def emit_changes(table: ValueTable, b: Batch, ch: Changes, delta: np.ndarray) ->
     if not len(gidx):
         return b.take(np.zeros(0, np.int64))
     pos = ch.first[gidx]  # positions in the ts-sorted batch: sorting by them sorts by ts
-    order = np.argsort(pos, kind="stable")
+    order = stable_order(pos, 0, max(len(b) - 1, 0))
     out = b.take(pos[order])
     out.sign = sign[order]
     out.id = ids[order]
@@ -125,6 +126,8 @@ def _net_per_interval(ch: Changes, delta: np.ndarray, probe_ts: np.ndarray) -> n
     if not len(real):
         return delta
     ends = interval_ends(ch.slot[real], ch.ts[real], probe_ts)
+    if len(ends) == len(real):  # no value changes twice within a probe interval: nothing to net
+        return delta
     starts = np.r_[0, ends[:-1] + 1]
     out = np.zeros_like(delta)
     out[real[ends]] = np.add.reduceat(delta[real], starts)

@@ -23,7 +23,7 @@ cumulative sum over each value's groups adds them to the carried counts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import TYPE_CHECKING
 
@@ -116,6 +116,8 @@ class Encoded:
     rows: list[tuple] | np.ndarray  # per distinct value: its packed key, or Python tuple (the dict key)
     new: np.ndarray  # indexes (into value_slot) of the values first seen in this batch
     packed: bool  # rows are packed keys of the numeric map
+    sorted_slot: np.ndarray | None = None  # slot[order], when encode had it at hand
+    heads: np.ndarray | None = None  # bool per position of `order`: a value's first row
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -209,6 +211,10 @@ class ValueTable:
         n = len(b)
         if n == 0:
             return Encoded(_EMPTY_I, _EMPTY_I, _EMPTY_I, [], _EMPTY_I, self.imap is not None)
+        if self.imap is not None and packable(b.cols) and self._fit(b, ranges(b.cols, b.nulls)):
+            enc = self._encode_packed(b)
+            if enc is not None:
+                return enc
         code, k = row_codes(b.cols, b.nulls)
         order = stable_order(code, 0, k - 1)
         heads = np.empty(n, bool)
@@ -217,7 +223,7 @@ class ValueTable:
         np.not_equal(sc[1:], sc[:-1], out=heads[1:])
         first = order[heads]  # first row of each distinct value (code order)
         rows: list[tuple] | np.ndarray
-        if self.imap is not None and self._fit(b, first):
+        if self.imap is not None and self._fit(b, self._ranges_at(b, first)):
             assert self.layout is not None
             rows = self.layout.pack(b.cols, b.nulls, first)
             slot_of = self.imap.get(rows)
@@ -225,31 +231,76 @@ class ValueTable:
             rows = py_rows(b.cols, b.nulls, first)
             get = self.index.get
             slot_of = np.fromiter(map(get, rows, repeat(-1)), np.int64, len(rows))  # per distinct value (C loop)
+        new = self._assign(slot_of, first, n)
+        return Encoded(slot_of[code], order, slot_of, rows, new, self.imap is not None)
+
+    def _encode_packed(self, b: Batch) -> Encoded | None:
+        """`encode` while the values pack: every row's packed key, then one np.sort of
+        key << nb | position gives both the grouping by value and each value's first row, and
+        only the distinct keys are looked up (None: keys and positions together exceed 63 bits)."""
+        assert self.layout is not None and self.imap is not None
+        n = len(b)
+        nb = max(n - 1, 1).bit_length()
+        if sum(self.layout.bits) + nb > 63:
+            return None
+        packed = self.layout.pack_all(b.cols, b.nulls, n)
+        packed <<= nb
+        packed |= np.arange(n, dtype=np.int64)
+        packed.sort()
+        order = packed & ((1 << nb) - 1)
+        packed >>= nb  # the sorted keys
+        heads = np.empty(n, bool)
+        heads[0] = True
+        np.not_equal(packed[1:], packed[:-1], out=heads[1:])
+        hix = np.flatnonzero(heads)  # (positions, not the mask: numpy's mask indexing is ~8× slower)
+        rows = packed.take(hix)
+        first = order.take(hix)
+        slot_of = self.imap.get(rows)
+        new = self._assign(slot_of, first, n)
+        sorted_slot = slot_of[np.cumsum(heads) - 1]
+        slot = np.empty(n, np.int64)
+        slot[order] = sorted_slot
+        return Encoded(slot, order, slot_of, rows, new, True, sorted_slot, heads)
+
+    def _assign(self, slot_of: np.ndarray, first: np.ndarray, n: int) -> np.ndarray:
+        """Give the values not found (slot_of < 0) fresh slots and vkeys, in the order of their
+        first rows `first` (so vkeys increase with first arrival); returns their indexes."""
         new = np.flatnonzero(slot_of < 0)
         if len(new):
-            new = new[np.argsort(first[new])]  # first-arrival order → increasing vkey
+            at = first[new]
+            if len(new) > 64:  # positions are distinct and < n: their rank by a presence table
+                present = np.zeros(n, bool)
+                present[at] = True
+                rank = np.cumsum(present) - 1
+                new_sorted = np.empty_like(new)
+                new_sorted[rank[at]] = new
+                new = new_sorted
+            else:
+                new = new[np.argsort(at)]  # first-arrival order → increasing vkey
             slots = self._alloc(len(new))
             slot_of[new] = slots
             self.vkey[slots] = self.ids.take(len(slots))
             self.n_ins[slots] = 0
             self.n_del[slots] = 0
             self.count[:, slots] = 0
-        return Encoded(slot_of[code], order, slot_of, rows, new, self.imap is not None)
+        return new
 
-    def _fit(self, b: Batch, first: np.ndarray) -> bool:
-        """Make the key layout cover the batch's distinct values (rows `first`), re-packing the
-        live keys (their slots stay) when it must widen; False, after moving every live value
-        into the dict for good, when the values are not integer-like or cannot fit 62 bits."""
+    @staticmethod
+    def _ranges_at(b: Batch, first: np.ndarray) -> list[tuple[int, int] | None] | None:
+        """(min, max) per column of the rows `first` (None: the columns do not pack)."""
+        if not packable(b.cols):
+            return None
+        return ranges([c[first] for c in b.cols], [None if m is None else m[first] for m in b.nulls])
+
+    def _fit(self, b: Batch, rng: list[tuple[int, int] | None] | None) -> bool:
+        """Make the key layout cover the batch's values (their per-column ranges `rng`; None:
+        the columns do not pack), re-packing the live keys (their slots stay) when it must
+        widen; False, after moving every live value into the dict for good, when the values are
+        not integer-like or cannot fit 62 bits."""
         imap, layout = self.imap, self.layout
         assert imap is not None
-        if packable(b.cols):
-            sub = [c[first] for c in b.cols]
-            subn = [None if m is None else m[first] for m in b.nulls]
-            rng = ranges(sub, subn)
-            if layout is not None and layout.covers(rng):
-                return True
-        else:
-            rng = None
+        if rng is not None and layout is not None and layout.covers(rng):
+            return True
         keys, slots = imap.items()
         old_cols, old_nulls = layout.unpack(keys) if layout is not None else ([], [])
         if rng is not None:
@@ -257,6 +308,7 @@ class ValueTable:
                 rng = [_span(a, c) for a, c in zip(rng, ranges(old_cols, old_nulls))]
             wider = KeyLayout.fit(rng)
             if wider is not None:
+                wider = replace(wider, major_first=True)  # keys sort as row_codes' codes (encode)
                 self.layout = wider
                 self.imap = IntMap(4 * len(keys))
                 self.imap.insert(wider.pack(old_cols, old_nulls, np.arange(len(keys))), slots)
@@ -273,22 +325,26 @@ class ValueTable:
         touched = enc.value_slot
         if not len(touched):
             return
-        dead = ~self.count[:, touched].any(axis=0) & (self.n_ins[touched] == self.n_del[touched])
+        live = self.n_ins[touched] != self.n_del[touched]
+        for side in self.count:
+            live |= side.take(touched) != 0
         is_new = np.zeros(len(touched), bool)
         is_new[enc.new] = True
-        born = np.flatnonzero(~dead & is_new)
+        born = np.flatnonzero(live & is_new)  # (positions, not masks: numpy's mask indexing is slow)
+        died = np.flatnonzero(~(live | is_new))
         if enc.packed:
             assert self.imap is not None and isinstance(enc.rows, np.ndarray)
-            self.imap.delete(enc.rows[dead & ~is_new])
-            self.imap.insert(enc.rows[born], touched[born])
+            self.imap.delete(enc.rows.take(died))
+            self.imap.insert(enc.rows.take(born), touched.take(born))
         else:
             rows, idx = enc.rows, self.index
-            for i in np.flatnonzero(dead & ~is_new).tolist():  # per distinct value that died
+            for i in died.tolist():  # per distinct value that died
                 del idx[rows[i]]
             if len(born):
                 idx.update(zip([rows[i] for i in born.tolist()], touched[born].tolist()))
-        if dead.any():
-            self.free = np.concatenate([self.free, touched[dead]])
+        dead = np.flatnonzero(~live)
+        if len(dead):
+            self.free = np.concatenate([self.free, touched.take(dead)])
 
     # ------------------------------------------------------------ per-instant multiplicities
     def changes(self, enc: Encoded, ts: np.ndarray, deltas: np.ndarray) -> Changes:
@@ -303,17 +359,27 @@ class ValueTable:
             zb = np.zeros(0, bool)
             return Changes(z, z, zz, zz, z, z, zb, zb, z, z, z)
         order = enc.order
-        sc, st = enc.slot[order], ts[order]
+        st = ts[order]
         brk = np.empty(n, bool)
-        brk[0] = True
-        np.not_equal(sc[1:], sc[:-1], out=brk[1:])
+        if enc.heads is not None and enc.sorted_slot is not None:
+            sc = enc.sorted_slot
+            brk[:] = enc.heads  # distinct values of a batch have distinct slots
+        else:
+            sc = enc.slot[order]
+            brk[0] = True
+            np.not_equal(sc[1:], sc[:-1], out=brk[1:])
         brk[1:] |= st[1:] != st[:-1]
-        starts = np.flatnonzero(brk)
-        ends = np.empty_like(starts)
-        ends[:-1] = starts[1:] - 1
-        ends[-1] = n - 1
-        gd = np.add.reduceat(deltas[:, order], starts, axis=1)
-        gslot, gts = sc[starts], st[starts]
+        if brk.all():  # every (value, instant) has one row (e.g. DISTINCT over a window): no reduce
+            starts = ends = np.arange(n, dtype=np.int64)
+            gd = deltas.take(order, axis=1)  # (take: ~2× faster than [:, order])
+            gslot, gts = sc, st
+        else:
+            starts = np.flatnonzero(brk)
+            ends = np.empty_like(starts)
+            ends[:-1] = starts[1:] - 1
+            ends[-1] = n - 1
+            gd = np.add.reduceat(deltas.take(order, axis=1), starts, axis=1)
+            gslot, gts = sc[starts], st[starts]
         g = len(starts)
         sstart = np.empty(g, bool)
         sstart[0] = True
@@ -324,17 +390,29 @@ class ValueTable:
         cs = np.cumsum(gd, axis=1)
         heads = np.flatnonzero(sstart)
         seg = np.cumsum(sstart) - 1
-        base = (cs[:, heads] - gd[:, heads])[:, seg]
-        after = self.count[:, gslot] + cs - base
+        base = (cs.take(heads, axis=1) - gd.take(heads, axis=1)).take(seg, axis=1)
+        after = self.count.take(gslot, axis=1)
+        after += cs
+        after -= base
         before = after - gd
-        self.count[:, gslot[send]] = after[:, send]
-        return Changes(gslot, gts, before, after, order[starts], order[ends], sstart, send, order, starts, ends)
+        ends_at = np.flatnonzero(send)
+        self.count[:, gslot.take(ends_at)] = after.take(ends_at, axis=1)
+        first = order if g == n else order[starts]
+        last = order if g == n else order[ends]
+        return Changes(gslot, gts, before, after, first, last, sstart, send, order, starts, ends)
 
     def output_ids(self, ch: Changes, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Ids for an output multiplicity change `delta` per group (FIFO copies per value: the
         k-th copy ever inserted of a value has id combine_ids(vkey, k); a delete retracts the
         oldest live copy). Returns (group index per output element, sign, id), in group order;
         advances the per-slot serials."""
+        if len(delta) and np.abs(delta).max() <= 1:  # at most one copy per group (DISTINCT)
+            return self._unit_ids(ch, delta)
+        return self._repeat_ids(ch, delta)
+
+    def _repeat_ids(self, ch: Changes, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`output_ids` for any delta: |delta| elements per group (np.repeat)."""
+        k = np.abs(delta)
         plus = np.maximum(delta, 0)
         minus = np.maximum(-delta, 0)
         ins0 = self.n_ins[ch.slot] + seg_exclusive_cumsum(plus, ch.slot_start)
@@ -343,7 +421,6 @@ class ValueTable:
         if len(heads):
             self.n_ins[ch.slot[heads]] += np.add.reduceat(plus, heads)
             self.n_del[ch.slot[heads]] += np.add.reduceat(minus, heads)
-        k = np.abs(delta)
         total = int(k.sum())
         gidx = np.repeat(np.arange(len(delta)), k)
         offs = np.cumsum(k) - k
@@ -352,4 +429,35 @@ class ValueTable:
         serial = np.where(pos, ins0[gidx], del0[gidx]) + within
         sign = np.where(pos, 1, -1).astype(np.int8)
         ids = combine_ids(self.vkey[ch.slot[gidx]], serial.astype(np.uint64))
+        return gidx, sign, ids
+
+    def _unit_ids(self, ch: Changes, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`output_ids` when every group changes by −1, 0 or +1: one element per nonzero group;
+        its serial is the slot's count so far of its sign plus the earlier ones of the batch."""
+        gidx = np.flatnonzero(delta)
+        m = len(gidx)
+        if not m:
+            return gidx, np.zeros(0, np.int8), np.zeros(0, np.uint64)
+        slot = ch.slot[gidx]
+        pos = delta[gidx] > 0
+        start = np.empty(m, bool)  # first nonzero group of its slot
+        start[0] = True
+        np.not_equal(slot[1:], slot[:-1], out=start[1:])
+        heads = np.flatnonzero(start)
+        seg = np.cumsum(start) - 1
+        plus = pos.astype(np.int64)
+        cp = np.cumsum(plus)
+        cp -= plus  # inserts before each element (exclusive), over the whole batch
+        rank = np.arange(m, dtype=np.int64)
+        base_p, base_r = cp[heads], heads
+        ins_before = cp - base_p[seg]  # earlier inserts of the slot in this batch
+        del_before = (rank - base_r[seg]) - ins_before  # earlier deletes of the slot in this batch
+        serial = np.where(pos, self.n_ins[slot] + ins_before, self.n_del[slot] + del_before)
+        seg_len = np.diff(np.append(heads, m))
+        ins_n = np.add.reduceat(plus, heads)
+        hs = slot[heads]
+        self.n_ins[hs] += ins_n
+        self.n_del[hs] += seg_len - ins_n
+        sign = np.where(pos, 1, -1).astype(np.int8)
+        ids = combine_ids(self.vkey[slot], serial.astype(np.uint64))
         return gidx, sign, ids

@@ -34,18 +34,21 @@ def ranges(cols: Sequence[np.ndarray], nulls: Sequence[np.ndarray | None]) -> li
 
 @dataclass(frozen=True)
 class KeyLayout:
-    """Per column: base (code = value − base + 1) and bit width; shift of each column's code."""
+    """Per column: base (code = value − base + 1) and bit width; shift of each column's code.
+    `major_first`: the first column in the highest bits, so keys sort as the tuples do (NULL
+    first); else in the lowest."""
 
     base: tuple[int, ...]
     bits: tuple[int, ...]
+    major_first: bool = False
 
     @property
     def shifts(self) -> tuple[int, ...]:
         out, s = [], 0
-        for b in self.bits:
+        for b in reversed(self.bits) if self.major_first else self.bits:
             out.append(s)
             s += b
-        return tuple(out)
+        return tuple(reversed(out)) if self.major_first else tuple(out)
 
     def covers(self, rng: list[tuple[int, int] | None]) -> bool:
         """Whether values within these (min, max) ranges have a code under this layout."""
@@ -85,6 +88,22 @@ class KeyLayout:
                 code <<= shift
             key |= code
         return key
+
+    def pack_all(self, cols: Sequence[np.ndarray], nulls: Sequence[np.ndarray | None], n: int) -> np.ndarray:
+        """Keys of all `n` rows (a fresh array; their values must be covered)."""
+        key: np.ndarray | None = None
+        for c, m, base, shift in zip(cols, nulls, self.base, self.shifts):
+            code = c.astype(np.int64)  # a copy, also for int64 columns
+            code -= base - 1
+            if m is not None:
+                code[m] = 0
+            if shift:
+                code <<= shift
+            if key is None:
+                key = code
+            else:
+                key |= code
+        return np.zeros(n, np.int64) if key is None else key
 
     def unpack(self, key: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Column values (int64; arbitrary under NULL) and NULL flags of packed keys."""
