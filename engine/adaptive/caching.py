@@ -67,6 +67,9 @@ log = logging.getLogger("cqlstream.adaptive")
 INF = np.iinfo(np.int64).max
 _clock = time.thread_time  # CPU time of this thread: measured costs do not count other processes' turns
 USED, PROFILED, UNUSED = "used", "profiled", "unused"
+# bumped by every change of a candidate's state: ACaching's per-call views of its used
+# candidates are recomputed only then (they were rebuilt several times in every call)
+_STATES = [0]
 
 
 # ------------------------------------------------------------------ stable key codes
@@ -127,7 +130,7 @@ class Candidate:
         # the windows whose pipelines supply new combos (X ∪ Y: the prefix invariant holds there)
         self.union = tuple(sorted(seg + partners))
         self.share = SH.share_key(keys, seg, partners)
-        self.state = PROFILED
+        self._state = PROFILED
         self.store: SegmentCache | None = None
         self.miss_obs: deque[float] = deque(maxlen=window)
         self.window_keys: list[np.ndarray] = []
@@ -155,6 +158,17 @@ class Candidate:
         # where every event hit, its work); the last W such calls give its measured net
         self.call_hits = self.call_misses = 0
         self.own_obs: deque[tuple[float, float, float]] = deque(maxlen=window)
+
+    @property
+    def state(self) -> str:
+        """USED, PROFILED or UNUSED (thesis Fig 5.9)."""
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        if value != self._state:
+            self._state = value
+            _STATES[0] += 1
 
     @property
     def name(self) -> str:
@@ -247,7 +261,7 @@ class ACaching:
         # per pipeline: probing rows, and per step rows in/out, over the last W observations
         self.step_obs: list[deque[np.ndarray]] = [deque(maxlen=config.window) for _ in range(n)]
         self.acc = [np.zeros(2 * n + 1) for _ in range(n)]  # [rows0, in_0, out_0, in_1, out_1, ...]
-        self.probing = np.zeros(n)  # decayed probing rows per pipeline (rates)
+        self._probing = [0.0] * n  # decayed probing rows per pipeline (rates): Python floats, n is small
         self.events_seen = 0
         self.last_tick_events = 0
         self.last_tick_time = time.monotonic()
@@ -266,6 +280,9 @@ class ACaching:
         self.profile_seconds = 0.0
         self.cache_seconds = 0.0
         self._current_memo: tuple[tuple[tuple[int, ...], ...], list[Candidate]] | None = None
+        # the used candidates, their stores and the pipelines they involve, as of a state version
+        self._used_memo: tuple[int, list[Candidate], list[Candidate], frozenset[int]] = (-1, [], [], frozenset())
+        self._profiled_memo: tuple[int, int, frozenset[int]] = (-1, -1, frozenset())
         # per call
         self.live = False
         self.deltas: dict[tuple[int, tuple[int, ...]], list[Delta]] = {}
@@ -308,19 +325,33 @@ class ACaching:
                     self._drop(c, "caching off" if not config.enabled else "memory changed", unused=False)
             self.phase = PROFILED
 
+    def _used_view(self) -> tuple[int, list[Candidate], list[Candidate], frozenset[int]]:
+        """(state version, used candidates, one per store, the pipelines they involve), recomputed
+        only when some candidate's state changed (a new candidate is never used)."""
+        memo = self._used_memo
+        if memo[0] != _STATES[0]:
+            used = [c for c in self.cands.values() if c.state == USED]
+            seen: set[int] = set()
+            stores = []
+            for c in used:
+                if c.store is not None and id(c.store) not in seen:
+                    seen.add(id(c.store))
+                    stores.append(c)
+            pipes = frozenset(k for c in used for k in (c.i, *c.union))
+            memo = self._used_memo = (_STATES[0], used, stores, pipes)
+        return memo
+
     def used(self) -> list[Candidate]:
-        return [c for c in self.cands.values() if c.state == USED]
+        return list(self._used_view()[1])
 
     def stores(self) -> list[Candidate]:
         """One used candidate per store (the first of those sharing it): who supplies and
         maintains it."""
-        seen: set[int] = set()
-        out = []
-        for c in self.used():
-            if c.store is not None and id(c.store) not in seen:
-                seen.add(id(c.store))
-                out.append(c)
-        return out
+        return list(self._used_view()[2])
+
+    @property
+    def probing(self) -> np.ndarray:
+        return np.array(self._probing)
 
     def sharing(self, c: Candidate) -> list[Candidate]:
         """The used candidates probing c's store (c included), in pipeline order."""
@@ -397,8 +428,9 @@ class ACaching:
 
     def _current(self) -> list[Candidate]:
         """The eligible candidates of the current orders (recomputed only when an order changed)."""
-        orders = tuple(tuple(self.op._order(i)) for i in range(self.op.n))
-        if self._current_memo is None or self._current_memo[0] != orders:
+        raw = tuple(map(tuple, self.op.probe_orders))  # _order(i) is a function of probe_orders[i]
+        if self._current_memo is None or self._current_memo[0] != raw:
+            orders = tuple(tuple(self.op._order(i)) for i in range(self.op.n))
             out = []
             for i in range(self.op.n):
                 for s in range(1, len(orders[i]) + 1):
@@ -406,7 +438,7 @@ class ACaching:
                     if c is not None and self._eligible(c):
                         out.append(c)
             out += self._consistent(orders, self.config.candidates_cap - len(out))
-            self._current_memo = (orders, out)
+            self._current_memo = (raw, out)
         return [c for c in self._current_memo[1] if c.ok]
 
     def _eligible(self, c: Candidate) -> bool:
@@ -474,7 +506,7 @@ class ACaching:
         involves the pipeline and it is not profiled in this call (its events are only counted)."""
         if not self.live:
             return None
-        if not any(c.i == i or i in c.union for c in self.used()) and not self._profiling(i):
+        if i not in self._used_view()[3] and not self._profiling(i):
             self.record(i, len(ev))
             self.pipe_calls[i] += 1
             self.pipe_rows[i] += len(ev)
@@ -486,7 +518,13 @@ class ACaching:
         of the pipeline is Profiled (its keys feed the Bloom filter, its steps are timed)."""
         if self.join_calls % max(self.config.profile_every, 1):
             return False
-        return any(c.i == i and c.state == PROFILED for c in self.cands.values()) or not self.cands
+        if not self.cands:
+            return True
+        v, n, pipes = self._profiled_memo
+        if v != _STATES[0] or n != len(self.cands):
+            pipes = frozenset(c.i for c in self.cands.values() if c.state == PROFILED)
+            self._profiled_memo = (_STATES[0], len(self.cands), pipes)
+        return i in pipes
 
     def end_call(self, tables: Sequence[Table]) -> None:
         if not self.live:
@@ -541,8 +579,11 @@ class ACaching:
 
     # ------------------------------------------------------------ statistics and selection
     def record(self, i: int, probing: int) -> None:
-        self.probing *= 0.999 ** max(probing, 1)
-        self.probing[i] += probing
+        d = 0.999 ** max(probing, 1)
+        pr = self._probing
+        for k in range(len(pr)):
+            pr[k] *= d
+        pr[i] += probing
         self.events_seen += probing
 
     def observe_keys(self, c: Candidate, keys: np.ndarray, valid: np.ndarray, probes: int, hits: int) -> None:
@@ -684,8 +725,9 @@ class ACaching:
         m = c.miss()
         if r is None or m is None:
             return
-        total = max(float(self.probing.sum()), 1e-9)
-        rate = self.probing[c.i] / total
+        probing = self.probing
+        total = max(float(probing.sum()), 1e-9)
+        rate = probing[c.i] / total
         s = len(c.seg)
         seg_work = float(r[: 2 * s].sum())
         out = float(r[2 * s - 1])
@@ -694,7 +736,7 @@ class ACaching:
         u = len(c.union)  # X ∪ Y's pipelines supply the new combos, after their first u − 1 steps
         for k in c.union:
             rk = self._ratios(k)
-            frac = self.probing[k] / total
+            frac = probing[k] / total
             supply += frac * (1.0 if u == 1 or rk is None else float(rk[2 * (u - 2) + 1]))
         c.benefit = rate * per_row
         c.cost = 2 * cfg.update_cost * supply
@@ -836,6 +878,7 @@ class ACaching:
             c.store.capacity = max(c.store.capacity, capacity)
         else:
             c.store = SegmentCache(2 * len(c.keys), len(c.seg), capacity)
+        _STATES[0] += 1  # the views of the used candidates hold their stores: recompute them
         c.miss_obs.clear()
         c.work_obs.clear()
         c.call_work, c.call_rows, c.calls_all_hit, c.calls_probed = 0.0, 0, 0, 0
@@ -849,6 +892,7 @@ class ACaching:
         c.pinned = False
         c.state = UNUSED if unused else PROFILED
         c.store = None
+        _STATES[0] += 1
         c.miss_obs.clear()
         self.events.append(("cache_dropped", float(c.i)))
         self.log.append({"cache": c.name, "to": c.state, "reason": reason})
