@@ -273,8 +273,8 @@ class ACaching:
         # and probing rows; the caches' work per join call (rows, seconds) pooled over all used
         # caches; the profiler's own time
         self.step_costs = StepCosts(n)  # each step run's rows, candidate pairs and seconds
-        self.pipe_calls = np.zeros(n)
-        self.pipe_rows = np.zeros(n)
+        self.pipe_calls = [0.0] * n  # Python floats: updated in every pipeline call, n is small
+        self.pipe_rows = [0.0] * n
         self.join_calls = 0
         self.work_obs: deque[tuple[float, float]] = deque(maxlen=256)
         self.profile_seconds = 0.0
@@ -465,6 +465,9 @@ class ACaching:
             for c in used:
                 self._drop(c, "caching inactive", unused=False)
             self.live = False
+            return list(range(self.op.n))
+        if not used:  # the common case: nothing to check, supply or order
+            self.join_calls += 1
             return list(range(self.op.n))
         for c in used:
             order = self.op._order(c.i)
@@ -755,7 +758,7 @@ class ACaching:
         tick = (cfg.interval_tuples > 0 and self.events_seen - self.last_tick_events >= k * cfg.interval_tuples) or (
             cfg.interval_seconds > 0 and now - self.last_tick_time >= k * cfg.interval_seconds
         )
-        current = self._current()
+        current = self._current()  # also creates the candidates of a changed order (profiled at once)
         # refinement (a): a used cache that stopped paying goes at once. Read as: once its own
         # statistics are full (W miss-rate windows since it was put in use and, with measured
         # costs, W join calls of its own record, `_measured_net`), the first call whose net is
