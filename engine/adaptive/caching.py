@@ -67,9 +67,6 @@ log = logging.getLogger("cqlstream.adaptive")
 INF = np.iinfo(np.int64).max
 _clock = time.thread_time  # CPU time of this thread: measured costs do not count other processes' turns
 USED, PROFILED, UNUSED = "used", "profiled", "unused"
-# bumped by every change of a candidate's state: ACaching's per-call views of its used
-# candidates are recomputed only then (they were rebuilt several times in every call)
-_STATES = [0]
 
 
 # ------------------------------------------------------------------ stable key codes
@@ -120,8 +117,17 @@ class Candidate:
     holding the segment's combos that have a partner in Y (and possibly some that lost it)."""
 
     def __init__(
-        self, i: int, seg: tuple[int, ...], keys: list[Equi], window: int, partners: tuple[int, ...] = ()
+        self,
+        i: int,
+        seg: tuple[int, ...],
+        keys: list[Equi],
+        window: int,
+        partners: tuple[int, ...] = (),
+        version: list[int] | None = None,
     ) -> None:
+        # its join's state version, bumped by every change of this candidate's state: ACaching's
+        # views of the used candidates are recomputed only then (they were rebuilt in every call)
+        self.version = version if version is not None else [0]
         self.i, self.seg, self.keys = i, seg, keys
         self.partners = partners
         # the store's columns: the segment inputs in input order (not probe order), so that the
@@ -168,7 +174,7 @@ class Candidate:
     def state(self, value: str) -> None:
         if value != self._state:
             self._state = value
-            _STATES[0] += 1
+            self.version[0] += 1
 
     @property
     def name(self) -> str:
@@ -281,6 +287,8 @@ class ACaching:
         self.cache_seconds = 0.0
         self._current_memo: tuple[tuple[tuple[int, ...], ...], list[Candidate]] | None = None
         # the used candidates, their stores and the pipelines they involve, as of a state version
+        # (bumped by the candidates' state changes and by `_use`/`_drop` once a store is set)
+        self.version = [0]
         self._used_memo: tuple[int, list[Candidate], list[Candidate], frozenset[int]] = (-1, [], [], frozenset())
         self._profiled_memo: tuple[int, int, frozenset[int]] = (-1, -1, frozenset())
         # per call
@@ -329,7 +337,7 @@ class ACaching:
         """(state version, used candidates, one per store, the pipelines they involve), recomputed
         only when some candidate's state changed (a new candidate is never used)."""
         memo = self._used_memo
-        if memo[0] != _STATES[0]:
+        if memo[0] != self.version[0]:
             used = [c for c in self.cands.values() if c.state == USED]
             seen: set[int] = set()
             stores = []
@@ -338,7 +346,7 @@ class ACaching:
                     seen.add(id(c.store))
                     stores.append(c)
             pipes = frozenset(k for c in used for k in (c.i, *c.union))
-            memo = self._used_memo = (_STATES[0], used, stores, pipes)
+            memo = self._used_memo = (self.version[0], used, stores, pipes)
         return memo
 
     def used(self) -> list[Candidate]:
@@ -399,7 +407,7 @@ class ACaching:
             keys = SH.key_order([e for e in self.op.equi if i in (e.a, e.b) and e.other(i) in seg], seg)
             if not keys:
                 return None
-            c = self.cands[key] = Candidate(i, seg, keys, self.config.window, partners)
+            c = self.cands[key] = Candidate(i, seg, keys, self.config.window, partners, self.version)
         return c
 
     def _consistent(self, orders: tuple[tuple[int, ...], ...], room: int) -> list[Candidate]:
@@ -524,9 +532,9 @@ class ACaching:
         if not self.cands:
             return True
         v, n, pipes = self._profiled_memo
-        if v != _STATES[0] or n != len(self.cands):
+        if v != self.version[0] or n != len(self.cands):
             pipes = frozenset(c.i for c in self.cands.values() if c.state == PROFILED)
-            self._profiled_memo = (_STATES[0], len(self.cands), pipes)
+            self._profiled_memo = (self.version[0], len(self.cands), pipes)
         return i in pipes
 
     def end_call(self, tables: Sequence[Table]) -> None:
@@ -881,7 +889,7 @@ class ACaching:
             c.store.capacity = max(c.store.capacity, capacity)
         else:
             c.store = SegmentCache(2 * len(c.keys), len(c.seg), capacity)
-        _STATES[0] += 1  # the views of the used candidates hold their stores: recompute them
+        self.version[0] += 1  # the views of the used candidates hold their stores: recompute them
         c.miss_obs.clear()
         c.work_obs.clear()
         c.call_work, c.call_rows, c.calls_all_hit, c.calls_probed = 0.0, 0, 0, 0
@@ -895,7 +903,7 @@ class ACaching:
         c.pinned = False
         c.state = UNUSED if unused else PROFILED
         c.store = None
-        _STATES[0] += 1
+        self.version[0] += 1
         c.miss_obs.clear()
         self.events.append(("cache_dropped", float(c.i)))
         self.log.append({"cache": c.name, "to": c.state, "reason": reason})
