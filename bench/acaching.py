@@ -38,9 +38,13 @@ at each push size of --pushes.
 Globally consistent caches (§5.7) — the shape of Ex 5.7.1: V's pipeline caches (T⋈U)⋉S, T⋈U
 alone failing the prefix invariant. MF against G (forced) and P.
 
+Trees of joins (§5.3) — the same 4-way join as one MJoin (M, X, P), as an XJoin of binary joins
+over views and as a tree of MJoins, on a workload where the tree's intermediate pays and one
+where it does not (bench/acaching_tree.py).
+
     python -m bench.acaching [--tuples 6000] [--push 20] [--base 100] [--repeat 3] [--pushes 20 100 400]
         [--d-pushes 20 100 400] [--only fig_5_21 costly costly_push fig_5_21_push fig_5_22 fig_5_23
-        shared consistent] [--backoff N] [--json F]
+        shared consistent tree] [--backoff N] [--json F]
 
 (the costly sweep and the shared and globally consistent cases run at each of --pushes; the D1–D8
 sweep, fig_5_21_push, at each of --d-pushes, none by default)
@@ -171,7 +175,8 @@ def run(
         d.execute(stmt)
     h = d.register_query(q)
     sub = d.subscribe(h.id)
-    (op,) = [o for o in d.plan.operators if isinstance(o, JoinOp)]
+    # the query's top join (a tree of joins, from views, has its lower joins first)
+    *lower, op = [o for o in d.plan.operators if isinstance(o, JoinOp)]
     if fixed is not None:
         op.set_knob("probe_orders", fixed[0])
         for i, s, *partners in fixed[1]:  # (pipeline, prefix length[, Y's windows...])
@@ -203,13 +208,20 @@ def run(
             t_slice = 0.0
     st = op.caching.statistics()
     used = [c for c in st["candidates"] if c["state"] == "used"]
+    below = [
+        f"{o.eid}:{c['pipeline']}:{c['segment']}"
+        for o in lower
+        for c in o.caching.statistics()["candidates"]
+        if c["state"] == "used"
+    ]
     return {
         "throughput": len(events) / max(t_all, 1e-9),
         "rows": rows,
         "slices": per_slice,
         "caches_used": [
             f"{c['pipeline']}:{c['segment']}" + (f"⋉{c['partners']}" if c["partners"] else "") for c in used
-        ],
+        ]
+        + below,
         "shared_by": sorted({tuple(c["shared_by"]) for c in used if len(c["shared_by"]) > 1}),
         "estimates": {
             f"{c['pipeline']}:{c['segment']}" + (f"⋉{c['partners']}" if c["partners"] else ""): (
@@ -613,6 +625,12 @@ def fig_523(tuples: int, push: int, base: int) -> dict[str, Any]:
     return out
 
 
+def _fig_tree(tuples: int, push: int, repeat: int) -> dict[str, Any]:
+    from bench.acaching_tree import fig_tree  # it builds on this module's run()
+
+    return fig_tree(tuples, push, repeat)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tuples", type=int, default=6000, help="input tuples per run")
@@ -636,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         "fig_5_23": lambda a: fig_523(a.tuples, a.push, a.base),
         "shared": lambda a: {p: fig_shared(a.tuples, p, repeat=a.repeat) for p in a.pushes},
         "consistent": lambda a: {p: fig_consistent(a.tuples, p, repeat=a.repeat) for p in a.pushes},
+        "tree": lambda a: _fig_tree(a.tuples, a.push, a.repeat),
     }
     ap.add_argument("--only", nargs="+", choices=sorted(figs), help="run only these figures (default: all)")
     a = ap.parse_args(argv)

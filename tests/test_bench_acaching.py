@@ -1,6 +1,6 @@
 """The A-Caching benchmark runs end to end at a tiny size (its figures are printed, not
 asserted); checked: every plan gives the same join rows (the bench asserts it too), every
-figure has its points, and X (the fixed full cache set) is infeasible below the memory its
+figure has its points (the trees of joins too), and X (the fixed full cache set) is infeasible below the memory its
 subresults were measured to need and feasible above."""
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def test_acaching_bench_runs(tmp_path, capsys):
         "Fig 5.23",
         "Shared caches",
         "Globally consistent",
+        "Trees of joins",
     ):
         assert fig in out
     data = json.loads(report.read_text())
@@ -79,3 +80,8 @@ def test_acaching_bench_runs(tmp_path, capsys):
     for consistent in data["consistent"].values():
         assert len({r["rows"] for r in consistent.values()}) == 1
         assert consistent["G"]["caches_used"] == ["3:[1, 2]⋉[0]"]
+    tree = data["tree"]
+    assert sorted(tree) == ["costs", "pays"]
+    for runs in tree.values():  # one MJoin (M, X, P), an XJoin of views (XT), a tree of MJoins (TP)
+        assert set(runs) == {"M", "X", "P", "XT", "TP"} and len({r["rows"] for r in runs.values()}) == 1
+        assert sorted(runs["X"]["caches_used"]) == ["2:[0, 1]", "3:[0, 1, 2]"]

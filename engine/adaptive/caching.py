@@ -117,8 +117,17 @@ class Candidate:
     holding the segment's combos that have a partner in Y (and possibly some that lost it)."""
 
     def __init__(
-        self, i: int, seg: tuple[int, ...], keys: list[Equi], window: int, partners: tuple[int, ...] = ()
+        self,
+        i: int,
+        seg: tuple[int, ...],
+        keys: list[Equi],
+        window: int,
+        partners: tuple[int, ...] = (),
+        version: list[int] | None = None,
     ) -> None:
+        # its join's state version, bumped by every change of this candidate's state: ACaching's
+        # views of the used candidates are recomputed only then (they were rebuilt in every call)
+        self.version = version if version is not None else [0]
         self.i, self.seg, self.keys = i, seg, keys
         self.partners = partners
         # the store's columns: the segment inputs in input order (not probe order), so that the
@@ -127,7 +136,7 @@ class Candidate:
         # the windows whose pipelines supply new combos (X ∪ Y: the prefix invariant holds there)
         self.union = tuple(sorted(seg + partners))
         self.share = SH.share_key(keys, seg, partners)
-        self.state = PROFILED
+        self._state = PROFILED
         self.store: SegmentCache | None = None
         self.miss_obs: deque[float] = deque(maxlen=window)
         self.window_keys: list[np.ndarray] = []
@@ -155,6 +164,17 @@ class Candidate:
         # where every event hit, its work); the last W such calls give its measured net
         self.call_hits = self.call_misses = 0
         self.own_obs: deque[tuple[float, float, float]] = deque(maxlen=window)
+
+    @property
+    def state(self) -> str:
+        """USED, PROFILED or UNUSED (thesis Fig 5.9)."""
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        if value != self._state:
+            self._state = value
+            self.version[0] += 1
 
     @property
     def name(self) -> str:
@@ -247,7 +267,7 @@ class ACaching:
         # per pipeline: probing rows, and per step rows in/out, over the last W observations
         self.step_obs: list[deque[np.ndarray]] = [deque(maxlen=config.window) for _ in range(n)]
         self.acc = [np.zeros(2 * n + 1) for _ in range(n)]  # [rows0, in_0, out_0, in_1, out_1, ...]
-        self.probing = np.zeros(n)  # decayed probing rows per pipeline (rates)
+        self._probing = [0.0] * n  # decayed probing rows per pipeline (rates): Python floats, n is small
         self.events_seen = 0
         self.last_tick_events = 0
         self.last_tick_time = time.monotonic()
@@ -259,13 +279,18 @@ class ACaching:
         # and probing rows; the caches' work per join call (rows, seconds) pooled over all used
         # caches; the profiler's own time
         self.step_costs = StepCosts(n)  # each step run's rows, candidate pairs and seconds
-        self.pipe_calls = np.zeros(n)
-        self.pipe_rows = np.zeros(n)
+        self.pipe_calls = [0.0] * n  # Python floats: updated in every pipeline call, n is small
+        self.pipe_rows = [0.0] * n
         self.join_calls = 0
         self.work_obs: deque[tuple[float, float]] = deque(maxlen=256)
         self.profile_seconds = 0.0
         self.cache_seconds = 0.0
         self._current_memo: tuple[tuple[tuple[int, ...], ...], list[Candidate]] | None = None
+        # the used candidates, their stores and the pipelines they involve, as of a state version
+        # (bumped by the candidates' state changes and by `_use`/`_drop` once a store is set)
+        self.version = [0]
+        self._used_memo: tuple[int, list[Candidate], list[Candidate], frozenset[int]] = (-1, [], [], frozenset())
+        self._profiled_memo: tuple[int, int, frozenset[int]] = (-1, -1, frozenset())
         # per call
         self.live = False
         self.deltas: dict[tuple[int, tuple[int, ...]], list[Delta]] = {}
@@ -308,19 +333,33 @@ class ACaching:
                     self._drop(c, "caching off" if not config.enabled else "memory changed", unused=False)
             self.phase = PROFILED
 
+    def _used_view(self) -> tuple[int, list[Candidate], list[Candidate], frozenset[int]]:
+        """(state version, used candidates, one per store, the pipelines they involve), recomputed
+        only when some candidate's state changed (a new candidate is never used)."""
+        memo = self._used_memo
+        if memo[0] != self.version[0]:
+            used = [c for c in self.cands.values() if c.state == USED]
+            seen: set[int] = set()
+            stores = []
+            for c in used:
+                if c.store is not None and id(c.store) not in seen:
+                    seen.add(id(c.store))
+                    stores.append(c)
+            pipes = frozenset(k for c in used for k in (c.i, *c.union))
+            memo = self._used_memo = (self.version[0], used, stores, pipes)
+        return memo
+
     def used(self) -> list[Candidate]:
-        return [c for c in self.cands.values() if c.state == USED]
+        return list(self._used_view()[1])
 
     def stores(self) -> list[Candidate]:
         """One used candidate per store (the first of those sharing it): who supplies and
         maintains it."""
-        seen: set[int] = set()
-        out = []
-        for c in self.used():
-            if c.store is not None and id(c.store) not in seen:
-                seen.add(id(c.store))
-                out.append(c)
-        return out
+        return list(self._used_view()[2])
+
+    @property
+    def probing(self) -> np.ndarray:
+        return np.array(self._probing)
 
     def sharing(self, c: Candidate) -> list[Candidate]:
         """The used candidates probing c's store (c included), in pipeline order."""
@@ -368,7 +407,7 @@ class ACaching:
             keys = SH.key_order([e for e in self.op.equi if i in (e.a, e.b) and e.other(i) in seg], seg)
             if not keys:
                 return None
-            c = self.cands[key] = Candidate(i, seg, keys, self.config.window, partners)
+            c = self.cands[key] = Candidate(i, seg, keys, self.config.window, partners, self.version)
         return c
 
     def _consistent(self, orders: tuple[tuple[int, ...], ...], room: int) -> list[Candidate]:
@@ -397,8 +436,9 @@ class ACaching:
 
     def _current(self) -> list[Candidate]:
         """The eligible candidates of the current orders (recomputed only when an order changed)."""
-        orders = tuple(tuple(self.op._order(i)) for i in range(self.op.n))
-        if self._current_memo is None or self._current_memo[0] != orders:
+        raw = tuple(map(tuple, self.op.probe_orders))  # _order(i) is a function of probe_orders[i]
+        if self._current_memo is None or self._current_memo[0] != raw:
+            orders = tuple(tuple(self.op._order(i)) for i in range(self.op.n))
             out = []
             for i in range(self.op.n):
                 for s in range(1, len(orders[i]) + 1):
@@ -406,7 +446,7 @@ class ACaching:
                     if c is not None and self._eligible(c):
                         out.append(c)
             out += self._consistent(orders, self.config.candidates_cap - len(out))
-            self._current_memo = (orders, out)
+            self._current_memo = (raw, out)
         return [c for c in self._current_memo[1] if c.ok]
 
     def _eligible(self, c: Candidate) -> bool:
@@ -433,6 +473,9 @@ class ACaching:
             for c in used:
                 self._drop(c, "caching inactive", unused=False)
             self.live = False
+            return list(range(self.op.n))
+        if not used:  # the common case: nothing to check, supply or order
+            self.join_calls += 1
             return list(range(self.op.n))
         for c in used:
             order = self.op._order(c.i)
@@ -474,7 +517,7 @@ class ACaching:
         involves the pipeline and it is not profiled in this call (its events are only counted)."""
         if not self.live:
             return None
-        if not any(c.i == i or i in c.union for c in self.used()) and not self._profiling(i):
+        if i not in self._used_view()[3] and not self._profiling(i):
             self.record(i, len(ev))
             self.pipe_calls[i] += 1
             self.pipe_rows[i] += len(ev)
@@ -486,7 +529,13 @@ class ACaching:
         of the pipeline is Profiled (its keys feed the Bloom filter, its steps are timed)."""
         if self.join_calls % max(self.config.profile_every, 1):
             return False
-        return any(c.i == i and c.state == PROFILED for c in self.cands.values()) or not self.cands
+        if not self.cands:
+            return True
+        v, n, pipes = self._profiled_memo
+        if v != self.version[0] or n != len(self.cands):
+            pipes = frozenset(c.i for c in self.cands.values() if c.state == PROFILED)
+            self._profiled_memo = (self.version[0], len(self.cands), pipes)
+        return i in pipes
 
     def end_call(self, tables: Sequence[Table]) -> None:
         if not self.live:
@@ -541,8 +590,11 @@ class ACaching:
 
     # ------------------------------------------------------------ statistics and selection
     def record(self, i: int, probing: int) -> None:
-        self.probing *= 0.999 ** max(probing, 1)
-        self.probing[i] += probing
+        d = 0.999 ** max(probing, 1)
+        pr = self._probing
+        for k in range(len(pr)):
+            pr[k] *= d
+        pr[i] += probing
         self.events_seen += probing
 
     def observe_keys(self, c: Candidate, keys: np.ndarray, valid: np.ndarray, probes: int, hits: int) -> None:
@@ -684,8 +736,9 @@ class ACaching:
         m = c.miss()
         if r is None or m is None:
             return
-        total = max(float(self.probing.sum()), 1e-9)
-        rate = self.probing[c.i] / total
+        probing = self.probing
+        total = max(float(probing.sum()), 1e-9)
+        rate = probing[c.i] / total
         s = len(c.seg)
         seg_work = float(r[: 2 * s].sum())
         out = float(r[2 * s - 1])
@@ -694,7 +747,7 @@ class ACaching:
         u = len(c.union)  # X ∪ Y's pipelines supply the new combos, after their first u − 1 steps
         for k in c.union:
             rk = self._ratios(k)
-            frac = self.probing[k] / total
+            frac = probing[k] / total
             supply += frac * (1.0 if u == 1 or rk is None else float(rk[2 * (u - 2) + 1]))
         c.benefit = rate * per_row
         c.cost = 2 * cfg.update_cost * supply
@@ -713,7 +766,7 @@ class ACaching:
         tick = (cfg.interval_tuples > 0 and self.events_seen - self.last_tick_events >= k * cfg.interval_tuples) or (
             cfg.interval_seconds > 0 and now - self.last_tick_time >= k * cfg.interval_seconds
         )
-        current = self._current()
+        current = self._current()  # also creates the candidates of a changed order (profiled at once)
         # refinement (a): a used cache that stopped paying goes at once. Read as: once its own
         # statistics are full (W miss-rate windows since it was put in use and, with measured
         # costs, W join calls of its own record, `_measured_net`), the first call whose net is
@@ -836,6 +889,7 @@ class ACaching:
             c.store.capacity = max(c.store.capacity, capacity)
         else:
             c.store = SegmentCache(2 * len(c.keys), len(c.seg), capacity)
+        self.version[0] += 1  # the views of the used candidates hold their stores: recompute them
         c.miss_obs.clear()
         c.work_obs.clear()
         c.call_work, c.call_rows, c.calls_all_hit, c.calls_probed = 0.0, 0, 0, 0
@@ -849,6 +903,7 @@ class ACaching:
         c.pinned = False
         c.state = UNUSED if unused else PROFILED
         c.store = None
+        self.version[0] += 1
         c.miss_obs.clear()
         self.events.append(("cache_dropped", float(c.i)))
         self.log.append({"cache": c.name, "to": c.state, "reason": reason})
