@@ -28,7 +28,9 @@ PACKAGE = Path(__file__).resolve().parent
 OUT = PACKAGE.parent / "out" / "linear_road"
 SCRIPTS = {"compat": (PACKAGE / "linearroad.cql", ["--stream-compat"]), "paper": (PACKAGE / "linearroad_paper.cql", [])}
 DESTS = ("tollstr", "accnot", "accbal")
-# STREAM 0.6 (C++) on a Linear Road-style input of about the same size (as published for STREAM 0.6)
+# STREAM 0.6's C++ on this generator's inputs, wall s, as first measured (2026-11-23, on an earlier
+# machine of this kind, whose CPU was slower); bench/README.md has the side-by-side runs on the
+# current one (2026-12-06: 4.2-5.6 s CPU at 720k, 19.6-28 s at 3M, under load)
 STREAM_SECONDS = {"720k": 3.8, "3M": 16.5}
 
 
