@@ -172,11 +172,28 @@ def test_probed_aggregate_equals_reference(parts, data):
     assert_same(PROBE_DDL, "Rstream(select S.c, CT.n, CT.s from S [Now], CT where S.a = CT.a)", {"S": s, "T": t})
 
 
-def _big_stream(n: int, groups: int, seed: int) -> list[tuple]:
+def _big_stream(n: int, groups: int, seed: int) -> tuple[list[tuple], list[int]]:
+    """n rows, ten per instant: a in 0..999, b in 0..groups-1, f = a / 4, s one of 7 names or NULL."""
     r = np.random.default_rng(seed)
     a, b = r.integers(0, 1000, n).tolist(), r.integers(0, groups, n).tolist()
-    names = ["k%d" % (x % 7) for x in b]
-    return [(k // 10, (x, y, x / 4, z if y % 11 else None)) for k, (x, y, z) in enumerate(zip(a, b, names))]
+    rows = [(x, y, x / 4, "k%d" % (y % 7) if y % 11 else None) for x, y in zip(a, b)]
+    return rows, [k // 10 for k in range(n)]
+
+
+def raw_bulk(query_text: str, rows: list[tuple], ts: list[int], push: int, threads: int) -> list[tuple]:
+    """`raw` for large inputs: `push` rows per push and per scheduler run."""
+    parallel.set_threads(threads)
+    d = Dsms()
+    d.execute(DDL)
+    sub = d.subscribe(d.register_query(query_text).id)
+    out: list = []
+    for i in range(0, len(rows), push):
+        d.push("S", rows[i : i + push], ts=ts[i : i + push])
+        d.run()
+        b = sub.poll()
+        if b is not None:
+            out.extend(zip(b.ts.tolist(), b.sign.tolist(), b.id.tolist(), b.rows()))
+    return out
 
 
 @pytest.mark.parametrize(
@@ -189,12 +206,11 @@ def _big_stream(n: int, groups: int, seed: int) -> list[tuple]:
     ],
 )
 def test_large_pushes_past_the_threshold_equal_one_thread(q):
-    """The real threshold (AggregateOp.PARALLEL_MIN): pushes of 40,000 events, 100 groups."""
-    assert AggregateOp.PARALLEL_MIN <= 40_000
-    inputs = {"S": _big_stream(80_000, 100, 7)}
+    """The real threshold (AggregateOp.PARALLEL_MIN): pushes of 100,000 rows over 100 groups."""
+    assert AggregateOp.PARALLEL_MIN <= 100_000
+    rows, ts = _big_stream(200_000, 100, 7)
     try:
-        for chunk in (40_000, None):
-            assert raw(q, inputs, chunk, 2) == raw(q, inputs, chunk, 1)
+        assert raw_bulk(q, rows, ts, 100_000, 2) == raw_bulk(q, rows, ts, 100_000, 1)
     finally:
         parallel.set_threads(1)
 

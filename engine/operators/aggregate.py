@@ -84,7 +84,7 @@ if TYPE_CHECKING:
 class AggregateOp(Operator):
     kind = "aggregate"
     COMPACT_MIN = 1 << 16  # reuse empty groups' ids / renumber only past this many ids (tests lower it)
-    PARALLEL_MIN = 1 << 15  # events of a batch worth splitting into parts on the engine's threads (tests lower it)
+    PARALLEL_MIN = 1 << 16  # events of a batch worth splitting into parts on the engine's threads (tests lower it)
 
     def __init__(
         self,
