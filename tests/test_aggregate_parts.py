@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from cqlstream.engine import parallel
 from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.operators import aggregate_parts
 from cqlstream.engine.operators.aggregate import AggregateOp
 from cqlstream.engine.operators.aggregate_parts import part_cuts
 from tests.engine_harness import _merge_events, assert_same, continue_from_checkpoint, feed
@@ -54,10 +55,13 @@ floats = st.one_of(st.sampled_from([0.5, 0.1, -2.25, 3.0]), st.just(None))
 strs = st.one_of(st.sampled_from(["x", "y", "zz", "", "w", "v"]), st.just(None))
 
 
-@pytest.fixture
-def parts(monkeypatch):
-    """Two engine threads; every batch of two or more events is split (when its groups allow)."""
+@pytest.fixture(params=["counted", "searched"])
+def parts(request, monkeypatch):
+    """Two engine threads; every batch of two or more events is split (when its groups allow);
+    the rows of the other parts before a cell counted per instant, or found by binary search."""
     monkeypatch.setattr(AggregateOp, "PARALLEL_MIN", 2)
+    if request.param == "searched":
+        monkeypatch.setattr(aggregate_parts, "COUNT_SPAN", 0)
     parallel.set_threads(2)
     yield
     parallel.set_threads(1)

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 MULTISET_LOCK = threading.Lock()
 
 _EMPTY_I = np.zeros(0, np.int64)
+# rows per instant are counted (an array per part over the batch's instants) while the batch spans
+# at most this many instants per event; beyond, binary searches between the parts (tests set 0)
+COUNT_SPAN = 4
 
 
 def part_cuts(gid: np.ndarray, ngroups: int, k: int) -> list[tuple[int, int]] | None:
@@ -86,6 +89,7 @@ def _prepare(
     op: AggregateOp,
     lo: int,
     hi: int,
+    tmin: int,
     span: int | None,
     gid: np.ndarray,
     ts: np.ndarray,
@@ -98,7 +102,7 @@ def _prepare(
 ) -> _Part:
     """Phase 1 of the part owning groups [lo, hi): its events (arrival order kept), cells and
     changes (AggregateOp._changes), HAVING, and its changed cells ordered as _emit orders them.
-    `span`: the batch's instants are tmin .. tmin + span (None: too many to count rows per instant)."""
+    The batch's instants are tmin .. tmin + span (`span` None: too many to count rows per instant)."""
     sel = np.flatnonzero((gid >= lo) & (gid < hi))
     ch = op._changes(
         gid.take(sel),
@@ -116,7 +120,6 @@ def _prepare(
     if op.having is not None:
         dm, im = op._having(ch.cell_g, ch.chg, dm, im, ch.outs, ch.prevs)
     cts = ch.cell_ts.take(ch.chg)
-    tmin = int(ts[0]) if len(ts) else 0
     o = stable_order(cts - tmin, 0, int(cts.max()) - tmin) if len(cts) else _EMPTY_I
     dm, im, cts = dm.take(o), im.take(o), cts.take(o)
     full = bool(dm.all() and im.all())
@@ -235,12 +238,14 @@ def run_parts(
     probe_ts: np.ndarray | None,
 ) -> Batch:
     """Steps 2–7 of `op`'s batch as parts of group ranges `cuts` (module docstring): its output."""
-    tmin = int(ts[0])  # events come in ts order
-    span = int(ts[-1]) - tmin
-    counted = span <= 4 * len(ts)  # rows per instant are worth counting (else binary searches)
+    tmin = int(ts.min())
+    span = int(ts.max()) - tmin
+    counted = span <= COUNT_SPAN * len(ts)
     parts = parallel.run_all(
         [
-            partial(_prepare, op, lo, hi, span if counted else None, gid, ts, sign, av, an, nulls_in, skip, probe_ts)
+            partial(
+                _prepare, op, lo, hi, tmin, span if counted else None, gid, ts, sign, av, an, nulls_in, skip, probe_ts
+            )
             for lo, hi in cuts
         ]
     )
