@@ -45,6 +45,10 @@ With a HAVING predicate (`Aggregate.having`, cql/logical/rewrites/having_in_aggr
 selection over the output moved in), emission keeps only the rows the predicate holds for — the
 old row of a `−`, the new row of a `+` — evaluated once per batch over those rows (`_having`);
 ids and the carried state are as without it, so the output is the selection's, element for element.
+
+With more than one engine thread (engine/parallel.py), a grouped batch of at least PARALLEL_MIN
+events runs steps 2–7 as parts of disjoint group-id ranges at once (aggregate_parts.py), its
+rows and ids merged back to exactly the sequential output.
 """
 
 from __future__ import annotations
