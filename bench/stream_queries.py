@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -84,15 +86,23 @@ def write_script(qname: str, rows: int) -> tuple[Path, list[Path]]:
 
 
 def run_query(
-    qname: str, rows: int, cqlstream: str, threads: int | None = None, writer: str | None = None, clocks: bool = False
+    qname: str,
+    rows: int,
+    cqlstream: str,
+    threads: int | None = None,
+    writer: str | None = None,
+    clocks: bool = False,
+    flags: list[str] | None = None,
 ) -> dict:
     """One whole-process run. `clocks`: run through bench.run_clocks (same CLI, same Python) and add
-    the main thread's CPU, the other threads' and children's CPU and the main thread's run-queue wait."""
+    the main thread's CPU, the other threads' and children's CPU and the main thread's run-queue wait.
+    `flags`: more `cqlstream run` options (e.g. --engine-threads 2)."""
     streams, query = QUERIES[qname]
     script, dests = write_script(qname, rows)
     exe = [sys.executable, "-m", "bench.run_clocks"] if clocks else [cqlstream]
     cmd = exe + ["run", str(script)] + ([] if threads is None else ["--threads", str(threads)])
     cmd += [] if writer is None else ["--writer", writer]
+    cmd += flags or []
     began = time.perf_counter()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parent.parent
@@ -110,6 +120,7 @@ def run_query(
         "queries": 1 if isinstance(query, str) else len(query),
         "inputs": streams,
         "threads": threads,
+        "flags": " ".join(flags or []),
         "wall_s": round(wall, 2),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "input_tuples": n_in,
@@ -136,6 +147,14 @@ def main(argv=None) -> int:
     )
     p.add_argument("--threads", help="comma-separated `cqlstream run --threads` counts to compare, e.g. 1,2")
     p.add_argument("--repeat", type=int, default=1, help="runs per query and thread count (default 1)")
+    p.add_argument(
+        "--run-flags",
+        action="append",
+        default=[],
+        metavar="COUNT=FLAGS",
+        help="more `cqlstream run` options for the runs at one --threads count, e.g. '2=--engine-threads 2' "
+        "(repeatable)",
+    )
     p.add_argument("--writer", choices=["thread", "process"], help="`cqlstream run --writer` (default: its own)")
     p.add_argument(
         "--clocks",
@@ -151,6 +170,12 @@ def main(argv=None) -> int:
     counts: list[int | None] = [int(t) for t in args.threads.split(",")] if args.threads else [None]
     if any(t is not None and t < 1 for t in counts) or args.repeat < 1:
         p.error("--threads counts and --repeat must be at least 1")
+    flags: dict[int | None, list[str]] = {}
+    for spec in args.run_flags:
+        count, eq, text = spec.partition("=")
+        if not eq or not count.strip().isdigit():
+            p.error(f"--run-flags wants COUNT=FLAGS, got {spec!r}")
+        flags[int(count)] = shlex.split(text)
     report: dict[str, dict] = {}
     print(
         f"{'query':5} {'thr':>3} {'wall s':>7} {'cpu s':>7} {'in tuples/s':>12} {'out lines':>11} {'out/s':>11} "
@@ -160,7 +185,7 @@ def main(argv=None) -> int:
         runs = []
         for _ in range(args.repeat):
             for t in counts:  # alternating, so a busy spell on the machine hits every count alike
-                r = run_query(q, args.rows, args.cqlstream, t, args.writer, args.clocks)
+                r = run_query(q, args.rows, args.cqlstream, t, args.writer, args.clocks, flags.get(t))
                 runs.append(r)
                 c = r.get("clocks")
                 extra = (
@@ -186,9 +211,11 @@ def main(argv=None) -> int:
 
 
 def _summary(report: dict[str, dict], counts: list[int | None]) -> None:
-    """Per query and thread count: the range of wall and CPU seconds over the runs, and the ratio
-    of the best walls against the first count."""
-    print(f"\n{'query':5} {'thr':>3} {'wall s (range)':>15} {'cpu s (range)':>15} {'best-wall speed-up':>19}")
+    """Per query and thread count: the range and median of wall and CPU seconds over the runs, and
+    the ratio of the best walls against the first count."""
+    print(
+        f"\n{'query':5} {'thr':>3} {'wall s (range)':>15} {'median':>7} {'cpu s (range)':>15} {'best-wall speed-up':>19}"
+    )
     for q, r in report.items():
         runs = r.get("runs", [r])
         base = min(x["wall_s"] for x in runs if x["threads"] == counts[0])
@@ -197,7 +224,7 @@ def _summary(report: dict[str, dict], counts: list[int | None]) -> None:
             walls, cpus = [x["wall_s"] for x in mine], [x["cpu_s"] for x in mine]
             print(
                 f"{q:5} {'-' if t is None else t:>3} {min(walls):6.2f}–{max(walls):<8.2f} "
-                f"{min(cpus):6.2f}–{max(cpus):<8.2f} {base / min(walls):18.2f}x"
+                f"{statistics.median(walls):7.2f} {min(cpus):6.2f}–{max(cpus):<8.2f} {base / min(walls):18.2f}x"
             )
 
 

@@ -45,6 +45,10 @@ With a HAVING predicate (`Aggregate.having`, cql/logical/rewrites/having_in_aggr
 selection over the output moved in), emission keeps only the rows the predicate holds for — the
 old row of a `−`, the new row of a `+` — evaluated once per batch over those rows (`_having`);
 ids and the carried state are as without it, so the output is the selection's, element for element.
+
+With more than one engine thread (engine/parallel.py), a grouped batch of at least PARALLEL_MIN
+events runs steps 2–7 as parts of disjoint group-id ranges at once (aggregate_parts.py), its
+rows and ids merged back to exactly the sequential output.
 """
 
 from __future__ import annotations
@@ -58,7 +62,9 @@ from numpy.typing import DTypeLike
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.expr import AggCall, Expr, columns
 from cqlstream.cql.logical.nodes import Plan
+from cqlstream.engine import parallel
 from cqlstream.engine.aggregates.cells import Cells
+from cqlstream.engine.aggregates.changes import Changes
 from cqlstream.engine.aggregates.columns import as_dtype, empty_column_of
 from cqlstream.engine.aggregates.group_state import GroupState
 from cqlstream.engine.aggregates.keys import GroupKeys
@@ -70,6 +76,7 @@ from cqlstream.engine.aggregates.sum_bound import SumBound
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import stable_order, starts_to_ends
+from cqlstream.engine.operators.aggregate_parts import MULTISET_LOCK, part_cuts, run_parts
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
 from cqlstream.engine.queues import Queue
@@ -81,6 +88,7 @@ if TYPE_CHECKING:
 class AggregateOp(Operator):
     kind = "aggregate"
     COMPACT_MIN = 1 << 16  # reuse empty groups' ids / renumber only past this many ids (tests lower it)
+    PARALLEL_MIN = 1 << 16  # events of a batch worth splitting into parts on the engine's threads (tests lower it)
 
     def __init__(
         self,
@@ -199,8 +207,48 @@ class AggregateOp(Operator):
             an = [np.concatenate([np.zeros(1, bool), m]) for m in an]
             nulls_in = [True] * len(an)
 
+        skip = self.sum_bound.skip(len(b), av, an, nulls_in, state)  # float shadows no cell needs
+        cuts = self._cuts(gid, n)
+        if cuts is not None:  # disjoint groups on the engine's threads (aggregate_parts.py)
+            return run_parts(self, cuts, gid, ts, sign, av, an, nulls_in, skip, probe_ts)
+        ch = self._changes(gid, ts, sign, av, an, nulls_in, skip, probe_ts, 0, self.gkeys.n - 1)
+        nid = np.zeros(len(ch.chg), np.uint64)
+        nid[ch.ins_mask] = self.ids.take(int(ch.ins_mask.sum()))
+        old_id = self._old_ids(ch, nid)
+        out = self._emit(ch.cell_g, ch.cell_ts, ch.chg, ch.del_mask, ch.ins_mask, old_id, nid, ch.outs, ch.prevs)
+        self._forget(self._carry(ch, nid))
+        return out
+
+    def _cuts(self, gid: np.ndarray, n: int) -> list[tuple[int, int]] | None:
+        """Group-id bounds of the parts this batch is split into (aggregate_parts.py), or None:
+        one part, the sequential path (one engine thread, a small batch, no GROUP BY, or
+        strategies with per-group Python state)."""
+        k = parallel.threads()
+        if k < 2 or n < self.PARALLEL_MIN or not self.keys or self.stateful:
+            return None
+        return part_cuts(gid, self.gkeys.n, k)
+
+    def _changes(
+        self,
+        gid: np.ndarray,
+        ts: np.ndarray,
+        sign: np.ndarray,
+        av: list[np.ndarray],
+        an: list[np.ndarray],
+        nulls_in: list[bool],
+        skip: frozenset[Quantity],
+        probe_ts: np.ndarray | None,
+        glo: int,
+        ghi: int,
+    ) -> Changes:
+        """Steps 2–6 over events whose group ids are in [glo, ghi]: cells, multisets, totals,
+        output values, and the cells whose group's row changes. Reads the carried state of
+        those groups only (and updates only their multiset entries), so disjoint ranges can run
+        at once."""
+        state = self.state
+        n = len(gid)
         # 2. (gid, ts) order, cells
-        order = stable_order(gid, 0, self.gkeys.n - 1)
+        order = stable_order(gid, glo, ghi)
         sg, sts = gid[order], ts[order]
         gstart = np.empty(n, bool)
         gstart[0] = True
@@ -233,7 +281,8 @@ class AggregateOp(Operator):
             cell_of[order] = np.cumsum(cend) - cend
             for ai, ex in self.multisets.items():
                 idx = np.flatnonzero(an[ai] & (sign != 0))
-                tr, res = self.ms[ai].update(gid[idx], av[ai][idx], sign[idx], cell_of[idx], cell_g, ex)
+                with MULTISET_LOCK:  # one multiset, rewritten whole: parts update it in turn
+                    tr, res = self.ms[ai].update(gid[idx], av[ai][idx], sign[idx], cell_of[idx], cell_g, ex)
                 full = np.zeros(n, np.int64)
                 full[idx] = tr
                 cx.trans[ai] = full
@@ -241,7 +290,6 @@ class AggregateOp(Operator):
                     cx.extremes[(ai, kind)] = r
 
         # 4. additive quantities at the cell ends (not the float shadows of int sums that cannot overflow)
-        skip = self.sum_bound.skip(len(b), av, an, nulls_in, state)
         cell_totals(self.quantities, cx, state, skip)
 
         # 5. output values per cell
@@ -254,7 +302,7 @@ class AggregateOp(Operator):
             outs = [(v[em], nl[em]) for v, nl in outs]
             ncells = len(em)
 
-        # 6. changes against the previous cell of the group (or the carried row) and emission
+        # 6. changes against the previous cell of the group (or the carried row)
         same = np.zeros(ncells, bool)
         same[1:] = cell_g[1:] == cell_g[:-1]
         prev_exists = state.exists[cell_g]
@@ -270,35 +318,44 @@ class AggregateOp(Operator):
             diff |= (nl != pn) | (~nl & np.asarray(v != pv, bool))
         changed = (exists != prev_exists) | (exists & diff)
         chg = np.flatnonzero(changed)
-        ins_mask = exists[chg]
-        del_mask = prev_exists[chg]
-        cg = cell_g[chg]
-        nid = np.zeros(len(chg), np.uint64)
-        nid[ins_mask] = self.ids.take(int(ins_mask.sum()))
-        old_id = state.row_id[cg]
-        if len(chg) > 1:
+        return Changes(
+            cx, cell_g, cell_ts, exists, prev_exists, outs, prevs, same, em, rows, chg, prev_exists[chg], exists[chg]
+        )
+
+    def _old_ids(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
+        """Per changed cell, the id of the row it deletes: the carried row's, or the row the
+        group's previous changed cell inserted (new ids `nid`)."""
+        cg = ch.cell_g[ch.chg]
+        old_id = self.state.row_id[cg]
+        if len(ch.chg) > 1:
             gsame = cg[1:] == cg[:-1]
             old_id[1:] = np.where(gsame, nid[:-1], old_id[1:])
-        ins_c = chg[ins_mask]
-        out = self._emit(cell_g, cell_ts, chg, del_mask, ins_mask, old_id, nid, outs, prevs)
+        return old_id
 
-        # 7. carry the state of every touched group (its last cell)
-        lastc = np.flatnonzero(starts_to_ends(np.r_[True, ~same[1:]] if ncells else np.zeros(0, bool)))
+    def _carry(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
+        """7. Carry the state of every touched group (its last cell); returns the touched
+        groups that are empty now."""
+        state, cell_g, same = self.state, ch.cell_g, ch.same
+        lastc = np.flatnonzero(starts_to_ends(np.r_[True, ~same[1:]] if len(cell_g) else np.zeros(0, bool)))
         G = cell_g[lastc]
-        state.exists[G] = exists[lastc]
-        for (v, nl), ov, on in zip(outs, state.out_vals, state.out_nulls):
+        state.exists[G] = ch.exists[lastc]
+        for (v, nl), ov, on in zip(ch.outs, state.out_vals, state.out_nulls):
             ov[G] = v[lastc]
             on[G] = nl[lastc]
+        ins_c = ch.chg[ch.ins_mask]
         if len(ins_c):
             ig = cell_g[ins_c]
             last_ins = starts_to_ends(np.r_[True, ig[1:] != ig[:-1]])
-            state.row_id[ig[last_ins]] = nid[ins_mask][last_ins]
-        full_last = lastc if em is None else em[lastc]  # the same cells, numbered among all cells
-        state.carry_totals(cx.totals, full_last, G)
+            state.row_id[ig[last_ins]] = nid[ch.ins_mask][last_ins]
+        full_last = lastc if ch.em is None else ch.em[lastc]  # the same cells, numbered among all cells
+        state.carry_totals(ch.cx.totals, full_last, G)
+        return G[ch.rows[full_last] <= 0]
+
+    def _forget(self, dead: np.ndarray) -> None:
+        """After a batch: groups `dead` (touched, empty now) are released, state compacted."""
         if self.keys:
-            self._release(G[rows[full_last] <= 0])
+            self._release(dead)
         self._maybe_compact()
-        return out
 
     # ------------------------------------------------------------ pieces
     def _emit(

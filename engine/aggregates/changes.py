@@ -1,0 +1,32 @@
+"""What steps 2–6 of an Aggregate operator's batch give (engine/operators/aggregate.py): the
+cells, their output values, and which cells change their group's row — before ids are handed
+out and rows emitted, so that parts of a batch (disjoint groups, run on separate threads) can
+be numbered and merged in the order the whole batch would have emitted them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cqlstream.engine.aggregates.cells import Cells
+
+
+@dataclass
+class Changes:
+    """Cell arrays are in (gid, ts) order; with a probe only the cells that end a probe interval
+    (`em`: their numbers among all cells) are compared, and the cell arrays hold just those."""
+
+    cx: Cells  # the batch (or part), prepared, with its per-cell totals
+    cell_g: np.ndarray  # group per (compared) cell
+    cell_ts: np.ndarray  # instant per (compared) cell
+    exists: np.ndarray  # the group has a row after the cell
+    prev_exists: np.ndarray  # ... before it
+    outs: list[tuple[np.ndarray, np.ndarray]]  # per aggregate: (values, NULL) after each cell
+    prevs: list[tuple[np.ndarray, np.ndarray]]  # ... before it
+    same: np.ndarray  # the cell's group is the previous cell's
+    em: np.ndarray | None  # probe: the compared cells among all cells
+    rows: np.ndarray  # the ROWS total at every cell (all cells)
+    chg: np.ndarray  # cells whose group's row changes
+    del_mask: np.ndarray  # per changed cell: a row existed before (a `−`)
+    ins_mask: np.ndarray  # per changed cell: a row exists after (a `+`)
