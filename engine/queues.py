@@ -9,6 +9,7 @@ own elements: that is how a query registered late starts from shared state (docs
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 
@@ -18,6 +19,10 @@ from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
 
 RECENT = 32  # elements kept per queue for `peek` (the UI's "recent tuples")
+
+# Guards `Queue.at` while readers of one queue move on several threads (a deferring queue, see
+# `Queue.defer`); one lock for all queues: a move crosses a batch boundary once per call at most.
+_moves = threading.Lock()
 
 
 class Queue:
@@ -35,6 +40,12 @@ class Queue:
         self.recent: deque[Batch] = deque(maxlen=4)
         self.eid: str | None = None  # entity id in the control tables
         self.at: dict[int, int] = {}  # absolute batch index → readers positioned in it
+        # True while operators reading it may run side by side (the parallel scheduler,
+        # engine/parallel_pass.py): readers then only count their moves (under `_moves`), and the
+        # batches every reader has passed are dropped by `trim` once none of its readers runs, so
+        # `batches` and `base` never change under a reader on another thread.
+        self.defer = False
+        self.untrimmed = False  # a deferred move may have left batches every reader has passed
 
     def push(self, batch: Batch | None, watermark: int | None = None) -> None:
         if batch is not None and len(batch):
@@ -69,6 +80,16 @@ class Queue:
         """A reader moved from batch `old` to `new` (None: it left): drop the batches every reader
         has passed. Readers are counted per batch index, so this is O(1) amortized however many
         readers share the queue (100s of queries reading one window)."""
+        if self.defer:
+            with _moves:
+                self._count(old, new)
+                self.untrimmed = True
+            return
+        if not self._count(old, new) and old == self.base:
+            self.trim()
+
+    def _count(self, old: int, new: int | None) -> int:
+        """Move one reader's count from batch `old` to `new`; the readers left in `old`."""
         at = self.at
         left = at[old] - 1
         if left:
@@ -77,14 +98,22 @@ class Queue:
             del at[old]
         if new is not None:
             at[new] = at.get(new, 0) + 1
-        if old == self.base and not left and self.readers:
-            low = self.base
-            end = self.base + len(self.batches)
-            while low < end and low not in at:
-                low += 1
-            if low > self.base:
-                del self.batches[: low - self.base]
-                self.base = low
+        return left
+
+    def trim(self) -> None:
+        """Drop the leading batches no reader is positioned in (with no reader: keep them, a
+        reader attached later starts at the end anyway and `detach` cleared them)."""
+        self.untrimmed = False
+        if not self.readers:
+            return
+        at = self.at
+        low = self.base
+        end = self.base + len(self.batches)
+        while low < end and low not in at:
+            low += 1
+        if low > self.base:
+            del self.batches[: low - self.base]
+            self.base = low
 
     def length(self) -> int:
         """Elements not yet consumed by the slowest reader."""

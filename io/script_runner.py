@@ -21,6 +21,7 @@ from cqlstream.engine import parallel
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
+from cqlstream.engine.scheduler import Parallel
 from cqlstream.io.dat_source import SourceReader
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.prefetch import Prefetch
@@ -174,7 +175,7 @@ def _run(
         script = parse_script(
             path, compat=compat, source_dir=source_dir, on_source=start_reading if threads > 1 else None
         )
-        d = Dsms(compat=compat, synopsis_joins=synopsis_joins)
+        d = Dsms(compat=compat, synopsis_joins=synopsis_joins, scheduler=Parallel())
         reg = Registrar(script, d, compat, approximate)
         reg.register_all()
         if out_dir is not None:
