@@ -1,6 +1,6 @@
 """How the `parallel` scheduler runs a Linear Road run's passes, and what two threads gain.
 
-`python -m bench.linear_road.waves --source-dir DIR [--engine-threads N]` runs `linearroad.cql`
+`python -m bench.linear_road.threads --source-dir DIR [--engine-threads N]` runs `linearroad.cql`
 under `--stream-compat --threads 1` in this process with the given engine threads and prints the
 wall and thread CPU spent inside the engine's `run` calls (the calling thread's and the engine
 workers' apart), and the *DAG bound*: from each operator call's thread CPU, the sum over passes
