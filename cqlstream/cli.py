@@ -94,7 +94,7 @@ def _run(
     approximate: str | None = None,
     synopsis_joins: bool = True,
     writer: str = "thread",
-    engine_threads: int = 1,
+    engine_threads: int | None = None,
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
     from cqlstream.cql import parse_cache
@@ -137,7 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         print("cqlstream run: --threads must be at least 1", file=sys.stderr)
         return 2
-    if args.engine_threads < 1:
+    if args.engine_threads is not None and args.engine_threads < 1:
         print("cqlstream run: --engine-threads must be at least 1", file=sys.stderr)
         return 2
     approx = None if args.approximate == "exact" else args.approximate
@@ -577,10 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--engine-threads",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="threads for the engine's own work (engine/parallel.py): 1 (default) runs every operator on "
-        "the calling thread; the results are the same at every count",
+        help="threads the engine runs operators on: operators that do not feed each other run side by "
+        "side (the 'parallel' scheduler); default 2 where two CPUs are available and --threads is not 1, "
+        "else 1; 1 runs every operator on the calling thread; the bytes written are the same at every count",
     )
     r.add_argument("--approximate", choices=APPROXIMATE, default="exact", help=_APPROXIMATE_HELP)
     r.add_argument("--synopsis-joins", choices=["on", "off"], default="on", help=_SYNOPSIS_HELP)

@@ -42,7 +42,7 @@ Why nothing depends on which thread ran what (the invariants this module keeps):
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from cqlstream.engine import parallel
@@ -63,17 +63,28 @@ def outputs(op: Operator) -> list[Queue]:
     return out
 
 
+_kinds: dict[type, bool] = {}  # type → whether it is a Synopsis or an Operator (ABC checks are slow)
+
+
+def _sharable(x: object) -> bool:
+    t = type(x)
+    k = _kinds.get(t)
+    if k is None:
+        k = _kinds[t] = issubclass(t, (Synopsis, Operator))
+    return k
+
+
 def shared(op: Operator) -> list[object]:
-    """The objects `op` may share with other operators: synopses and operators it refers to (its
-    attributes, and the items of its list, tuple, set and dict attributes)."""
+    """The objects `op` may share with other operators: the synopses and operators among its
+    attributes and in its list and tuple attributes (judged by their first item, so a long
+    list of state costs nothing here)."""
     found: list[object] = []
     for v in vars(op).values():
-        items: Iterable[object] = (
-            v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple, set, frozenset)) else (v,)
-        )
-        for x in items:
-            if isinstance(x, Synopsis) or (isinstance(x, Operator) and x is not op):
-                found.append(x)
+        if type(v) is list or type(v) is tuple:
+            if v and _sharable(v[0]):
+                found += [x for x in v if _sharable(x) and x is not op]
+        elif _sharable(v) and v is not op:
+            found.append(v)
     return found
 
 

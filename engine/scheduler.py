@@ -53,11 +53,16 @@ class Parallel(RoundRobin):
     right after the call that passed a limit."""
 
     name = "parallel"
+    _graph: tuple[tuple[tuple[int, ...], ...], PP.Graph] | None = None  # (plan key, its pass graph)
 
     def run(self, operators: Sequence[Operator], max_passes: int | None = None, check: Check | None = None) -> int:
         if check is not None or not operators:
             return super().run(operators, max_passes, check)
-        g = PP.graph(operators)
+        key = tuple((id(op), *(id(r.q) for r in op.readers)) for op in operators)
+        # ids compare as identities: the cached graph keeps its operators and queues alive
+        if self._graph is None or self._graph[0] != key:  # the plan changed
+            self._graph = (key, PP.graph(operators))
+        g = self._graph[1]
         level = PP.priorities(g)
         ids = operators[0].ids
         for q in g.queues:

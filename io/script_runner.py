@@ -101,7 +101,7 @@ def run_script(
     approximate: str | None = None,
     synopsis_joins: bool = True,
     writer: str = "thread",
-    engine_threads: int = 1,
+    engine_threads: int | None = None,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -116,7 +116,9 @@ def run_script(
     Sources are read from `source_dir` when given (same file name). `approximate` "static":
     every query is registered with static approximation approved (docs/approximation.md).
     `synopsis_joins`: queries judged bounded run on constant-size synopses (docs/bounded-memory.md).
-    `engine_threads`: threads for the engine's own work (engine/parallel.py), set for the run.
+    `engine_threads` (default: 1 when `threads` is 1, else `default_threads()`): threads the `parallel` scheduler runs operators
+    on (engine/parallel.py, engine/parallel_pass.py), set for the run; 1 runs them all on the
+    calling thread. The output is the same bytes at every count.
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -125,6 +127,8 @@ def run_script(
         raise ValueError("threads must be at least 1")
     if writer not in WRITERS:
         raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
+    if engine_threads is None:  # `threads` 1 means everything on one thread
+        engine_threads = 1 if threads == 1 else default_threads()
     if engine_threads < 1:
         raise ValueError("engine_threads must be at least 1")
     _tune_malloc()

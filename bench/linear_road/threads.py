@@ -26,7 +26,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--engine-threads", type=int, default=2)
+    ap.add_argument("--round-robin", action="store_true", help="the sequential scheduler instead (for its engine time)")
     args = ap.parse_args(argv)
+    if args.round_robin:
+        from cqlstream.engine.scheduler import RoundRobin
+        from cqlstream.io import script_runner
+
+        script_runner.Parallel = RoundRobin  # type: ignore[misc]
 
     from cqlstream.engine import parallel_pass as PP
     from cqlstream.engine.dsms import Dsms
@@ -83,7 +89,8 @@ def main(argv: list[str] | None = None) -> None:
         cli([*argv_run, "--out-dir", out, "--engine-threads", str(args.engine_threads)])
         wall, cpu = time.perf_counter() - t, time.process_time() - c
     workers = sum(v for k, v in by_thread.items() if k.startswith("cqlstream-engine"))
-    print(f"engine threads {args.engine_threads}: run wall {wall:.2f} s, process CPU {cpu:.2f} s")
+    what = "round robin" if args.round_robin else f"parallel, engine threads {args.engine_threads}"
+    print(f"{what}: run wall {wall:.2f} s, process CPU {cpu:.2f} s")
     print(
         f"  inside Dsms.run: wall {engine[0]:.3f} s, calling thread CPU {engine[1]:.3f} s, workers CPU {workers:.3f} s"
     )
