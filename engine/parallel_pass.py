@@ -11,11 +11,10 @@ consumers', from the counters), so the long chains start first.
 
 Why nothing depends on which thread ran what (the invariants this module keeps):
 
-1. Queues. A queue is written only by its producer (batches, watermark, start, ended) and every
-   reader starts after the producer's call ended, so a queue never changes under a reader. Readers
-   of one queue running at once move their own cursors; the queue's shared reader count is updated
-   under a lock (`Queue.defer`), and the batches every reader has passed are dropped (`Queue.trim`)
-   under the pass's lock once no operator reading the queue is running.
+1. Queues. A queue is written only by its producer (batches, watermark, start, ended), and every
+   reader starts after the producer's call ended, so no element is appended under a reader.
+   Readers of one queue running at once look at its batches and move their cursors (dropping the
+   batches every reader has passed) holding the queue's lock (engine/queues.py `lock_of`).
 2. Shared state. Operators holding the same synopsis, window store or operator object never run at
    once: the one of higher plan position waits for the other (an extra edge of the DAG).
 3. Tuple ids. Each operator draws ids from a block of its own (`Lease`), refilled between passes
@@ -215,7 +214,7 @@ pick: Callable[[list[int], list[float]], int] = first_ready
 """Test hook: which ready operator a free thread runs (results must not care)."""
 
 passes: list[Pass] = []
-"""The passes under way (tests check that no queue is trimmed while one of its readers runs)."""
+"""The passes under way (tests look at what runs)."""
 
 
 class Pass:
@@ -253,7 +252,6 @@ class Pass:
                     self.out.errors[i] = err
                     self.stop = min(self.stop, i)
                 self._finished(i)
-                self._trim(i)
                 cv.notify_all()
 
     def call(self, i: int) -> tuple[int, BaseException | None]:
@@ -277,12 +275,6 @@ class Pass:
             if self.waiting[s] == 0:
                 self.ready.append(s)
 
-    def _trim(self, i: int) -> None:
-        """Drop what every reader passed in the queues `i` read, unless a reader of one runs."""
-        for q in self.g.reads[i]:
-            if q.untrimmed and not any(r in self.running for r in self.g.readers[id(q)]):
-                q.trim()
-
 
 def run_pass(g: Graph, budget: int | None, ids: IdSource, level: list[float]) -> int:
     """Call every operator once (producers first), on up to `parallel.threads()` threads;
@@ -295,9 +287,6 @@ def run_pass(g: Graph, budget: int | None, ids: IdSource, level: list[float]) ->
     finally:
         passes.remove(p)
         settle(leases, ids)
-        for q in g.queues:
-            if q.untrimmed:
-                q.trim()
     if p.out.errors:
         first = min(p.out.errors)
         for i, e in p.out.errors.items():  # raised at the operator's next call, as sequentially

@@ -20,9 +20,16 @@ from cqlstream.engine.batch import Batch, concat
 
 RECENT = 32  # elements kept per queue for `peek` (the UI's "recent tuples")
 
-# Guards `Queue.at` while readers of one queue move on several threads (a deferring queue, see
-# `Queue.defer`); one lock for all queues: a move crosses a batch boundary once per call at most.
-_moves = threading.Lock()
+# Readers of one queue may run on several threads at once (the parallel scheduler,
+# engine/parallel_pass.py): a reader looks at the queue's batches (`cut`, `take`) and moves its
+# cursor, dropping what every reader has passed (`_moved`), holding the queue's lock. A few
+# locks striped over the queues: no lock per queue object (queues are pickled in checkpoints).
+_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+def lock_of(q: Queue) -> threading.Lock:
+    """The lock a reader of `q` holds while it looks at `q`'s batches or moves its cursor."""
+    return _LOCKS[(id(q) >> 4) % len(_LOCKS)]
 
 
 class Queue:
@@ -40,12 +47,6 @@ class Queue:
         self.recent: deque[Batch] = deque(maxlen=4)
         self.eid: str | None = None  # entity id in the control tables
         self.at: dict[int, int] = {}  # absolute batch index → readers positioned in it
-        # True while operators reading it may run side by side (the parallel scheduler,
-        # engine/parallel_pass.py): readers then only count their moves (under `_moves`), and the
-        # batches every reader has passed are dropped by `trim` once none of its readers runs, so
-        # `batches` and `base` never change under a reader on another thread.
-        self.defer = False
-        self.untrimmed = False  # a deferred move may have left batches every reader has passed
 
     def push(self, batch: Batch | None, watermark: int | None = None) -> None:
         if batch is not None and len(batch):
@@ -68,6 +69,10 @@ class Queue:
 
     def detach(self, r: Reader) -> None:
         """Remove a reader (its consumer is gone); batches only it still needed are freed."""
+        with lock_of(self):
+            self._detach(r)
+
+    def _detach(self, r: Reader) -> None:
         if r in self.readers:
             self.readers.remove(r)
             self._moved(r.batch, None)
@@ -79,12 +84,8 @@ class Queue:
     def _moved(self, old: int, new: int | None) -> None:
         """A reader moved from batch `old` to `new` (None: it left): drop the batches every reader
         has passed. Readers are counted per batch index, so this is O(1) amortized however many
-        readers share the queue (100s of queries reading one window)."""
-        if self.defer:
-            with _moves:
-                self._count(old, new)
-                self.untrimmed = True
-            return
+        readers share the queue (100s of queries reading one window). The caller holds
+        `lock_of(self)`."""
         if not self._count(old, new) and old == self.base:
             self.trim()
 
@@ -103,7 +104,6 @@ class Queue:
     def trim(self) -> None:
         """Drop the leading batches no reader is positioned in (with no reader: keep them, a
         reader attached later starts at the end anyway and `detach` cleared them)."""
-        self.untrimmed = False
         if not self.readers:
             return
         at = self.at
@@ -169,6 +169,10 @@ class Reader:
         (whole instants only: at least the first pending instant)."""
         if budget is None:
             return bound
+        with lock_of(self.q):
+            return self._cut(bound, budget)
+
+    def _cut(self, bound: int, budget: int) -> int:
         seen = 0
         for b in self._pending():
             if seen + len(b) > budget:
@@ -180,6 +184,11 @@ class Reader:
 
     def take(self, bound: int) -> Batch:
         """Every pending row with ts ≤ bound, advancing the cursor."""
+        with lock_of(self.q):
+            parts = self._take(bound)
+        return concat(parts, self.q.types)  # outside the lock: the parts are this reader's now
+
+    def _take(self, bound: int) -> list[Batch]:
         parts = []
         if self.prefix is not None:
             k = int(np.searchsorted(self.prefix.ts, bound, side="right"))
@@ -187,7 +196,7 @@ class Reader:
                 parts.append(self.prefix.slice(0, k))
             self.prefix = self.prefix.slice(k, len(self.prefix)) if k < len(self.prefix) else None
             if self.prefix is not None:
-                return concat(parts, self.q.types)
+                return parts
         qb = self.q.batches
         old = self.batch
         while self.batch - self.q.base < len(qb):
@@ -204,4 +213,4 @@ class Reader:
             self.row = 0
         if self.batch != old:
             self.q._moved(old, self.batch)
-        return concat(parts, self.q.types)
+        return parts

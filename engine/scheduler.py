@@ -65,19 +65,13 @@ class Parallel(RoundRobin):
         g = self._graph[1]
         level = PP.priorities(g)
         ids = operators[0].ids
-        for q in g.queues:
-            q.defer = True
-        try:
-            total, passes = 0, 0
-            while True:
-                done = PP.run_pass(g, self.budget, ids, level)
-                total += done
-                passes += 1
-                if not done or (max_passes is not None and passes >= max_passes):
-                    return total
-        finally:
-            for q in g.queues:
-                q.defer = False
+        total, passes = 0, 0
+        while True:
+            done = PP.run_pass(g, self.budget, ids, level)
+            total += done
+            passes += 1
+            if not done or (max_passes is not None and passes >= max_passes):
+                return total
 
 
 class Weighted(RoundRobin):

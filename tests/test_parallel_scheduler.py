@@ -16,7 +16,7 @@ from cqlstream.cql.types import INT
 from cqlstream.engine import control, parallel
 from cqlstream.engine import parallel_pass as PP
 from cqlstream.engine.dsms import Dsms
-from cqlstream.engine.queues import Queue
+from cqlstream.engine.queues import Queue, lock_of
 from cqlstream.engine.scheduler import Parallel, RoundRobin
 from cqlstream.io import script_runner
 from cqlstream.io.script_runner import run_script
@@ -143,46 +143,24 @@ def test_every_call_follows_its_producers_calls(threads, monkeypatch):
     assert not violations
 
 
-def test_no_queue_is_trimmed_while_one_of_its_readers_runs(threads, monkeypatch):
-    """Readers of a queue running side by side only count their moves; the passed batches go
-    once none of them runs. Checked at every trim, whatever the thread count."""
+def test_queues_are_trimmed_under_their_lock(threads, monkeypatch):
+    """Readers of one queue running side by side look at its batches and drop what all of them
+    passed holding the queue's lock: checked at every trim (a reader taking without the lock
+    fails it at any thread count)."""
     trim = Queue.trim
-    bad = []
-    trims = [0]
+    bad, trims = [], [0]
 
     def checked(q):
         trims[0] += 1
-        for p in PP.passes:
-            readers = p.g.readers.get(id(q), [])
-            if any(r in p.running for r in readers):
-                bad.append(q.name)
+        if not lock_of(q).locked():
+            bad.append(q.name)
         return trim(q)
 
     monkeypatch.setattr(Queue, "trim", checked)
     monkeypatch.setattr(PP, "pick", last_first)
     run_all_queries(Parallel(), None)
+    run_all_queries(Parallel(), 7)
     assert trims[0] > 0 and not bad
-
-
-def test_trim_waits_for_the_queues_readers():
-    """Pass._trim leaves a queue alone while an operator reading it runs."""
-    d = Dsms(scheduler=Parallel(), sys_stream=False)
-    d.execute(DDL)
-    for q in QUERIES[:2]:
-        d.register_query(q)
-    g = PP.graph(d.plan.operators)
-    shared_q = next(q for q in g.queues if len(g.readers[id(q)]) >= 2)
-    a, b = g.readers[id(shared_q)][:2]
-    p = PP.Pass(g, None, PP.priorities(g), [])
-    shared_q.untrimmed = True
-    p.running.add(b)
-    calls = []
-    shared_q.trim = lambda: calls.append(1)  # type: ignore[method-assign]
-    p._trim(a)
-    assert not calls
-    p.running.clear()
-    p._trim(a)
-    assert calls
 
 
 def test_the_first_error_in_plan_order_surfaces_and_the_engine_goes_on(threads, monkeypatch):
