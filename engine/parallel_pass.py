@@ -229,14 +229,24 @@ class Pass:
         self.out = Outcome()
         self.stop = len(g.ops)  # no operator after this position starts (an error)
         self.running: set[int] = set()  # positions of the operators running now
+        self.broken = False  # a thread's loop failed outside an operator call
 
     def loop(self) -> None:
         """One thread's share: run ready operators until the pass is over."""
+        try:
+            self._loop()
+        except BaseException:  # a bug of the pass itself: wake the other threads, then raise
+            with self.cv:
+                self.broken = True
+                self.cv.notify_all()
+            raise
+
+    def _loop(self) -> None:
         cv = self.cv
         while True:
             with cv:
                 while True:
-                    if self.left == 0:
+                    if self.left == 0 or self.broken:
                         return
                     if self.ready:
                         i = pick(self.ready, self.level)

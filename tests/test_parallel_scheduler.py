@@ -250,3 +250,24 @@ def test_operators_sharing_state_never_run_at_once():
                 pairs += 1
                 assert i in before[j], (g.ops[i].name, g.ops[j].name)
     assert pairs > 0
+
+
+def test_a_failure_of_the_pass_itself_raises_instead_of_hanging(threads, monkeypatch):
+    """A bug in the pass's own bookkeeping on any thread ends the pass with its error."""
+    finished = PP.Pass._finished
+    calls = [0]
+
+    def failing(self, i):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("bookkeeping")
+        return finished(self, i)
+
+    monkeypatch.setattr(PP.Pass, "_finished", failing)
+    d = Dsms(scheduler=Parallel(), sys_stream=False)
+    d.execute(DDL)
+    for q in QUERIES:
+        d.register_query(q)
+    d.push("S", [(1, 2), (3, 2)], ts=[1, 2])
+    with pytest.raises(RuntimeError, match="bookkeeping"):
+        d.run()
