@@ -46,9 +46,10 @@ from dataclasses import dataclass, field
 
 from cqlstream.engine import parallel
 from cqlstream.engine.operators.base import IdSource, Lease, Operator, leased
-from cqlstream.engine.queues import Queue
+from cqlstream.engine.queues import Queue, lock_of
 from cqlstream.engine.synopses import Synopsis
 
+MIN_ROWS = 2048  # input rows from which an operator call is worth handing to another thread
 MIN_BLOCK = 1024  # ids an operator's block holds at least
 OVERFLOW = 1 << 32  # ids one call may take beyond its block (4G rows: far beyond one call's memory)
 HIGH = 1 << 62  # overflow ids start here (below seeding's OWN_IDS bit, 2^63)
@@ -230,26 +231,30 @@ class Pass:
         self.stop = len(g.ops)  # no operator after this position starts (an error)
         self.running: set[int] = set()  # positions of the operators running now
         self.broken = False  # a thread's loop failed outside an operator call
+        self.sizes: dict[int, bool] = {}  # position → whether its waiting input is big (`big`)
 
-    def loop(self) -> None:
-        """One thread's share: run ready operators until the pass is over."""
+    def loop(self, helper: bool = False) -> None:
+        """One thread's share: run ready operators until the pass is over. A `helper` (not the
+        calling thread) takes only operators with `MIN_ROWS` input rows waiting: handing a tiny
+        call to another thread costs more than the call."""
         try:
-            self._loop()
+            self._loop(helper)
         except BaseException:  # a bug of the pass itself: wake the other threads, then raise
             with self.cv:
                 self.broken = True
                 self.cv.notify_all()
             raise
 
-    def _loop(self) -> None:
+    def _loop(self, helper: bool) -> None:
         cv = self.cv
         while True:
             with cv:
                 while True:
                     if self.left == 0 or self.broken:
                         return
-                    if self.ready:
-                        i = pick(self.ready, self.level)
+                    ready = [i for i in self.ready if self.big(i)] if helper else self.ready
+                    if ready:
+                        i = pick(ready, self.level)
                         self.ready.remove(i)
                         self.running.add(i)
                         break
@@ -263,6 +268,18 @@ class Pass:
                     self.stop = min(self.stop, i)
                 self._finished(i)
                 cv.notify_all()
+
+    def big(self, i: int) -> bool:
+        """Whether operator `i` has at least MIN_ROWS input rows waiting (cached for the pass:
+        its inputs are complete once it is ready)."""
+        b = self.sizes.get(i)
+        if b is None:
+            n = 0
+            for r in self.g.ops[i].readers:
+                with lock_of(r.q):  # another reader of the queue may be trimming it
+                    n += r.pending_count()
+            b = self.sizes[i] = n >= MIN_ROWS
+        return b
 
     def call(self, i: int) -> tuple[int, BaseException | None]:
         op = self.g.ops[i]
@@ -293,7 +310,8 @@ def run_pass(g: Graph, budget: int | None, ids: IdSource, level: list[float]) ->
     p = Pass(g, budget, level, leases)
     passes.append(p)
     try:
-        parallel.run_all([p.loop] * min(parallel.threads(), max(len(g.ops), 1)))
+        helpers = min(parallel.threads(), max(len(g.ops), 1)) - 1
+        parallel.run_all([p.loop, *(lambda: p.loop(helper=True) for _ in range(helpers))])
     finally:
         passes.remove(p)
         settle(leases, ids)
