@@ -7,7 +7,8 @@ writing a queue it reads, directly or through a shared store) and the operators 
 position it shares state with (a synopsis, a window store, another operator object) have had
 their call in this pass. Each of the engine's threads loops taking the ready operator with the
 longest estimated path to the end of the plan (its own mean seconds per call plus its
-consumers', from the counters), so the long chains start first.
+consumers', from the counters), so the long chains start first; a second thread takes only calls
+with enough input waiting (`MIN_ROWS`). On one thread the pass runs in plan order, as round robin.
 
 Why nothing depends on which thread ran what (the invariants this module keeps):
 
@@ -207,7 +208,11 @@ class Outcome:
 
 
 def first_ready(ready: list[int], level: list[float]) -> int:
-    """The ready operator to run next: the longest estimated path to the end, then plan order."""
+    """The ready operator to run next: on one thread the first in plan order (round robin's
+    order: a consumer right after its producer, whose output is still in the cache); on more,
+    the longest estimated path to the end first (then plan order), so long chains start early."""
+    if parallel.threads() == 1:
+        return min(ready)
     return max(ready, key=lambda i: (level[i], -i))
 
 
