@@ -599,8 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="threads the engine runs operators on: operators that do not feed each other run side by "
-        "side (the 'parallel' scheduler); default 2 where two CPUs are available and --threads is not 1, "
-        "else 1; 1 runs every operator on the calling thread; the bytes written are the same at every count",
+        "side (the 'parallel' scheduler); 1 (default) runs every operator on the calling thread; the "
+        "bytes written are the same at every count",
     )
     r.add_argument("--approximate", choices=APPROXIMATE, default="exact", help=_APPROXIMATE_HELP)
     r.add_argument("--synopsis-joins", choices=["on", "off"], default="on", help=_SYNOPSIS_HELP)

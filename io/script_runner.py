@@ -49,6 +49,12 @@ _READ_AHEAD = 2
 _WRITE_AHEAD = 1
 
 
+# Engine threads of a run by default. 1: on a 2-core machine shared with other work, two engine
+# threads took 7-12% more engine CPU on Linear Road with no wall gain measurable (bench/README.md,
+# session 14); 2 is for a quiet machine once measured there.
+DEFAULT_ENGINE_THREADS = 1
+
+
 def default_threads() -> int:
     """Threads for a run: 2 where the process may use two or more CPUs (reading and writing then
     overlap the engine), else 1. More writer threads pay only with many dests and more cores."""
@@ -116,7 +122,7 @@ def run_script(
     Sources are read from `source_dir` when given (same file name). `approximate` "static":
     every query is registered with static approximation approved (docs/approximation.md).
     `synopsis_joins`: queries judged bounded run on constant-size synopses (docs/bounded-memory.md).
-    `engine_threads` (default: 1 when `threads` is 1, else `default_threads()`): threads the `parallel` scheduler runs operators
+    `engine_threads` (default: `DEFAULT_ENGINE_THREADS`, 1 when `threads` is 1): threads the `parallel` scheduler runs operators
     on (engine/parallel.py, engine/parallel_pass.py), set for the run; 1 runs them all on the
     calling thread. The output is the same bytes at every count.
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
@@ -127,8 +133,8 @@ def run_script(
         raise ValueError("threads must be at least 1")
     if writer not in WRITERS:
         raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
-    if engine_threads is None:  # `threads` 1 means everything on one thread
-        engine_threads = 1 if threads == 1 else default_threads()
+    if engine_threads is None:  # see DEFAULT_ENGINE_THREADS; `threads` 1 means all on one thread
+        engine_threads = 1 if threads == 1 else min(DEFAULT_ENGINE_THREADS, default_threads())
     if engine_threads < 1:
         raise ValueError("engine_threads must be at least 1")
     _tune_malloc()

@@ -22,6 +22,15 @@ from typing import Any
 SCRIPT = Path(__file__).with_name("linearroad.cql")
 
 
+def _runq() -> float:
+    """Seconds this thread has waited on a run queue (Linux schedstat; 0 elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source-dir", required=True)
@@ -69,16 +78,17 @@ def main(argv: list[str] | None = None) -> None:
             totals["passes"] += 1
 
     PP.run_pass = timed_pass  # type: ignore[assignment]
-    engine = [0.0, 0.0]  # wall, calling thread CPU inside Dsms.run
+    engine = [0.0, 0.0, 0.0]  # wall, calling thread CPU, calling thread's run-queue wait inside Dsms.run
     run = Dsms.run
 
     def timed_run(self: Dsms, *a: Any, **k: Any) -> int:
-        t, c = time.perf_counter(), time.thread_time()
+        t, c, q = time.perf_counter(), time.thread_time(), _runq()
         try:
             return run(self, *a, **k)
         finally:
             engine[0] += time.perf_counter() - t
             engine[1] += time.thread_time() - c
+            engine[2] += _runq() - q
 
     Dsms.run = timed_run  # type: ignore[method-assign]
     from cqlstream.cli import main as cli
@@ -92,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     what = "round robin" if args.round_robin else f"parallel, engine threads {args.engine_threads}"
     print(f"{what}: run wall {wall:.2f} s, process CPU {cpu:.2f} s")
     print(
-        f"  inside Dsms.run: wall {engine[0]:.3f} s, calling thread CPU {engine[1]:.3f} s, workers CPU {workers:.3f} s"
+        f"  inside Dsms.run: wall {engine[0]:.3f} s, calling thread CPU {engine[1]:.3f} s, workers CPU {workers:.3f} s; "
+        f"the calling thread waited {engine[2]:.3f} s for a core"
     )
     print(
         f"  operator calls' CPU {totals['ops']:.3f} s over {totals['passes']} passes; "
