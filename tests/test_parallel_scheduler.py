@@ -9,6 +9,7 @@ from __future__ import annotations
 import filecmp
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from bench.linear_road import gen
 from bench.linear_road.bench import DESTS, SCRIPTS
@@ -21,6 +22,8 @@ from cqlstream.engine.scheduler import Parallel, RoundRobin
 from cqlstream.io import script_runner
 from cqlstream.io.script_runner import run_script
 from tests.engine_harness import _merge_events, assert_same, feed, run_reference
+from tests.test_differential import DDL as DIFF_DDL
+from tests.test_differential import query, relation_events, stream_events
 
 DDL = "register stream S (a int, b int); register stream T (a int, b int); register relation R (a int, b int);"
 INPUTS = {
@@ -272,3 +275,18 @@ def test_a_failure_of_the_pass_itself_raises_instead_of_hanging(threads, monkeyp
     d.push("S", [(1, 2), (3, 2)], ts=[1, 2])
     with pytest.raises(RuntimeError, match="bookkeeping"):
         d.run()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(q=query(), s=stream_events(), t=stream_events(), r=relation_events())
+def test_random_queries_on_two_threads_equal_the_reference(q, s, t, r):
+    """test_differential's generated queries under the parallel scheduler on two threads (the
+    second thread taking calls of any size), at 1, 7 and all events per run."""
+    before, min_rows = parallel.threads(), PP.MIN_ROWS
+    parallel.set_threads(2)
+    PP.MIN_ROWS = 0
+    try:
+        assert_same(DIFF_DDL, q, {"S": s, "T": t, "R": r}, scheduler=Parallel())
+    finally:
+        parallel.set_threads(before)
+        PP.MIN_ROWS = min_rows
