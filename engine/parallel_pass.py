@@ -274,6 +274,18 @@ class Pass:
                 self._finished(i)
                 cv.notify_all()
 
+    def in_order(self) -> None:
+        """The pass on the calling thread alone: every operator in plan order (what `loop` does
+        on one thread: an operator's dependencies all have lower positions), stopping at the
+        first error."""
+        for i in range(len(self.g.ops)):
+            n, err = self.call(i)
+            self.out.done += n
+            if err is not None:
+                self.out.errors[i] = err
+                self.stop = i
+                return
+
     def big(self, i: int) -> bool:
         """Whether operator `i` has at least MIN_ROWS input rows waiting (cached for the pass:
         its inputs are complete once it is ready)."""
@@ -316,7 +328,10 @@ def run_pass(g: Graph, budget: int | None, ids: IdSource, level: list[float]) ->
     passes.append(p)
     try:
         helpers = min(parallel.threads(), max(len(g.ops), 1)) - 1
-        parallel.run_all([p.loop, *(lambda: p.loop(helper=True) for _ in range(helpers))])
+        if helpers == 0 and pick is first_ready:  # one thread: plan order, no hand-over machinery
+            p.in_order()
+        else:
+            parallel.run_all([p.loop, *(lambda: p.loop(helper=True) for _ in range(helpers))])
     finally:
         passes.remove(p)
         settle(leases, ids)

@@ -268,6 +268,7 @@ def test_a_failure_of_the_pass_itself_raises_instead_of_hanging(threads, monkeyp
         return finished(self, i)
 
     monkeypatch.setattr(PP.Pass, "_finished", failing)
+    monkeypatch.setattr(PP, "pick", last_first)  # the threads' loop, at one thread too
     d = Dsms(scheduler=Parallel(), sys_stream=False)
     d.execute(DDL)
     for q in QUERIES:
