@@ -21,7 +21,7 @@ from cqlstream.engine import parallel
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
-from cqlstream.engine.scheduler import Parallel
+from cqlstream.engine.scheduler import Parallel, RoundRobin
 from cqlstream.io.dat_source import SourceReader
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.prefetch import Prefetch
@@ -50,7 +50,7 @@ _WRITE_AHEAD = 1
 
 
 # Engine threads of a run by default. 1: on a 2-core machine shared with other work, two engine
-# threads took 7-12% more engine CPU on Linear Road with no wall gain measurable (bench/README.md,
+# threads took 16-29% more engine CPU on Linear Road with no wall gain measurable (bench/README.md,
 # session 14); 2 is for a quiet machine once measured there.
 DEFAULT_ENGINE_THREADS = 1
 
@@ -122,9 +122,10 @@ def run_script(
     Sources are read from `source_dir` when given (same file name). `approximate` "static":
     every query is registered with static approximation approved (docs/approximation.md).
     `synopsis_joins`: queries judged bounded run on constant-size synopses (docs/bounded-memory.md).
-    `engine_threads` (default: `DEFAULT_ENGINE_THREADS`, 1 when `threads` is 1): threads the `parallel` scheduler runs operators
-    on (engine/parallel.py, engine/parallel_pass.py), set for the run; 1 runs them all on the
-    calling thread. The output is the same bytes at every count.
+    `engine_threads` (default: `DEFAULT_ENGINE_THREADS`, 1 when `threads` is 1): with 2 or more
+    the `parallel` scheduler runs operators side by side on that many threads (engine/parallel.py,
+    engine/parallel_pass.py); 1 runs them in turn on the calling thread (round robin, ~5% less
+    engine CPU than `parallel` on one thread). The output is the same bytes at every count.
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -185,7 +186,11 @@ def _run(
         script = parse_script(
             path, compat=compat, source_dir=source_dir, on_source=start_reading if threads > 1 else None
         )
-        d = Dsms(compat=compat, synopsis_joins=synopsis_joins, scheduler=Parallel())
+        d = Dsms(
+            compat=compat,
+            synopsis_joins=synopsis_joins,
+            scheduler=Parallel() if parallel.threads() > 1 else RoundRobin(),
+        )
         reg = Registrar(script, d, compat, approximate)
         reg.register_all()
         if out_dir is not None:

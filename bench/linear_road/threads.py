@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--engine-threads", type=int, default=2)
     ap.add_argument("--round-robin", action="store_true", help="the sequential scheduler instead (for its engine time)")
+    ap.add_argument(
+        "--bare",
+        action="store_true",
+        help="no per-call clocks (no DAG bound): the engine's time as a user gets it; worker CPU per pass",
+    )
     args = ap.parse_args(argv)
     if args.round_robin:
         from cqlstream.engine.scheduler import RoundRobin
@@ -62,7 +67,21 @@ def main(argv: list[str] | None = None) -> None:
                 calls[i] = dt
                 by_thread[threading.current_thread().name] += dt
 
-    PP.Pass.call = timed_call  # type: ignore[method-assign]
+    loop = PP.Pass.loop
+
+    def timed_loop(self: Any, helper: bool = False) -> None:
+        t = time.thread_time()
+        try:
+            loop(self, helper)
+        finally:
+            if helper:
+                with lock:
+                    by_thread[threading.current_thread().name] += time.thread_time() - t
+
+    if args.bare:
+        PP.Pass.loop = timed_loop  # type: ignore[method-assign]
+    else:
+        PP.Pass.call = timed_call  # type: ignore[method-assign]
     run_pass = PP.run_pass
 
     def timed_pass(g: Any, *a: Any) -> Any:
@@ -77,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
             totals["chain"] += max(finish, default=0.0)
             totals["passes"] += 1
 
-    PP.run_pass = timed_pass  # type: ignore[assignment]
+    if not args.bare:
+        PP.run_pass = timed_pass  # type: ignore[assignment]
     engine = [0.0, 0.0, 0.0]  # wall, calling thread CPU, calling thread's run-queue wait inside Dsms.run
     run = Dsms.run
 
@@ -99,7 +119,9 @@ def main(argv: list[str] | None = None) -> None:
         cli([*argv_run, "--out-dir", out, "--engine-threads", str(args.engine_threads)])
         wall, cpu = time.perf_counter() - t, time.process_time() - c
     workers = sum(v for k, v in by_thread.items() if k.startswith("cqlstream-engine"))
-    what = "round robin" if args.round_robin else f"parallel, engine threads {args.engine_threads}"
+    # cqlstream run keeps round robin at one engine thread (io/script_runner.py)
+    rr = args.round_robin or args.engine_threads == 1
+    what = "round robin" if rr else f"parallel, engine threads {args.engine_threads}"
     print(f"{what}: run wall {wall:.2f} s, process CPU {cpu:.2f} s")
     print(
         f"  inside Dsms.run: wall {engine[0]:.3f} s, calling thread CPU {engine[1]:.3f} s, workers CPU {workers:.3f} s; "
