@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from cqlstream.engine import adaptive
+from cqlstream.engine import adaptive, parallel
 from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive import config as AC
 from cqlstream.engine.approx import knobs as AK
@@ -170,6 +170,7 @@ def _engine_table(d: Dsms) -> Table:
             + len(d.plan.late_stores)
             + sum(pn.store is not None for pn in d.plan.nodes.values()),
             "queries": len(d.queries),
+            "engine_threads": parallel.threads(),  # the scheduler `parallel` runs operators on
             "sys_rows": d.sys.published if d.sys else 0,
             "state_bytes": _state_bytes(d),
         },

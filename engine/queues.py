@@ -9,6 +9,7 @@ own elements: that is how a query registered late starts from shared state (docs
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 
@@ -18,6 +19,17 @@ from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
 
 RECENT = 32  # elements kept per queue for `peek` (the UI's "recent tuples")
+
+# Readers of one queue may run on several threads at once (the parallel scheduler,
+# engine/parallel_pass.py): a reader looks at the queue's batches (`cut`, `take`) and moves its
+# cursor, dropping what every reader has passed (`_moved`), holding the queue's lock. A few
+# locks striped over the queues: no lock per queue object (queues are pickled in checkpoints).
+_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+def lock_of(q: Queue) -> threading.Lock:
+    """The lock a reader of `q` holds while it looks at `q`'s batches or moves its cursor."""
+    return _LOCKS[(id(q) >> 4) % len(_LOCKS)]
 
 
 class Queue:
@@ -57,6 +69,10 @@ class Queue:
 
     def detach(self, r: Reader) -> None:
         """Remove a reader (its consumer is gone); batches only it still needed are freed."""
+        with lock_of(self):
+            self._detach(r)
+
+    def _detach(self, r: Reader) -> None:
         if r in self.readers:
             self.readers.remove(r)
             self._moved(r.batch, None)
@@ -68,7 +84,13 @@ class Queue:
     def _moved(self, old: int, new: int | None) -> None:
         """A reader moved from batch `old` to `new` (None: it left): drop the batches every reader
         has passed. Readers are counted per batch index, so this is O(1) amortized however many
-        readers share the queue (100s of queries reading one window)."""
+        readers share the queue (100s of queries reading one window). The caller holds
+        `lock_of(self)`."""
+        if not self._count(old, new) and old == self.base:
+            self.trim()
+
+    def _count(self, old: int, new: int | None) -> int:
+        """Move one reader's count from batch `old` to `new`; the readers left in `old`."""
         at = self.at
         left = at[old] - 1
         if left:
@@ -77,14 +99,21 @@ class Queue:
             del at[old]
         if new is not None:
             at[new] = at.get(new, 0) + 1
-        if old == self.base and not left and self.readers:
-            low = self.base
-            end = self.base + len(self.batches)
-            while low < end and low not in at:
-                low += 1
-            if low > self.base:
-                del self.batches[: low - self.base]
-                self.base = low
+        return left
+
+    def trim(self) -> None:
+        """Drop the leading batches no reader is positioned in (with no reader: keep them, a
+        reader attached later starts at the end anyway and `detach` cleared them)."""
+        if not self.readers:
+            return
+        at = self.at
+        low = self.base
+        end = self.base + len(self.batches)
+        while low < end and low not in at:
+            low += 1
+        if low > self.base:
+            del self.batches[: low - self.base]
+            self.base = low
 
     def length(self) -> int:
         """Elements not yet consumed by the slowest reader."""
@@ -140,6 +169,10 @@ class Reader:
         (whole instants only: at least the first pending instant)."""
         if budget is None:
             return bound
+        with lock_of(self.q):
+            return self._cut(bound, budget)
+
+    def _cut(self, bound: int, budget: int) -> int:
         seen = 0
         for b in self._pending():
             if seen + len(b) > budget:
@@ -151,6 +184,11 @@ class Reader:
 
     def take(self, bound: int) -> Batch:
         """Every pending row with ts ≤ bound, advancing the cursor."""
+        with lock_of(self.q):
+            parts = self._take(bound)
+        return concat(parts, self.q.types)  # outside the lock: the parts are this reader's now
+
+    def _take(self, bound: int) -> list[Batch]:
         parts = []
         if self.prefix is not None:
             k = int(np.searchsorted(self.prefix.ts, bound, side="right"))
@@ -158,7 +196,7 @@ class Reader:
                 parts.append(self.prefix.slice(0, k))
             self.prefix = self.prefix.slice(k, len(self.prefix)) if k < len(self.prefix) else None
             if self.prefix is not None:
-                return concat(parts, self.q.types)
+                return parts
         qb = self.q.batches
         old = self.batch
         while self.batch - self.q.base < len(qb):
@@ -175,4 +213,4 @@ class Reader:
             self.row = 0
         if self.batch != old:
             self.q._moved(old, self.batch)
-        return concat(parts, self.q.types)
+        return parts

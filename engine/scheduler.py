@@ -1,5 +1,5 @@
 """Schedulers: which operator runs next and with how much work. Round robin and weighted visit
-every operator in turn; FIFO, Greedy and Chain (thesis §2.3.2) always run the ready operator of
+every operator in turn (parallel: round robin's passes on the engine's threads); FIFO, Greedy and Chain (thesis §2.3.2) always run the ready operator of
 highest priority, to keep queues short under bursty input. None of them changes a result:
 operators process whole instants whatever the order."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from cqlstream.engine import parallel_pass as PP
 from cqlstream.engine.adaptive import chain as C
 
 if TYPE_CHECKING:
@@ -38,6 +39,35 @@ class RoundRobin:
                     done += n
                     if n and check is not None and check():
                         return total + done
+            total += done
+            passes += 1
+            if not done or (max_passes is not None and passes >= max_passes):
+                return total
+
+
+class Parallel(RoundRobin):
+    """Round robin's passes with operators that do not feed each other run side by side on the
+    engine's threads (engine/parallel.py; the pass and why it is safe: engine/parallel_pass.py). The
+    same ids and results at every thread count, 1 included (then all on the calling thread). A
+    run with a limit check (engine/limits.py) is plain round robin: the check must stop the run
+    right after the call that passed a limit."""
+
+    name = "parallel"
+    _graph: tuple[tuple[tuple[int, ...], ...], PP.Graph] | None = None  # (plan key, its pass graph)
+
+    def run(self, operators: Sequence[Operator], max_passes: int | None = None, check: Check | None = None) -> int:
+        if check is not None or not operators:
+            return super().run(operators, max_passes, check)
+        key = tuple((id(op), *(id(r.q) for r in op.readers)) for op in operators)
+        # ids compare as identities: the cached graph keeps its operators and queues alive
+        if self._graph is None or self._graph[0] != key:  # the plan changed
+            self._graph = (key, PP.graph(operators))
+        g = self._graph[1]
+        level = PP.priorities(g)
+        ids = operators[0].ids
+        total, passes = 0, 0
+        while True:
+            done = PP.run_pass(g, self.budget, ids, level)
             total += done
             passes += 1
             if not done or (max_passes is not None and passes >= max_passes):
@@ -202,6 +232,7 @@ def priorities(operators: Sequence[Operator], rule: C.Priorities) -> dict[int, f
 
 SCHEDULERS: dict[str, type[RoundRobin]] = {
     "round-robin": RoundRobin,
+    "parallel": Parallel,
     "weighted": Weighted,
     "fifo": Fifo,
     "greedy": Greedy,

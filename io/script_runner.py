@@ -21,6 +21,7 @@ from cqlstream.engine import parallel
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
+from cqlstream.engine.scheduler import Parallel, RoundRobin
 from cqlstream.io.dat_source import SourceReader
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.prefetch import Prefetch
@@ -46,6 +47,12 @@ _READ_AHEAD = 2
 # Rounds of results waiting per writer thread: one keeps the writer busy (formatting a round takes
 # a fraction of the engine's time for it) and holds the least memory (Q2: ~15 MB per round).
 _WRITE_AHEAD = 1
+
+
+# Engine threads of a run by default. 1: on a 2-core machine shared with other work, two engine
+# threads took 16-29% more engine CPU on Linear Road with no wall gain measurable (bench/README.md,
+# session 14); 2 is for a quiet machine once measured there.
+DEFAULT_ENGINE_THREADS = 1
 
 
 def default_threads() -> int:
@@ -100,7 +107,7 @@ def run_script(
     approximate: str | None = None,
     synopsis_joins: bool = True,
     writer: str = "thread",
-    engine_threads: int = 1,
+    engine_threads: int | None = None,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -115,7 +122,10 @@ def run_script(
     Sources are read from `source_dir` when given (same file name). `approximate` "static":
     every query is registered with static approximation approved (docs/approximation.md).
     `synopsis_joins`: queries judged bounded run on constant-size synopses (docs/bounded-memory.md).
-    `engine_threads`: threads for the engine's own work (engine/parallel.py), set for the run.
+    `engine_threads` (default: `DEFAULT_ENGINE_THREADS`, 1 when `threads` is 1): with 2 or more
+    the `parallel` scheduler runs operators side by side on that many threads (engine/parallel.py,
+    engine/parallel_pass.py); 1 runs them in turn on the calling thread (round robin, ~5% less
+    engine CPU than `parallel` on one thread). The output is the same bytes at every count.
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -124,6 +134,8 @@ def run_script(
         raise ValueError("threads must be at least 1")
     if writer not in WRITERS:
         raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
+    if engine_threads is None:  # see DEFAULT_ENGINE_THREADS; `threads` 1 means all on one thread
+        engine_threads = 1 if threads == 1 else min(DEFAULT_ENGINE_THREADS, default_threads())
     if engine_threads < 1:
         raise ValueError("engine_threads must be at least 1")
     _tune_malloc()
@@ -174,7 +186,11 @@ def _run(
         script = parse_script(
             path, compat=compat, source_dir=source_dir, on_source=start_reading if threads > 1 else None
         )
-        d = Dsms(compat=compat, synopsis_joins=synopsis_joins)
+        d = Dsms(
+            compat=compat,
+            synopsis_joins=synopsis_joins,
+            scheduler=Parallel() if parallel.threads() > 1 else RoundRobin(),
+        )
         reg = Registrar(script, d, compat, approximate)
         reg.register_all()
         if out_dir is not None:

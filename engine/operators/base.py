@@ -8,9 +8,11 @@ depend on how input was batched or how often the scheduler runs it.
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -48,15 +50,75 @@ class BuildContext:
 
 
 class IdSource:
-    """Fresh tuple-instance ids (uint64), shared by all operators of one engine."""
+    """Fresh tuple-instance ids (uint64), shared by all operators of one engine.
+
+    Operators running side by side (the parallel scheduler) each draw from a *lease* of their
+    own, a range fixed before they start (`leased`), so the ids they get never depend on which
+    thread ran first; elsewhere ids come from the shared counter (under a lock)."""
 
     def __init__(self, start: int = 1) -> None:
         self.next_id = start
+        self.high = 0  # overflow ids of leases handed out so far end below this (0: none yet)
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:  # checkpoints pickle the plan: a lock does not pickle
+        return {"next_id": self.next_id, "high": self.high}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.next_id = state["next_id"]
+        self.high = state.get("high", 0)
+        self._lock = threading.Lock()
 
     def take(self, n: int) -> np.ndarray:
-        out = np.arange(self.next_id, self.next_id + n, dtype=np.uint64)
-        self.next_id += n
+        lease = getattr(_leases, "current", None)
+        if lease is not None and lease.source is self:
+            return lease.take(n)
+        with self._lock:
+            out = np.arange(self.next_id, self.next_id + n, dtype=np.uint64)
+            self.next_id += n
         return out
+
+
+class Lease:
+    """An operator's own ids: a block [next, end) of its IdSource, and for one pass an overflow
+    range [over_next, over_end) fixed in advance, drawn in order by the code running under
+    `leased` (engine/parallel_pass.py sizes and refills them)."""
+
+    def __init__(self, source: IdSource, start: int, end: int) -> None:
+        self.source, self.start, self.next, self.end = source, start, start, end
+        self.over_start = self.over_next = self.over_end = 0
+        self.used = 0  # ids taken since the last refill
+        self.recent = 0.0  # recent use per pass (decaying maximum)
+
+    def take(self, n: int) -> np.ndarray:
+        self.used += n
+        if self.next + n <= self.end:
+            out = np.arange(self.next, self.next + n, dtype=np.uint64)
+            self.next += n
+            return out
+        if self.over_next + n > self.over_end:
+            from cqlstream.engine.errors import EngineError
+
+            raise EngineError(
+                "internal", f"an operator call took more than {self.over_end - self.over_start} tuple ids"
+            )
+        out = np.arange(self.over_next, self.over_next + n, dtype=np.uint64)
+        self.over_next += n
+        return out
+
+
+_leases = threading.local()  # .current: the Lease the code on this thread draws ids from
+
+
+@contextmanager
+def leased(lease: Lease | None) -> Iterator[None]:
+    """Draw this thread's ids of `lease.source` from `lease` (None: from the shared counter)."""
+    before = getattr(_leases, "current", None)
+    _leases.current = lease
+    try:
+        yield
+    finally:
+        _leases.current = before
 
 
 @dataclass
@@ -337,4 +399,4 @@ class Stateless(Operator):
         return not self.node.is_stream and inputs()
 
 
-__all__ = ["BOUNDED", "GROWS", "RATE", "Counters", "IdSource", "Operator", "Stateless", "held_state"]
+__all__ = ["BOUNDED", "GROWS", "RATE", "Counters", "IdSource", "Lease", "Operator", "Stateless", "held_state", "leased"]

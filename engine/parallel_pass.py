@@ -1,0 +1,347 @@
+"""One pass of the `parallel` scheduler: every operator called once, as in round robin, operators
+that do not feed each other side by side on the engine's threads (engine/parallel.py).
+
+numpy releases the GIL in its kernels, so two operators each working on 10^4–10^5 rows run on two
+cores at once. The pass is a DAG: an operator may start once its *producers* (the operators
+writing a queue it reads, directly or through a shared store) and the operators of lower plan
+position it shares state with (a synopsis, a window store, another operator object) have had
+their call in this pass. Each of the engine's threads loops taking the ready operator with the
+longest estimated path to the end of the plan (its own mean seconds per call plus its
+consumers', from the counters), so the long chains start first; a second thread takes only calls
+with enough input waiting (`MIN_ROWS`). On one thread the pass runs in plan order, as round robin.
+
+Why nothing depends on which thread ran what (the invariants this module keeps):
+
+1. Queues. A queue is written only by its producer (batches, watermark, start, ended), and every
+   reader starts after the producer's call ended, so no element is appended under a reader.
+   Readers of one queue running at once look at its batches and move their cursors (dropping the
+   batches every reader has passed) holding the queue's lock (engine/queues.py `lock_of`).
+2. Shared state. Operators holding the same synopsis, window store or operator object never run at
+   once: the one of higher plan position waits for the other (an extra edge of the DAG).
+3. Tuple ids. Each operator draws ids from a block of its own (`Lease`), refilled between passes
+   on the calling thread in plan order, sized twice its recent use; a call needing more takes them
+   from an overflow range fixed by its plan position (high ids, [2^62, 2^63)). So ids, and what
+   hashes them (load shedding, sampled summaries), are the same at every thread count and in any
+   interleaving; `pick`, a test hook, runs the ready operators in another order.
+4. Limits. A run with a limit check goes through round robin on the calling thread (the check after
+   a call must stop the run before any other operator runs; `reserve` finds the run's guard through
+   the calling thread, engine/limits.py).
+5. Errors. After an operator's call raises, operators of higher plan position are not started;
+   those of lower position still run (a sequential pass would have run them), so the error raised
+   at the end of the pass, the first in plan order, is the one a sequential pass raises. Operators
+   of higher position that had already run made calls the next run makes anyway: an operator's
+   output never depends on when it runs (whole instants up to its inputs' watermarks). One of them
+   that failed too keeps its error and raises it at its next call (`held_error`), where the
+   sequential pass would have raised it.
+6. The rest of a call is the operator's own: its counters, readers, state and random generators
+   (profilers are per operator and seeded); module caches are lru_caches or memos that compute the
+   same value whichever thread fills them. Code called from a step must take tuple ids on the
+   step's own thread (a nested parallel.run_all task has no lease: its ids would depend on timing).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from cqlstream.engine import parallel
+from cqlstream.engine.operators.base import IdSource, Lease, Operator, leased
+from cqlstream.engine.queues import Queue, lock_of
+from cqlstream.engine.synopses import Synopsis
+
+MIN_ROWS = 2048  # input rows from which an operator call is worth handing to another thread
+MIN_BLOCK = 1024  # ids an operator's block holds at least
+OVERFLOW = 1 << 32  # ids one call may take beyond its block (4G rows: far beyond one call's memory)
+HIGH = 1 << 62  # overflow ids start here (below seeding's OWN_IDS bit, 2^63)
+
+
+def outputs(op: Operator) -> list[Queue]:
+    """The queues `op` writes: its output, and its members' outputs for a fan-out operator."""
+    out = [op.output]
+    if op.fanout:
+        out += [m.output for m in getattr(op, "members", ())]
+    return out
+
+
+_kinds: dict[type, bool] = {}  # type → whether it is a Synopsis or an Operator (ABC checks are slow)
+
+
+def _sharable(x: object) -> bool:
+    t = type(x)
+    k = _kinds.get(t)
+    if k is None:
+        k = _kinds[t] = issubclass(t, (Synopsis, Operator))
+    return k
+
+
+def shared(op: Operator) -> list[object]:
+    """The objects `op` may share with other operators: the synopses and operators among its
+    attributes and in its list and tuple attributes (judged by their first item, so a long
+    list of state costs nothing here)."""
+    found: list[object] = []
+    for v in vars(op).values():
+        if type(v) is list or type(v) is tuple:
+            if v and _sharable(v[0]):
+                found += [x for x in v if _sharable(x) and x is not op]
+        elif _sharable(v) and v is not op:
+            found.append(v)
+    return found
+
+
+def reads(op: Operator, objs: list[object]) -> list[Queue]:
+    """The queues whose contents `op`'s call depends on: its inputs and its stores' queues."""
+    qs = list(op.inputs)
+    for x in objs:
+        q = getattr(x, "queue", None)
+        if isinstance(q, Queue):
+            qs.append(q)
+    return qs
+
+
+@dataclass
+class Graph:
+    """The plan as a DAG over plan positions: `deps[i]` must have run before `i` in a pass."""
+
+    ops: list[Operator]
+    deps: list[set[int]]
+    succ: list[list[int]]
+    reads: list[list[Queue]]
+    readers: dict[int, list[int]]  # id(queue) → positions of the operators reading it
+    queues: list[Queue]
+
+
+def graph(operators: Sequence[Operator]) -> Graph:
+    ops = list(operators)
+    producer: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        for q in outputs(op):
+            producer[id(q)] = i
+    objs = [shared(op) for op in ops]
+    rd = [reads(op, objs[i]) for i, op in enumerate(ops)]
+    deps: list[set[int]] = [set() for _ in ops]
+    for i in range(len(ops)):
+        for q in rd[i]:
+            p = producer.get(id(q))
+            if p is not None and p != i:
+                deps[i].add(p)
+    index = {id(op): i for i, op in enumerate(ops)}
+    holder: dict[int, int] = {}  # id(shared object) → the last position holding it
+    for i in range(len(ops)):
+        for x in objs[i]:
+            j = index.get(id(x))
+            if j is not None and j != i:  # refers to another operator of the plan
+                deps[i].add(j)
+            k = holder.get(id(x))
+            if k is not None:
+                deps[i].add(k)
+            holder[id(x)] = i
+    # every edge from the lower plan position to the higher: acyclic whatever the plan, and a
+    # producer placed after its consumer runs after it, as in round robin
+    flipped: list[set[int]] = [set() for _ in ops]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            flipped[max(i, d)].add(min(i, d))
+    deps = flipped
+    succ: list[list[int]] = [[] for _ in ops]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            succ[d].append(i)
+    readers: dict[int, list[int]] = {}
+    queues: dict[int, Queue] = {}
+    for i in range(len(ops)):
+        for q in rd[i]:
+            readers.setdefault(id(q), []).append(i)
+            queues[id(q)] = q
+    return Graph(ops, deps, succ, rd, readers, list(queues.values()))
+
+
+def priorities(g: Graph) -> list[float]:
+    """Estimated seconds from each operator's start to the end of the plan along its consumers."""
+    est = [op.counters.seconds / op.counters.calls if op.counters.calls else 0.0 for op in g.ops]
+    level = [0.0] * len(g.ops)
+    for i in reversed(range(len(g.ops))):  # consumers have higher positions (`graph`)
+        level[i] = est[i] + max((level[s] for s in g.succ[i]), default=0.0)
+    return level
+
+
+# ---------------------------------------------------------------- ids
+
+
+def refill(g: Graph, ids: IdSource) -> list[Lease]:
+    """Each operator's lease for the pass (calling thread, plan order): its block topped up to
+    twice its recent use, and its overflow range from its plan position."""
+    high = max(ids.high, HIGH)
+    out = []
+    for i, op in enumerate(g.ops):
+        le: Lease | None = getattr(op, "id_lease", None)
+        if le is None or le.source is not ids:
+            le = Lease(ids, 0, 0)
+            op.id_lease = le  # type: ignore[attr-defined]
+        le.recent = max(le.used, le.recent / 2)
+        want = max(MIN_BLOCK, int(2 * le.recent))
+        if le.end - le.next < want:
+            base = ids.take(want)
+            le.start = le.next = int(base[0])
+            le.end = le.next + want
+        le.used = 0
+        le.over_next = le.over_start = high + i * OVERFLOW
+        le.over_end = le.over_start + OVERFLOW
+        out.append(le)
+    return out
+
+
+def settle(leases: list[Lease], ids: IdSource) -> None:
+    """After the pass: the overflow ids drawn are never handed out again."""
+    used = [le.over_next for le in leases if le.over_next > le.over_start]
+    if used:
+        ids.high = max(max(ids.high, HIGH), *used)
+
+
+# ---------------------------------------------------------------- the pass
+
+
+@dataclass
+class Outcome:
+    done: int = 0
+    errors: dict[int, BaseException] = field(default_factory=dict)  # plan position → its call's error
+
+
+def first_ready(ready: list[int], level: list[float]) -> int:
+    """The ready operator to run next: on one thread the first in plan order (round robin's
+    order: a consumer right after its producer, whose output is still in the cache); on more,
+    the longest estimated path to the end first (then plan order), so long chains start early."""
+    if parallel.threads() == 1:
+        return min(ready)
+    return max(ready, key=lambda i: (level[i], -i))
+
+
+pick: Callable[[list[int], list[float]], int] = first_ready
+"""Test hook: which ready operator a free thread runs (results must not care)."""
+
+passes: list[Pass] = []
+"""The passes under way (tests look at what runs)."""
+
+
+class Pass:
+    """The state of one pass, shared by the threads running it (all under `cv`)."""
+
+    def __init__(self, g: Graph, budget: int | None, level: list[float], leases: list[Lease]) -> None:
+        self.g, self.budget, self.level, self.leases = g, budget, level, leases
+        self.cv = threading.Condition()
+        self.waiting = [len(d) for d in g.deps]
+        self.ready = [i for i, n in enumerate(self.waiting) if n == 0]
+        self.left = len(g.ops)
+        self.out = Outcome()
+        self.stop = len(g.ops)  # no operator after this position starts (an error)
+        self.running: set[int] = set()  # positions of the operators running now
+        self.broken = False  # a thread's loop failed outside an operator call
+        self.sizes: dict[int, bool] = {}  # position → whether its waiting input is big (`big`)
+
+    def loop(self, helper: bool = False) -> None:
+        """One thread's share: run ready operators until the pass is over. A `helper` (not the
+        calling thread) takes only operators with `MIN_ROWS` input rows waiting: handing a tiny
+        call to another thread costs more than the call."""
+        try:
+            self._loop(helper)
+        except BaseException:  # a bug of the pass itself: wake the other threads, then raise
+            with self.cv:
+                self.broken = True
+                self.cv.notify_all()
+            raise
+
+    def _loop(self, helper: bool) -> None:
+        cv = self.cv
+        while True:
+            with cv:
+                while True:
+                    if self.left == 0 or self.broken:
+                        return
+                    ready = [i for i in self.ready if self.big(i)] if helper else self.ready
+                    if ready:
+                        i = pick(ready, self.level)
+                        self.ready.remove(i)
+                        self.running.add(i)
+                        break
+                    cv.wait()
+            n, err = self.call(i)
+            with cv:
+                self.running.discard(i)
+                self.out.done += n
+                if err is not None:
+                    self.out.errors[i] = err
+                    self.stop = min(self.stop, i)
+                self._finished(i)
+                cv.notify_all()
+
+    def in_order(self) -> None:
+        """The pass on the calling thread alone: every operator in plan order (what `loop` does
+        on one thread: an operator's dependencies all have lower positions), stopping at the
+        first error."""
+        for i in range(len(self.g.ops)):
+            n, err = self.call(i)
+            self.out.done += n
+            if err is not None:
+                self.out.errors[i] = err
+                self.stop = i
+                return
+
+    def big(self, i: int) -> bool:
+        """Whether operator `i` has at least MIN_ROWS input rows waiting (cached for the pass:
+        its inputs are complete once it is ready)."""
+        b = self.sizes.get(i)
+        if b is None:
+            n = 0
+            for r in self.g.ops[i].readers:
+                with lock_of(r.q):  # another reader of the queue may be trimming it
+                    n += r.pending_count()
+            b = self.sizes[i] = n >= MIN_ROWS
+        return b
+
+    def call(self, i: int) -> tuple[int, BaseException | None]:
+        op = self.g.ops[i]
+        if not op.active or i > self.stop:
+            return 0, None
+        held = getattr(op, "held_error", None)
+        if held is not None:  # its call in an earlier pass failed after the one raised then
+            op.held_error = None  # type: ignore[attr-defined]
+            return 0, held
+        try:
+            with leased(self.leases[i]):
+                return op.step(self.budget), None
+        except BaseException as e:  # raised by the scheduler after the pass, first in plan order
+            return 0, e
+
+    def _finished(self, i: int) -> None:
+        self.left -= 1
+        for s in self.g.succ[i]:
+            self.waiting[s] -= 1
+            if self.waiting[s] == 0:
+                self.ready.append(s)
+
+
+def run_pass(g: Graph, budget: int | None, ids: IdSource, level: list[float]) -> int:
+    """Call every operator once (producers first), on up to `parallel.threads()` threads;
+    the elements consumed. The error of the first failing operator in plan order is raised."""
+    leases = refill(g, ids)
+    p = Pass(g, budget, level, leases)
+    passes.append(p)
+    try:
+        helpers = min(parallel.threads(), max(len(g.ops), 1)) - 1
+        if helpers == 0 and pick is first_ready:  # one thread: plan order, no hand-over machinery
+            p.in_order()
+        else:
+            parallel.run_all([p.loop, *(lambda: p.loop(helper=True) for _ in range(helpers))])
+    finally:
+        passes.remove(p)
+        settle(leases, ids)
+    if p.out.errors:
+        first = min(p.out.errors)
+        for i, e in p.out.errors.items():  # raised at the operator's next call, as sequentially
+            if i != first:
+                g.ops[i].held_error = e  # type: ignore[attr-defined]
+        raise p.out.errors[first]
+    return p.out.done
+
+
+__all__ = ["Graph", "graph", "priorities", "run_pass"]
