@@ -16,11 +16,14 @@
    under round robin):
    peak and mean queue memory (tuples waiting in operator inputs, at each tick's end) with
    round robin, FIFO, Greedy and Chain.
+   `toy`: the thesis' two toy schedules (seed 004 §4.2's two-operator burst, thesis §2.3.2's
+   O1→O2→O3 chain; n tuples arrive at each of t = 0..6, each operator takes one unit of time):
+   the peak and mean queue size (in units of n) under FIFO, Greedy and Chain beside the thesis'.
 
 Rates are input tuples per CPU second of the process (`time.process_time`), steadier than wall
 time on a shared machine, the best of `--repeat` runs.
 
-    python -m bench.adaptive [--rows 2000000] [--only filters,overhead,table42,chain] [--backoff N] [--json F]
+    python -m bench.adaptive [--rows 2000000] [--only filters,overhead,table42,chain,toy] [--backoff N] [--json F]
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from cqlstream.engine import control
+from cqlstream.engine.adaptive.chain import simulate
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import static_cost
 from cqlstream.engine.batch import Batch
@@ -326,11 +330,37 @@ def bench_chain(ticks: int, period: int, burst: int, budget: int) -> dict[str, A
     return {"slice_ms": round(slice_s * 1e3, 3), "runs": runs}
 
 
+# (operator times, selectivities, the thesis' peak queue size in units of n per policy)
+TOY_CASES: dict[str, tuple[list[int], list[float], dict[str, float]]] = {
+    "two-operator burst (seed 004 §4.2)": ([1, 1], [0.2, 0.0], {"fifo": 4.0, "greedy": 2.2}),
+    "O1→O2→O3 (thesis §2.3.2)": ([1, 1, 1], [0.9, 1.0, 0.0], {"fifo": 5.0, "greedy": 6.4}),
+}
+
+
+def bench_toy() -> dict[str, Any]:
+    """Queue sizes of the thesis' toy schedules under FIFO, Greedy and Chain (engine/adaptive/chain.py's
+    `simulate`: one unit of time per operator step, the priorities the schedulers use)."""
+    out: dict[str, Any] = {}
+    for case, (times, sels, thesis) in TOY_CASES.items():
+        out[case] = {}
+        for policy in ("fifo", "greedy", "chain"):
+            sizes = simulate(policy, times, sels, [1.0] * 7)
+            out[case][policy] = {
+                "sizes": sizes,
+                "peak": max(sizes),
+                "mean": round(sum(sizes) / len(sizes), 2),
+                "thesis_peak": thesis.get(policy),
+            }
+        best = min(out[case][p]["peak"] for p in ("fifo", "greedy"))
+        assert out[case]["chain"]["peak"] <= best + 1e-9, f"Chain above FIFO or Greedy in {case}"
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.adaptive", description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=2_000_000, help="tuples in the filter runs (default 2,000,000)")
     p.add_argument("--batch", type=int, default=100_000, help="rows per push in the filter runs (default 100,000)")
-    p.add_argument("--only", help="comma-separated parts: filters, overhead, table42, chain")
+    p.add_argument("--only", help="comma-separated parts: filters, overhead, table42, chain, toy")
     p.add_argument("--ticks", type=int, default=400, help="ticks of the chain run (default 400)")
     p.add_argument("--repeat", type=int, default=3, help="filter runs per figure, the best kept (default 3)")
     p.add_argument(
@@ -340,7 +370,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     global REPEAT, BACKOFF
     REPEAT, BACKOFF = args.repeat, args.backoff
-    only = set(args.only.split(",")) if args.only else {"filters", "overhead", "table42", "chain"}
+    only = set(args.only.split(",")) if args.only else {"filters", "overhead", "table42", "chain", "toy"}
     report: dict[str, Any] = {"rows": args.rows, "batch": args.batch}
     if "filters" in only:
         run_filter(args.rows // 4, args.batch, PHASES, config=AdaptiveConfig())  # warm up
@@ -380,6 +410,13 @@ def main(argv=None) -> int:
                 f"{name:12} peak {x['peak_queued']:8,}  mean {x['mean_queued']:8,}  out {x['output_tuples']:,}",
                 flush=True,
             )
+    if "toy" in only:
+        report["toy"] = toy = bench_toy()
+        for case, runs in toy.items():
+            print(case)
+            for policy, x in runs.items():
+                paper = "—" if x["thesis_peak"] is None else f"{x['thesis_peak']:.1f}n"
+                print(f"  {policy:7} peak {x['peak']:.1f}n (thesis {paper})  mean {x['mean']:.2f}n", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

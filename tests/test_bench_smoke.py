@@ -139,6 +139,10 @@ def test_adaptive_bench_runs_and_every_order_and_scheduler_agrees(tmp_path):
     data = json.loads(report.read_text())
     assert set(data["filters"]) == {"a-greedy", "sweep", "independent", "local-swaps", *adaptive.FIXED}
     assert set(data["chain"]["runs"]) == {"round-robin", "fifo", "greedy", "chain"}
+    # the thesis' toy schedules: its peaks reproduced, Chain at or below both
+    burst, chain3 = data["toy"].values()
+    assert (burst["fifo"]["peak"], burst["greedy"]["peak"], burst["chain"]["peak"]) == (4.0, 2.2, 2.2)
+    assert (chain3["fifo"]["peak"], chain3["greedy"]["peak"], chain3["chain"]["peak"]) == (5.0, 6.4, 5.0)
     assert (
         data["filters"]["fixed worst for phase 2"]["ops_per_tuple"][1] > data["filters"]["a-greedy"]["ops_per_tuple"][1]
     )
