@@ -139,6 +139,10 @@ def test_adaptive_bench_runs_and_every_order_and_scheduler_agrees(tmp_path):
     data = json.loads(report.read_text())
     assert set(data["filters"]) == {"a-greedy", "sweep", "independent", "local-swaps", *adaptive.FIXED}
     assert set(data["chain"]["runs"]) == {"round-robin", "fifo", "greedy", "chain"}
+    # Example 4.5.1: A-Greedy finds the optimum, Independent keeps the correlated filter last
+    for n, row in data["trap"].items():
+        assert row["a-greedy"]["evaluations"] == row["optimal"] == 1.49
+        assert row["independent"]["evaluations"] == row["thesis_independent"] == round(0.49 * int(n) + 0.51, 2)
     # the thesis' toy schedules: its peaks reproduced, Chain at or below both
     burst, chain3 = data["toy"].values()
     assert (burst["fifo"]["peak"], burst["greedy"]["peak"], burst["chain"]["peak"]) == (4.0, 2.2, 2.2)
