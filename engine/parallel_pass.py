@@ -58,10 +58,7 @@ HIGH = 1 << 62  # overflow ids start here (below seeding's OWN_IDS bit, 2^63)
 
 def outputs(op: Operator) -> list[Queue]:
     """The queues `op` writes: its output, and its members' outputs for a fan-out operator."""
-    out = [op.output]
-    if op.fanout:
-        out += [m.output for m in getattr(op, "members", ())]
-    return out
+    return op.output_queues()
 
 
 _kinds: dict[type, bool] = {}  # type → whether it is a Synopsis or an Operator (ABC checks are slow)
@@ -174,10 +171,9 @@ def refill(g: Graph, ids: IdSource) -> list[Lease]:
     high = max(ids.high, HIGH)
     out = []
     for i, op in enumerate(g.ops):
-        le: Lease | None = getattr(op, "id_lease", None)
+        le = op.id_lease
         if le is None or le.source is not ids:
-            le = Lease(ids, 0, 0)
-            op.id_lease = le  # type: ignore[attr-defined]
+            le = op.id_lease = Lease(ids, 0, 0)
         le.recent = max(le.used, le.recent / 2)
         want = max(MIN_BLOCK, int(2 * le.recent))
         if le.end - le.next < want:
@@ -302,9 +298,9 @@ class Pass:
         op = self.g.ops[i]
         if not op.active or i > self.stop:
             return 0, None
-        held = getattr(op, "held_error", None)
+        held = op.held_error
         if held is not None:  # its call in an earlier pass failed after the one raised then
-            op.held_error = None  # type: ignore[attr-defined]
+            op.held_error = None
             return 0, held
         try:
             with leased(self.leases[i]):
@@ -339,7 +335,7 @@ def run_pass(g: Graph, budget: int | None, ids: IdSource, level: list[float]) ->
         first = min(p.out.errors)
         for i, e in p.out.errors.items():  # raised at the operator's next call, as sequentially
             if i != first:
-                g.ops[i].held_error = e  # type: ignore[attr-defined]
+                g.ops[i].held_error = e
         raise p.out.errors[first]
     return p.out.done
 

@@ -156,6 +156,11 @@ class Operator(ABC):
     unshed: frozenset[int] = frozenset()  # inputs load shedding never thins (read for their instants only)
     KNOBS: ClassVar[tuple[K.Knob, ...]] = (K.MEMORY_LIMIT, SAMPLING_RATE)
     reads_input_stores: ClassVar[bool] = False  # True: from_node takes its inputs' shared stores (joins)
+    # the parallel scheduler's (engine/parallel_pass.py), class defaults so that operators of older
+    # checkpoints have them: this operator's block of tuple ids, and the error of a call it made
+    # in a pass where an earlier operator failed too, raised at its next call
+    id_lease: Lease | None = None
+    held_error: BaseException | None = None
 
     def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options: EngineOptions | None = None) -> None:
         self.readers: list[Reader] = [q.reader() for q in inputs]
@@ -174,6 +179,10 @@ class Operator(ABC):
         # runs once every input is complete through the latest of them (docs/plan-manager.md)
         self.hold_until: int | None = None
         self.sampling_rate = 1.0  # knob: < 1 sheds input load (approximate results, counted)
+
+    def output_queues(self) -> list[Queue]:
+        """The queues this operator writes (a fan-out operator also writes its members')."""
+        return [self.output]
 
     @property
     def inputs(self) -> list[Queue]:

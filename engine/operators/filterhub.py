@@ -59,6 +59,9 @@ class FilterHub(Operator):
         self.members: list[HubMember] = []
         self.label = label
 
+    def output_queues(self) -> list[Queue]:
+        return [self.output, *(m.output for m in self.members)]
+
     def resume(self, old: Operator) -> None:
         """Take over the position and progress of `old`, a running selection over the same queue
         that this hub replaces (a selection keeps no state, so nothing else carries over)."""
