@@ -143,7 +143,8 @@ class BandJoinOp(StreamJoinOp):
             sks = sk[so]
             pos = np.searchsorted(keys, sks)
             hit = pos < len(keys)
-            hit[hit] = keys[pos[hit]] == sks[hit]
+            hin = np.flatnonzero(hit)
+            hit[hin] = keys[pos.take(hin)] == sks.take(hin)
         lo_r, hi_r = self._ts_bounds(s.ts, uts)
         base = pos.astype(np.int64) * nr
         lo = np.zeros(len(sk), np.int64)
