@@ -99,7 +99,8 @@ class IntInterner:
         inb = np.flatnonzero(pos < K)
         found[inb] = keys[pos[inb]] == u[inb]
         ids = np.empty(len(u), np.int64)
-        ids[found] = self.ids[pos[found]]
+        fi = np.flatnonzero(found)  # few known keys among many new ones: positions are cheaper
+        ids[fi] = self.ids.take(pos.take(fi))
         # positions, not masks, over the new keys and the merged arrays: at Linear Road's
         # ~20k-key rounds a mixed mask indexes ~2x slower than positions (bench/README.md)
         new = np.flatnonzero(~found)
