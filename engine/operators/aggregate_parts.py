@@ -189,8 +189,8 @@ def _finish(
     p = parts[i]
     ch = p.ch
     nid = np.zeros(len(ch.chg), np.uint64)
-    k_ins = int(np.count_nonzero(ch.ins_mask))
-    nid[ch.ins_mask] = ids[first_id : first_id + k_ins]
+    ins = np.flatnonzero(ch.ins_mask)
+    nid[ins] = ids[first_id : first_id + len(ins)]
     old_id = op._old_ids(ch, nid)
     if p.nrows:
         off = _places(parts, i, tmin)

@@ -193,7 +193,8 @@ class StreamJoinOp(Operator):
             if got is not None:
                 self.counters.extra["candidate_pairs"] += len(got[0])
                 return got[0], inst[got[1]]
-        index = StabIndex(inst[ivalid], ikey[ivalid], table.lo[ivalid], table.hi[ivalid], m)
+        iv = np.flatnonzero(ivalid)  # one position array for the four gathers
+        index = StabIndex(inst.take(iv), ikey.take(iv), table.lo.take(iv), table.hi.take(iv), m)
         p, rows = index.probe(pkey, pvalid, seq)
         self.counters.extra["candidate_pairs"] += index.examined
         return p, rows

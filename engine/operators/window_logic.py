@@ -81,23 +81,25 @@ class TimeWindowLogic(WindowLogic):
 
     def process(self, b: Batch, bound: int) -> Batch:
         t_in, t_out = self.lifetimes(b.ts)
-        keep = t_in < t_out
+        # each mask turned into positions once, shared by the batch and the lifetime arrays
+        # (Batch.take would convert it anyway; the arrays' own mask indexing was a second scan)
+        keep = np.flatnonzero(t_in < t_out)
         if self.buf is None:
             buf = b.take(keep)
-            self.t_in, self.t_out = t_in[keep], t_out[keep]
-            self.entered = np.zeros(int(keep.sum()), bool)
+            self.t_in, self.t_out = t_in.take(keep), t_out.take(keep)
+            self.entered = np.zeros(len(keep), bool)
         else:
             buf = concat([self.buf, b.take(keep)])
-            self.t_in = np.concatenate([self.t_in, t_in[keep]])
-            self.t_out = np.concatenate([self.t_out, t_out[keep]])
-            self.entered = np.concatenate([self.entered, np.zeros(int(keep.sum()), bool)])
-        enter = ~self.entered & (self.t_in <= bound)
-        leave = self.t_out <= bound
-        out = emit(buf.take(enter), buf.take(leave), self.t_out[leave], self.t_in[enter])
-        stay = ~leave
-        self.entered |= enter
+            self.t_in = np.concatenate([self.t_in, t_in.take(keep)])
+            self.t_out = np.concatenate([self.t_out, t_out.take(keep)])
+            self.entered = np.concatenate([self.entered, np.zeros(len(keep), bool)])
+        enter_m = ~self.entered & (self.t_in <= bound)
+        leave_m = self.t_out <= bound
+        enter, leave, stay = np.flatnonzero(enter_m), np.flatnonzero(leave_m), np.flatnonzero(~leave_m)
+        out = emit(buf.take(enter), buf.take(leave), self.t_out.take(leave), self.t_in.take(enter))
+        self.entered |= enter_m
         self.buf = buf.take(stay)
-        self.t_in, self.t_out, self.entered = self.t_in[stay], self.t_out[stay], self.entered[stay]
+        self.t_in, self.t_out, self.entered = self.t_in.take(stay), self.t_out.take(stay), self.entered.take(stay)
         return out
 
     def contents(self) -> Batch | None:
@@ -183,13 +185,12 @@ class PartitionLogic(WindowLogic):
         pid = partition_ids(comb, self.keys)
         order = stable_order(pid)
         sp = pid[order]
-        pos = np.arange(len(comb))
-        later = pos + n
-        has_later = later < len(comb)
-        same = np.zeros(len(comb), bool)
-        same[has_later] = sp[later[has_later]] == sp[has_later]
-        dead_sorted = order[same]
-        dead_ts = comb.ts[order[later[same]]]
+        # sorted position i dies if the row n places later is of its partition; the positions
+        # with such a row are a prefix, so slices, and the dead ones as positions
+        h = max(len(comb) - n, 0)
+        dead = np.flatnonzero(sp[n:] == sp[:h])
+        dead_sorted = order.take(dead)
+        dead_ts = comb.ts.take(order.take(dead + n))
         out = emit(b, comb.take(dead_sorted), dead_ts)
         alive = np.ones(len(comb), bool)
         alive[dead_sorted] = False
