@@ -30,7 +30,7 @@ SCRIPTS = {"compat": (PACKAGE / "linearroad.cql", ["--stream-compat"]), "paper":
 DESTS = ("tollstr", "accnot", "accbal")
 # STREAM 0.6's C++ on this generator's inputs, wall s, as first measured (2026-11-23, on an earlier
 # machine of this kind, whose CPU was slower); bench/README.md has the side-by-side runs on the
-# current one (2026-12-06: 4.2-5.6 s CPU at 720k, 19.6-28 s at 3M, under load)
+# current one (2026-12-06, quiet: 2.9-5.0 s wall at 720k, 16.6-19.9 s at 3M, run to run)
 STREAM_SECONDS = {"720k": 3.8, "3M": 16.5}
 
 
