@@ -166,6 +166,13 @@ def test_linear_road_bench_runs_both_modes(tmp_path):
         assert r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_rss_mb"] > 0 and r["input_tuples"] > 1000
         assert all(d["lines"] > 0 for d in r["dests"].values()), r
     assert compat["warnings"] == 4 and paper["warnings"] == 0
+    # two engine threads (the parallel scheduler, the aggregate in parts): the same outputs
+    assert (
+        linear_road.main(["--sizes", "reference", "--mode", "compat", "--engine-threads", "2", "--json", str(report)])
+        == 0
+    )
+    (both,) = json.loads(report.read_text())["results"]
+    assert both["engine_threads"] == 2 and both["dests"] == compat["dests"]
     assert compat["dests"] == paper["dests"]
     assert linear_road.checksum_lines(["a", "b", "b"]) == linear_road.checksum_lines(["b", "a", "b"])
     assert linear_road.checksum_lines(["a", "b"]) != linear_road.checksum_lines(["a", "b", "b"])

@@ -1,13 +1,13 @@
 """The Linear Road benchmark: STREAM's Linear Road script run by `cqlstream run`, whole process.
 
-    python -m bench.linear_road [--sizes 720k 3M] [--mode compat|paper|both] [--json F]
+    python -m bench.linear_road [--sizes 720k 3M] [--mode compat|paper|both] [--engine-threads 1 2] [--json F]
 
 For each size (a preset of bench/linear_road/gen.py; inputs cached in bench/out/linear_road/) and
 mode — `compat`: STREAM's script unmodified with `--stream-compat`; `paper`: linearroad_paper.cql
 in paper mode — runs `cqlstream run --source-dir` as a child process and reports wall and CPU
 seconds (user + sys of the child), input tuples/s, peak RSS, and per dest (tollstr, accnot,
 accbal) the lines written and an order-independent checksum, so a faster engine can show that
-its outputs did not change.
+its outputs did not change. `--engine-threads 1 2` runs each at both counts, one after the other.
 """
 
 from __future__ import annotations
@@ -86,14 +86,25 @@ def checksum(path: Path) -> tuple[int, str]:
     return len(lines), checksum_lines(lines)
 
 
-def run(size: str, mode: str, cqlstream: str) -> dict:
-    """One `cqlstream run` of the script of `mode` over the input of `size`."""
+def run(size: str, mode: str, cqlstream: str, engine_threads: int = 1) -> dict:
+    """One `cqlstream run` of the script of `mode` over the input of `size`, at `engine_threads`."""
     source, tuples = ensure_input(size)
     script, flags = SCRIPTS[mode]
     dest_dir = OUT / "output" / size / mode
     began = time.perf_counter()
     proc = subprocess.Popen(
-        [cqlstream, "run", str(script), "--source-dir", str(source), "--out-dir", str(dest_dir), *flags],
+        [
+            cqlstream,
+            "run",
+            str(script),
+            "--source-dir",
+            str(source),
+            "--out-dir",
+            str(dest_dir),
+            # only when asked: an older tree's cqlstream (--cqlstream) has no such option
+            *(["--engine-threads", str(engine_threads)] if engine_threads != 1 else []),
+            *flags,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -109,6 +120,7 @@ def run(size: str, mode: str, cqlstream: str) -> dict:
     return {
         "size": size,
         "mode": mode,
+        "engine_threads": engine_threads,
         "input_tuples": tuples,
         "wall_s": round(wall, 2),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
@@ -130,23 +142,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=["compat", "paper", "both"], default="both")
     p.add_argument("--json", help="write the report to this file")
     p.add_argument("--cqlstream", default=default_cqlstream(), help="the cqlstream executable")
+    p.add_argument(
+        "--engine-threads",
+        type=int,
+        nargs="+",
+        default=[1],
+        metavar="N",
+        help="`cqlstream run --engine-threads` counts to run each size and mode at (default 1)",
+    )
     args = p.parse_args(argv)
     modes = ["compat", "paper"] if args.mode == "both" else [args.mode]
     print(
-        f"{'size':5} {'mode':6} {'tuples':>9} {'wall s':>7} {'cpu s':>7} {'in tuples/s':>11} {'RSS MB':>6}  "
+        f"{'size':5} {'mode':6} {'eng':>3} {'tuples':>9} {'wall s':>7} {'cpu s':>7} {'in tuples/s':>11} {'RSS MB':>6}  "
         + "  ".join(f"{d + ' lines':>13} {'checksum':16}" for d in DESTS)
     )
     results = []
     for size in args.sizes:
         for mode in modes:
-            r = run(size, mode, args.cqlstream)
-            results.append(r)
-            print(
-                f"{size:5} {mode:6} {r['input_tuples']:9,} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} "
-                f"{r['input_tuples_per_s']:11,} {r['peak_rss_mb']:6,}  "
-                + "  ".join(f"{r['dests'][d]['lines']:13,} {r['dests'][d]['checksum']:16}" for d in DESTS),
-                flush=True,
-            )
+            for threads in args.engine_threads:
+                r = run(size, mode, args.cqlstream, threads)
+                results.append(r)
+                print(
+                    f"{size:5} {mode:6} {threads:3} {r['input_tuples']:9,} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} "
+                    f"{r['input_tuples_per_s']:11,} {r['peak_rss_mb']:6,}  "
+                    + "  ".join(f"{r['dests'][d]['lines']:13,} {r['dests'][d]['checksum']:16}" for d in DESTS),
+                    flush=True,
+                )
     if args.json:
         Path(args.json).write_text(
             json.dumps({"nproc": os.cpu_count(), "stream_0_6_seconds": STREAM_SECONDS, "results": results}, indent=2)
