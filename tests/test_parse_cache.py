@@ -157,3 +157,73 @@ def test_cqlstream_run_keeps_its_statements(tmp_path: Path):
         outs.append((tmp_path / "o" / "out").read_text())
         assert len(list((tmp_path / "cache").glob("cql-parsed-*.pickle"))) == 1
     assert outs[0] == outs[1] and outs[0].count("\n") > 5
+
+
+_LOOKUPS = textwrap.dedent("""
+    import json, pickle, sys
+    from cqlstream.cql import parse_cache, parser
+    calls = []
+
+    class Counting:  # the module's pickle, counting what it unpickles
+        HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+        dumps = staticmethod(pickle.dumps)
+
+        @staticmethod
+        def loads(data):
+            calls.append(len(data))
+            return pickle.loads(data)
+
+    parse_cache.pickle = Counting
+    parse_cache.enable()
+    for t in json.loads(sys.stdin.read()):
+        parser.parse_statement(t)
+    print(json.dumps({"parsed": parse_cache.parsed, "unpickled": len(calls)}))
+""")
+
+
+def _lookups(cache: Path, texts: list[str]) -> dict:
+    env = {**os.environ, "CQLSTREAM_CACHE_DIR": str(cache)}
+    r = subprocess.run(
+        [sys.executable, "-c", _LOOKUPS], input=json.dumps(texts), capture_output=True, text=True, env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_run_unpickles_only_the_statements_it_looks_up(tmp_path: Path):
+    """The file holds every text parsed so far; a run needing three unpickles the index and those three."""
+    cache = tmp_path / "cache"
+    texts = corpus()
+    assert _lookups(cache, texts)["parsed"] == len(texts)
+    few = [texts[0], texts[len(texts) // 2], texts[-1]]
+    again = _lookups(cache, few)
+    assert again == {"parsed": 0, "unpickled": 1 + len(few)}
+    assert _lookups(cache, few * 2) == again  # a text looked up twice is unpickled once
+
+
+def test_a_damaged_entry_is_parsed_afresh_and_replaced(tmp_path: Path, monkeypatch):
+    """One entry that is not an AST pickle (in a file that is otherwise whole and ours) costs a
+    parse of that text alone; the save at exit replaces it, and the other entries stay as they were."""
+    import pickle
+
+    from cqlstream.cql.cache_files import read_private, write_atomic
+
+    cache = tmp_path / "cache"
+    texts = ["select a, Sum(b) from S [Range 5] group by a", "register stream S (a int, b int)", "select * from S"]
+    first = _run(cache, texts)
+    monkeypatch.setenv("CQLSTREAM_CACHE_DIR", str(cache))
+    key = parse_cache.cache_key()
+    head = parse_cache._MAGIC + key.encode() + b"\n"
+    path = parse_cache.cache_path(key)
+    table = pickle.loads(read_private(path, head) or b"")
+    kept = table[texts[2]]
+    table[texts[0]] = b"\x80\x05garbage"
+    table[texts[1]] = pickle.dumps("not an AST")
+    write_atomic(path, head, pickle.dumps(table))
+
+    second = _run(cache, texts)
+    assert second["parsed"] == 2 and second["out"] == second["fresh"] == first["fresh"]
+    table = pickle.loads(read_private(path, head) or b"")
+    assert table[texts[2]] == kept  # copied as it was
+    assert all(isinstance(pickle.loads(table[t]), parse_cache.ast.Node) for t in texts)
+    assert _run(cache, texts, fresh=False)["parsed"] == 0
