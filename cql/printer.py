@@ -33,21 +33,24 @@ __all__ = ["keywords", "quote_name", "to_cql"]
 
 @functools.cache
 def keywords() -> frozenset[str]:
-    """Every keyword of grammar/cql.lark (lower case), read off the grammar's literal terminals.
+    """Every keyword of grammar/cql.lark (lower case): its literal words (`"select"i`, ...).
 
     Keywords are only reserved where the parser state accepts them, but quoting all of them
     keeps the printer independent of that subtlety. Time units (`day`, `min`, ...) are lexed
-    only right after a window count, so they are not keywords here and print bare.
+    only right after a window count, so they are not keywords here and print bare. The words
+    are read off the grammar's text, not the parser's terminals: the first name printed would
+    otherwise load the parser's tables (~40 ms of `cqlstream run`'s start, whose statements come
+    parsed from cql/parse_cache.py); tests/test_roundtrip.py checks the two agree.
     """
-    from cqlstream.cql.parser import _lark  # the cached grammar the parser itself uses
+    from cqlstream.cql.parser import _grammar_path
 
-    return frozenset(
-        t.pattern.value.lower()
-        for t in _lark().terminals
-        if type(t.pattern).__name__ == "PatternStr" and _WORD.match(t.pattern.value)
-    )
+    literals = (m.group(1) for m in _LITERAL.finditer(_grammar_path().read_text()))
+    return frozenset(w.lower() for w in literals if w is not None and _WORD.match(w))
 
 
+# The grammar's comments, string literals (group 1: the text) and regular expressions, scanned
+# left to right so a quote inside a regular expression or a slash inside a string is not misread.
+_LITERAL = re.compile(r'//[^\n]*|"((?:\\.|[^"\\\n])*)"|/(?:\\.|[^/\\\n])+/')
 _WORD = re.compile(r"[A-Za-z]+\Z")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -332,6 +333,20 @@ def test_quote_name():
     assert quote_name("a b") == "`a b`"
     with pytest.raises(ValueError):
         quote_name("a`b")
+
+
+def test_keywords_are_the_parsers_literal_words():
+    """The printer reads the keywords off the grammar's text; they are exactly the words of the
+    parser's own literal terminals (so printing quotes what the parser would read as a keyword)."""
+    from cqlstream.cql.parser import _lark
+
+    word = re.compile(r"[A-Za-z]+\Z")
+    terminals = {
+        t.pattern.value.lower()
+        for t in _lark().terminals
+        if type(t.pattern).__name__ == "PatternStr" and word.match(t.pattern.value)
+    }
+    assert keywords() == terminals and len(terminals) > 40
 
 
 def test_other_nodes():
