@@ -16,11 +16,11 @@ does not unpickle to an AST is parsed afresh (and replaced at exit). A save copi
 it did not use as they are, bytes for bytes.
 
 The file is keyed by everything that decides a text's AST: the grammar, the source of the
-modules that build the tree (cql/parser.py, cql/ast.py, cql/errors.py, cql/nesting.py), lark's
-version and Python's; any change of one starts a new file. Only statements that parse are kept:
-a bad statement is parsed, and raises the same error, every time. A library user, the server and
-the tests parse as before (the cache is used only once enabled), and any failure to read or write
-the file only means parsing.
+modules that build the tree (cql/parser.py, cql/lark_tree.py, cql/ast.py, cql/errors.py,
+cql/nesting.py), lark's version (its `__init__.py`, read, not imported) and Python's; any change
+of one starts a new file. Only statements that parse are kept: a bad statement is parsed, and
+raises the same error, every time. A library user, the server and the tests parse as before (the
+cache is used only once enabled), and any failure to read or write the file only means parsing.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from cqlstream.cql import ast
 
 _MAGIC = b"cqlstream-parsed-2\n"  # the file format (bump to orphan every older file)
 _MAX_TEXTS = 5_000  # beyond this a save keeps only the statements this process used
-_SOURCES = ("parser.py", "ast.py", "errors.py", "nesting.py")  # cql/ modules that make an AST of a text
+_SOURCES = ("parser.py", "lark_tree.py", "ast.py", "errors.py", "nesting.py")  # cql/ modules that make an AST of a text
 
 _enabled = False
 _table: dict[str, bytes] | None = None  # text → its AST's pickle, as in the file (loaded on first use)
@@ -48,19 +48,29 @@ def cache_key() -> str:
     """Hex digest of what decides a text's AST: the grammar, the tree-building code, lark, Python."""
     import hashlib
 
-    import lark
-
     from cqlstream.cql.parser import _grammar_path
 
     here = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for part in (_MAGIC, sys.version.encode(), lark.__version__.encode(), _grammar_path().read_bytes()):
+    for part in (_MAGIC, sys.version.encode(), _lark_version(), _grammar_path().read_bytes()):
         h.update(part)
         h.update(b"\0")
     for name in _SOURCES:
         h.update((here / name).read_bytes())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def _lark_version() -> bytes:
+    """The text of lark's `__init__.py`, which holds its `__version__`: read, not imported (a run
+    whose statements are all kept never imports lark)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("lark")
+    try:
+        return Path(spec.origin).read_bytes() if spec is not None and spec.origin else b""
+    except OSError:
+        return b""
 
 
 def cache_path(key: str) -> Path:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
 from typing import Any
 
-from cqlstream.engine.approx import shedding
 from cqlstream.server.settings import Settings
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -25,6 +25,22 @@ def size(text: str) -> int | None:
     if n < 0:
         raise argparse.ArgumentTypeError(f"a size must not be negative: {text!r}")
     return int(n * _UNITS[unit])
+
+
+class _Policies:
+    """`--overload-policy` choices: the registered overload policies, read on first use (every
+    command builds this parser; only `serve` needs engine/approx/shedding.py, ~15 ms to import)."""
+
+    def _names(self) -> list[str]:
+        from cqlstream.engine.approx import shedding
+
+        return shedding.policy_names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
 
 
 def add_limit_options(p: argparse.ArgumentParser) -> None:
@@ -85,11 +101,12 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--overload-policy",
-        choices=shedding.policy_names(),
+        choices=_Policies(),
+        metavar="POLICY",  # a metavar, or argparse would list the choices (and import shedding) right here
         default=d.overload_policy,
         help="with --overload-control on: who loses precision first: weighted (least precision per load "
         "saved, by query weight; the default), uniform (weights ignored) or allocator (the "
-        "precision-maximizing allocator)",
+        "precision-maximizing allocator); one of %(choices)s",
     )
     g.add_argument(
         "--max-pending-pushes",

@@ -18,6 +18,7 @@ from pathlib import Path
 # loaded on first use only: a run of a plain aggregate (no join, no approximation) never needs them
 OPTIONAL = [
     "cqlstream.cql.approx.static",
+    "cqlstream.engine.approx.shedding",  # load shedding: an overloaded server's
     "cqlstream.engine.kconstraints.strategy",
     "cqlstream.engine.adaptive.mjoin",
     "cqlstream.engine.adaptive.caching",

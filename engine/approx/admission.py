@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from cqlstream.engine.approx import shedding
 from cqlstream.engine.batch import Batch, splitmix64
 
 if TYPE_CHECKING:
@@ -193,6 +192,8 @@ class Admission:
 
     def readers(self, name: str) -> list[int]:
         """Ids of the running queries reading source `name` (through their plan)."""
+        from cqlstream.engine.approx import shedding  # only when rows are refused: not at every start
+
         q = self.d.inputs[name.lower()].queue
         return sorted(
             h.id
