@@ -9,9 +9,11 @@ module's own code but not text compiled at run time.
 
 `install()` gives the `dataclasses` module an `exec` of its own (`cached_exec`) that looks the
 text up in a table of code objects and compiles only the texts the table lacks. The table is
-loaded on first use from the user's cache folder (one marshal file, ~8 ms; cql/cache_files.py:
-private, checksummed, written atomically) and written back at exit when this process compiled
-something new. The code for a text is exactly what `exec(text)` compiles there (file name
+loaded on first use from the user's cache folder (one marshal file; cql/cache_files.py: private,
+checksummed, written atomically) and written back at exit when this process compiled something
+new. The file maps each text to its own code's marshal, loaded when that text is executed: it
+holds every text any process compiled (other versions of the classes, other commands' classes:
+~950 texts where a run uses ~700), and unmarshalling it whole cost ~9-30 ms of every start. The code for a text is exactly what `exec(text)` compiles there (file name
 "<string>", no `from __future__` flags inherited), so the classes are the same; the file is keyed
 by Python's version, its bytecode tag and the optimization level, and a text is its own key, so
 a changed class only misses. Any failure to read or write the file means compiling, as before.
@@ -27,10 +29,12 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-_MAGIC = b"cqlstream-dataclass-code-1\n"  # the file format (bump to orphan every older file)
+_MAGIC = b"cqlstream-dataclass-code-2\n"  # the file format (bump to orphan every older file)
 _MAX_TEXTS = 20_000  # beyond this a save keeps only what this process used
 
-_table: dict[str, CodeType] | None = None  # text → code, loaded on first use
+_table: dict[str, bytes] | None = None  # text → its code's marshal, as in the file (loaded on first use)
+_new: dict[str, CodeType] = {}  # texts this process compiled → their code
+_loaded: dict[str, CodeType] = {}  # texts this process took from the file → their code
 _used: set[str] = set()  # texts this process executed
 compiled = 0  # texts this process had to compile (a save is due when > 0)
 
@@ -53,8 +57,8 @@ def _head() -> bytes:
     return _MAGIC + cache_key().encode() + b"\n"
 
 
-def _read() -> dict[str, CodeType]:
-    """The table in the cache file, or {} when there is none we can trust and read."""
+def _read() -> dict[str, bytes]:
+    """The entries in the cache file (text → code marshal), or {} when there is none we can trust and read."""
     from cqlstream.cql.cache_files import read_private
 
     payload = read_private(cache_path(), _head())
@@ -64,12 +68,12 @@ def _read() -> dict[str, CodeType]:
         table = marshal.loads(payload)
     except (EOFError, ValueError, TypeError):
         return {}
-    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, CodeType) for k, v in table.items()):
+    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, bytes) for k, v in table.items()):
         return {}
     return table
 
 
-def _codes() -> dict[str, CodeType]:
+def _entries() -> dict[str, bytes]:
     global _table
     if _table is None:
         _table = _read()
@@ -88,16 +92,30 @@ def cached_exec(source: Any, globals: Any = None, locals: Any = None, /, **kwarg
         # `from __future__` flags (exec of a text inherits its caller's)
         source = compile(source, "<string>", "exec", dont_inherit=True)
     elif isinstance(source, str):
-        global compiled
-        codes = _codes()
-        code = codes.get(source)
-        if code is None:
-            code = compile(source, "<string>", "exec", dont_inherit=True)
-            codes[source] = code
-            compiled += 1
         _used.add(source)
-        source = code
+        source = _code(source)
     exec(source, globals, locals, **kwargs)
+
+
+def _code(text: str) -> CodeType:
+    """The code of a text: its entry in the file, else compiled (and kept for the save)."""
+    global compiled
+    code = _loaded.get(text) or _new.get(text)  # a text met again (classes alike in their fields)
+    if code is not None:
+        return code
+    raw = _entries().get(text)
+    if raw is not None:
+        try:
+            code = marshal.loads(raw)
+        except (EOFError, ValueError, TypeError):
+            code = None
+        if isinstance(code, CodeType):
+            _loaded[text] = code
+            return code
+        del _entries()[text]  # not a code object: compiled below, and replaced at the save
+    new = _new[text] = compile(text, "<string>", "exec", dont_inherit=True)
+    compiled += 1
+    return new
 
 
 def _ours(namespace: Any) -> bool:
@@ -115,9 +133,9 @@ def save() -> None:
         return
     from cqlstream.cql.cache_files import write_atomic
 
-    table = {**_read(), **_table}
+    table = {**_read(), **_table, **{t: marshal.dumps(c) for t, c in _new.items()}}
     if len(table) > _MAX_TEXTS:
-        table = {t: _table[t] for t in _used}
+        table = {t: table[t] for t in _used if t in table}
     write_atomic(cache_path(), _head(), marshal.dumps(table))
 
 

@@ -9,7 +9,6 @@ import argparse
 import os
 import signal
 import sys
-import tempfile
 import threading
 from typing import Any
 
@@ -106,6 +105,8 @@ def _run(args: argparse.Namespace, plan: Any, specs: list[Any]) -> int:
                 df = df.withColumnRenamed(column, field)
             frames[spec.stream], times[spec.stream] = df, spec.time_column
         out = scale_out(spark, plan, frames, buckets=args.buckets, time_columns=times, delay=args.delay)
+        import tempfile  # here: every command imports this module (tempfile brings shutil, random, ...)
+
         checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="cqlstream-run-")
         if plan.tail is not None:  # the buckets give partials: merged on the driver, per micro-batch
             from cqlstream.spark_bridge.scale_out import merge_tail

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:  # concurrent.futures (with logging, ~10 ms) is imported when a pool is made
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 T = TypeVar("T")
 
@@ -50,6 +52,8 @@ def _workers() -> ThreadPoolExecutor | None:
         return None
     with _lock:
         if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             _pool = ThreadPoolExecutor(max_workers=_threads - 1, thread_name_prefix="cqlstream-engine")
         return _pool
 
@@ -60,6 +64,8 @@ def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
     pool = _workers() if len(tasks) > 1 else None
     if pool is None:
         return [t() for t in tasks]
+    from concurrent.futures import Future
+
     futures: list[Future[T]] = [pool.submit(t) for t in tasks[1:]]
     results: list[T] = []
     first: BaseException | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
@@ -27,7 +27,9 @@ from cqlstream.io.errors import ScriptError
 from cqlstream.io.prefetch import Prefetch
 from cqlstream.io.result_writer import ResultWriter, Round
 from cqlstream.io.stream_script import Registrar, Step, parse_script
-from cqlstream.io.writer_process import WriterProcess
+
+if TYPE_CHECKING:  # imported by a run that writes in processes (it brings subprocess)
+    from cqlstream.io.writer_process import WriterProcess
 
 # where `cqlstream run --threads N` (N ≥ 2) formats and writes results
 WRITERS = ("process", "thread")
@@ -82,9 +84,8 @@ def _tune_malloc() -> None:
     _malloc_tuned = True
     try:
         import ctypes
-        import ctypes.util
 
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the process's own symbols, libc's among them (no ldconfig run)
         M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -2, -3, -8
         libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)  # arrays up to 32 MB come from the heap
         libc.mallopt(M_TRIM_THRESHOLD, 64 << 20)  # give memory back only past 64 MB free at the top
@@ -140,7 +141,11 @@ def run_script(
         raise ValueError("engine_threads must be at least 1")
     _tune_malloc()
     # writer processes start first: their start-up overlaps parsing and registering the script
-    procs = [WriterProcess.spawn() for _ in range(threads - 1)] if threads > 1 and writer == "process" else []
+    procs: list[WriterProcess] = []
+    if threads > 1 and writer == "process":
+        from cqlstream.io.writer_process import WriterProcess
+
+        procs = [WriterProcess.spawn() for _ in range(threads - 1)]
     before = parallel.threads()
     try:
         parallel.set_threads(engine_threads)

@@ -134,3 +134,62 @@ def test_other_packages_classes_are_compiled_as_usual_and_never_saved(tmp_path: 
     assert out["user"] == 0  # the user's class: the builtin exec, nothing counted
     assert out["ours"] > 0 and out["saved"] >= out["ours"]  # cql.ast's methods went through the table
     assert out["leaked"] == 0
+
+
+def test_a_process_unmarshals_only_the_methods_it_creates(tmp_path: Path):
+    """The file holds every method any process compiled (here: the CLI's and a script run's); a
+    process defining fewer classes unmarshals the index and the code of the texts it executes."""
+    cache = tmp_path / "cache"
+    assert _probe(cache)["compiled"] > 500
+    probe = textwrap.dedent("""
+        import json, marshal
+        import cqlstream
+        from cqlstream import dataclass_code
+        calls = []
+
+        class Counting:  # the module's marshal, counting what it loads
+            dumps = staticmethod(marshal.dumps)
+
+            @staticmethod
+            def loads(data):
+                calls.append(len(data))
+                return marshal.loads(data)
+
+        dataclass_code.marshal = Counting
+        import cqlstream.cql.ast
+        print(json.dumps({"compiled": dataclass_code.compiled, "loads": len(calls),
+                          "used": len(dataclass_code._used), "kept": len(dataclass_code._entries())}))
+    """)
+    env = {**os.environ, "CQLSTREAM_CACHE_DIR": str(cache)}
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["compiled"] == 0 and 0 < out["used"] < out["kept"] // 2
+    assert out["loads"] <= 1 + out["used"]
+
+
+def test_a_damaged_entry_is_compiled_and_replaced(tmp_path: Path):
+    """An entry that is not a code object's marshal (in a file otherwise whole and ours) is
+    compiled as if absent, and the save at exit replaces it."""
+    import marshal
+
+    from cqlstream import dataclass_code
+    from cqlstream.cql.cache_files import read_private, write_atomic
+
+    cache = tmp_path / "cache"
+    first = _probe(cache)
+    path = _the_file(cache)
+    head = dataclass_code._head()
+    table = marshal.loads(read_private(path, head) or b"")
+    bad = sorted(t for t in table if "__init__" in t)[:3]
+    assert len(bad) == 3
+    table[bad[0]] = b"\xffnot marshal"
+    table[bad[1]] = marshal.dumps("a string, not code")
+    table[bad[2]] = b""
+    write_atomic(path, head, marshal.dumps(table))
+
+    again = _probe(cache)
+    assert again["compiled"] == 3 and again["methods"] == first["methods"]
+    table = marshal.loads(read_private(path, head) or b"")
+    assert all(isinstance(marshal.loads(table[t]), type(_the_file.__code__)) for t in bad)
+    assert _probe(cache)["compiled"] == 0

@@ -3,6 +3,8 @@ window of profile tuples, and the running cost of each conjunct."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -95,8 +97,18 @@ class Passes:
         self.cap = float(cap) if cap is not None else float("inf")
         self.size = 1 if p >= 1 else max(min(int(size), int(min(self.cap, 2**62))), 1)
         self.due = 0.0  # profile tuples due and not yet taken
-        self.rng = np.random.default_rng(seed)
+        self.seed = seed  # of `rng`, made on the first draw (see __getattr__)
         self.passes = 0
+
+    rng: np.random.Generator
+
+    def __getattr__(self, name: str) -> Any:
+        """The seeded generator `rng`, made on the first draw: numpy.random is imported only by a
+        run that samples (~8 ms of every start otherwise). Called only for a missing attribute."""
+        if name != "rng":
+            raise AttributeError(name)
+        self.rng = np.random.default_rng(self.seed)
+        return self.rng
 
     def take(self, n: int, urgent: bool = False) -> np.ndarray:
         """Positions (sorted, within the call's n tuples) to profile now; usually none."""
