@@ -10,6 +10,7 @@ The writer process (io/writer_process.py) imports neither pyarrow nor the query 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -137,3 +138,33 @@ def test_a_cli_run_with_its_caches_loads_only_what_it_uses(tmp_path: Path):
     first = _modules_after(code)
     assert "lark" in first and "tempfile" in first  # parsed, and the caches written
     assert sorted(_modules_after(code) & unused) == []
+
+
+def test_a_cli_run_asks_for_one_blas_thread_unless_the_user_chose(tmp_path: Path):
+    """`cqlstream run` sets OPENBLAS_NUM_THREADS=1 before numpy loads OpenBLAS (whose threads' spin-up
+    was ~40 ms of every start), and leaves a count the user set (in any of OpenBLAS's variables)."""
+    (tmp_path / "s.dat").write_text("i,i\n1,1\n")
+    (tmp_path / "run.cql").write_text(
+        "table : register stream S (A integer);\nsource : s.dat\nquery : select A from S;\ndest : out\n"
+    )
+    code = textwrap.dedent(f"""
+        import json, os, sys
+        from cqlstream.cli import main
+        assert "numpy" not in sys.modules
+        assert main(["run", {str(tmp_path / "run.cql")!r}, "--out-dir", {str(tmp_path / "o")!r}]) == 0
+        print(json.dumps({{v: os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}}))
+    """)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+    }
+    outs = []
+    for extra in ({}, {"OMP_NUM_THREADS": "2"}):
+        r = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env={**env, **extra}, timeout=120
+        )
+        assert r.returncode == 0, r.stderr
+        outs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert outs == [
+        {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": None},
+        {"OPENBLAS_NUM_THREADS": None, "OMP_NUM_THREADS": "2"},
+    ]
