@@ -536,7 +536,37 @@ class _QueryFormats:
         return name in self._names()
 
 
+class _Skipped:
+    """What `_OnlyCommand.add_parser` hands out for a subcommand not being built: every call on it
+    (add_argument, add_argument_group, set_defaults, ...) does nothing and returns it."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+
+class _OnlyCommand:
+    """The subparsers action of `build_parser(command)`: builds the parser of `command` alone
+    (adding the other ~20 subcommands' arguments was ~8 ms of every start) and notes whether it
+    was among the subcommands."""
+
+    def __init__(self, sub: Any, command: str) -> None:
+        self.sub, self.command, self.found = sub, command, False
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name != self.command and self.command not in kwargs.get("aliases", ()):
+            return _Skipped()
+        self.found = True
+        return self.sub.add_parser(name, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The CLI's argument parser."""
+    return _build_parser(None)[0]
+
+
+def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
+    """The CLI's argument parser; with `command`, one whose only subcommand is `command` (for that
+    command's line the same parse, help and errors), and whether there is such a subcommand."""
     p = argparse.ArgumentParser(
         prog="cqlstream",
         description="cqlstream: continuous CQL queries over data streams. "
@@ -544,7 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(the HTTP server), query (a query on a running server), plan (a running "
         "server's global plan), bench.",
     )
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub: Any = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    if command is not None:
+        sub = _OnlyCommand(sub, command)
 
     e = sub.add_parser(
         "explain",
@@ -788,14 +820,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bn.add_argument("args", nargs=argparse.REMAINDER, help="arguments for python -m bench (e.g. --rows 100000)")
     bn.set_defaults(func=cmd_bench)
-    return p
+    return p, command is None or sub.found
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line parsed by its subcommand's parser alone (cheaper); by the whole parser when
+    there is no such subcommand or arguments are left over, so top-level help and errors (which
+    list every subcommand) are the whole parser's."""
+    if argv and not argv[0].startswith("-"):
+        parser, found = _build_parser(argv[0])
+        if found:
+            args, extra = parser.parse_known_args(argv)
+            if not extra:
+                return args
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
         return cmd_bench(argparse.Namespace(args=argv[1:]))  # everything after `bench` is python -m bench's
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         return args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like
