@@ -15,7 +15,6 @@ Every user error is a `ScriptError` whose text is `path:line: reason`.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Callable
@@ -38,7 +37,6 @@ from cqlstream.io.view_kinds import view_kind
 if TYPE_CHECKING:
     from cqlstream.engine.dsms import Dsms, QueryHandle
 
-_log = logging.getLogger(__name__)
 
 KEYWORDS = ("table", "source", "vquery", "vtable", "query", "dest")
 _STATEMENT_KEYWORDS = ("table", "vquery", "vtable", "query")
@@ -293,8 +291,12 @@ def parse_script(
     check = Registrar(script, None, compat, check_only=True, on_source=on_source)
     check.register_all()
     script.warnings = check.warnings
-    for w in script.warnings:
-        _log.warning("%s", w)  # on stderr under `cqlstream run` (logging's last-resort handler)
+    if script.warnings:
+        import logging  # here: a script without warnings does without it (~5 ms of imports)
+
+        for w in script.warnings:
+            # on stderr under `cqlstream run` (logging's last-resort handler)
+            logging.getLogger(__name__).warning("%s", w)
     return script
 
 

@@ -122,7 +122,7 @@ def test_cli_explain_and_shedding_still_load_what_they_use():
 def test_a_cli_run_with_its_caches_loads_only_what_it_uses(tmp_path: Path):
     """`cqlstream run` of a plain aggregate, its statements and dataclass code cached by an
     earlier run: no parser (lark), no random generators, no thread pool, no child processes,
-    no temporary files (each was ~3-20 ms of every start)."""
+    no temporary files, no logging (each was ~3-20 ms of every start)."""
     (tmp_path / "s.dat").write_text("i,i,i\n" + "".join(f"{i // 10 + 1},{i % 100},{i % 7}\n" for i in range(500)))
     (tmp_path / "run.cql").write_text(
         "table : register stream S (A integer, B integer);\nsource : s.dat\n"
@@ -134,7 +134,16 @@ def test_a_cli_run_with_its_caches_loads_only_what_it_uses(tmp_path: Path):
         from cqlstream.cli import main
         assert main(["run", {str(tmp_path / "run.cql")!r}, "--out-dir", {str(tmp_path / "o")!r}]) == 0
     """)
-    unused = {"lark", "numpy.random", "concurrent.futures", "subprocess", "tempfile", "ctypes.util", *OPTIONAL}
+    unused = {
+        "lark",
+        "numpy.random",
+        "concurrent.futures",
+        "subprocess",
+        "tempfile",
+        "ctypes.util",
+        "logging",
+        *OPTIONAL,
+    }
     first = _modules_after(code)
     assert "lark" in first and "tempfile" in first  # parsed, and the caches written
     assert sorted(_modules_after(code) & unused) == []

@@ -42,7 +42,6 @@ cache) resets it, so the next profiling starts as soon as the base interval has 
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -59,10 +58,18 @@ from cqlstream.engine.adaptive.config import OFF
 from cqlstream.engine.adaptive.step_costs import StepCosts
 
 if TYPE_CHECKING:
+    import logging
+
     from cqlstream.cql.logical import expr as X
     from cqlstream.engine.operators.join import Equi, JoinOp, Table
 
-log = logging.getLogger("cqlstream.adaptive")
+
+def _log() -> logging.Logger:
+    """The adaptive machinery's logger (logging is imported when a change is logged, not at start)."""
+    import logging
+
+    return logging.getLogger("cqlstream.adaptive")
+
 
 INF = np.iinfo(np.int64).max
 _clock = time.thread_time  # CPU time of this thread: measured costs do not count other processes' turns
@@ -897,7 +904,7 @@ class ACaching:
         c.own_obs.clear()
         self.events.append(("cache_used", float(c.i)))
         self.log.append({"cache": c.name, "to": USED, "reason": reason})
-        log.info("cache %s used: %s", c.name, reason)
+        _log().info("cache %s used: %s", c.name, reason)
 
     def _drop(self, c: Candidate, reason: str, unused: bool) -> None:
         c.pinned = False
@@ -907,7 +914,7 @@ class ACaching:
         c.miss_obs.clear()
         self.events.append(("cache_dropped", float(c.i)))
         self.log.append({"cache": c.name, "to": c.state, "reason": reason})
-        log.info("cache %s dropped: %s", c.name, reason)
+        _log().info("cache %s dropped: %s", c.name, reason)
 
     # ------------------------------------------------------------ what it shows
     def statistics(self) -> dict[str, Any]:

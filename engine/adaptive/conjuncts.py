@@ -18,7 +18,6 @@ resets it, and a drifting call that took no pass is profiled at once (`_profile_
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -36,9 +35,16 @@ from cqlstream.engine.adaptive.profile import CostMeter, Passes, ProfileWindow, 
 from cqlstream.engine.batch import Batch
 
 if TYPE_CHECKING:
+    import logging
+
     from cqlstream.engine.exprs import Evaluator
 
-log = logging.getLogger("cqlstream.adaptive")
+
+def _log() -> logging.Logger:
+    """The adaptive machinery's logger (logging is imported when a change is logged, not at start)."""
+    import logging
+
+    return logging.getLogger("cqlstream.adaptive")
 
 
 def static_cost(e: X.Expr) -> int:
@@ -285,7 +291,7 @@ class AdaptiveOrder:
         r = Reorder(self.reorders, self.seen, old, tuple(order), reason)
         self.log.append(r)
         self.events.append(r)
-        log.info("conjunct order %s -> %s after %d tuples: %s", list(old), order, self.seen, reason)
+        _log().info("conjunct order %s -> %s after %d tuples: %s", list(old), order, self.seen, reason)
 
     def _window_cost(self, order: list[int]) -> float:
         """The work `order` does on the profile window's tuples: each costs the conjuncts up to

@@ -20,7 +20,6 @@ never change a result (engine/operators/join.py).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -39,9 +38,16 @@ from cqlstream.engine.adaptive.policies import POLICIES, Policy, Situation
 from cqlstream.engine.adaptive.profile import Passes, ProfileWindow
 
 if TYPE_CHECKING:
+    import logging
+
     from cqlstream.engine.operators.join import Equi, JoinOp, Table
 
-log = logging.getLogger("cqlstream.adaptive")
+
+def _log() -> logging.Logger:
+    """The adaptive machinery's logger (logging is imported when a change is logged, not at start)."""
+    import logging
+
+    return logging.getLogger("cqlstream.adaptive")
 
 
 # ------------------------------------------------------------------ the join graph
@@ -346,7 +352,7 @@ class AdaptiveProbes:
         r = Reorder(pipe.reorders, pipe.seen, old, tuple(probe), reason)
         pipe.log.append(r)
         self.events.append((pipe.i, r))
-        log.info("probe order of input %d %s -> %s after %d events: %s", pipe.i, list(old), probe, pipe.seen, reason)
+        _log().info("probe order of input %d %s -> %s after %d events: %s", pipe.i, list(old), probe, pipe.seen, reason)
 
     # ------------------------------------------------------------ what it shows
     def drain_events(self) -> list[tuple[str, float]]:
