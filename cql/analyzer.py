@@ -75,6 +75,9 @@ class AnalyzeOptions:
 
 @dataclass
 class _Entry:
+    """One FROM item in scope: its alias, the source it reads, its attributes and where they start
+    in the row."""
+
     alias: str
     source_name: str | None
     attrs: tuple[L.Attribute, ...]
@@ -84,6 +87,8 @@ class _Entry:
 
 @dataclass
 class _Scope:
+    """The FROM items a name may refer to, and the enclosing query's scope (correlated subqueries)."""
+
     entries: list[_Entry]
     outer: _Scope | None = None
 

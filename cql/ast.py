@@ -38,6 +38,8 @@ class TypeName(Node):
 
 @dataclass(frozen=True)
 class AttrDef(Node):
+    """One attribute of a registered stream or relation: its name and type."""
+
     name: str
     type: TypeName
     pos: Pos | None = _pos()
@@ -119,6 +121,8 @@ class Star(Expr):
 
 @dataclass(frozen=True)
 class Unary(Expr):
+    """A prefix operator applied to one operand: `-x`, `+x`, `NOT p`."""
+
     op: str  # '-', '+', 'not'
     operand: Expr
     pos: Pos | None = _pos()
@@ -136,6 +140,8 @@ class Binary(Expr):
 
 @dataclass(frozen=True)
 class Between(Expr):
+    """`operand [NOT] BETWEEN low AND high`."""
+
     operand: Expr
     low: Expr
     high: Expr
@@ -145,6 +151,8 @@ class Between(Expr):
 
 @dataclass(frozen=True)
 class InList(Expr):
+    """`operand [NOT] IN (item, ...)`."""
+
     operand: Expr
     items: tuple[Expr, ...]
     negated: bool = False
@@ -153,6 +161,8 @@ class InList(Expr):
 
 @dataclass(frozen=True)
 class InQuery(Expr):
+    """`operand [NOT] IN (subquery)`."""
+
     operand: Expr
     query: Query
     negated: bool = False
@@ -161,6 +171,8 @@ class InQuery(Expr):
 
 @dataclass(frozen=True)
 class Exists(Expr):
+    """`[NOT] EXISTS (subquery)`."""
+
     query: Query
     negated: bool = False
     pos: Pos | None = _pos()
@@ -168,6 +180,8 @@ class Exists(Expr):
 
 @dataclass(frozen=True)
 class Like(Expr):
+    """`operand [NOT] LIKE pattern`."""
+
     operand: Expr
     pattern: Expr
     negated: bool = False
@@ -176,6 +190,8 @@ class Like(Expr):
 
 @dataclass(frozen=True)
 class IsNull(Expr):
+    """`operand IS [NOT] NULL`."""
+
     operand: Expr
     negated: bool = False
     pos: Pos | None = _pos()
@@ -193,6 +209,8 @@ class Case(Expr):
 
 @dataclass(frozen=True)
 class Cast(Expr):
+    """`CAST(operand AS type)`."""
+
     operand: Expr
     type: TypeName
     pos: Pos | None = _pos()
@@ -252,6 +270,8 @@ class RowsWindow(Window):
 
 @dataclass(frozen=True)
 class NowWindow(Window):
+    """`[Now]` (optionally with a window filter): the tuples of the current instant only."""
+
     where: Expr | None = None
     pos: Pos | None = _pos()
 
@@ -276,6 +296,8 @@ class Query(Node):
 
 @dataclass(frozen=True)
 class SelectItem(Node):
+    """One expression of a SELECT list, with its alias if given."""
+
     expr: Expr
     alias: str | None = None
     pos: Pos | None = _pos()
@@ -296,6 +318,8 @@ class FromItem(Node):
 
 @dataclass(frozen=True)
 class Select(Query):
+    """A SELECT block: items, FROM items, WHERE, GROUP BY, HAVING and DISTINCT."""
+
     items: tuple[SelectItem, ...]
     from_: tuple[FromItem, ...]
     where: Expr | None = None

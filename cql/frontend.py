@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class CompiledQuery:
+    """A query analyzed and optimized: its analysis and its logical plan after the rewrites."""
+
     analyzed: AnalyzedQuery
     plan: Plan  # after rewrites (and static approximation, when approved)
     approximation: Report | None = None  # what static approximation did (cql/approx/), if asked

@@ -65,6 +65,9 @@ def _concat(args: tuple[DataType, ...]) -> DataType | str:
 
 @dataclass(frozen=True)
 class ScalarFunction:
+    """A registered scalar function: its arity, the rule giving its result type, and its
+    (vectorized) implementation."""
+
     name: str
     min_args: int
     max_args: int | None  # None: variadic

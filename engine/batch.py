@@ -30,6 +30,9 @@ def empty_column(t: DataType, n: int = 0) -> np.ndarray:
 
 @dataclass
 class Batch:
+    """A columnar batch of delta events: the column arrays and their null masks, each row's
+    timestamp, sign (+1 insert, -1 delete) and tuple id."""
+
     cols: list[np.ndarray]
     nulls: list[np.ndarray | None]
     ts: np.ndarray  # int64

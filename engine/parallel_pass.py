@@ -199,6 +199,9 @@ def settle(leases: list[Lease], ids: IdSource) -> None:
 
 @dataclass
 class Outcome:
+    """What one parallel pass did: operator calls finished, and the errors raised, by plan
+    position."""
+
     done: int = 0
     errors: dict[int, BaseException] = field(default_factory=dict)  # plan position → its call's error
 

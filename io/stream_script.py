@@ -95,6 +95,8 @@ class Step:
 
 @dataclass
 class Script:
+    """A STREAM script read and checked: its steps in order and the warnings its views gave."""
+
     path: Path
     steps: list[Step] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # `path:line: warning: text`, from checking its views

@@ -21,6 +21,8 @@ def check_tick(seconds: float) -> float:
 
 @dataclass(frozen=True)
 class Settings:
+    """What `cqlstream serve` runs with: address, durability, keys, limits, overload control."""
+
     host: str = "127.0.0.1"
     port: int = 8000
     data_dir: str | None = None  # the write-ahead log, checkpoints and plan.json live here when set

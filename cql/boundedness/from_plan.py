@@ -33,6 +33,8 @@ class _Out(Exception):
 
 @dataclass
 class _Builder:
+    """What the walk of a plan has gathered so far: stream occurrences, attribute names, atoms."""
+
     occurrences: list[Occurrence] = field(default_factory=list)
     names: list[str] = field(default_factory=lambda: [""])
     atoms: list[Atom] = field(default_factory=list)

@@ -85,6 +85,8 @@ class Spj:
 
 @dataclass(frozen=True)
 class AggTerm:
+    """One aggregate of the normal form: the function and the attribute it reads."""
+
     func: str  # lower case; `count distinct` etc. for DISTINCT aggregates
     arg: int | None  # attribute number (None: count(*))
 

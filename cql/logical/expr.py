@@ -36,6 +36,8 @@ class ColRef(Expr):
 
 @dataclass(frozen=True)
 class Const(Expr):
+    """A constant of a given type (NULL is `value=None`)."""
+
     value: object
     type: DataType
 
@@ -131,6 +133,8 @@ class CaseWhen(Expr):
 
 @dataclass(frozen=True)
 class Cast(Expr):
+    """A conversion of `operand` to `type`."""
+
     operand: Expr
     type: DataType
 

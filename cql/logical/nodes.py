@@ -78,6 +78,8 @@ def _relations(node: Plan, inputs: Iterable[Plan]) -> None:
 
 @dataclass(frozen=True)
 class StreamSource(Plan):
+    """A registered stream read by the plan: a leaf, timestamps in `time_unit`."""
+
     name: str
     attrs: tuple[Attribute, ...]
     time_unit: str = "second"
@@ -95,6 +97,8 @@ class StreamSource(Plan):
 
 @dataclass(frozen=True)
 class RelationSource(Plan):
+    """A registered relation read by the plan: a leaf (`static`: it never changes)."""
+
     name: str
     attrs: tuple[Attribute, ...]
     static: bool = False

@@ -103,6 +103,9 @@ class _Info:
 
 @dataclass
 class _Analysis:
+    """The partitioning analysis of one plan: its leaves and which source columns are equated
+    (union-find)."""
+
     leaves: list[L.Plan] = field(default_factory=list)
     parent: dict[Atom, Atom] = field(default_factory=dict)
     broadcast: frozenset[str] = frozenset()  # names (lower case) of relations every partition reads whole

@@ -41,6 +41,8 @@ BACKOFF = 1  # A-Caching's back-off cap by default: off (the savings are within 
 
 @dataclass(frozen=True)
 class CachingConfig:
+    """A-Caching's settings (the module docstring says what each field does)."""
+
     enabled: bool = False
     memory: int = 1 << 20
     interval_seconds: float = 2.0

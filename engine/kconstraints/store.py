@@ -60,6 +60,9 @@ class Rows:
 
 @dataclass
 class Segment:
+    """One file of spilled rows with what a probe checks before reading it: key filter, key range,
+    ids, live rows."""
+
     path: str
     n: int  # rows still in the segment
     keys: Bloom | IdSet  # the join keys: exact when their gaps fit a byte (smaller than the filter)
