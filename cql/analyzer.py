@@ -471,12 +471,13 @@ class Analyzer:
             return self.rel_to_stream(q, outer)
         else:
             raise CqlError("unsupported", f"unsupported query form {type(q).__name__}", _span(q))
-        if implicit and not b.plan.is_stream and _implicit_istream(b.plan):
+        top = implicit_reading(b.plan) if implicit else None
+        if top is not None:
             self.notes.append(
                 "implicit ISTREAM: the query is monotonic and reads its streams through default "
                 "[RANGE UNBOUNDED] windows, so its result is a stream"
             )
-            return _Block(L.RelToStream("istream", b.plan), ast.RelToStream("istream", b.normalized))
+            return _Block(top, ast.RelToStream("istream", b.normalized))
         return b
 
     def rel_to_stream(self, q: ast.RelToStream, outer: _Scope | None) -> _Block:
@@ -883,6 +884,16 @@ def _time_unit(plan: L.Plan) -> str | None:
     for n in L.walk(plan):
         if isinstance(n, L.StreamSource):
             return n.time_unit
+    return None
+
+
+def implicit_reading(plan: L.Plan) -> L.Plan | None:
+    """The plan of a top-level query read with CQL's implicit ISTREAM, given its plan read without
+    (`AnalyzeOptions(stream_compat=True)`): Istream over it when it is a relation that is
+    monotonic and reads its streams through default windows, else None (the same plan). The only
+    difference between the two readings, so one analysis gives both (a script's views need both)."""
+    if not plan.is_stream and _implicit_istream(plan):
+        return L.RelToStream("istream", plan)
     return None
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from cqlstream.cql import ast, ddl
-from cqlstream.cql.analyzer import AnalyzeOptions, analyze
+from cqlstream.cql.analyzer import AnalyzeOptions, analyze, implicit_reading
 from cqlstream.cql.catalog import Catalog, SourceDef
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.frontend import CompiledQuery, compile_query
@@ -390,10 +390,10 @@ class Registrar:
             raise self._err(e, step.line, step.col) from None
         vt = self._ddl(step.ddl, ddl_line, step.ddl_col, "vtable")
         try:
-            plan = analyze(q, self.catalog, text=step.text).plan
             plain = analyze(q, self.catalog, text=step.text, options=_NO_IMPLICIT).plan
         except CqlError as e:
             raise self._err(e, step.line, step.col) from None
+        plan = implicit_reading(plain) or plain  # CQL's reading, with the implicit Istream
         verdict = view_kind(vt.name, step.line, vt.kind, _kind(plan), _kind(plain), self.compat)
         if verdict.message is not None:
             if verdict.error:

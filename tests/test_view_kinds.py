@@ -137,3 +137,41 @@ def test_the_cli_prints_the_warnings_on_stderr(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"{p}:6: warning: vtable 'J'" in r.stderr and f"{p}:10: warning: vtable 'C'" in r.stderr
     assert r.stderr.count("warning:") == 2  # once each, though the script is registered twice (check, run)
+
+
+def test_one_analysis_gives_both_readings(tmp_path: Path):
+    """A script's view needs its vquery read with CQL's implicit ISTREAM and without: the first is
+    derived from the second (`implicit_reading`), and is the plan a full analysis gives, for every
+    vquery and query of Linear Road's two scripts and of the papers' corpus."""
+    from bench.linear_road import gen
+    from bench.linear_road.bench import SCRIPTS
+    from cqlstream.cql.analyzer import AnalyzeOptions, analyze, implicit_reading
+    from cqlstream.cql.errors import CqlError
+    from cqlstream.cql.parser import parse_query
+    from cqlstream.io.stream_script import Registrar
+    from tests.test_corpus import _blocks, _catalog
+
+    derived = 0
+    gen.write(gen.PRESETS["tiny"], tmp_path)  # the scripts' sources, for their type lines
+    for path, flags in SCRIPTS.values():
+        compat = "--stream-compat" in flags
+        script = parse_script(path, compat=compat, source_dir=tmp_path)
+        check = Registrar(script, None, compat=compat, check_only=True)
+        for step in check.script.steps:
+            if step.kind in ("view", "query"):
+                q = parse_query(step.text)
+                plain = analyze(q, check.catalog, options=AnalyzeOptions(stream_compat=True)).plan
+                top = implicit_reading(plain)
+                assert (top or plain) == analyze(q, check.catalog).plan, step.text
+                derived += top is not None
+            getattr(check, "_" + step.kind)(step)
+    catalog = _catalog()
+    for _, _, text in _blocks():
+        try:
+            plain = analyze(text, catalog, options=AnalyzeOptions(stream_compat=True)).plan
+        except CqlError:
+            continue
+        top = implicit_reading(plain)
+        assert (top or plain) == analyze(text, catalog).plan, text
+        derived += top is not None
+    assert derived > 5  # the implicit Istream was met, not only plans left alone
