@@ -177,3 +177,24 @@ def test_a_cli_run_asks_for_one_blas_thread_unless_the_user_chose(tmp_path: Path
         {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": None},
         {"OPENBLAS_NUM_THREADS": None, "OMP_NUM_THREADS": "2"},
     ]
+
+
+def test_the_kmon_strategy_loads_only_for_a_join_a_constraint_applies_to():
+    """Registering a join reads k-Mon's configuration (engine/kconstraints/config.py); the strategy
+    module (~20 ms of imports) loads when a declared constraint applies to the join (Linear Road's
+    joins have none)."""
+    code = textwrap.dedent("""
+        import sys
+        from cqlstream.engine.dsms import Dsms
+        d = Dsms()
+        d.execute("register stream S (a int, b int); register relation R (a int, b int)")
+        d.register_query("select * from S [Rows 5], R where S.a = R.a")
+        assert "cqlstream.engine.kconstraints.strategy" not in sys.modules
+        d2 = Dsms()
+        d2.execute("register stream S (a int, b int) with constraints (unique(a)); register relation R (a int, b int)")
+        d2.register_query("select * from S [Rows 5], R where S.a = R.a")
+        from cqlstream.engine.operators.join import JoinOp
+        assert next(o for o in d2.plan.operators if isinstance(o, JoinOp)).kmon is not None
+    """)
+    loaded = _modules_after(code)
+    assert {"cqlstream.engine.kconstraints.strategy", "cqlstream.engine.kconstraints.config"} <= loaded

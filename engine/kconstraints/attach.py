@@ -38,7 +38,8 @@ from cqlstream.engine.operators.join import JoinOp, classify
 if TYPE_CHECKING:
     from cqlstream.cql.catalog import Catalog
     from cqlstream.engine.dsms import Dsms, QueryHandle
-    from cqlstream.engine.kconstraints.strategy import KMonConfig, KMonStrategy
+    from cqlstream.engine.kconstraints.config import KMonConfig
+    from cqlstream.engine.kconstraints.strategy import KMonStrategy
     from cqlstream.engine.planner import PNode
 
 INTEGER_KINDS = ("int", "byte", "timestamp")  # join keys k-Mon handles (int64 values)
@@ -211,8 +212,6 @@ def assumed_rids(x: Side, y: Side, declared_y: list[Constraint]) -> RIDS | None:
 
 
 def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig) -> KMonStrategy | None:
-    from cqlstream.engine.kconstraints.strategy import KMonStrategy
-
     if not isinstance(node, L.Join) or op.n != 2:
         return None
     for e in op.equi:
@@ -243,6 +242,8 @@ def strategy_for(catalog: Catalog, op: JoinOp, node: L.Plan, config: KMonConfig)
                 declared[x].append(assumed)
         applied = applicable(sides, declared)
         if applied:
+            from cqlstream.engine.kconstraints.strategy import KMonStrategy  # its first use: ~20 ms of imports
+
             exprs = (e.ea, e.eb) if e.a == 0 else (e.eb, e.ea)
             return KMonStrategy(op, exprs, applied, config, relational=(not sides[0].arrivals, not sides[1].arrivals))
     return None
@@ -283,8 +284,8 @@ def _joins(pn: PNode) -> list[tuple[PNode, JoinOp]]:
 
 def bind(d: Dsms, h: QueryHandle) -> list[KMonStrategy]:
     """Attach a strategy to each fresh 2-way join of `h` that declared constraints apply to.
-    The strategy module (~0.1 s of imports) loads with the first join: a run without joins has
-    no strategy to detach or attach."""
+    The strategy module (~20 ms of imports) loads with the first join a constraint applies to: a
+    run without such a join has no strategy to detach or attach."""
     loaded = sys.modules.get("cqlstream.engine.kconstraints.strategy")
     if loaded is not None:  # else no strategy exists yet
         for eid, ent in list(d.attached.items()):  # strategies of joins no longer in the plan
@@ -293,7 +294,7 @@ def bind(d: Dsms, h: QueryHandle) -> list[KMonStrategy]:
     joins = _joins(h.pnode) if h.pnode is not None else []
     if not joins:
         return []
-    from cqlstream.engine.kconstraints.strategy import KMonConfig
+    from cqlstream.engine.kconstraints.config import KMonConfig
 
     config = getattr(d, CONFIG_ATTR, None) or KMonConfig()
     if config.mode == "off":

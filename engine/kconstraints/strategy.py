@@ -12,7 +12,7 @@ The strategy is also an attached entity: its control table and knobs sit beside 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from cqlstream.engine.batch import Batch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kconstraints.approx import BLOCK, DropLedger
 from cqlstream.engine.kconstraints.columns import ColumnChoice
+from cqlstream.engine.kconstraints.config import KMonConfig
 from cqlstream.engine.kconstraints.constraints import RIDS, UNDECLARED, Constraint, ManyOne
 from cqlstream.engine.kconstraints.monitors import INF, Monitor
 from cqlstream.engine.kconstraints.reduction import RULES, ManyOneRule, Partition, RidsRule, Rule, StateView, partition
@@ -116,24 +117,9 @@ def _merged(
 BOOK = ("rank", "born", "joined", "key", "valid", "reason")  # bookkeeping columns per state row
 
 
-@dataclass(frozen=True)
-class KMonConfig:
-    """`mode`: exact (spill, results unchanged), approx (drop No rows, the paper's mode) or off.
-    `detect`: monitors may lower k from observed arrivals (W, c, p as in the paper). `threshold`:
-    constraints whose k is above it are not used. `retraction`: spilled rows that met a partner
-    still alive go to disk with the others (the paper's memory figures), or stay in memory for
-    that partner's delete (engine/kconstraints/retract.py: less time, more memory).
-    `eliminate_columns`: the state (memory, retraction tier, disk store) keeps only the columns the
-    join and the plan above read (engine/kconstraints/columns.py); False keeps whole rows."""
-
-    mode: str = "exact"
-    detect: bool = False
-    W: int = 1000
-    c: float = 1.0
-    p: float = 0.01
-    threshold: float = INF
-    retraction: str = "disk"
-    eliminate_columns: bool = True
+# KMonConfig lives in config.py (registering a join reads it without this module) and is named
+# here too: tests, benchmarks and older checkpoints import it from this module.
+_DEFAULT = KMonConfig()
 
 
 def _sampled(ids: np.ndarray, p: float) -> np.ndarray:
@@ -176,7 +162,7 @@ class KMonStrategy:
         join: JoinOp,
         key_exprs: tuple[Expr, Expr],
         applied: list[tuple[int, Constraint, str | None]],
-        config: KMonConfig = KMonConfig(),
+        config: KMonConfig = _DEFAULT,
         relational: tuple[bool, bool] = (False, False),
     ) -> None:
         """`applied`: (input x whose state the constraint prunes, constraint, role name or None).
