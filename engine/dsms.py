@@ -34,8 +34,6 @@ from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.approx.admission import Admission
 from cqlstream.engine.approx.config import OverloadConfig
 from cqlstream.engine.batch import Batch, from_rows
-from cqlstream.engine.boundedness import Verdict, decide
-from cqlstream.engine.boundedness import explain as explain_with_verdict
 from cqlstream.engine.errors import EngineError, InputError, InUseError, KnobError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.inputs import RelationInput, StreamInput, rows_to_batch
@@ -53,6 +51,7 @@ if TYPE_CHECKING:
     from cqlstream.engine.approx.admission import Decision
     from cqlstream.engine.approx.controller import Controller
     from cqlstream.engine.attached import Attached
+    from cqlstream.engine.boundedness import Verdict
     from cqlstream.engine.persist import PlanFile
     from cqlstream.engine.sysstream import SysPublisher
 
@@ -109,6 +108,9 @@ class QueryHandle:
         (engine/boundedness.py), decided once per query."""
         how = (self.share, self.synopsis_joins)
         if self._verdict is None or self._verdict[0] != how:
+            # the verdict machinery (engine/boundedness.py, cql/boundedness/) loads when asked
+            from cqlstream.engine.boundedness import decide
+
             self._verdict = (how, decide(self._shared_plan, self.physical_plan))
         return self._verdict[1]
 
@@ -601,6 +603,8 @@ class Dsms:
     def explain(self, query: int | str) -> str:
         if isinstance(query, int):
             return self.queries[query].explain()
+        from cqlstream.engine.boundedness import explain as explain_with_verdict
+
         return explain_with_verdict(self.compile(query))
 
     def explain_plan(self, fmt: str = "text") -> str | dict[str, Any]:
