@@ -144,8 +144,19 @@ def _one_malloc_arena() -> None:
         pass
 
 
+def _one_blas_thread() -> None:
+    """No BLAS thread pool for a run: numpy's OpenBLAS starts one thread per core at import, which
+    spin on the cores the reader, writer and engine threads want (a run does no matrix algebra
+    worth threads). Measured on Q2/Q4: 0.03-0.08 s less CPU per run (bench/README.md, session 15).
+    The user's own OPENBLAS_NUM_THREADS wins; set before numpy is imported."""
+    import os
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     _one_malloc_arena()
+    _one_blas_thread()
     from cqlstream.io.script_runner import DEFAULT_BATCH_ROWS
 
     if args.batch_rows is None:

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 # loaded on first use only: a run of a plain aggregate (no join, no approximation) never needs them
 OPTIONAL = [
     "cqlstream.cql.approx.static",
@@ -115,3 +117,41 @@ def test_cli_explain_and_shedding_still_load_what_they_use():
     """)
     loaded = _modules_after(code)
     assert {"cqlstream.engine.boundedness", "cqlstream.engine.operators.base"} <= loaded
+
+
+def _threads_after_run(tmp_path: Path, env: dict[str, str]) -> tuple[str | None, int]:
+    """OPENBLAS_NUM_THREADS as `cqlstream run` left it, and the threads of its process after the
+    run (the run's own threads have ended by then; numpy's BLAS pool, if started, has not)."""
+    import os
+
+    tmp_path.mkdir()
+    (tmp_path / "s.dat").write_text("i,i,i\n" + "".join(f"{i + 1},{i},{i}\n" for i in range(50)))
+    (tmp_path / "run.cql").write_text(
+        "table : register stream S (A integer, B integer);\nsource : s.dat\nquery : select * from S;\ndest : out\n"
+    )
+    prog = textwrap.dedent(f"""
+        import json, os
+        from cqlstream.cli import main
+        assert main(["run", {str(tmp_path / "run.cql")!r}, "--threads", "2"]) == 0
+        print(json.dumps([os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task"))]))
+    """)
+    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    r = subprocess.run(
+        [sys.executable, "-c", prog], capture_output=True, text=True, timeout=120, env={**base, **env}, cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    value, threads = json.loads(r.stdout.strip().splitlines()[-1])
+    return value, threads
+
+
+def test_a_run_starts_no_blas_threads(tmp_path: Path):
+    """numpy's OpenBLAS would start a thread per core at import, spinning on the cores the run's
+    own threads use: `cqlstream run` asks for one, i.e. no pool (unless the user set a count)."""
+    import os
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.fail("this test needs two CPUs to see a BLAS thread pool")
+    value, threads = _threads_after_run(tmp_path / "a", {})
+    users, with_pool = _threads_after_run(tmp_path / "b", {"OPENBLAS_NUM_THREADS": "2"})
+    assert value == "1" and users == "2"  # the user's count wins
+    assert with_pool == threads + 1  # a pool of two is the caller and one more thread
