@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 
 Round = list[tuple[int, Batch]]  # (dest index, results) in production order
 
+# How writer threads remove the line padding: False, `bytes.translate` as inline (it holds the GIL
+# ~1 ms per 64k-line chunk), rather than np.compress (releases it, ~50% more CPU). Measured on
+# Q2/Q4 at 1M rows, 2 threads (bench/README.md, session 15): the main thread's time blocked was
+# the same (0.02-0.07 s a run) and the writer's CPU 0.08-0.11 s lower with translate.
+WRITER_NOGIL = False
+
 
 def write_text(f: IO[bytes], batch: Batch, nogil: bool = False) -> None:
     """Write a batch's text chunk by chunk (no joined copy of a large output). `nogil`: on a
@@ -69,7 +75,7 @@ class _Worker:
                 continue  # keep taking rounds so the producer never blocks on a dead writer
             try:
                 for k, b in rnd:
-                    write_text(self.files[k], b, nogil=True)
+                    write_text(self.files[k], b, nogil=WRITER_NOGIL)
             except BaseException as e:  # raised to the producer
                 self.error = e
 
