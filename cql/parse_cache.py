@@ -9,6 +9,11 @@ ASTs of the statements it parsed, by text, in one pickle in the user's cache fol
 statement's AST from there and parses only the texts it lacks (and loads the parser's tables
 only then).
 
+The file maps each text to its own pickled AST, and a run unpickles only the statements it looks
+up: the file holds every statement any run on this machine parsed (up to `_MAX_TEXTS`; the test
+suite alone leaves ~1,300), and unpickling all of them took 0.06-0.10 s of CPU per start — more
+than parsing a short script does (bench/README.md, session 15).
+
 The file is keyed by everything that decides a text's AST: the grammar, the source of the
 modules that build the tree (cql/parser.py, cql/ast.py, cql/errors.py, cql/nesting.py), lark's
 version and Python's; any change of one starts a new file. Only statements that parse are kept:
@@ -27,12 +32,13 @@ from typing import Any
 
 from cqlstream.cql import ast
 
-_MAGIC = b"cqlstream-parsed-1\n"  # the file format (bump to orphan every older file)
+_MAGIC = b"cqlstream-parsed-2\n"  # the file format (bump to orphan every older file)
 _MAX_TEXTS = 5_000  # beyond this a save keeps only the statements this process used
 _SOURCES = ("parser.py", "ast.py", "errors.py", "nesting.py")  # cql/ modules that make an AST of a text
 
 _enabled = False
-_table: dict[str, ast.Node] | None = None  # text → AST, loaded on first use
+_table: dict[str, bytes] | None = None  # text → its pickled AST, as in the file (loaded on first use)
+_asts: dict[str, ast.Node] = {}  # text → AST: those looked up or parsed by this process
 _used: set[str] = set()
 parsed = 0  # statements this process parsed and added (a save is due when > 0)
 
@@ -62,8 +68,9 @@ def cache_path(key: str) -> Path:
     return cache_dir() / f"cql-parsed-{key[:32]}.pickle"
 
 
-def _read(key: str) -> dict[str, ast.Node]:
-    """The table in the cache file, or {} when there is none we can trust and read."""
+def _read(key: str) -> dict[str, bytes]:
+    """The table in the cache file (text → pickled AST), or {} when there is none we can trust
+    and read. The ASTs stay pickled: `lookup` unpickles the ones a run needs."""
     from cqlstream.cql.cache_files import read_private
 
     payload = read_private(cache_path(key), _MAGIC + key.encode() + b"\n")
@@ -73,7 +80,7 @@ def _read(key: str) -> dict[str, ast.Node]:
         table = pickle.loads(payload)
     except Exception:  # a whole file that does not unpickle after all: parse afresh
         return {}
-    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, ast.Node) for k, v in table.items()):
+    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, bytes) for k, v in table.items()):
         return {}
     return table
 
@@ -81,12 +88,32 @@ def _read(key: str) -> dict[str, ast.Node]:
 _key: str | None = None
 
 
-def _statements() -> dict[str, ast.Node]:
+def _statements() -> dict[str, bytes]:
     global _table, _key
     if _table is None:
         _key = cache_key()
         _table = _read(_key)
     return _table
+
+
+def _unpickled(text: str) -> ast.Node | None:
+    """The AST kept for `text`, unpickled once per process; None when absent or unreadable
+    (then parsed as if never kept)."""
+    stmt = _asts.get(text)
+    if stmt is not None:
+        return stmt
+    blob = _statements().get(text)
+    if blob is None:
+        return None
+    try:
+        stmt = pickle.loads(blob)
+    except Exception:  # one damaged entry: parse that statement afresh
+        stmt = None
+    if not isinstance(stmt, ast.Node):
+        _statements().pop(text, None)
+        return None
+    _asts[text] = stmt
+    return stmt
 
 
 def enable() -> None:
@@ -101,7 +128,7 @@ def lookup(text: str) -> Any:
     """The AST kept for `text`, or None (not kept, or the cache is not enabled)."""
     if not _enabled:
         return None
-    stmt = _statements().get(text)
+    stmt = _unpickled(text)
     if stmt is not None:
         _used.add(text)
     return stmt
@@ -111,7 +138,8 @@ def remember(text: str, stmt: ast.Node) -> None:
     """Keep the AST `text` parsed to (when the cache is enabled)."""
     global parsed
     if _enabled:
-        _statements()[text] = stmt
+        _asts[text] = stmt
+        _statements().pop(text, None)  # pickled at the save
         _used.add(text)
         parsed += 1
 
@@ -123,13 +151,14 @@ def save() -> None:
         return
     from cqlstream.cql.cache_files import write_atomic
 
-    table = {**_read(_key), **_table}
-    if len(table) > _MAX_TEXTS:
-        table = {t: table[t] for t in _used}
     try:
-        payload = pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL)
+        new = {t: pickle.dumps(stmt, protocol=pickle.HIGHEST_PROTOCOL) for t, stmt in _asts.items() if t not in _table}
     except Exception:  # an AST that does not pickle: keep nothing
         return
+    table = {**_read(_key), **_table, **new}
+    if len(table) > _MAX_TEXTS:
+        table = {t: table[t] for t in _used if t in table}
+    payload = pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL)
     write_atomic(cache_path(_key), _MAGIC + _key.encode() + b"\n", payload)
 
 

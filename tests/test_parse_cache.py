@@ -157,3 +157,54 @@ def test_cqlstream_run_keeps_its_statements(tmp_path: Path):
         outs.append((tmp_path / "o" / "out").read_text())
         assert len(list((tmp_path / "cache").glob("cql-parsed-*.pickle"))) == 1
     assert outs[0] == outs[1] and outs[0].count("\n") > 5
+
+
+def _fresh_module_state(monkeypatch, cache: Path) -> None:
+    """parse_cache as in a new process: enabled, nothing loaded, writing into `cache`."""
+    monkeypatch.setenv("CQLSTREAM_CACHE_DIR", str(cache))
+    for name, value in (("_enabled", True), ("_table", None), ("_asts", {}), ("_used", set()), ("_key", None)):
+        monkeypatch.setattr(parse_cache, name, value)
+    monkeypatch.setattr(parse_cache, "parsed", 0)
+
+
+def test_a_run_unpickles_only_the_statements_it_looks_up(tmp_path: Path, monkeypatch):
+    """The file keeps each AST pickled on its own: a run of one statement does not pay for the
+    hundreds every other script left there (unpickling all of them took 0.06-0.10 s a start)."""
+    from cqlstream.cql.parser import _parse
+
+    texts = [f"select a, Sum(b) from S [Range {k}] group by a" for k in range(1, 201)]
+    _fresh_module_state(monkeypatch, tmp_path / "cache")
+    for t in texts:
+        parse_cache.remember(t, _parse(t, "single"))
+    parse_cache.save()
+
+    _fresh_module_state(monkeypatch, tmp_path / "cache")
+    made: list[object] = []
+    loads = parse_cache.pickle.loads
+
+    def counting(data, *a, **kw):
+        out = loads(data, *a, **kw)
+        made.append(out)
+        return out
+
+    monkeypatch.setattr(parse_cache.pickle, "loads", counting)
+    got = parse_cache.lookup(texts[7])
+    assert got is not None and full(got) == full(_parse(texts[7], "single"))
+    assert sum(isinstance(x, parse_cache.ast.Node) for x in made) == 1  # that statement's AST only
+    assert sum(isinstance(x, dict) for x in made) == 1  # and the file's table, once
+    assert parse_cache.lookup(texts[7]) is got and len(made) == 2  # unpickled once per process
+
+
+def test_a_damaged_entry_is_parsed_afresh(tmp_path: Path, monkeypatch):
+    from cqlstream.cql.parser import _parse, parse_statement
+
+    texts = ["select a from S where a > 1", "select b from S where b < 2"]
+    _fresh_module_state(monkeypatch, tmp_path / "cache")
+    for t in texts:
+        parse_cache.remember(t, _parse(t, "single"))
+    parse_cache.save()
+    _fresh_module_state(monkeypatch, tmp_path / "cache")
+    parse_cache._statements()[texts[0]] = b"not a pickle"
+    assert parse_cache.lookup(texts[0]) is None  # the damaged one: parsed again below
+    assert full(parse_statement(texts[0])) == full(_parse(texts[0], "single"))
+    assert parse_cache.lookup(texts[1]) is not None and parse_cache.parsed == 1
