@@ -147,7 +147,7 @@ def _one_malloc_arena() -> None:
 def _one_blas_thread() -> None:
     """No BLAS thread pool for a run: numpy's OpenBLAS starts one thread per core at import, which
     spin on the cores the reader, writer and engine threads want (a run does no matrix algebra
-    worth threads). Measured on Q2/Q4: 0.03-0.08 s less CPU per run (bench/README.md, session 15).
+    worth threads). Measured on Q2/Q4: 0.04-0.06 s less CPU per run (bench/README.md, session 15).
     The user's own OPENBLAS_NUM_THREADS wins; set before numpy is imported."""
     import os
 

@@ -31,7 +31,7 @@ Round = list[tuple[int, Batch]]  # (dest index, results) in production order
 # How writer threads remove the line padding: False, `bytes.translate` as inline (it holds the GIL
 # ~1 ms per 64k-line chunk), rather than np.compress (releases it, ~50% more CPU). Measured on
 # Q2/Q4 at 1M rows, 2 threads (bench/README.md, session 15): the main thread's time blocked was
-# the same (0.02-0.07 s a run) and the writer's CPU 0.08-0.11 s lower with translate.
+# no higher (medians 0.05-0.08 s a run against 0.06-0.13) and the writer's CPU ~0.1 s lower.
 WRITER_NOGIL = False
 
 
