@@ -160,7 +160,8 @@ def main(argv=None) -> int:
         "--clocks",
         action="store_true",
         help="also print per-thread clocks (bench/run_clocks.py): the main thread's CPU (the critical "
-        "path), other threads' and writer processes' CPU, and wall minus the main thread's run-queue wait",
+        "path) and its time blocked (GIL, queues), other threads' CPU (readers, writers, engine workers) and writer "
+        "processes', and wall minus the main thread's run-queue wait",
     )
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else list(QUERIES)
@@ -189,8 +190,9 @@ def main(argv=None) -> int:
                 runs.append(r)
                 c = r.get("clocks")
                 extra = (
-                    f"  main {c['main']:.2f} others {c['others']:.2f} children {c['children']:.2f} "
-                    f"wall-runq {c['wall'] - c['runq']:.2f}"
+                    f"  main {c['main']:.2f} (blocked {c.get('blocked', 0):.2f}) others {c['others']:.2f} "
+                    f"(read {c.get('read', 0):.2f} write {c.get('write', 0):.2f} engine {c.get('engine', 0):.2f}) "
+                    f"children {c['children']:.2f} wall-runq {c['wall'] - c['runq']:.2f}"
                     if c
                     else ""
                 )

@@ -25,7 +25,7 @@ from cqlstream.engine.scheduler import Parallel, RoundRobin
 from cqlstream.io.dat_source import SourceReader
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.prefetch import Prefetch
-from cqlstream.io.result_writer import ResultWriter, Round
+from cqlstream.io.result_writer import ResultWriter, Round, empty_file
 from cqlstream.io.stream_script import Registrar, Step, parse_script
 
 if TYPE_CHECKING:  # imported by a run that writes in processes (it brings subprocess)
@@ -187,6 +187,10 @@ def _run(
     seen: dict[Path, int] = {}
     feeds: list[_Feed] = []
     writer: ResultWriter | None = None
+    # With writer threads, dests are opened without truncating and the writer threads empty them
+    # (io/result_writer.py): an old dest's blocks are freed off the engine's thread. Until the
+    # writer takes them over, the finally below empties them, as opening with "wb" would have.
+    defer_truncate = threads > 1 and not procs
     try:
         script = parse_script(
             path, compat=compat, source_dir=source_dir, on_source=start_reading if threads > 1 else None
@@ -215,14 +219,16 @@ def _run(
             seen[dest] = step.line
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                f = open(dest, "wb")  # noqa: SIM115 -- closed when the run ends (several dests stay open)
+                f = _open_dest(dest, defer_truncate)
             except OSError as e:
                 raise ScriptError(
                     script.path, step.file_line, f"cannot write dest '{dest}': {e.strerror or e}"
                 ) from None
             outs.append((str(dest), f, d.subscribe(h.id)))
             counts[str(dest)] = 0
-        writer = ResultWriter([f for _, f, _ in outs], workers=threads - 1, depth=_WRITE_AHEAD, processes=procs)
+        writer = ResultWriter(
+            [f for _, f, _ in outs], workers=threads - 1, depth=_WRITE_AHEAD, processes=procs, truncate=defer_truncate
+        )
 
         def drain() -> None:
             rnd: Round = []
@@ -256,10 +262,24 @@ def _run(
         try:
             if writer is not None:
                 writer.close()  # what was handed over is written, as the inline path wrote it
+            elif defer_truncate:
+                for _, out, _ in outs:  # the run failed before the writer took the dests over
+                    try:
+                        empty_file(out)
+                    except OSError:  # the run's own error is the one to report
+                        pass
         finally:
             for _, out, _ in outs:
                 out.close()
     return counts
+
+
+def _open_dest(dest: Path, keep: bool) -> IO[bytes]:
+    """Open a dest for writing from its start: emptied ("wb"), or with `keep` as it is, for the
+    writer threads to empty (created if missing, with the permissions "wb" gives)."""
+    if not keep:
+        return open(dest, "wb")  # closed when the run ends (several dests stay open)
+    return os.fdopen(os.open(dest, os.O_WRONLY | os.O_CREAT, 0o666), "wb")
 
 
 class _Feed:

@@ -6,8 +6,8 @@ same text for one element of Python values (clients, and the rare values the fas
 
 Writing builds each output line from fixed-width fields padded with NUL bytes — packed into uint64
 words when every field fits in 8 bytes, else in one byte matrix per chunk — and one pass per chunk
-removes the padding (`bytes.translate`, or on a writer thread beside the engine `np.compress`,
-which releases the GIL).
+removes the padding (`bytes.translate`, or with `nogil` `np.compress`, which releases the GIL at
+more CPU: io/result_writer.py's WRITER_NOGIL says which the writer threads use, and why).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ Chunk = bytes | memoryview  # the text of a chunk of lines (a buffer: files and 
 
 def _unpad(a: np.ndarray, nogil: bool) -> Chunk:
     """The bytes of C-contiguous array `a` without its NUL padding. `bytes.translate` is the
-    cheapest (~0.75 ns per byte) but holds the GIL; with `nogil` (a writer thread beside the
-    engine) np.compress does it in C loops that release the GIL, for ~50% more CPU."""
+    cheapest (~0.75 ns per byte) but holds the GIL; with `nogil` np.compress does it in C loops
+    that release the GIL, for ~50% more CPU."""
     if not nogil:
         return a.tobytes().translate(None, b"\0")
     v = a.reshape(-1).view(np.uint8)

@@ -46,6 +46,20 @@ def test_stream_queries_clocks_and_writer_processes(tmp_path):
     assert all(c["wall"] > 0 and c["runq"] >= 0 for c in (one, two))
 
 
+def test_stream_queries_clocks_per_thread_kind(tmp_path):
+    """--clocks also splits the other threads' CPU by kind (readers, writers, engine workers) and
+    gives the main thread's blocked time: at 1 thread there are none, at 2 a reader and a writer
+    (and with --engine-threads 2 an engine worker, which may or may not have taken a part)."""
+    report = tmp_path / "q.json"
+    argv = ["--rows", "3000", "--only", "Q4", "--threads", "1,2", "--clocks", "--run-flags", "2=--engine-threads 2"]
+    assert stream_queries.main([*argv, "--json", str(report)]) == 0
+    one, two = (r["clocks"] for r in json.loads(report.read_text())["results"]["Q4"]["runs"])
+    assert one["read"] == one["write"] == one["engine"] == 0
+    assert two["read"] > 0 and two["write"] > 0 and two["engine"] >= 0
+    assert two["read"] + two["write"] + two["engine"] <= two["others"] + 0.01
+    assert all(c["blocked"] >= 0 and c["blocked"] <= c["wall"] for c in (one, two))
+
+
 def test_stream_queries_match_the_reference(tmp_path):
     """Each suite query's dest files, in net form, equal the reference evaluator's result (Q7: a few
     of its 100 queries; Q5, whose reference cross product is too slow at a size with output: the
