@@ -184,6 +184,19 @@ class Operator(ABC):
         """The queues this operator writes (a fan-out operator also writes its members')."""
         return [self.output]
 
+    def shared_stores(self) -> list[Synopsis]:
+        """The stores this operator's call reads or changes that other operators may hold too
+        (shared synopses, window stores, the views it reads and the stores behind them): the
+        parallel scheduler never runs two operators declaring one store at once, and orders
+        this operator after the producers of the stores' queues (engine/parallel_pass.py).
+        Default: none (all its state is its own)."""
+        return []
+
+    def shared_operators(self) -> list[Operator]:
+        """Other operator objects this operator's call uses (a grouped selection's members): the
+        parallel scheduler never runs it beside them. Default: none."""
+        return []
+
     @property
     def inputs(self) -> list[Queue]:
         return [r.q for r in self.readers]
