@@ -148,7 +148,9 @@ class Operator(ABC):
     `snapshotable` give its current relation for a late consumer; `complete_from` says from which
     instant its output is exact; `state_class` its contribution to the bounded-memory verdict;
     `KNOBS` / `control_table` / `set_knob` its control table; `release` what it frees when
-    dropped; `state_bytes` the memory it holds; `peek` what a UI shows of it.
+    dropped; `state_bytes` the memory it holds; `peek` what a UI shows of it; `output_queues`,
+    `shared_stores` and `shared_operators` what it writes and what it shares with other operators
+    (the parallel scheduler's pass graph).
     """
 
     kind = "operator"
