@@ -309,6 +309,30 @@ def tick_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(msg.replace("tick_interval", "the tick")) from None
 
 
+ENGINE_THREADS_ENV = "CQLSTREAM_ENGINE_THREADS"  # `serve --engine-threads` when the option is not given
+
+
+def serve_engine_threads(args: argparse.Namespace) -> int:
+    """`serve --engine-threads`, else $CQLSTREAM_ENGINE_THREADS, else 1; a ValueError naming
+    where a bad value came from."""
+    import os
+
+    if args.engine_threads is not None:
+        n, where = args.engine_threads, "--engine-threads"
+    else:
+        text = os.environ.get(ENGINE_THREADS_ENV, "").strip()
+        if not text:
+            return 1
+        where = f"${ENGINE_THREADS_ENV}"
+        try:
+            n = int(text)
+        except ValueError:
+            raise ValueError(f"{where} must be a whole number of at least 1, not {text!r}") from None
+    if n < 1:
+        raise ValueError(f"{where} must be at least 1, not {n}")
+    return n
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
     import os
@@ -331,6 +355,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except EngineError as e:
         print(f"cqlstream serve: {e}", file=sys.stderr)
         return 2
+    try:
+        engine_threads = serve_engine_threads(args)
+    except ValueError as e:
+        print(f"cqlstream serve: {e}", file=sys.stderr)
+        return 2
     settings = Settings(
         host=args.host,
         port=args.port,
@@ -347,6 +376,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spark_master=args.spark_master,
         checkpoint_dir=args.checkpoint_dir,
         synopsis_joins=args.synopsis_joins == "on",
+        engine_threads=engine_threads,
         **durability_settings(args),
         **limit_settings(args),
     )
@@ -752,6 +782,16 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
         default="on",
         help=_SYNOPSIS_HELP
         + "; the engine knob synopsis_joins changes it for later queries, a query's own knob for it",
+    )
+    sv.add_argument(
+        "--engine-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="threads the engine runs operators on (default 1, or $CQLSTREAM_ENGINE_THREADS): 2 or more start "
+        "it on the 'parallel' scheduler, operators that do not feed each other side by side; results are the "
+        "same at every count. A run checking query limits goes in turn on one thread (the check follows each "
+        "call): --query-memory-limit 0 --query-cpu-limit 0 lets every run use the threads",
     )
     add_source_options(sv)
     add_durability_options(sv)

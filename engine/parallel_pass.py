@@ -17,7 +17,10 @@ Why nothing depends on which thread ran what (the invariants this module keeps):
    Readers of one queue running at once look at its batches and move their cursors (dropping the
    batches every reader has passed) holding the queue's lock (engine/queues.py `lock_of`).
 2. Shared state. Operators holding the same synopsis, window store or operator object never run at
-   once: the one of higher plan position waits for the other (an extra edge of the DAG).
+   once: the one of higher plan position waits for the other (an extra edge of the DAG). Each
+   operator declares what it holds (`Operator.shared_stores`, `shared_operators`); a join reading
+   a window's relation through a view declares the window store the view slices, which the
+   store's other windows change (tests/test_shared_declarations.py checks the declarations).
 3. Tuple ids. Each operator draws ids from a block of its own (`Lease`), refilled between passes
    on the calling thread in plan order, sized twice its recent use; a call needing more takes them
    from an overflow range fixed by its plan position (high ids, [2^62, 2^63)). So ids, and what
@@ -48,7 +51,6 @@ from dataclasses import dataclass, field
 from cqlstream.engine import parallel
 from cqlstream.engine.operators.base import IdSource, Lease, Operator, leased
 from cqlstream.engine.queues import Queue, lock_of
-from cqlstream.engine.synopses import Synopsis
 
 MIN_ROWS = 2048  # input rows from which an operator call is worth handing to another thread
 MIN_BLOCK = 1024  # ids an operator's block holds at least
@@ -61,39 +63,15 @@ def outputs(op: Operator) -> list[Queue]:
     return op.output_queues()
 
 
-_kinds: dict[type, bool] = {}  # type → whether it is a Synopsis or an Operator (ABC checks are slow)
-
-
-def _sharable(x: object) -> bool:
-    t = type(x)
-    k = _kinds.get(t)
-    if k is None:
-        k = _kinds[t] = issubclass(t, (Synopsis, Operator))
-    return k
-
-
 def shared(op: Operator) -> list[object]:
-    """The objects `op` may share with other operators: the synopses and operators among its
-    attributes and in its list and tuple attributes (judged by their first item, so a long
-    list of state costs nothing here)."""
-    found: list[object] = []
-    for v in vars(op).values():
-        if type(v) is list or type(v) is tuple:
-            if v and _sharable(v[0]):
-                found += [x for x in v if _sharable(x) and x is not op]
-        elif _sharable(v) and v is not op:
-            found.append(v)
-    return found
+    """The objects `op` may share with other operators, as it declares them: its shared stores
+    (`Operator.shared_stores`) and the other operator objects it uses (`shared_operators`)."""
+    return [*op.shared_stores(), *op.shared_operators()]
 
 
-def reads(op: Operator, objs: list[object]) -> list[Queue]:
+def reads(op: Operator) -> list[Queue]:
     """The queues whose contents `op`'s call depends on: its inputs and its stores' queues."""
-    qs = list(op.inputs)
-    for x in objs:
-        q = getattr(x, "queue", None)
-        if isinstance(q, Queue):
-            qs.append(q)
-    return qs
+    return [*op.inputs, *(st.queue for st in op.shared_stores())]
 
 
 @dataclass
@@ -115,7 +93,7 @@ def graph(operators: Sequence[Operator]) -> Graph:
         for q in outputs(op):
             producer[id(q)] = i
     objs = [shared(op) for op in ops]
-    rd = [reads(op, objs[i]) for i, op in enumerate(ops)]
+    rd = [reads(op) for op in ops]
     deps: list[set[int]] = [set() for _ in ops]
     for i in range(len(ops)):
         for q in rd[i]:
@@ -130,7 +108,7 @@ def graph(operators: Sequence[Operator]) -> Graph:
             if j is not None and j != i:  # refers to another operator of the plan
                 deps[i].add(j)
             k = holder.get(id(x))
-            if k is not None:
+            if k is not None and k != i:  # an object declared twice (a self-join's one view) is no edge
                 deps[i].add(k)
             holder[id(x)] = i
     # every edge from the lower plan position to the higher: acyclic whatever the plan, and a

@@ -88,6 +88,11 @@ class Synopsis(ABC):
         """Stop reading the queue (the plan drops the store)."""
         self.queue.detach(self.reader)
 
+    def backing(self) -> list[Synopsis]:
+        """The stores this one reads its contents from (a view: the store it slices), which an
+        operator reading it shares with their other holders (`Operator.shared_stores`)."""
+        return []
+
 
 class RelationStore(Synopsis):
     def __init__(self, queue: Queue, eid: str | None = None, kind: str = "relation store"):

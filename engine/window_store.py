@@ -216,6 +216,9 @@ class WindowRelation(Synopsis):
         assert out is not None  # given an instant, the store always answers
         return out
 
+    def backing(self) -> list[Synopsis]:
+        return [self.store]  # sliced at each read: its other members must not change it meanwhile
+
     def close(self) -> None:
         if self in self.store.views:
             self.store.views.remove(self)

@@ -17,13 +17,14 @@ from cqlstream.cql.catalog import SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.logical.nodes import Attribute
 from cqlstream.cql.parser import parse_script
+from cqlstream.engine import parallel
 from cqlstream.engine.approx.admission import Decision
 from cqlstream.engine.approx.config import OverloadConfig
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import SYS_STREAM, Dsms, QueryHandle, names_read
 from cqlstream.engine.errors import InputError
 from cqlstream.engine.operators.summary_mode import query_summaries
-from cqlstream.engine.scheduler import RoundRobin
+from cqlstream.engine.scheduler import SCHEDULERS
 from cqlstream.engine.seeding import register_seeded
 from cqlstream.io.decoders import Parsed, Target
 from cqlstream.io.errors import IngestError
@@ -52,7 +53,7 @@ def make_dsms(settings: Settings) -> Dsms:
         compat=settings.compat,
         data_dir=None if with_log else data_dir,
         silence_timeout=settings.silence_timeout,
-        scheduler=RoundRobin(settings.work_budget),
+        scheduler=SCHEDULERS[threaded_scheduler(settings.engine_threads)](settings.work_budget),
         query_memory_limit=settings.query_memory_limit,
         query_cpu_limit=settings.query_cpu_limit,
         overload=_overload(settings),
@@ -63,6 +64,21 @@ def make_dsms(settings: Settings) -> Dsms:
 
         d.plan_file = PlanFile(data_dir)  # still written, as an export
     return d
+
+
+def threaded_scheduler(engine_threads: int) -> str:
+    """The scheduler for `serve --engine-threads` (as `cqlstream run` picks it): `parallel` on 2 or
+    more threads, round robin on one (the same order, without the pass's bookkeeping)."""
+    return "parallel" if engine_threads > 1 else "round-robin"
+
+
+def follow_engine_threads(d: Dsms, engine_threads: int) -> None:
+    """At start, round robin and `parallel` (one schedule, on one thread or on several) follow
+    --engine-threads, whichever of the two a data dir recorded; another scheduler chosen through
+    the `scheduler` knob is kept."""
+    s, want = d.scheduler, threaded_scheduler(engine_threads)
+    if s.name in ("round-robin", "parallel") and s.name != want:
+        d.scheduler = SCHEDULERS[want](s.budget)
 
 
 def _overload(settings: Settings) -> OverloadConfig | None:
@@ -105,9 +121,13 @@ class EngineHost:
         self.settings = settings or Settings()
         # one server per data dir: refused here, before anything in it is read (server/dir_lock.py)
         self.dir_lock = DataDirLock(self.settings.data_dir) if self.settings.data_dir else None
+        # the engine's threads are the process's (engine/parallel.py): set for this server, given back at stop
+        self._threads_before = parallel.threads()
+        parallel.set_threads(self.settings.engine_threads)
         try:
             self._open(dsms)
         except BaseException:
+            parallel.set_threads(self._threads_before)
             if self.dir_lock is not None:
                 self.dir_lock.release()
             raise
@@ -143,6 +163,7 @@ class EngineHost:
                     self.fanout.add(self.d.queries[qid])
             for text in self.settings.ddl:
                 self._startup_ddl(text)
+            follow_engine_threads(self.d, self.settings.engine_threads)
 
     def _startup_ddl(self, text: str) -> None:
         """Register the streams, relations and views of `text` (one or more `;`-separated statements);
@@ -177,6 +198,7 @@ class EngineHost:
         self.journal.close()  # a last checkpoint: the restart replays nothing
         if self.dir_lock is not None:
             self.dir_lock.release()
+        parallel.set_threads(self._threads_before)
 
     def end_streams(self, reason: str) -> None:
         """End every result stream (lock-free: safe on the event loop at shutdown)."""

@@ -19,6 +19,13 @@ def check_tick(seconds: float) -> float:
     return seconds
 
 
+def check_engine_threads(n: object) -> int:
+    """The engine's thread count, or a ValueError saying what it takes."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"engine_threads must be a whole number of at least 1, not {n!r}")
+    return n
+
+
 @dataclass(frozen=True)
 class Settings:
     """What `cqlstream serve` runs with: address, durability, keys, limits, overload control."""
@@ -62,6 +69,9 @@ class Settings:
     overload_admission: bool = True  # refuse rows at push time over the queue memory limit
     overload_policy: str = "weighted"  # who loses precision first (engine/approx/shedding.py)
     work_budget: int | None = 100_000  # input elements per operator call, so limits are checked within a run
+    # threads the engine runs operators on (`serve --engine-threads`, process-wide): 2 or more start it
+    # on the `parallel` scheduler, operators that do not feed each other side by side; same results
+    engine_threads: int = 1
     max_pending_pushes: int = 64  # pushes in flight (reading, waiting for the engine, running) before 429
     max_engine_lag: float = 5.0  # s the engine may be busy on one call before pushes get 429 and /readyz 503
     retry_after: int = 1  # seconds, the Retry-After of a 429
@@ -74,3 +84,4 @@ class Settings:
 
     def __post_init__(self) -> None:
         check_tick(self.tick_interval)
+        check_engine_threads(self.engine_threads)

@@ -236,3 +236,18 @@ def test_boundedness_bench_runs(tmp_path):
             assert max(sizes) - min(sizes) < sizes[0] // 10, r
         else:
             assert sizes[0] < sizes[-1], r
+
+
+def test_server_threads_bench_counts_equal_results():
+    """bench.server_threads at a tiny size: servers at 1 and 2 engine threads (round robin, then
+    parallel) give the same result elements per query; timings not asserted."""
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.server_threads", "--rows", "6000", "--batch", "2000", "--rounds", "1"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "threads 1 (round-robin)" in run.stdout and "threads 2 (parallel)" in run.stdout, run.stdout
+    assert "results equal at every count: True" in run.stdout, run.stdout

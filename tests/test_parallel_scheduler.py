@@ -134,7 +134,7 @@ def test_every_call_follows_its_producers_calls(threads, monkeypatch):
 
     def call_(self, i):
         op = self.g.ops[i]
-        for q in PP.reads(op, PP.shared(op)):
+        for q in PP.reads(op):
             for j, other in enumerate(self.g.ops):
                 if j != i and q in PP.outputs(other) and j not in called:
                     violations.append((other.name, op.name))

@@ -148,7 +148,9 @@ class Operator(ABC):
     `snapshotable` give its current relation for a late consumer; `complete_from` says from which
     instant its output is exact; `state_class` its contribution to the bounded-memory verdict;
     `KNOBS` / `control_table` / `set_knob` its control table; `release` what it frees when
-    dropped; `state_bytes` the memory it holds; `peek` what a UI shows of it.
+    dropped; `state_bytes` the memory it holds; `peek` what a UI shows of it; `output_queues`,
+    `shared_stores` and `shared_operators` what it writes and what it shares with other operators
+    (the parallel scheduler's pass graph).
     """
 
     kind = "operator"
@@ -183,6 +185,19 @@ class Operator(ABC):
     def output_queues(self) -> list[Queue]:
         """The queues this operator writes (a fan-out operator also writes its members')."""
         return [self.output]
+
+    def shared_stores(self) -> list[Synopsis]:
+        """The stores this operator's call reads or changes that other operators may hold too
+        (shared synopses, window stores, the views it reads and the stores behind them): the
+        parallel scheduler never runs two operators declaring one store at once, and orders
+        this operator after the producers of the stores' queues (engine/parallel_pass.py).
+        Default: none (all its state is its own)."""
+        return []
+
+    def shared_operators(self) -> list[Operator]:
+        """Other operator objects this operator's call uses (a grouped selection's members): the
+        parallel scheduler never runs it beside them. Default: none."""
+        return []
 
     @property
     def inputs(self) -> list[Queue]:

@@ -62,6 +62,9 @@ class FilterHub(Operator):
     def output_queues(self) -> list[Queue]:
         return [self.output, *(m.output for m in self.members)]
 
+    def shared_operators(self) -> list[Operator]:
+        return list(self.members)
+
     def resume(self, old: Operator) -> None:
         """Take over the position and progress of `old`, a running selection over the same queue
         that this hub replaces (a selection keeps no state, so nothing else carries over)."""
@@ -150,6 +153,9 @@ class HubMember(FilterOp):
 
     def scheduled(self) -> Operator:
         return self.hub
+
+    def shared_operators(self) -> list[Operator]:
+        return [] if self.hub is None else [self.hub]
 
     def groupable(self) -> bool:
         return False

@@ -760,6 +760,11 @@ class JoinOp(Operator):
     def release(self) -> list[object]:
         return super().release() + self.leave_stores()
 
+    def shared_stores(self) -> list[Synopsis]:
+        """Its inputs' shared stores (relation stores, window views) and what the views slice."""
+        stores = self.stores or []
+        return [*stores, *(b for st in stores for b in st.backing())]
+
     def leave_stores(self) -> list[object]:
         """Stop being a user of the shared stores; those no other operator reads are released and
         returned (the plan forgets them)."""

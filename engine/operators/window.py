@@ -25,6 +25,7 @@ from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
     from cqlstream.engine.planner import EngineOptions
+    from cqlstream.engine.synopses import Synopsis
     from cqlstream.engine.window_store import WindowRelation, WindowStore
 
 __all__ = ["WindowOp", "emit", "partition_ids"]
@@ -59,6 +60,9 @@ class WindowOp(Operator):
         if self.store is not None:
             return self.store.deltas(self, bound)
         return self.logic.process(inputs[0], bound)
+
+    def shared_stores(self) -> list[Synopsis]:
+        return [] if self.store is None else [self.store]
 
     def join_store(self, ws: WindowStore) -> None:
         """Read the window's elements from the shared window store `ws` (see `window_store_mode`);
