@@ -53,6 +53,13 @@ def _owns_memory(batch: Batch) -> bool:
 
 
 class Queue:
+    # the rows several readers took last as one concatenation of several parts, keyed by their
+    # span (first batch, row, end batch, row; absolute indices): the next reader taking the same
+    # span gets the same batch instead of copying the parts again (a stream read by four
+    # operators whose instant was split across two pushes: one copy instead of four). Dropped
+    # with the batches it was cut from. A class default: queues of older checkpoints lack it.
+    joined: tuple[tuple[int, int, int, int], Batch] | None = None
+
     def __init__(self, types: Iterable[DataType], name: str = "") -> None:
         self.types = list(types)
         self.name = name
@@ -102,6 +109,7 @@ class Queue:
                 self.base += len(self.batches)
                 self.batches.clear()
                 self.at.clear()
+                self.joined = None
 
     def _moved(self, old: int, new: int | None) -> None:
         """A reader moved from batch `old` to `new` (None: it left): drop the batches every reader
@@ -136,6 +144,8 @@ class Queue:
         if low > self.base:
             del self.batches[: low - self.base]
             self.base = low
+            if self.joined is not None and self.joined[0][0] < low:
+                self.joined = None
 
     def length(self) -> int:
         """Elements not yet consumed by the slowest reader."""
@@ -205,10 +215,25 @@ class Reader:
         return bound
 
     def take(self, bound: int) -> Batch:
-        """Every pending row with ts ≤ bound, advancing the cursor."""
-        with lock_of(self.q):
+        """Every pending row with ts ≤ bound, advancing the cursor. Readers of one queue share
+        the batches they take (operators never change their inputs): rows in several parts are
+        copied into one batch once for every reader taking the same span (`Queue.joined`)."""
+        q = self.q
+        with lock_of(q):
+            start = (self.batch, self.row) if self.prefix is None else None
+            joined = q.joined  # (before `_take`: the last reader of the span drops it there)
             parts = self._take(bound)
-        return concat(parts, self.q.types)  # outside the lock: the parts are this reader's now
+            if len(parts) < 2:
+                return parts[0] if parts else Batch.empty(q.types)
+            span = None if start is None else (*start, self.batch, self.row)
+            if joined is not None and joined[0] == span:
+                return joined[1]
+        out = concat(parts, q.types)  # outside the lock: the parts are this reader's now
+        if span is not None:
+            with lock_of(q):
+                if span[0] >= q.base:  # (its first batch may have been dropped meanwhile)
+                    q.joined = (span, out)
+        return out
 
     def _take(self, bound: int) -> list[Batch]:
         parts = []

@@ -101,3 +101,33 @@ def test_small_recent_tail_is_never_a_view_of_a_larger_batch() -> None:
     assert q.recent_rows(RECENT).cols[0].tolist() == list(range(8))
     own.id = np.zeros(3, np.uint64)  # the pusher's Batch object is not the one kept
     assert q.recent[-1].id.tolist() == [5, 6, 7]
+
+
+@pytest.mark.parametrize("size", [1, 7, 10_000])
+def test_readers_of_one_span_share_its_concatenation(size: int) -> None:
+    """Three readers take the same spans (the rows of several pushes at once); a fourth starts
+    where they start every other time but stops an instant earlier: each gets exactly its rows,
+    and the readers of one span get one shared batch."""
+    data = _rows(400, seed=11)
+    q = Queue([INT])
+    same = [q.reader() for _ in range(3)]
+    other = q.reader()
+    got: list[list[int]] = [[] for _ in range(4)]
+    pushes = _pushes(data, size)
+    turn = 0
+    for k, p in enumerate(pushes):
+        q.push(p, watermark=int(p.ts[-1]))
+        if k % 3 == 2 or k == len(pushes) - 1:  # three pushes at a time: several parts
+            bound = int(p.ts[-1])
+            outs = [r.take(bound) for r in same]
+            assert all(o is outs[0] for o in outs[1:])
+            for i, o in enumerate(outs):
+                got[i].extend(o.cols[0].tolist())
+            # the fourth: from the same start to the instant before (every other time), else
+            # catching up to the same bound from its own start
+            turn += 1
+            got[3].extend(other.take(bound - 1 if turn % 2 else bound).cols[0].tolist())
+    got[3].extend(other.take(int(data.ts[-1])).cols[0].tolist())
+    for g in got:
+        assert g == data.cols[0].tolist()
+    assert q.joined is None or q.joined[0][0] >= q.base  # nothing held from dropped batches
