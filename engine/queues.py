@@ -60,7 +60,8 @@ class Queue:
     # with the batches it was cut from. A class default: queues of older checkpoints lack it.
     joined: tuple[tuple[int, int, int, int], Batch] | None = None
 
-    def __init__(self, types: Iterable[DataType], name: str = "") -> None:
+    def __init__(self, types: Iterable[DataType], name: str = "", recent: bool = True) -> None:
+        """`recent`: keep the last rows pushed (`recent_rows`, what a UI peeks at); False: none."""
         self.types = list(types)
         self.name = name
         self.batches: list[Batch] = []
@@ -71,7 +72,7 @@ class Queue:
         self.ended = False
         self.readers: list[Reader] = []
         self.tuples_in = 0
-        self.recent: deque[Batch] = deque(maxlen=4)
+        self.recent: deque[Batch] | None = deque(maxlen=4) if recent else None
         self.eid: str | None = None  # entity id in the control tables
         self.at: dict[int, int] = {}  # absolute batch index → readers positioned in it
 
@@ -86,7 +87,8 @@ class Queue:
                 if self.start is None:
                     self.start = int(ts[0])
                 self.last_ts = int(ts[-1])
-                self.recent.append(_tail(batch, n))
+                if self.recent is not None:
+                    self.recent.append(_tail(batch, n))
         if watermark is not None and (self.watermark is None or watermark > self.watermark):
             self.watermark = watermark
 
@@ -157,7 +159,9 @@ class Queue:
         return sum(b.nbytes() for b in self.batches)
 
     def recent_rows(self, n: int) -> Batch:
-        """The last n elements appended (at most RECENT)."""
+        """The last n elements appended (at most RECENT; none in a queue keeping no tail)."""
+        if self.recent is None:
+            return Batch.empty(self.types)
         b = concat(list(self.recent), self.types)
         return b.slice(max(len(b) - n, 0), len(b))
 
