@@ -72,7 +72,7 @@ class Batch:
         if ix.dtype == np.bool_:
             if ix.shape != self.ts.shape:
                 raise IndexError(f"boolean index of {ix.shape} rows for a batch of {len(self)}")
-            ix = np.flatnonzero(ix)
+            ix = ix.nonzero()[0]  # (np.flatnonzero of a 1-D mask, without its ravel and dispatch)
         elif ix.dtype != np.intp:
             ix = ix.astype(np.intp)
         return Batch(

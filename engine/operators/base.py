@@ -153,6 +153,9 @@ class Operator(ABC):
 
     kind = "operator"
     fanout = False  # True: deliver() routes each call's output to several queues (FilterHub)
+    # True: a call whose inputs hold no rows outputs nothing and changes no state, so `step`
+    # only advances the output's watermark (a per-minute trigger's many empty calls)
+    quiet_on_empty = False
     unshed: frozenset[int] = frozenset()  # inputs load shedding never thins (read for their instants only)
     KNOBS: ClassVar[tuple[K.Knob, ...]] = (K.MEMORY_LIMIT, SAMPLING_RATE)
     reads_input_stores: ClassVar[bool] = False  # True: from_node takes its inputs' shared stores (joins)
@@ -248,7 +251,7 @@ class Operator(ABC):
         n_in = 0
         for d in data:
             n_in += len(d.ts)
-        out = self.process(data, b)
+        out = None if not n_in and self.quiet_on_empty else self.process(data, b)
         self.done_through = b
         ended = True
         for r in readers:
