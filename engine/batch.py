@@ -29,7 +29,7 @@ def empty_column(t: DataType, n: int = 0) -> np.ndarray:
 
 
 # zero-length arrays shared by every empty batch (Batch.empty)
-_EMPTY = {kind: np.zeros(0, dtype=dt) for kind, dt in _DTYPES.items()}
+_EMPTY: dict[str, np.ndarray] = {kind: np.zeros(0, dtype=dt) for kind, dt in _DTYPES.items()}
 _EMPTY_OBJ = np.zeros(0, dtype=object)
 _EMPTY_TS, _EMPTY_SIGN, _EMPTY_ID = np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0, np.uint64)
 
@@ -53,7 +53,9 @@ class Batch:
     def empty(types: Sequence[DataType]) -> Batch:
         """A batch of no rows. Its arrays are shared zero-length ones (nothing can be written
         into them): operators with nothing pending get one per input at every call."""
-        return Batch([_EMPTY.get(t.kind, _EMPTY_OBJ) for t in types], [None] * len(types), _EMPTY_TS, _EMPTY_SIGN, _EMPTY_ID)
+        return Batch(
+            [_EMPTY.get(t.kind, _EMPTY_OBJ) for t in types], [None] * len(types), _EMPTY_TS, _EMPTY_SIGN, _EMPTY_ID
+        )
 
     def take(self, idx: np.ndarray | slice | Sequence[int]) -> Batch:
         """Rows at positions/mask `idx` (numpy fancy index semantics). A slice gives views; a

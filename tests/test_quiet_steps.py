@@ -18,16 +18,22 @@ INT = DataType("int")
 
 
 def _one(ts: int) -> Batch:
-    return Batch([np.array([7], np.int64)], [None], np.array([ts], np.int64), np.ones(1, np.int8), np.ones(1, np.uint64))
+    return Batch(
+        [np.array([7], np.int64)], [None], np.array([ts], np.int64), np.ones(1, np.int8), np.ones(1, np.uint64)
+    )
 
 
-@pytest.mark.parametrize("make", [lambda i, o: PassOp([i], o, IdSource()), lambda i, o: RelToStreamOp([i], o, IdSource(), "istream")])
+@pytest.mark.parametrize(
+    "make", [lambda i, o: PassOp([i], o, IdSource()), lambda i, o: RelToStreamOp([i], o, IdSource(), "istream")]
+)
 def test_quiet_operator_is_not_called_without_rows(make, monkeypatch):
     qi, qo = Queue([INT]), Queue([INT])
     op = make(qi, qo)
     calls = []
     real = type(op).process
-    monkeypatch.setattr(type(op), "process", lambda self, inputs, bound: calls.append(bound) or real(self, inputs, bound))
+    monkeypatch.setattr(
+        type(op), "process", lambda self, inputs, bound: calls.append(bound) or real(self, inputs, bound)
+    )
     qi.push(_one(1), watermark=1)
     assert op.step() == 1 and calls == [1]
     qi.push(None, watermark=5)  # time passes, no rows
@@ -51,7 +57,9 @@ def test_rstream_is_called_without_rows():
 DDL = "register stream S (a int, b int); register stream M (m int)"
 # a stream with long silent stretches (heartbeats, a per-minute trigger stream beside it)
 _S = [(10 * (i // 4), (i % 5, i % 3)) for i in range(40)] + [(200 + k, None) for k in range(0, 60, 7)]
-_M = sorted([(t, (t // 60,)) for t in range(0, 260, 60)] + [(t + 1, None) for t in range(0, 260, 13)], key=lambda e: e[0])
+_M = sorted(
+    [(t, (t // 60,)) for t in range(0, 260, 60)] + [(t + 1, None) for t in range(0, 260, 13)], key=lambda e: e[0]
+)
 
 
 @pytest.mark.parametrize(
