@@ -1,7 +1,8 @@
 """A window's deltas (`emit`): inserts and deletes merged in ts order, the deletes first at one
 instant, each side in its own order — what concatenating them and a stable sort by ts gives.
-Checked against that definition on sorted sides (the merge), sides of one instant, one side
-alone and unsorted sides, with NULLs and text columns."""
+Checked against that definition on sorted and unsorted sides, sides of one instant and one side
+alone, with NULLs and text columns. (A merge writing each row at its place was tried in session
+15: right, but 2× slower than the concatenation and numpy's stable sort on Linear Road's windows.)"""
 
 import numpy as np
 import pytest

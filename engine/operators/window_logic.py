@@ -22,52 +22,13 @@ Lifetimes = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def emit(ins: Batch, dels: Batch, del_ts: np.ndarray, ins_ts: np.ndarray | None = None) -> Batch:
-    """Inserts (at ins_ts or their own ts) and deletes (at del_ts), merged in ts order (at one
-    instant the deletes first, each side in its own order)."""
+    """Inserts (at ins_ts or their own ts) and deletes (at del_ts), merged in ts order."""
     ins = ins if ins_ts is None else Batch(ins.cols, ins.nulls, ins_ts, ins.sign, ins.id)
     dels = Batch(dels.cols, dels.nulls, del_ts.astype(np.int64), -np.ones(len(dels), np.int8), dels.id)
-    if len(ins) and len(dels) and _sorted(ins.ts) and _sorted(dels.ts):
-        if dels.ts[-1] <= ins.ts[0]:  # every delete first: already in order
-            return concat([dels, ins], None)
-        return _merged(dels, ins)
     out = concat([dels, ins], None) if (len(ins) or len(dels)) else ins
-    if len(out) and not _sorted(out.ts):
+    if len(out) and not bool(np.all(out.ts[1:] >= out.ts[:-1])):
         out = out.take(np.argsort(out.ts, kind="stable"))
     return out
-
-
-def _sorted(a: np.ndarray) -> bool:
-    return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
-
-
-def _merged(dels: Batch, ins: Batch) -> Batch:
-    """Two ts-sorted batches merged by ts, dels first at equal ts: each row is written once at its
-    place (what concatenating them and a stable sort by ts gives, without the concatenation's
-    copy and the sort: windows emit tens of thousands of rows per call on Linear Road)."""
-    its, dts = ins.ts, dels.ts
-    ni, nd = len(its), len(dts)
-    dpos = np.searchsorted(its, dts, side="left")  # the inserts strictly before each delete
-    dpos += np.arange(nd)
-    ipos = np.searchsorted(dts, its, side="right")  # the deletes at or before each insert
-    ipos += np.arange(ni)
-
-    def merge(d: np.ndarray, i: np.ndarray) -> np.ndarray:
-        out = np.empty(ni + nd, np.result_type(d, i))
-        out[dpos] = d
-        out[ipos] = i
-        return out
-
-    nulls: list[np.ndarray | None] = []
-    for k in range(ins.width):
-        dm, im = dels.nulls[k], ins.nulls[k]
-        nulls.append(None if dm is None and im is None else merge(dels.null_mask(k), ins.null_mask(k)))
-    return Batch(
-        [merge(d, i) for d, i in zip(dels.cols, ins.cols)],
-        nulls,
-        merge(dts, its),
-        merge(dels.sign, ins.sign),
-        merge(dels.id, ins.id),
-    )
 
 
 def partition_ids(b: Batch, keys: Sequence[int]) -> np.ndarray:
