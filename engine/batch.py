@@ -28,6 +28,12 @@ def empty_column(t: DataType, n: int = 0) -> np.ndarray:
     return np.zeros(n, dtype=dtype_of(t)) if t.kind in _DTYPES else np.full(n, "", dtype=object)
 
 
+# zero-length arrays shared by every empty batch (Batch.empty)
+_EMPTY: dict[str, np.ndarray] = {kind: np.zeros(0, dtype=dt) for kind, dt in _DTYPES.items()}
+_EMPTY_OBJ = np.zeros(0, dtype=object)
+_EMPTY_TS, _EMPTY_SIGN, _EMPTY_ID = np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0, np.uint64)
+
+
 @dataclass
 class Batch:
     """A columnar batch of delta events: the column arrays and their null masks, each row's
@@ -48,12 +54,10 @@ class Batch:
 
     @staticmethod
     def empty(types: Sequence[DataType]) -> Batch:
+        """A batch of no rows. Its arrays are shared zero-length ones (nothing can be written
+        into them): operators with nothing pending get one per input at every call."""
         return Batch(
-            [empty_column(t) for t in types],
-            [None] * len(types),
-            np.zeros(0, np.int64),
-            np.zeros(0, np.int8),
-            np.zeros(0, np.uint64),
+            [_EMPTY.get(t.kind, _EMPTY_OBJ) for t in types], [None] * len(types), _EMPTY_TS, _EMPTY_SIGN, _EMPTY_ID
         )
 
     def take(self, idx: np.ndarray | slice | Sequence[int]) -> Batch:
@@ -73,7 +77,7 @@ class Batch:
         if ix.dtype == np.bool_:
             if ix.shape != self.ts.shape:
                 raise IndexError(f"boolean index of {ix.shape} rows for a batch of {len(self)}")
-            ix = np.flatnonzero(ix)
+            ix = ix.nonzero()[0]  # (np.flatnonzero of a 1-D mask, without its ravel and dispatch)
         elif ix.dtype != np.intp:
             ix = ix.astype(np.intp)
         return Batch(

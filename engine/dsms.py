@@ -240,6 +240,7 @@ class Dsms:
         adaptive: AdaptiveConfig | None = None,
         overload: OverloadConfig | None = None,
         synopsis_joins: bool = True,
+        recent_tails: bool = True,
     ) -> None:
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
@@ -256,7 +257,8 @@ class Dsms:
         queries' input when queues or CPU pass them (engine/approx/controller.py; default off).
         `synopsis_joins`: a join of streams read whole that the bounded-memory characterization
         judges bounded runs as one constant-memory synopsis join (docs/bounded-memory.md); False:
-        with windows and the ordinary join."""
+        with windows and the ordinary join. `recent_tails`: queues keep their last rows for
+        `peek`; False (a host nobody peeks through, e.g. a script run) saves a copy per push."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew
@@ -271,6 +273,7 @@ class Dsms:
             binary_joins=binary_joins,
             adaptive=adaptive or AdaptiveConfig(),
             synopsis_joins=synopsis_joins,
+            recent_tails=recent_tails,
         )
         self.plan = PhysicalPlan(self.ids, Evaluator(self.catalog.functions), options)
         self.plan.share_policy = self._join_share_policy

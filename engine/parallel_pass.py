@@ -155,8 +155,7 @@ def refill(g: Graph, ids: IdSource) -> list[Lease]:
         le.recent = max(le.used, le.recent / 2)
         want = max(MIN_BLOCK, int(2 * le.recent))
         if le.end - le.next < want:
-            base = ids.take(want)
-            le.start = le.next = int(base[0])
+            le.start = le.next = ids.reserve(want)
             le.end = le.next + want
         le.used = 0
         le.over_next = le.over_start = high + i * OVERFLOW

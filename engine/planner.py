@@ -43,12 +43,15 @@ class EngineOptions:
     inputs as left-deep trees of binary joins (XJoin style, thesis Table 2.1) instead of one MJoin.
     `adaptive`: how new selections order their conjuncts (engine/adaptive/config.py).
     `synopsis_joins`: run a join the bounded-memory characterization judges bounded with the
-    constant-memory synopsis join (engine/synopsis_plan.py); False: the ordinary plan."""
+    constant-memory synopsis join (engine/synopsis_plan.py); False: the ordinary plan.
+    `recent_tails`: every queue keeps a copy of the last rows pushed into it, for a UI's `peek`;
+    False (a script run, which nobody peeks at): none, saving a copy per push."""
 
     compat: bool = False
     binary_joins: bool = False
     adaptive: AdaptiveConfig = AdaptiveConfig()
     synopsis_joins: bool = True
+    recent_tails: bool = True
 
 
 def _types(node: L.Plan) -> list[DataType]:
@@ -164,7 +167,7 @@ class PhysicalPlan:
         return st
 
     def _new_queue(self, types: Iterable[DataType], name: str) -> Queue:
-        q = Queue(types, name=name)
+        q = Queue(types, name=name, recent=self.options.recent_tails)
         q.eid = self._eid("q")
         return q
 

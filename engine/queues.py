@@ -32,8 +32,36 @@ def lock_of(q: Queue) -> threading.Lock:
     return _LOCKS[(id(q) >> 4) % len(_LOCKS)]
 
 
+def _tail(batch: Batch, n: int) -> Batch:
+    """The last RECENT rows of a pushed batch of `n` rows, for `recent`: a copy, since a slice
+    would be a view keeping the whole batch's arrays alive; a batch of at most RECENT rows whose
+    arrays own their memory pins nothing more than its rows, so it is kept as it is (one in
+    eight of Linear Road's pushes, each saving a dozen small copies)."""
+    if n <= RECENT and _owns_memory(batch):
+        return Batch(list(batch.cols), list(batch.nulls), batch.ts, batch.sign, batch.id)
+    return batch.copy_range(max(n - RECENT, 0), n)
+
+
+def _owns_memory(batch: Batch) -> bool:
+    """Whether every array of `batch` owns its memory (none is a view of a larger array)."""
+    if batch.ts.base is not None or batch.sign.base is not None or batch.id.base is not None:
+        return False
+    for c in batch.cols:
+        if c.base is not None:
+            return False
+    return all(m is None or m.base is None for m in batch.nulls)
+
+
 class Queue:
-    def __init__(self, types: Iterable[DataType], name: str = "") -> None:
+    # the rows several readers took last as one concatenation of several parts, keyed by their
+    # span (first batch, row, end batch, row; absolute indices): the next reader taking the same
+    # span gets the same batch instead of copying the parts again (a stream read by four
+    # operators whose instant was split across two pushes: one copy instead of four). Dropped
+    # with the batches it was cut from. A class default: queues of older checkpoints lack it.
+    joined: tuple[tuple[int, int, int, int], Batch] | None = None
+
+    def __init__(self, types: Iterable[DataType], name: str = "", recent: bool = True) -> None:
+        """`recent`: keep the last rows pushed (`recent_rows`, what a UI peeks at); False: none."""
         self.types = list(types)
         self.name = name
         self.batches: list[Batch] = []
@@ -44,20 +72,23 @@ class Queue:
         self.ended = False
         self.readers: list[Reader] = []
         self.tuples_in = 0
-        self.recent: deque[Batch] = deque(maxlen=4)
+        self.recent: deque[Batch] | None = deque(maxlen=4) if recent else None
         self.eid: str | None = None  # entity id in the control tables
         self.at: dict[int, int] = {}  # absolute batch index → readers positioned in it
 
     def push(self, batch: Batch | None, watermark: int | None = None) -> None:
-        if batch is not None and len(batch):
-            if self.readers:  # a reader created later starts at the end: with none, keep nothing
-                self.batches.append(batch)
-            self.tuples_in += len(batch)
-            if self.start is None:
-                self.start = int(batch.ts[0])
-            self.last_ts = int(batch.ts[-1])
-            # a copy of the tail: a slice would be a view keeping the whole batch's arrays alive
-            self.recent.append(batch.copy_range(max(len(batch) - RECENT, 0), len(batch)))
+        if batch is not None:
+            ts = batch.ts
+            n = len(ts)
+            if n:
+                if self.readers:  # a reader created later starts at the end: with none, keep nothing
+                    self.batches.append(batch)
+                self.tuples_in += n
+                if self.start is None:
+                    self.start = int(ts[0])
+                self.last_ts = int(ts[-1])
+                if self.recent is not None:
+                    self.recent.append(_tail(batch, n))
         if watermark is not None and (self.watermark is None or watermark > self.watermark):
             self.watermark = watermark
 
@@ -80,6 +111,7 @@ class Queue:
                 self.base += len(self.batches)
                 self.batches.clear()
                 self.at.clear()
+                self.joined = None
 
     def _moved(self, old: int, new: int | None) -> None:
         """A reader moved from batch `old` to `new` (None: it left): drop the batches every reader
@@ -114,6 +146,8 @@ class Queue:
         if low > self.base:
             del self.batches[: low - self.base]
             self.base = low
+            if self.joined is not None and self.joined[0][0] < low:
+                self.joined = None
 
     def length(self) -> int:
         """Elements not yet consumed by the slowest reader."""
@@ -125,7 +159,9 @@ class Queue:
         return sum(b.nbytes() for b in self.batches)
 
     def recent_rows(self, n: int) -> Batch:
-        """The last n elements appended (at most RECENT)."""
+        """The last n elements appended (at most RECENT; none in a queue keeping no tail)."""
+        if self.recent is None:
+            return Batch.empty(self.types)
         b = concat(list(self.recent), self.types)
         return b.slice(max(len(b) - n, 0), len(b))
 
@@ -183,10 +219,25 @@ class Reader:
         return bound
 
     def take(self, bound: int) -> Batch:
-        """Every pending row with ts ≤ bound, advancing the cursor."""
-        with lock_of(self.q):
+        """Every pending row with ts ≤ bound, advancing the cursor. Readers of one queue share
+        the batches they take (operators never change their inputs): rows in several parts are
+        copied into one batch once for every reader taking the same span (`Queue.joined`)."""
+        q = self.q
+        with lock_of(q):
+            start = (self.batch, self.row) if self.prefix is None else None
+            joined = q.joined  # (before `_take`: the last reader of the span drops it there)
             parts = self._take(bound)
-        return concat(parts, self.q.types)  # outside the lock: the parts are this reader's now
+            if len(parts) < 2:
+                return parts[0] if parts else Batch.empty(q.types)
+            span = None if start is None else (*start, self.batch, self.row)
+            if joined is not None and joined[0] == span:
+                return joined[1]
+        out = concat(parts, q.types)  # outside the lock: the parts are this reader's now
+        if span is not None:
+            with lock_of(q):
+                if span[0] >= q.base:  # (its first batch may have been dropped meanwhile)
+                    q.joined = (span, out)
+        return out
 
     def _take(self, bound: int) -> list[Batch]:
         parts = []
@@ -197,20 +248,24 @@ class Reader:
             self.prefix = self.prefix.slice(k, len(self.prefix)) if k < len(self.prefix) else None
             if self.prefix is not None:
                 return parts
-        qb = self.q.batches
+        q = self.q
+        qb = q.batches
         old = self.batch
-        while self.batch - self.q.base < len(qb):
-            b = qb[self.batch - self.q.base]
-            rest = b if self.row == 0 else b.slice(self.row, len(b))
-            k = int(np.searchsorted(rest.ts, bound, side="right"))
-            if k < len(rest):
-                if k:
-                    parts.append(rest.slice(0, k))
-                self.row += k
-                break
-            parts.append(rest)
-            self.batch += 1
-            self.row = 0
+        i = old - q.base
+        while i < len(qb):
+            b = qb[i]
+            ts = b.ts
+            if ts[-1] <= bound:  # the whole rest of the batch (the usual case: no search, no slice)
+                parts.append(b if self.row == 0 else b.slice(self.row, len(ts)))
+                i += 1
+                self.row = 0
+                continue
+            k = int(np.searchsorted(ts, bound, side="right"))  # > self.row - 1: rows before it were taken
+            if k > self.row:
+                parts.append(b.slice(self.row, k))
+                self.row = k
+            break
+        self.batch = i + q.base
         if self.batch != old:
-            self.q._moved(old, self.batch)
+            q._moved(old, self.batch)
         return parts

@@ -199,6 +199,7 @@ def _run(
             compat=compat,
             synopsis_joins=synopsis_joins,
             scheduler=Parallel() if parallel.threads() > 1 else RoundRobin(),
+            recent_tails=False,  # nothing peeks at a script run's queues
         )
         reg = Registrar(script, d, compat, approximate)
         reg.register_all()

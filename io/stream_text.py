@@ -306,6 +306,18 @@ def _digit_words(v: np.ndarray, nd: int, sign_slot: bool) -> np.ndarray:
 
 _SMALL = 1 << 16
 _small_words: np.ndarray | None = None
+_small_formatted = 0  # values within ±_SMALL formatted without the table so far
+
+
+def _small_words_of(v: np.ndarray, nd: int, neg: bool) -> np.ndarray:
+    """Words of values within ±2**16: from the table once as many values were formatted as it
+    holds (it costs ~20 ms to build, which a run writing a few thousand lines, such as Linear
+    Road, never pays back), before that directly. Same text either way."""
+    global _small_formatted
+    if _small_words is None and _small_formatted < 2 * _SMALL:
+        _small_formatted += len(v)
+        return _words_of(v, nd, neg)
+    return _small_table()[v + _SMALL]
 
 
 def _small_table() -> np.ndarray:
@@ -329,7 +341,7 @@ def _int_words(v: np.ndarray) -> tuple[np.ndarray, int] | None:
         return None
     w = nd + neg
     if lo >= -_SMALL and hi < _SMALL:
-        return _small_table()[v + _SMALL], w
+        return _small_words_of(v, nd, neg), w
     if hi - lo < n // 2:  # a table smaller than the column
         return _words_of(np.arange(lo, hi + 1, dtype=np.int64), nd, neg)[v - lo], w
     if n > 1 and bool(np.all(v[1:] >= v[:-1])):

@@ -74,3 +74,24 @@ def test_wide_fields_fall_back_to_the_byte_matrix():
     cols = [np.array([1, 2], np.int64), np.array([123456789, -12345678], np.int64), np.array([0.5, 2.0])]
     got = format_output(_batch(cols, ts=[5, 6])).decode()
     assert got == "[5]:+:1, 123456789, 0.5\n[6]:+:2, -12345678, 2\n"
+
+
+def test_small_integers_before_and_after_their_table_is_built(monkeypatch):
+    """Values within ±2**16 are formatted directly until as many were written as the table
+    holds, then from the table: the same text either way (short and long columns, negatives)."""
+    rng = np.random.default_rng(7)
+    for n in (3, 2_500):
+        ts = np.sort(rng.integers(0, 60_000, n))
+        cols = [rng.integers(-65_536, 65_536, n), rng.integers(0, 300, n)]
+        sign = np.where(rng.random(n) < 0.5, 1, -1)
+        want = "".join(
+            _ref_line(int(t), int(s), tuple(int(c[i]) for c in cols)) for i, (t, s) in enumerate(zip(ts, sign))
+        )
+        for seen, table in ((0, None), (1 << 20, None), (0, stream_text._small_table())):
+            monkeypatch.setattr(stream_text, "_small_words", table)
+            monkeypatch.setattr(stream_text, "_small_formatted", seen)
+            assert format_output(_batch(cols, ts=ts, sign=sign)).decode() == want
+    monkeypatch.setattr(stream_text, "_small_words", None)
+    monkeypatch.setattr(stream_text, "_small_formatted", 0)
+    format_output(_batch([np.arange(10)], ts=np.arange(10)))
+    assert stream_text._small_words is None  # a few values: no table built

@@ -40,3 +40,22 @@ def test_recent_of_small_batches():
         q.push(_batch(5), watermark=k + 1)
     assert len(q.recent_rows(RECENT)) == 20  # the last four batches
     assert q.recent_rows(2).cols[0].tolist() == [3, 4]
+
+
+def test_a_queue_without_tails_copies_nothing_and_peeks_empty():
+    q = Queue([INT], recent=False)
+    r = q.reader()
+    q.push(_batch(3 * RECENT), watermark=100)
+    assert q.recent is None and len(q.recent_rows(RECENT)) == 0
+    assert len(r.take(100)) == 3 * RECENT  # the data path is unchanged
+
+
+def test_script_runs_keep_no_tails_and_other_hosts_do():
+    from cqlstream.engine.dsms import Dsms
+
+    for flag in (True, False):
+        d = Dsms(recent_tails=flag)
+        d.execute("register stream S (a int)")
+        d.execute("select a from S where a > 1")
+        queues = [pn.queue for pn in d.plan.nodes.values()]
+        assert queues and all((q.recent is not None) == flag for q in queues)

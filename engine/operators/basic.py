@@ -98,6 +98,7 @@ class FilterOp(Stateless):
 
 class ProjectOp(Stateless):
     kind = "project"
+    quiet_on_empty = True
 
     def __init__(
         self,
@@ -156,6 +157,7 @@ class PassOp(Stateless):
     """Forwards its input unchanged (a query's output stage; its queue is what subscribers read)."""
 
     kind = "output"
+    quiet_on_empty = True
 
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         return inputs[0]

@@ -145,17 +145,28 @@ class Table:
         self.b = concat([state, events], types) if len(events) else state
         self.n_state = ns
         n = len(self.b)
-        self.seq = np.concatenate([np.full(ns, -1, np.int64), ev_seq.astype(np.int64)])
+        self.seq = seq = np.empty(n, np.int64)
+        seq[:ns] = -1
+        seq[ns:] = ev_seq
+        self.unmatched_deletes = 0
+        ev_ins = events.sign > 0
+        if ev_ins.all():
+            # no deletes (state rows are all inserts): every row is an instance alive from its seq
+            # through the call, and every event acts — the general path's result in a few calls
+            # (most calls of Linear Road's joins carry a few events against a larger state)
+            self.inst = self.survivors = np.arange(n)
+            self.lo = seq
+            self.hi = np.full(n, INF, np.int64)
+            self.ev = self.inst[ns:]
+            return
         dead = np.zeros(n, bool)
-        sign = self.b.sign
         is_ins = np.ones(n, bool)
-        is_ins[ns:] = sign[ns:] > 0
+        is_ins[ns:] = ev_ins
         ins = np.flatnonzero(is_ins)
         dels = np.flatnonzero(~is_ins)
         lo = self.seq[ins]
         hi = np.full(len(ins), INF, np.int64)
         keep = np.ones(len(ins), bool)
-        self.unmatched_deletes = 0
         if len(dels):
             x, dels_o = self._match(self.b.id, ins, dels)  # index into `ins`, matched delete rows
             d = self.seq[dels_o]

@@ -59,6 +59,7 @@ class RelToStreamOp(Operator):
             raise EngineError("internal", f"no relation-to-stream operator {op!r}")
         self.op = op
         self.kind = op
+        self.quiet_on_empty = op != "rstream"  # Istream/Dstream of no elements: none, and no state
         self.compat = compat
         self.types = list(output.types)
         # Istream/Dstream carry no state between calls (see process)
