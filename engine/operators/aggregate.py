@@ -66,6 +66,7 @@ from cqlstream.engine import parallel
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.changes import Changes
 from cqlstream.engine.aggregates.columns import as_dtype, empty_column_of
+from cqlstream.engine.aggregates.events import StepEvents
 from cqlstream.engine.aggregates.group_state import GroupState
 from cqlstream.engine.aggregates.keys import GroupKeys
 from cqlstream.engine.aggregates.multiset import Multiset
@@ -208,15 +209,16 @@ class AggregateOp(Operator):
             nulls_in = [True] * len(an)
 
         skip = self.sum_bound.skip(len(b), av, an, nulls_in, state)  # float shadows no cell needs
+        ev = StepEvents(gid, ts, sign, tuple(av), tuple(an), tuple(nulls_in), skip, probe_ts)
         cuts = self._cuts(gid, n)
         if cuts is not None:  # disjoint groups on the engine's threads (aggregate_parts.py)
-            return run_parts(self, cuts, gid, ts, sign, av, an, nulls_in, skip, probe_ts)
-        ch = self._changes(gid, ts, sign, av, an, nulls_in, skip, probe_ts, 0, self.gkeys.n - 1)
+            return run_parts(self, cuts, ev)
+        ch = self._changes(ev, 0, self.gkeys.n - 1)
         nid = np.zeros(len(ch.chg), np.uint64)
         ins = np.flatnonzero(ch.ins_mask)
         nid[ins] = self.ids.take(len(ins))
         old_id = self._old_ids(ch, nid)
-        out = self._emit(ch.cell_g, ch.cell_ts, ch.chg, ch.del_mask, ch.ins_mask, old_id, nid, ch.outs, ch.prevs)
+        out = self._emit(ch, old_id, nid)
         self._forget(self._carry(ch, nid))
         return out
 
@@ -229,24 +231,13 @@ class AggregateOp(Operator):
             return None
         return part_cuts(gid, self.gkeys.n, k)
 
-    def _changes(
-        self,
-        gid: np.ndarray,
-        ts: np.ndarray,
-        sign: np.ndarray,
-        av: list[np.ndarray],
-        an: list[np.ndarray],
-        nulls_in: list[bool],
-        skip: frozenset[Quantity],
-        probe_ts: np.ndarray | None,
-        glo: int,
-        ghi: int,
-    ) -> Changes:
-        """Steps 2–6 over events whose group ids are in [glo, ghi]: cells, multisets, totals,
-        output values, and the cells whose group's row changes. Reads the carried state of
-        those groups only (and updates only their multiset entries), so disjoint ranges can run
-        at once."""
+    def _changes(self, ev: StepEvents, glo: int, ghi: int) -> Changes:
+        """Steps 2–6 over events `ev` whose group ids are in [glo, ghi]: cells, multisets,
+        totals, output values, and the cells whose group's row changes. Reads the carried state
+        of those groups only (and updates only their multiset entries), so disjoint ranges can
+        run at once."""
         state = self.state
+        gid, ts, sign, av, an = ev.gid, ev.ts, ev.sign, ev.av, ev.an
         n = len(gid)
         # 2. (gid, ts) order, cells
         order = stable_order(gid, glo, ghi)
@@ -268,11 +259,8 @@ class AggregateOp(Operator):
             cell_g=sg[ce],
             cell_ts=sts[ce],
             cell_gs=np.flatnonzero(gstart)[seg[ce]],  # first sorted position of the cell's group
-            sign=sign,
+            ev=ev,
             ssign=sign[order],
-            av=av,
-            an=an,
-            nulls_in=nulls_in,
         )
         ncells, cell_g, cell_ts = cx.ncells, cx.cell_g, cx.cell_ts
 
@@ -291,13 +279,13 @@ class AggregateOp(Operator):
                     cx.extremes[(ai, kind)] = r
 
         # 4. additive quantities at the cell ends (not the float shadows of int sums that cannot overflow)
-        cell_totals(self.quantities, cx, state, skip)
+        cell_totals(self.quantities, cx, state, ev.skip)
 
         # 5. output values per cell
         rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
         exists = np.ones(ncells, bool) if self.scalar_row else rows > 0
         outs = [s.values(cx) for s in self.strategies]
-        em = None if probe_ts is None else interval_ends(cell_g, cell_ts, probe_ts)
+        em = None if ev.probe_ts is None else interval_ends(cell_g, cell_ts, ev.probe_ts)
         if em is not None:  # only the cells ending a probe interval of their group are compared
             cell_g, cell_ts, exists = cell_g[em], cell_ts[em], exists[em]
             outs = [(v[em], nl[em]) for v, nl in outs]
@@ -359,27 +347,16 @@ class AggregateOp(Operator):
         self._maybe_compact()
 
     # ------------------------------------------------------------ pieces
-    def _emit(
-        self,
-        cell_g: np.ndarray,
-        cell_ts: np.ndarray,
-        chg: np.ndarray,
-        del_mask: np.ndarray,
-        ins_mask: np.ndarray,
-        old_id: np.ndarray,
-        nid: np.ndarray,
-        outs: list[tuple[np.ndarray, np.ndarray]],
-        prevs: list[tuple[np.ndarray, np.ndarray]],
-    ) -> Batch:
-        """Rows for the changed cells `chg`: `−` (old row, old id) where the group existed before
+    def _emit(self, ch: Changes, old_id: np.ndarray, nid: np.ndarray) -> Batch:
+        """Rows for the changed cells `ch.chg` (old ids `old_id`, new ids `nid`): `−` (old row, old id) where the group existed before
         the cell, `+` (new row, new id) where it exists after, in ts order; with a HAVING
         predicate, only the rows it holds for (`_having`). The changed cells are
         ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
         (del, ins) pair of slots, and the slots of missing rows (a group appearing or becoming
         empty) are dropped by one gather at the kept slots, found once per batch. Only gathers,
         strided writes and no np.where: this runs on every output row."""
-        if self.having is not None:
-            del_mask, ins_mask = self._having(cell_g, chg, del_mask, ins_mask, outs, prevs)
+        cell_g, cell_ts, chg, outs, prevs = ch.cell_g, ch.cell_ts, ch.chg, ch.outs, ch.prevs
+        del_mask, ins_mask = (ch.del_mask, ch.ins_mask) if self.having is None else self._having(ch)
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
@@ -433,21 +410,14 @@ class AggregateOp(Operator):
             nulls.append(m if m is not None and m.any() else None)
         return Batch(cols, nulls, ts, sign, ids)
 
-    def _having(
-        self,
-        cell_g: np.ndarray,
-        chg: np.ndarray,
-        del_mask: np.ndarray,
-        ins_mask: np.ndarray,
-        outs: list[tuple[np.ndarray, np.ndarray]],
-        prevs: list[tuple[np.ndarray, np.ndarray]],
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`del_mask` and `ins_mask` kept only where the HAVING predicate is TRUE of the row
+    def _having(self, ch: Changes) -> tuple[np.ndarray, np.ndarray]:
+        """`ch.del_mask` and `ch.ins_mask` kept only where the HAVING predicate is TRUE of the row
         (NULL: false, as a selection): evaluated once, vectorized, over the rows that would be
         emitted — the old rows of the deletes, then the new rows of the inserts. Only the columns
         the predicate reads are gathered (the others stay empty), so the rows it rejects — 1.3M
         of VehPos's in Linear Road, against 48 kept — cost one or two columns, not a whole row."""
         assert self.having is not None
+        cell_g, chg, del_mask, ins_mask, outs, prevs = ch.cell_g, ch.chg, ch.del_mask, ch.ins_mask, ch.outs, ch.prevs
         di, ii = np.flatnonzero(del_mask), np.flatnonzero(ins_mask)
         dc, ic = chg.take(di), chg.take(ii)
         if not (len(dc) + len(ic)):
