@@ -356,7 +356,13 @@ class AggregateOp(Operator):
         empty) are dropped by one gather at the kept slots, found once per batch. Only gathers,
         strided writes and no np.where: this runs on every output row."""
         cell_g, cell_ts, chg, outs, prevs = ch.cell_g, ch.cell_ts, ch.chg, ch.outs, ch.prevs
-        del_mask, ins_mask = (ch.del_mask, ch.ins_mask) if self.having is None else self._having(ch)
+        del_mask, ins_mask = ch.del_mask, ch.ins_mask
+        if self.having is not None:  # the cells with a row it keeps: few, often (Linear Road: 48 of 1.3M)
+            del_mask, ins_mask = self._having(ch)
+            kept = np.flatnonzero(del_mask | ins_mask)
+            if len(kept) < len(chg):
+                chg, del_mask, ins_mask = chg.take(kept), del_mask.take(kept), ins_mask.take(kept)
+                old_id, nid = old_id.take(kept), nid.take(kept)
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
@@ -475,7 +481,10 @@ class AggregateOp(Operator):
         newg = fresh.map(kv, [m if m.any() else None for m in kn], len(live))
         remap = np.full(n, -1, np.int64)
         remap[live] = newg
-        st.compact(live, newg, max(fresh.n, 16))
+        # capacity: up to 8x the live groups, as much as the arrays had (they just held n ids), so the
+        # batches after a compaction do not grow them again and again (Linear Road's SMVAvgRel did
+        # 2–3 doubling copies of every array between compactions); memory stays O(live groups)
+        st.compact(live, newg, max(fresh.n, 16, min(st.cap, 8 * fresh.n)))
         fresh.adopt_fifo(self.gkeys, remap)
         self.gkeys = fresh
         self.recycling = False
