@@ -23,26 +23,57 @@ def stable_order(key: np.ndarray, lo: int | None = None, hi: int | None = None) 
     than a stable argsort). `lo`/`hi` bound the keys (lo ≤ key ≤ hi) when the caller knows them;
     else they are measured. (Merging a few already sorted runs, e.g. two ts-sorted sides, stays
     with numpy's stable argsort: timsort finds the runs and is faster there.)"""
+    return _order(key, lo, hi, False)[0]
+
+
+def sorted_order(key: np.ndarray, lo: int | None = None, hi: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(`stable_order(key, lo, hi)`, the keys in that order): the packed sort gives the sorted
+    keys by a shift of its words, not a gather of `key` at the order."""
+    order, skey = _order(key, lo, hi, True)
+    return order, key.take(order) if skey is None else skey
+
+
+def _order(key: np.ndarray, lo: int | None, hi: int | None, keys: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """stable_order, and with `keys` the sorted keys where the packed sort has them (else None)."""
     n = len(key)
     if n < 2:
-        return np.arange(n, dtype=np.int64)
+        return np.arange(n, dtype=np.int64), None
     if lo is None or hi is None:
         lo, hi = int(key.min()), int(key.max())
     span = hi - lo
     if span <= 0:
-        return np.arange(n, dtype=np.int64)
+        return np.arange(n, dtype=np.int64), None
+    nb = (n - 1).bit_length()
+    if span.bit_length() + nb <= 32:  # uint32 words: their sort is ~2x the int64 one's, and beats the radix sort
+        packed = (key - np.int64(lo)).astype(np.uint32)
+        packed <<= np.uint32(nb)
+        packed |= np.arange(n, dtype=np.uint32)
+        packed.sort()
+        skey = None
+        if keys:
+            skey = (packed >> np.uint32(nb)).astype(np.int64)
+            if lo:
+                skey += np.int64(lo)
+            skey = skey.astype(key.dtype, copy=False)
+        packed &= np.uint32((1 << nb) - 1)
+        return packed.astype(np.int64), skey
     if span < 1 << 16 and n >= 4096 and 4 * span < n:  # measured: where the radix sort wins
         k = key - lo if lo else key
-        return np.argsort(k.astype(np.uint16), kind="stable")
-    nb = (n - 1).bit_length()
+        return np.argsort(k.astype(np.uint16), kind="stable"), None
     if span.bit_length() + nb > 62:
-        return np.argsort(key, kind="stable")
+        return np.argsort(key, kind="stable"), None
     packed = key - np.int64(lo) if lo else key.astype(np.int64, copy=True)
     packed <<= nb
     packed |= np.arange(n, dtype=np.int64)
     packed.sort()
+    skey = None
+    if keys:
+        skey = packed >> nb
+        if lo:
+            skey += np.int64(lo)
+        skey = skey.astype(key.dtype, copy=False)
     packed &= (1 << nb) - 1
-    return packed
+    return packed, skey
 
 
 # ---------------------------------------------------------------- segments

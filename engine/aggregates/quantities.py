@@ -83,7 +83,8 @@ def cell_totals(
             continue
         if q.measure == "count" and not q.distinct and not cx.ev.nulls_in[q.ai]:
             deltas[q] = deltas[ROWS]  # no NULLs in this batch: same change as the rows
-            cx.totals[q] = state.totals[q][cg] + deltas[q]
+            cx.totals[q] = tot = state.totals[q].take(cg)
+            tot += deltas[q]
             continue
         w = WEIGHTS[q.measure](q, cx)
         if q.floating:
@@ -94,5 +95,7 @@ def cell_totals(
             cs = np.empty(cx.n + 1, np.int64)
             cs[0] = 0
             np.cumsum(w, out=cs[1:])
-            deltas[q] = cs[cx.ce + 1] - cs[cx.cell_gs]
-            cx.totals[q] = state.totals[q][cg] + deltas[q]
+            ends = cs[1:] if cx.ncells == cx.n else cs.take(cx.ce + 1)  # every event ends a cell: no gather
+            deltas[q] = d = ends - cs.take(cx.cell_gs)
+            cx.totals[q] = tot = state.totals[q].take(cg)
+            tot += d

@@ -76,7 +76,7 @@ from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.aggregates.sum_bound import SumBound
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.kernels import stable_order, starts_to_ends
+from cqlstream.engine.kernels import sorted_order, stable_order
 from cqlstream.engine.operators.aggregate_parts import MULTISET_LOCK, part_cuts, run_parts
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
@@ -84,6 +84,15 @@ from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
     from cqlstream.engine.planner import EngineOptions
+
+
+def _run_ends(x: np.ndarray) -> np.ndarray:
+    """Positions of the last element of every run of equal adjacent values of `x`."""
+    ends = np.empty(len(x), bool)
+    if len(x):
+        np.not_equal(x[1:], x[:-1], out=ends[:-1])
+        ends[-1] = True
+    return np.flatnonzero(ends)
 
 
 class AggregateOp(Operator):
@@ -240,27 +249,34 @@ class AggregateOp(Operator):
         gid, ts, sign, av, an = ev.gid, ev.ts, ev.sign, ev.av, ev.an
         n = len(gid)
         # 2. (gid, ts) order, cells
-        order = stable_order(gid, glo, ghi)
-        sg, sts = gid[order], ts[order]
+        order, sg = sorted_order(gid, glo, ghi)
+        sts = ts.take(order)
         gstart = np.empty(n, bool)
         gstart[0] = True
         np.not_equal(sg[1:], sg[:-1], out=gstart[1:])
         cend = np.empty(n, bool)
         cend[-1] = True
-        cend[:-1] = gstart[1:] | (sts[1:] != sts[:-1])
-        ce = np.flatnonzero(cend)
-        seg = np.cumsum(gstart) - 1
+        np.not_equal(sts[1:], sts[:-1], out=cend[:-1])
+        cend[:-1] |= gstart[1:]
+        seg = np.cumsum(gstart)
+        seg -= 1
+        gs = np.flatnonzero(gstart)
+        if n and cend.all():  # every cell one event (a window's groups, mostly): no gathers at cell ends
+            ce, cell_g, cell_ts, cell_gs = np.arange(n, dtype=np.int64), sg, sts, gs.take(seg)
+        else:
+            ce = np.flatnonzero(cend)
+            cell_g, cell_ts, cell_gs = sg.take(ce), sts.take(ce), gs.take(seg.take(ce))
         cx = Cells(
             n=n,
             order=order,
             sg=sg,
             cend=cend,
             ce=ce,
-            cell_g=sg[ce],
-            cell_ts=sts[ce],
-            cell_gs=np.flatnonzero(gstart)[seg[ce]],  # first sorted position of the cell's group
+            cell_g=cell_g,
+            cell_ts=cell_ts,
+            cell_gs=cell_gs,  # first sorted position of the cell's group
             ev=ev,
-            ssign=sign[order],
+            ssign=sign.take(order),
         )
         ncells, cell_g, cell_ts = cx.ncells, cx.cell_g, cx.cell_ts
 
@@ -292,41 +308,47 @@ class AggregateOp(Operator):
             ncells = len(em)
 
         # 6. changes against the previous cell of the group (or the carried row)
+        # (in place: the gathers from the carried state are fresh arrays; cells of one group are adjacent)
         same = np.zeros(ncells, bool)
-        same[1:] = cell_g[1:] == cell_g[:-1]
-        prev_exists = state.exists[cell_g]
-        prev_exists[1:] = np.where(same[1:], exists[:-1], prev_exists[1:])
-        diff = np.zeros(ncells, bool)
+        np.equal(cell_g[1:], cell_g[:-1], out=same[1:])
+        inner = same[1:]
+        prev_exists = state.exists.take(cell_g)
+        np.copyto(prev_exists[1:], exists[:-1], where=inner)
+        changed = exists != prev_exists
         prevs = []
         for (v, nl), ov, on in zip(outs, state.out_vals, state.out_nulls):
-            pv = ov[cell_g]
-            pn = on[cell_g]
-            pv[1:] = np.where(same[1:], v[:-1], pv[1:])
-            pn[1:] = np.where(same[1:], nl[:-1], pn[1:])
+            pv = ov.take(cell_g)
+            pn = on.take(cell_g)
+            np.copyto(pv[1:], v[:-1], where=inner)
+            np.copyto(pn[1:], nl[:-1], where=inner)
             prevs.append((pv, pn))
-            diff |= (nl != pn) | (~nl & np.asarray(v != pv, bool))
-        changed = (exists != prev_exists) | (exists & diff)
+            d = np.asarray(v != pv, bool)
+            d &= ~nl
+            d |= nl != pn
+            d &= exists
+            changed |= d
         chg = np.flatnonzero(changed)
-        return Changes(
-            cx, cell_g, cell_ts, exists, prev_exists, outs, prevs, same, em, rows, chg, prev_exists[chg], exists[chg]
-        )
+        if len(chg) == ncells:  # every cell changes (a window's groups, mostly): no gathers
+            del_mask, ins_mask = prev_exists, exists
+        else:
+            del_mask, ins_mask = prev_exists.take(chg), exists.take(chg)
+        return Changes(cx, cell_g, cell_ts, exists, prev_exists, outs, prevs, same, em, rows, chg, del_mask, ins_mask)
 
     def _old_ids(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
         """Per changed cell, the id of the row it deletes: the carried row's, or the row the
         group's previous changed cell inserted (new ids `nid`)."""
-        cg = ch.cell_g[ch.chg]
-        old_id = self.state.row_id[cg]
+        cg = ch.cell_g if len(ch.chg) == len(ch.cell_g) else ch.cell_g.take(ch.chg)
+        old_id = self.state.row_id.take(cg)
         if len(ch.chg) > 1:
-            gsame = cg[1:] == cg[:-1]
-            old_id[1:] = np.where(gsame, nid[:-1], old_id[1:])
+            np.copyto(old_id[1:], nid[:-1], where=cg[1:] == cg[:-1])
         return old_id
 
     def _carry(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
         """7. Carry the state of every touched group (its last cell); returns the touched
         groups that are empty now."""
-        state, cell_g, same = self.state, ch.cell_g, ch.same
-        lastc = np.flatnonzero(starts_to_ends(np.r_[True, ~same[1:]] if len(cell_g) else np.zeros(0, bool)))
-        G = cell_g[lastc]
+        state, cell_g = self.state, ch.cell_g
+        lastc = _run_ends(cell_g)  # each touched group's last cell
+        G = cell_g.take(lastc)
         state.exists[G] = ch.exists[lastc]
         for (v, nl), ov, on in zip(ch.outs, state.out_vals, state.out_nulls):
             ov[G] = v[lastc]
@@ -334,7 +356,7 @@ class AggregateOp(Operator):
         ins = np.flatnonzero(ch.ins_mask)  # positions: cheaper than the mixed mask, used twice
         if len(ins):
             ig = cell_g.take(ch.chg.take(ins))
-            last_ins = np.flatnonzero(starts_to_ends(np.r_[True, ig[1:] != ig[:-1]]))
+            last_ins = _run_ends(ig)
             state.row_id[ig.take(last_ins)] = nid.take(ins.take(last_ins))
         full_last = lastc if ch.em is None else ch.em[lastc]  # the same cells, numbered among all cells
         state.carry_totals(ch.cx.totals, full_last, G)
