@@ -142,9 +142,16 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """`np.unique(x, return_inverse=True)` for int64 keys without its argsort: a presence table
     when the values span a small range, else one plain (SIMD) sort of packed (x − lo) << b |
     position words; None when neither fits (the caller falls back to np.unique)."""
+    got = unique_rows(x)
+    return None if got is None else got[:2]
+
+
+def unique_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """`unique_inverse(x)` and the last row of x holding each distinct value (an interner stores
+    a new key's values from it); the packed sort has those rows at the ends of its runs."""
     n = len(x)
     if not n:
-        return x[:0], np.zeros(0, np.int64)
+        return x[:0], np.zeros(0, np.int64), np.zeros(0, np.int64)
     lo, hi = int(x.min()), int(x.max())
     span = hi - lo
     if span <= 4 * n + 1024:  # small range: no sort at all
@@ -153,7 +160,10 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         present[k] = True
         rank = np.cumsum(present, dtype=np.int64)
         rank -= 1
-        return np.flatnonzero(present) + lo, rank[k]
+        inv = rank[k]
+        last = np.empty(int(rank[-1]) + 1, np.int64)
+        last[inv] = np.arange(n, dtype=np.int64)  # (numpy writes in order: the last row wins)
+        return np.flatnonzero(present) + lo, inv, last
     nb = (n - 1).bit_length()
     if span.bit_length() + nb > 62:
         return None
@@ -170,7 +180,10 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     inv[pos] = np.cumsum(new) - 1
     uniq = packed[new]
     uniq += lo
-    return uniq, inv
+    ends = np.empty(n, bool)  # a run's last word: its largest row
+    ends[:-1] = new[1:]
+    ends[-1] = True
+    return uniq, inv, pos[ends]
 
 
 def factorize(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import dtype_of
-from cqlstream.engine.kernels import factorize
+from cqlstream.engine.kernels import factorize, unique_rows
 from cqlstream.engine.operators.retract_fifo import RetractFifo
 from cqlstream.engine.operators.valuekeys import KeyLayout
 
@@ -76,14 +76,18 @@ class IntInterner:
             self.new_rows = rows[first]
             assert self.table is not None
             return self.table[x - self.lo]
-        if compact is None:
-            u, inv = factorize(x)
+        got = unique_rows(x) if compact is None else None
+        if got is not None:
+            u, inv, at = got  # at: one row of each distinct key
         else:
-            _, inv = factorize(compact)
-        at = np.empty(int(inv.max()) + 1, np.int64)
-        at[inv] = np.arange(len(x), dtype=np.int64)  # one row of each distinct key
-        if compact is not None:
-            u = x[at]
+            if compact is None:
+                u, inv = factorize(x)
+            else:
+                _, inv = factorize(compact)
+            at = np.empty(int(inv.max()) + 1, np.int64)
+            at[inv] = np.arange(len(x), dtype=np.int64)  # (numpy writes in order: the last row wins)
+            if compact is not None:
+                u = x[at]
         ids = self._add(u)
         if self.added is not None:
             self.new_ids, self.new_rows = ids.take(self.added), at.take(self.added)
@@ -95,9 +99,8 @@ class IntInterner:
         keys = self.keys
         K = len(keys)
         pos = np.searchsorted(keys, u)
-        found = np.zeros(len(u), bool)
-        inb = np.flatnonzero(pos < K)
-        found[inb] = keys[pos[inb]] == u[inb]
+        # the key at each position (the last key past the end: smaller than u there, so no match)
+        found = keys.take(np.minimum(pos, K - 1)) == u if K else np.zeros(len(u), bool)
         ids = np.empty(len(u), np.int64)
         fi = np.flatnonzero(found)  # few known keys among many new ones: positions are cheaper
         ids[fi] = self.ids.take(pos.take(fi))
