@@ -112,17 +112,27 @@ class IntInterner:
         if k:
             ids[new] = nid = self._take_ids(k)
             un = u.take(new)
-            # one merge pass for both arrays (np.insert would sort its positions and copy twice)
-            dest = pos.take(new) + np.arange(k, dtype=np.int64)
-            old = np.ones(K + k, bool)
-            old[dest] = False
-            oldp = np.flatnonzero(old)  # where the known keys go, in order
+            # one merge pass for both arrays (np.insert would sort its positions and copy twice);
+            # the known keys below the first new one stay where they are (a window's new keys are
+            # mostly its latest minute's: past all known keys, merely appended)
+            p0 = int(pos[new[0]])
             nk = np.empty(K + k, np.int64)
-            nk[dest] = un
-            nk[oldp] = keys
             ni = np.empty(K + k, np.int64)
-            ni[dest] = nid
-            ni[oldp] = self.ids
+            nk[:p0] = keys[:p0]
+            ni[:p0] = self.ids[:p0]
+            if p0 == K:  # all new keys past the known ones
+                nk[K:] = un
+                ni[K:] = nid
+            else:
+                dest = pos.take(new) + np.arange(-p0, k - p0, dtype=np.int64)  # in the tail from p0
+                old = np.ones(K - p0 + k, bool)
+                old[dest] = False
+                oldp = np.flatnonzero(old)  # where the known keys go, in order
+                tk, ti = nk[p0:], ni[p0:]
+                tk[dest] = un
+                tk[oldp] = keys[p0:]
+                ti[dest] = nid
+                ti[oldp] = self.ids[p0:]
             self.keys, self.ids = nk, ni
             t = self.table
             if t is not None:
