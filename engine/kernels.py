@@ -45,18 +45,18 @@ def _order(key: np.ndarray, lo: int | None, hi: int | None, keys: bool) -> tuple
         return np.arange(n, dtype=np.int64), None
     nb = (n - 1).bit_length()
     if span.bit_length() + nb <= 32:  # uint32 words: their sort is ~2x the int64 one's, and beats the radix sort
-        packed = (key - np.int64(lo)).astype(np.uint32)
-        packed <<= np.uint32(nb)
-        packed |= np.arange(n, dtype=np.uint32)
-        packed.sort()
+        words = (key - np.int64(lo)).astype(np.uint32)
+        words <<= np.uint32(nb)
+        words |= np.arange(n, dtype=np.uint32)
+        words.sort()
         skey = None
         if keys:
-            skey = (packed >> np.uint32(nb)).astype(np.int64)
+            skey = (words >> np.uint32(nb)).astype(np.int64)
             if lo:
                 skey += np.int64(lo)
             skey = skey.astype(key.dtype, copy=False)
-        packed &= np.uint32((1 << nb) - 1)
-        return packed.astype(np.int64), skey
+        words &= np.uint32((1 << nb) - 1)
+        return words.astype(np.int64), skey
     if span < 1 << 16 and n >= 4096 and 4 * span < n:  # measured: where the radix sort wins
         k = key - lo if lo else key
         return np.argsort(k.astype(np.uint16), kind="stable"), None

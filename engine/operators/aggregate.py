@@ -86,6 +86,9 @@ if TYPE_CHECKING:
     from cqlstream.engine.planner import EngineOptions
 
 
+_HAVING_META = ((np.int64, 0), (np.int8, 1), (np.uint64, 0))  # ts, sign, id of the rows HAVING reads
+
+
 def _run_ends(x: np.ndarray) -> np.ndarray:
     """Positions of the last element of every run of equal adjacent values of `x`."""
     ends = np.empty(len(x), bool)
@@ -462,7 +465,8 @@ class AggregateOp(Operator):
             nulls.append(np.concatenate([pn[dc], nl[ic]]) if j in read else None)
         nulls = [None if m is None or not m.any() else m for m in nulls]
         n = len(g)
-        rows = Batch(cols, nulls, np.zeros(n, np.int64), np.ones(n, np.int8), np.zeros(n, np.uint64))
+        # no instants, signs or ids are read: read-only broadcasts, not three arrays of n
+        rows = Batch(cols, nulls, *(np.broadcast_to(dt(v), (n,)) for dt, v in _HAVING_META))
         keep = self.ev.predicate(self.having, rows)
         del_mask, ins_mask = del_mask.copy(), ins_mask.copy()
         del_mask[di] = keep[: len(dc)]
