@@ -366,10 +366,18 @@ class AggregateOp(Operator):
         return np.compress(ch.rows[full_last] <= 0, G)
 
     def _forget(self, dead: np.ndarray) -> None:
-        """After a batch: groups `dead` (touched, empty now) are released, state compacted."""
-        if self.keys:
+        """After a batch: groups `dead` (touched, empty now) are released, or state compacted.
+        A compaction drops every empty group, so releasing them first (resetting their state,
+        taking their keys out of the interner) would be work thrown away."""
+        if not self.keys:
+            return
+        for s in self.stateful:
+            s.forget(dead.tolist())
+        live = self._compaction_due()
+        if live is not None:
+            self._compact(live)
+        else:
             self._release(dead)
-        self._maybe_compact()
 
     # ------------------------------------------------------------ pieces
     def _emit(self, ch: Changes, old_id: np.ndarray, nid: np.ndarray) -> Batch:
@@ -480,8 +488,6 @@ class AggregateOp(Operator):
         every empty group is swept), so keys and state follow the live groups with no renumbering
         pass. Below it ids are never reused: the ids, and with them the order of the rows an
         instant emits, stay those of first discovery."""
-        for s in self.stateful:
-            s.forget(dead.tolist())
         if self.gkeys.n < self.COMPACT_MIN:
             return
         if not self.recycling:
@@ -491,16 +497,20 @@ class AggregateOp(Operator):
             self.state.reset(dead)
             self.gkeys.release(dead)
 
-    def _maybe_compact(self) -> None:
-        """Renumber the groups when most ids belong to groups that have become empty, so state
-        follows the live groups, not the history of keys (vectorized, amortized O(1))."""
+    def _compaction_due(self) -> np.ndarray | None:
+        """The live groups when most ids belong to groups that have become empty (then state is
+        renumbered: `_compact`), else None."""
         n = self.gkeys.n
-        if not self.keys or n < self.COMPACT_MIN:
-            return
+        if n < self.COMPACT_MIN:
+            return None
+        live = np.flatnonzero(self.state.totals[ROWS][:n] > 0)
+        return live if 4 * len(live) <= n else None
+
+    def _compact(self, live: np.ndarray) -> None:
+        """Renumber groups `live` densely and drop the others, so state follows the live groups,
+        not the history of keys (vectorized, amortized O(1))."""
+        n = self.gkeys.n
         st = self.state
-        live = np.flatnonzero(st.totals[ROWS][:n] > 0)
-        if 4 * len(live) > n:
-            return
         fresh = GroupKeys(self.key_types)
         kv = [a[live] for a in st.key_vals]
         kn = [a[live] for a in st.key_nulls]
