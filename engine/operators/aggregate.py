@@ -428,20 +428,19 @@ class AggregateOp(Operator):
         g = cell_g[c]
         if slot is None:  # every cell has both rows: strided writes, no gather
             ts = pick(cts_o, cts_o, np.int64)
-            for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
+            for i, kvals in enumerate(self.state.key_vals):
                 kv = kvals[g]
                 cols.append(pick(kv, kv, kv.dtype))
-                m = knulls[g]
-                nulls.append(pick(m, m, bool) if m.any() else None)
+                m = self.state.key_null(i, g)
+                nulls.append(None if m is None else pick(m, m, bool))
         else:  # per kept row its cell (slot // 2): one gather per key column
             half = slot >> 1
             ts = cts_o[half]
             if self.keys:
                 g = g[half]
-            for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
+            for i, kvals in enumerate(self.state.key_vals):
                 cols.append(kvals[g])
-                m = knulls[g]
-                nulls.append(m if m.any() else None)
+                nulls.append(self.state.key_null(i, g))
         for (v, nl), (pv, pn) in zip(outs, prevs):
             cols.append(pick(pv[c], v[c], v.dtype))
             pm, nm = pn[c], nl[c]
@@ -465,9 +464,9 @@ class AggregateOp(Operator):
         read = self.having_cols
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
-        for j, (kv, kn) in enumerate(zip(self.state.key_vals, self.state.key_nulls)):
+        for j, kv in enumerate(self.state.key_vals):
             cols.append(kv[g] if j in read else kv[:0])
-            nulls.append(kn[g] if j in read else None)
+            nulls.append(self.state.key_null(j, g) if j in read else None)
         for j, ((v, nl), (pv, pn)) in enumerate(zip(outs, prevs), len(cols)):
             cols.append(np.concatenate([pv[dc], v[ic]]) if j in read else v[:0])
             nulls.append(np.concatenate([pn[dc], nl[ic]]) if j in read else None)

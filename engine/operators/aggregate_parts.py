@@ -195,8 +195,9 @@ def _finish(
             kd = kvals.take(gd)
             out.cols[j][pos_d] = kd
             out.cols[j][pos_i] = kd if p.full else kvals.take(ga)
-            md = knulls.take(gd)
-            out.put_nulls(j, pos_d, md, pos_i, md if p.full else knulls.take(ga))
+            if st.null_keys[j]:
+                md = knulls.take(gd)
+                out.put_nulls(j, pos_d, md, pos_i, md if p.full else knulls.take(ga))
         for j, ((v, nl), (pv, pn)) in enumerate(zip(ch.outs, ch.prevs), len(st.key_vals)):
             out.cols[j][pos_d] = pv.take(cd)
             out.cols[j][pos_i] = v.take(ca)
