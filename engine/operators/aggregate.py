@@ -460,8 +460,10 @@ class AggregateOp(Operator):
         dc, ic = chg.take(di), chg.take(ii)
         if not (len(dc) + len(ic)):
             return del_mask, ins_mask
-        g = cell_g[np.concatenate([dc, ic])]
         read = self.having_cols
+        n = len(dc) + len(ic)
+        nk = len(self.state.key_vals)
+        g = cell_g[np.concatenate([dc, ic])] if any(j < nk for j in read) else dc[:0]  # groups: for key columns
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
         for j, kv in enumerate(self.state.key_vals):
@@ -471,7 +473,6 @@ class AggregateOp(Operator):
             cols.append(np.concatenate([pv[dc], v[ic]]) if j in read else v[:0])
             nulls.append(np.concatenate([pn[dc], nl[ic]]) if j in read else None)
         nulls = [None if m is None or not m.any() else m for m in nulls]
-        n = len(g)
         # no instants, signs or ids are read: read-only broadcasts, not three arrays of n
         rows = Batch(cols, nulls, *(np.broadcast_to(dt(v), (n,)) for dt, v in _HAVING_META))
         keep = self.ev.predicate(self.having, rows)
@@ -502,8 +503,10 @@ class AggregateOp(Operator):
         n = self.gkeys.n
         if n < self.COMPACT_MIN:
             return None
-        live = np.flatnonzero(self.state.totals[ROWS][:n] > 0)
-        return live if 4 * len(live) <= n else None
+        rows = self.state.totals[ROWS][:n]
+        if 4 * np.count_nonzero(rows > 0) > n:  # counted first: most batches do not compact
+            return None
+        return np.flatnonzero(rows > 0)
 
     def _compact(self, live: np.ndarray) -> None:
         """Renumber groups `live` densely and drop the others, so state follows the live groups,
