@@ -381,9 +381,10 @@ class AggregateOp(Operator):
 
     # ------------------------------------------------------------ pieces
     def _emit(self, ch: Changes, old_id: np.ndarray, nid: np.ndarray) -> Batch:
-        """Rows for the changed cells `ch.chg` (old ids `old_id`, new ids `nid`): `−` (old row, old id) where the group existed before
-        the cell, `+` (new row, new id) where it exists after, in ts order; with a HAVING
-        predicate, only the rows it holds for (`_having`). The changed cells are
+        """Rows for the changed cells `ch.chg` (ids of the rows they delete `old_id`, of those
+        they insert `nid`): `−` (old row, old id) where the group existed before the cell, `+`
+        (new row, new id) where it exists after, in ts order; with a HAVING predicate, only the
+        rows it holds for (`_having`), and only the cells with such a row. The changed cells are
         ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
         (del, ins) pair of slots, and the slots of missing rows (a group appearing or becoming
         empty) are dropped by one gather at the kept slots, found once per batch. Only gathers,
