@@ -99,7 +99,7 @@ def test_aggregates_reusing_group_ids_over_relations(reuse_early, events, keys):
 def test_ids_are_reused_past_the_threshold(reuse_early, monkeypatch):
     """100 one-instant groups: once past COMPACT_MIN, new groups take the dead groups' ids
     (compaction switched off: only the reuse can keep the ids few)."""
-    monkeypatch.setattr(AggregateOp, "_maybe_compact", lambda self: None)
+    monkeypatch.setattr(AggregateOp, "_compaction_due", lambda self: None)
     d = Dsms()
     d.execute(DDL)
     d.register_query("select a, count(*) from S [Now] group by a")

@@ -200,3 +200,32 @@ def test_unique_inverse_equals_np_unique(vals, spread):
         assert (int(x.max()) - int(x.min())).bit_length() + max(len(x) - 1, 0).bit_length() > 62
         return
     assert got[0].tolist() == u.tolist() and got[1].tolist() == inv.reshape(-1).tolist()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([2, 100, 4096, 20000, 70000, 200000]),
+    st.sampled_from([1, 10, 1000, 40000, 70000, 2**40]),
+)
+def test_sorted_order_gives_the_order_and_the_sorted_keys(seed, n, span):
+    """Every path (uint32 words, radix, int64 words, argsort) gives numpy's stable argsort and
+    the keys in that order, of the keys' own dtype."""
+    keys = np.random.default_rng(seed).integers(-3, span, n)
+    order, skeys = K.sorted_order(keys)
+    want = np.argsort(keys, kind="stable")
+    assert order.dtype == np.int64 and np.array_equal(order, want)
+    assert skeys.dtype == keys.dtype and np.array_equal(skeys, keys[want])
+    assert np.array_equal(K.stable_order(keys, int(keys.min()), int(keys.max())), want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(any_ints, max_size=60), st.integers(0, 3))
+def test_unique_rows_names_the_last_row_of_each_value(keys, repeat):
+    x = np.array(keys * (repeat + 1), np.int64)
+    got = K.unique_rows(x)
+    assert got is not None
+    uniq, inv, last = got
+    assert uniq.tolist() == sorted(set(x.tolist()))
+    assert np.array_equal(uniq[inv], x)
+    assert last.tolist() == [max(i for i, v in enumerate(x.tolist()) if v == u) for u in uniq.tolist()]

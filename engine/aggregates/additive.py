@@ -84,9 +84,8 @@ class Avg(Sum):
     def values(self, cx: Cells) -> tuple[np.ndarray, np.ndarray]:
         cnt, tot, null = self._count_and_total(cx)
         out, hi = self._outside_int64(cx, tot)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            total = (
-                np.where(out, hi, tot) if out is not None and hi is not None and out.any() else tot.astype(np.float64)
-            )
-            val = total / np.where(null, 1, cnt)
-        return as_dtype(np.where(null, 0, val), self.dt), null
+        if out is not None and hi is not None and out.any():
+            tot = np.where(out, hi, tot)
+        val = np.zeros(len(cnt), np.float64)  # 0 under NULL; one division elsewhere (float64 / float64)
+        np.divide(tot, cnt, out=val, where=~null, casting="unsafe")
+        return as_dtype(val, self.dt), null

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cqlstream.engine.aggregates.events import StepEvents
 from cqlstream.engine.aggregates.quantities import Quantity, Totals
 
 
@@ -25,11 +26,8 @@ class Cells:
     cell_g: np.ndarray  # group id per cell
     cell_ts: np.ndarray  # instant per cell
     cell_gs: np.ndarray  # first sorted position of the cell's group
-    sign: np.ndarray  # per event, int64 (0 for the scalar row's weightless first event)
-    ssign: np.ndarray  # sign[order]
-    av: list[np.ndarray]  # per argument: values
-    an: list[np.ndarray]  # per argument: not-NULL mask
-    nulls_in: list[bool]  # per argument: any NULL in the batch
+    ev: StepEvents  # the events (arrival order): signs, argument values, not-NULL masks
+    ssign: np.ndarray  # ev.sign[order]
     trans: dict[int, np.ndarray] = field(default_factory=dict)  # argument → ±1 distinct transitions
     extremes: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     totals: dict[Quantity, Totals] = field(default_factory=dict)  # quantity → per-cell totals

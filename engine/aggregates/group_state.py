@@ -38,7 +38,9 @@ class GroupState:
         self.exists = _filled(np.bool_, False, 0)  # the group has an output row
         self.row_id = _filled(np.uint64, 0, 0)  # the id its output row was inserted with
         self.key_vals = [_filled(dt, 0, 0) for dt in key_dtypes]
-        self.key_nulls = [_filled(np.bool_, True, 0) for _ in key_dtypes]
+        self.key_nulls = [_filled(np.bool_, False, 0) for _ in key_dtypes]
+        # per key column: a NULL key value was ever stored (until then its flags need no writes or reads)
+        self.null_keys = [False] * len(key_dtypes)
         self.out_vals = [_filled(dt, 0, 0) for dt in out_dtypes]
         self.out_nulls = [_filled(np.bool_, True, 0) for _ in out_dtypes]
         self.totals = {q: _filled(np.int64, 0, 0) for q in quantities if not q.floating}
@@ -51,7 +53,7 @@ class GroupState:
         self.exists = fn(self.exists, False)
         self.row_id = fn(self.row_id, 0)
         self.key_vals = [fn(a, 0) for a in self.key_vals]
-        self.key_nulls = [fn(a, True) for a in self.key_nulls]
+        self.key_nulls = [fn(a, False) for a in self.key_nulls]
         self.out_vals = [fn(a, 0) for a in self.out_vals]
         self.out_nulls = [fn(a, True) for a in self.out_nulls]
         self.totals = {q: fn(a, 0) for q, a in self.totals.items()}
@@ -133,7 +135,24 @@ class GroupState:
         for i in range(len(self.key_vals)):
             m = kn[i]
             self.key_vals[i][g] = kv[i][rows]
-            self.key_nulls[i][g] = False if m is None else m[rows]
+            if m is not None:
+                self.key_nulls[i][g] = m[rows]
+                self.null_keys[i] = True
+            elif self.null_keys[i]:  # ids reused: an earlier group's NULL flag may be there
+                self.key_nulls[i][g] = False
+
+    def key_null(self, i: int, g: np.ndarray) -> np.ndarray | None:
+        """The NULL flags of key column i of groups `g`, or None when none is NULL."""
+        if not self.null_keys[i]:
+            return None
+        m = self.key_nulls[i].take(g)
+        return m if m.any() else None
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A checkpoint taken before `null_keys` existed: every column may hold NULL keys."""
+        self.__dict__.update(state)
+        if "null_keys" not in state:
+            self.null_keys = [True] * len(self.key_vals)
 
     def current_rows(self, at: int) -> Batch:
         """Every existing group's output row (keys, then aggregate values) as `+` at `at`."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import dtype_of
-from cqlstream.engine.kernels import factorize
+from cqlstream.engine.kernels import factorize, unique_rows
 from cqlstream.engine.operators.retract_fifo import RetractFifo
 from cqlstream.engine.operators.valuekeys import KeyLayout
 
@@ -76,14 +76,18 @@ class IntInterner:
             self.new_rows = rows[first]
             assert self.table is not None
             return self.table[x - self.lo]
-        if compact is None:
-            u, inv = factorize(x)
+        got = unique_rows(x) if compact is None else None
+        if got is not None:
+            u, inv, at = got  # at: one row of each distinct key
         else:
-            _, inv = factorize(compact)
-        at = np.empty(int(inv.max()) + 1, np.int64)
-        at[inv] = np.arange(len(x), dtype=np.int64)  # one row of each distinct key
-        if compact is not None:
-            u = x[at]
+            if compact is None:
+                u, inv = factorize(x)
+            else:
+                _, inv = factorize(compact)
+            at = np.empty(int(inv.max()) + 1, np.int64)
+            at[inv] = np.arange(len(x), dtype=np.int64)  # (numpy writes in order: the last row wins)
+            if compact is not None:
+                u = x[at]
         ids = self._add(u)
         if self.added is not None:
             self.new_ids, self.new_rows = ids.take(self.added), at.take(self.added)
@@ -95,9 +99,8 @@ class IntInterner:
         keys = self.keys
         K = len(keys)
         pos = np.searchsorted(keys, u)
-        found = np.zeros(len(u), bool)
-        inb = np.flatnonzero(pos < K)
-        found[inb] = keys[pos[inb]] == u[inb]
+        # the key at each position (the last key past the end: smaller than u there, so no match)
+        found = keys.take(np.minimum(pos, K - 1)) == u if K else np.zeros(len(u), bool)
         ids = np.empty(len(u), np.int64)
         fi = np.flatnonzero(found)  # few known keys among many new ones: positions are cheaper
         ids[fi] = self.ids.take(pos.take(fi))
@@ -109,17 +112,27 @@ class IntInterner:
         if k:
             ids[new] = nid = self._take_ids(k)
             un = u.take(new)
-            # one merge pass for both arrays (np.insert would sort its positions and copy twice)
-            dest = pos.take(new) + np.arange(k, dtype=np.int64)
-            old = np.ones(K + k, bool)
-            old[dest] = False
-            oldp = np.flatnonzero(old)  # where the known keys go, in order
+            # one merge pass for both arrays (np.insert would sort its positions and copy twice);
+            # the known keys below the first new one stay where they are (a window's new keys are
+            # mostly its latest minute's: past all known keys, merely appended)
+            p0 = int(pos[new[0]])
             nk = np.empty(K + k, np.int64)
-            nk[dest] = un
-            nk[oldp] = keys
             ni = np.empty(K + k, np.int64)
-            ni[dest] = nid
-            ni[oldp] = self.ids
+            nk[:p0] = keys[:p0]
+            ni[:p0] = self.ids[:p0]
+            if p0 == K:  # all new keys past the known ones
+                nk[K:] = un
+                ni[K:] = nid
+            else:
+                dest = pos.take(new) + np.arange(-p0, k - p0, dtype=np.int64)  # in the tail from p0
+                old = np.ones(K - p0 + k, bool)
+                old[dest] = False
+                oldp = np.flatnonzero(old)  # where the known keys go, in order
+                tk, ti = nk[p0:], ni[p0:]
+                tk[dest] = un
+                tk[oldp] = keys[p0:]
+                ti[dest] = nid
+                ti[oldp] = self.ids[p0:]
             self.keys, self.ids = nk, ni
             t = self.table
             if t is not None:

@@ -54,15 +54,15 @@ def _rows(q: Quantity, cx: Cells) -> np.ndarray:
 def _count(q: Quantity, cx: Cells) -> np.ndarray:
     if q.distinct:
         return cx.trans[q.ai][cx.order]
-    return cx.ssign * cx.an[q.ai][cx.order]
+    return cx.ssign * cx.ev.an[q.ai][cx.order]
 
 
 def _sum(q: Quantity, cx: Cells) -> np.ndarray:
-    weight = cx.trans[q.ai] if q.distinct else cx.sign
-    av = cx.av[q.ai]
+    weight = cx.trans[q.ai] if q.distinct else cx.ev.sign
+    av = cx.ev.av[q.ai]
     if q.floating:  # also an integer argument's float sum: -(-2^63) must not wrap
         av = av.astype(np.float64, copy=False)
-    x = (np.where(cx.an[q.ai], av, 0) if cx.nulls_in[q.ai] else av) * weight
+    x = (np.where(cx.ev.an[q.ai], av, 0) if cx.ev.nulls_in[q.ai] else av) * weight
     return x[cx.order]
 
 
@@ -81,9 +81,10 @@ def cell_totals(
     for q in quantities:
         if q in skip:
             continue
-        if q.measure == "count" and not q.distinct and not cx.nulls_in[q.ai]:
+        if q.measure == "count" and not q.distinct and not cx.ev.nulls_in[q.ai]:
             deltas[q] = deltas[ROWS]  # no NULLs in this batch: same change as the rows
-            cx.totals[q] = state.totals[q][cg] + deltas[q]
+            cx.totals[q] = tot = state.totals[q].take(cg)
+            tot += deltas[q]
             continue
         w = WEIGHTS[q.measure](q, cx)
         if q.floating:
@@ -94,5 +95,7 @@ def cell_totals(
             cs = np.empty(cx.n + 1, np.int64)
             cs[0] = 0
             np.cumsum(w, out=cs[1:])
-            deltas[q] = cs[cx.ce + 1] - cs[cx.cell_gs]
-            cx.totals[q] = state.totals[q][cg] + deltas[q]
+            ends = cs[1:] if cx.ncells == cx.n else cs.take(cx.ce + 1)  # every event ends a cell: no gather
+            deltas[q] = d = ends - cs.take(cx.cell_gs)
+            cx.totals[q] = tot = state.totals[q].take(cg)
+            tot += d

@@ -116,9 +116,9 @@ class ApproxQuantile(AggregateStrategy):
     def values(self, cx: Cells) -> tuple[np.ndarray, np.ndarray]:
         out = np.zeros(cx.ncells, np.float64)
         null = np.ones(cx.ncells, bool)
-        vals = cx.av[self.ai].astype(np.float64)[cx.order]
-        w = cx.sign[cx.order]
-        ok = cx.an[self.ai][cx.order]
+        vals = cx.ev.av[self.ai].astype(np.float64)[cx.order]
+        w = cx.ev.sign[cx.order]
+        ok = cx.ev.an[self.ai][cx.order]
         start = 0
         for c, end in enumerate(cx.ce.tolist()):
             g = int(cx.sg[end])

@@ -37,7 +37,7 @@ class Udaf(AggregateStrategy):
         self.states: dict[int, object] = {}
 
     def values(self, cx: Cells) -> tuple[np.ndarray, np.ndarray]:
-        weight = cx.trans[self.ai] if self.call.distinct else cx.sign
+        weight = cx.trans[self.ai] if self.call.distinct else cx.ev.sign
         return column_from_values(self._cells(cx, weight), self.dt)
 
     def _cells(self, cx: Cells, weight: np.ndarray) -> list[object]:
@@ -45,7 +45,7 @@ class Udaf(AggregateStrategy):
         impl = self.impl
         states = self.states
         order, cend = cx.order, cx.cend
-        vals, notnull = cx.av[self.ai], cx.an[self.ai]
+        vals, notnull = cx.ev.av[self.ai], cx.ev.an[self.ai]
         w = weight[order]
         # within each cell, adds before removes: a tuple may enter and leave a window at one
         # instant with its `−` first; this way a UDAF never removes a value it does not hold

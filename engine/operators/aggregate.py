@@ -66,6 +66,7 @@ from cqlstream.engine import parallel
 from cqlstream.engine.aggregates.cells import Cells
 from cqlstream.engine.aggregates.changes import Changes
 from cqlstream.engine.aggregates.columns import as_dtype, empty_column_of
+from cqlstream.engine.aggregates.events import StepEvents
 from cqlstream.engine.aggregates.group_state import GroupState
 from cqlstream.engine.aggregates.keys import GroupKeys
 from cqlstream.engine.aggregates.multiset import Multiset
@@ -75,7 +76,7 @@ from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.aggregates.sum_bound import SumBound
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.kernels import stable_order, starts_to_ends
+from cqlstream.engine.kernels import sorted_order, stable_order
 from cqlstream.engine.operators.aggregate_parts import MULTISET_LOCK, part_cuts, run_parts
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
@@ -83,6 +84,18 @@ from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
     from cqlstream.engine.planner import EngineOptions
+
+
+_HAVING_META = ((np.int64, 0), (np.int8, 1), (np.uint64, 0))  # ts, sign, id of the rows HAVING reads
+
+
+def _run_ends(x: np.ndarray) -> np.ndarray:
+    """Positions of the last element of every run of equal adjacent values of `x`."""
+    ends = np.empty(len(x), bool)
+    if len(x):
+        np.not_equal(x[1:], x[:-1], out=ends[:-1])
+        ends[-1] = True
+    return np.flatnonzero(ends)
 
 
 class AggregateOp(Operator):
@@ -208,15 +221,16 @@ class AggregateOp(Operator):
             nulls_in = [True] * len(an)
 
         skip = self.sum_bound.skip(len(b), av, an, nulls_in, state)  # float shadows no cell needs
+        ev = StepEvents(gid, ts, sign, tuple(av), tuple(an), tuple(nulls_in), skip, probe_ts)
         cuts = self._cuts(gid, n)
         if cuts is not None:  # disjoint groups on the engine's threads (aggregate_parts.py)
-            return run_parts(self, cuts, gid, ts, sign, av, an, nulls_in, skip, probe_ts)
-        ch = self._changes(gid, ts, sign, av, an, nulls_in, skip, probe_ts, 0, self.gkeys.n - 1)
+            return run_parts(self, cuts, ev)
+        ch = self._changes(ev, 0, self.gkeys.n - 1)
         nid = np.zeros(len(ch.chg), np.uint64)
         ins = np.flatnonzero(ch.ins_mask)
         nid[ins] = self.ids.take(len(ins))
         old_id = self._old_ids(ch, nid)
-        out = self._emit(ch.cell_g, ch.cell_ts, ch.chg, ch.del_mask, ch.ins_mask, old_id, nid, ch.outs, ch.prevs)
+        out = self._emit(ch, old_id, nid)
         self._forget(self._carry(ch, nid))
         return out
 
@@ -229,50 +243,43 @@ class AggregateOp(Operator):
             return None
         return part_cuts(gid, self.gkeys.n, k)
 
-    def _changes(
-        self,
-        gid: np.ndarray,
-        ts: np.ndarray,
-        sign: np.ndarray,
-        av: list[np.ndarray],
-        an: list[np.ndarray],
-        nulls_in: list[bool],
-        skip: frozenset[Quantity],
-        probe_ts: np.ndarray | None,
-        glo: int,
-        ghi: int,
-    ) -> Changes:
-        """Steps 2–6 over events whose group ids are in [glo, ghi]: cells, multisets, totals,
-        output values, and the cells whose group's row changes. Reads the carried state of
-        those groups only (and updates only their multiset entries), so disjoint ranges can run
-        at once."""
+    def _changes(self, ev: StepEvents, glo: int, ghi: int) -> Changes:
+        """Steps 2–6 over events `ev` whose group ids are in [glo, ghi]: cells, multisets,
+        totals, output values, and the cells whose group's row changes. Reads the carried state
+        of those groups only (and updates only their multiset entries), so disjoint ranges can
+        run at once."""
         state = self.state
+        gid, ts, sign, av, an = ev.gid, ev.ts, ev.sign, ev.av, ev.an
         n = len(gid)
         # 2. (gid, ts) order, cells
-        order = stable_order(gid, glo, ghi)
-        sg, sts = gid[order], ts[order]
+        order, sg = sorted_order(gid, glo, ghi)
+        sts = ts.take(order)
         gstart = np.empty(n, bool)
         gstart[0] = True
         np.not_equal(sg[1:], sg[:-1], out=gstart[1:])
         cend = np.empty(n, bool)
         cend[-1] = True
-        cend[:-1] = gstart[1:] | (sts[1:] != sts[:-1])
-        ce = np.flatnonzero(cend)
-        seg = np.cumsum(gstart) - 1
+        np.not_equal(sts[1:], sts[:-1], out=cend[:-1])
+        cend[:-1] |= gstart[1:]
+        seg = np.cumsum(gstart)
+        seg -= 1
+        gs = np.flatnonzero(gstart)
+        if n and cend.all():  # every cell one event (a window's groups, mostly): no gathers at cell ends
+            ce, cell_g, cell_ts, cell_gs = np.arange(n, dtype=np.int64), sg, sts, gs.take(seg)
+        else:
+            ce = np.flatnonzero(cend)
+            cell_g, cell_ts, cell_gs = sg.take(ce), sts.take(ce), gs.take(seg.take(ce))
         cx = Cells(
             n=n,
             order=order,
             sg=sg,
             cend=cend,
             ce=ce,
-            cell_g=sg[ce],
-            cell_ts=sts[ce],
-            cell_gs=np.flatnonzero(gstart)[seg[ce]],  # first sorted position of the cell's group
-            sign=sign,
-            ssign=sign[order],
-            av=av,
-            an=an,
-            nulls_in=nulls_in,
+            cell_g=cell_g,
+            cell_ts=cell_ts,
+            cell_gs=cell_gs,  # first sorted position of the cell's group
+            ev=ev,
+            ssign=sign.take(order),
         )
         ncells, cell_g, cell_ts = cx.ncells, cx.cell_g, cx.cell_ts
 
@@ -291,54 +298,60 @@ class AggregateOp(Operator):
                     cx.extremes[(ai, kind)] = r
 
         # 4. additive quantities at the cell ends (not the float shadows of int sums that cannot overflow)
-        cell_totals(self.quantities, cx, state, skip)
+        cell_totals(self.quantities, cx, state, ev.skip)
 
         # 5. output values per cell
         rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
         exists = np.ones(ncells, bool) if self.scalar_row else rows > 0
         outs = [s.values(cx) for s in self.strategies]
-        em = None if probe_ts is None else interval_ends(cell_g, cell_ts, probe_ts)
+        em = None if ev.probe_ts is None else interval_ends(cell_g, cell_ts, ev.probe_ts)
         if em is not None:  # only the cells ending a probe interval of their group are compared
             cell_g, cell_ts, exists = cell_g[em], cell_ts[em], exists[em]
             outs = [(v[em], nl[em]) for v, nl in outs]
             ncells = len(em)
 
         # 6. changes against the previous cell of the group (or the carried row)
+        # (in place: the gathers from the carried state are fresh arrays; cells of one group are adjacent)
         same = np.zeros(ncells, bool)
-        same[1:] = cell_g[1:] == cell_g[:-1]
-        prev_exists = state.exists[cell_g]
-        prev_exists[1:] = np.where(same[1:], exists[:-1], prev_exists[1:])
-        diff = np.zeros(ncells, bool)
+        np.equal(cell_g[1:], cell_g[:-1], out=same[1:])
+        inner = same[1:]
+        prev_exists = state.exists.take(cell_g)
+        np.copyto(prev_exists[1:], exists[:-1], where=inner)
+        changed = exists != prev_exists
         prevs = []
         for (v, nl), ov, on in zip(outs, state.out_vals, state.out_nulls):
-            pv = ov[cell_g]
-            pn = on[cell_g]
-            pv[1:] = np.where(same[1:], v[:-1], pv[1:])
-            pn[1:] = np.where(same[1:], nl[:-1], pn[1:])
+            pv = ov.take(cell_g)
+            pn = on.take(cell_g)
+            np.copyto(pv[1:], v[:-1], where=inner)
+            np.copyto(pn[1:], nl[:-1], where=inner)
             prevs.append((pv, pn))
-            diff |= (nl != pn) | (~nl & np.asarray(v != pv, bool))
-        changed = (exists != prev_exists) | (exists & diff)
+            d = np.asarray(v != pv, bool)
+            d &= ~nl
+            d |= nl != pn
+            d &= exists
+            changed |= d
         chg = np.flatnonzero(changed)
-        return Changes(
-            cx, cell_g, cell_ts, exists, prev_exists, outs, prevs, same, em, rows, chg, prev_exists[chg], exists[chg]
-        )
+        if len(chg) == ncells:  # every cell changes (a window's groups, mostly): no gathers
+            del_mask, ins_mask = prev_exists, exists
+        else:
+            del_mask, ins_mask = prev_exists.take(chg), exists.take(chg)
+        return Changes(cx, cell_g, cell_ts, exists, prev_exists, outs, prevs, same, em, rows, chg, del_mask, ins_mask)
 
     def _old_ids(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
         """Per changed cell, the id of the row it deletes: the carried row's, or the row the
         group's previous changed cell inserted (new ids `nid`)."""
-        cg = ch.cell_g[ch.chg]
-        old_id = self.state.row_id[cg]
+        cg = ch.cell_g if len(ch.chg) == len(ch.cell_g) else ch.cell_g.take(ch.chg)
+        old_id = self.state.row_id.take(cg)
         if len(ch.chg) > 1:
-            gsame = cg[1:] == cg[:-1]
-            old_id[1:] = np.where(gsame, nid[:-1], old_id[1:])
+            np.copyto(old_id[1:], nid[:-1], where=cg[1:] == cg[:-1])
         return old_id
 
     def _carry(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
         """7. Carry the state of every touched group (its last cell); returns the touched
         groups that are empty now."""
-        state, cell_g, same = self.state, ch.cell_g, ch.same
-        lastc = np.flatnonzero(starts_to_ends(np.r_[True, ~same[1:]] if len(cell_g) else np.zeros(0, bool)))
-        G = cell_g[lastc]
+        state, cell_g = self.state, ch.cell_g
+        lastc = _run_ends(cell_g)  # each touched group's last cell
+        G = cell_g.take(lastc)
         state.exists[G] = ch.exists[lastc]
         for (v, nl), ov, on in zip(ch.outs, state.out_vals, state.out_nulls):
             ov[G] = v[lastc]
@@ -346,40 +359,44 @@ class AggregateOp(Operator):
         ins = np.flatnonzero(ch.ins_mask)  # positions: cheaper than the mixed mask, used twice
         if len(ins):
             ig = cell_g.take(ch.chg.take(ins))
-            last_ins = np.flatnonzero(starts_to_ends(np.r_[True, ig[1:] != ig[:-1]]))
+            last_ins = _run_ends(ig)
             state.row_id[ig.take(last_ins)] = nid.take(ins.take(last_ins))
         full_last = lastc if ch.em is None else ch.em[lastc]  # the same cells, numbered among all cells
         state.carry_totals(ch.cx.totals, full_last, G)
         return np.compress(ch.rows[full_last] <= 0, G)
 
     def _forget(self, dead: np.ndarray) -> None:
-        """After a batch: groups `dead` (touched, empty now) are released, state compacted."""
-        if self.keys:
+        """After a batch: groups `dead` (touched, empty now) are released, or state compacted.
+        A compaction drops every empty group, so releasing them first (resetting their state,
+        taking their keys out of the interner) would be work thrown away."""
+        if not self.keys:
+            return
+        for s in self.stateful:
+            s.forget(dead.tolist())
+        live = self._compaction_due()
+        if live is not None:
+            self._compact(live)
+        else:
             self._release(dead)
-        self._maybe_compact()
 
     # ------------------------------------------------------------ pieces
-    def _emit(
-        self,
-        cell_g: np.ndarray,
-        cell_ts: np.ndarray,
-        chg: np.ndarray,
-        del_mask: np.ndarray,
-        ins_mask: np.ndarray,
-        old_id: np.ndarray,
-        nid: np.ndarray,
-        outs: list[tuple[np.ndarray, np.ndarray]],
-        prevs: list[tuple[np.ndarray, np.ndarray]],
-    ) -> Batch:
-        """Rows for the changed cells `chg`: `−` (old row, old id) where the group existed before
-        the cell, `+` (new row, new id) where it exists after, in ts order; with a HAVING
-        predicate, only the rows it holds for (`_having`). The changed cells are
+    def _emit(self, ch: Changes, old_id: np.ndarray, nid: np.ndarray) -> Batch:
+        """Rows for the changed cells `ch.chg` (ids of the rows they delete `old_id`, of those
+        they insert `nid`): `−` (old row, old id) where the group existed before the cell, `+`
+        (new row, new id) where it exists after, in ts order; with a HAVING predicate, only the
+        rows it holds for (`_having`), and only the cells with such a row. The changed cells are
         ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
         (del, ins) pair of slots, and the slots of missing rows (a group appearing or becoming
         empty) are dropped by one gather at the kept slots, found once per batch. Only gathers,
         strided writes and no np.where: this runs on every output row."""
-        if self.having is not None:
-            del_mask, ins_mask = self._having(cell_g, chg, del_mask, ins_mask, outs, prevs)
+        cell_g, cell_ts, chg, outs, prevs = ch.cell_g, ch.cell_ts, ch.chg, ch.outs, ch.prevs
+        del_mask, ins_mask = ch.del_mask, ch.ins_mask
+        if self.having is not None:  # the cells with a row it keeps: few, often (Linear Road: 48 of 1.3M)
+            del_mask, ins_mask = self._having(ch)
+            kept = np.flatnonzero(del_mask | ins_mask)
+            if len(kept) < len(chg):
+                chg, del_mask, ins_mask = chg.take(kept), del_mask.take(kept), ins_mask.take(kept)
+                old_id, nid = old_id.take(kept), nid.take(kept)
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
@@ -412,20 +429,19 @@ class AggregateOp(Operator):
         g = cell_g[c]
         if slot is None:  # every cell has both rows: strided writes, no gather
             ts = pick(cts_o, cts_o, np.int64)
-            for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
+            for i, kvals in enumerate(self.state.key_vals):
                 kv = kvals[g]
                 cols.append(pick(kv, kv, kv.dtype))
-                m = knulls[g]
-                nulls.append(pick(m, m, bool) if m.any() else None)
+                m = self.state.key_null(i, g)
+                nulls.append(None if m is None else pick(m, m, bool))
         else:  # per kept row its cell (slot // 2): one gather per key column
             half = slot >> 1
             ts = cts_o[half]
             if self.keys:
                 g = g[half]
-            for kvals, knulls in zip(self.state.key_vals, self.state.key_nulls):
+            for i, kvals in enumerate(self.state.key_vals):
                 cols.append(kvals[g])
-                m = knulls[g]
-                nulls.append(m if m.any() else None)
+                nulls.append(self.state.key_null(i, g))
         for (v, nl), (pv, pn) in zip(outs, prevs):
             cols.append(pick(pv[c], v[c], v.dtype))
             pm, nm = pn[c], nl[c]
@@ -433,38 +449,33 @@ class AggregateOp(Operator):
             nulls.append(m if m is not None and m.any() else None)
         return Batch(cols, nulls, ts, sign, ids)
 
-    def _having(
-        self,
-        cell_g: np.ndarray,
-        chg: np.ndarray,
-        del_mask: np.ndarray,
-        ins_mask: np.ndarray,
-        outs: list[tuple[np.ndarray, np.ndarray]],
-        prevs: list[tuple[np.ndarray, np.ndarray]],
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`del_mask` and `ins_mask` kept only where the HAVING predicate is TRUE of the row
+    def _having(self, ch: Changes) -> tuple[np.ndarray, np.ndarray]:
+        """`ch.del_mask` and `ch.ins_mask` kept only where the HAVING predicate is TRUE of the row
         (NULL: false, as a selection): evaluated once, vectorized, over the rows that would be
         emitted — the old rows of the deletes, then the new rows of the inserts. Only the columns
         the predicate reads are gathered (the others stay empty), so the rows it rejects — 1.3M
         of VehPos's in Linear Road, against 48 kept — cost one or two columns, not a whole row."""
         assert self.having is not None
+        cell_g, chg, del_mask, ins_mask, outs, prevs = ch.cell_g, ch.chg, ch.del_mask, ch.ins_mask, ch.outs, ch.prevs
         di, ii = np.flatnonzero(del_mask), np.flatnonzero(ins_mask)
         dc, ic = chg.take(di), chg.take(ii)
         if not (len(dc) + len(ic)):
             return del_mask, ins_mask
-        g = cell_g[np.concatenate([dc, ic])]
         read = self.having_cols
+        n = len(dc) + len(ic)
+        nk = len(self.state.key_vals)
+        g = cell_g[np.concatenate([dc, ic])] if any(j < nk for j in read) else dc[:0]  # groups: for key columns
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
-        for j, (kv, kn) in enumerate(zip(self.state.key_vals, self.state.key_nulls)):
+        for j, kv in enumerate(self.state.key_vals):
             cols.append(kv[g] if j in read else kv[:0])
-            nulls.append(kn[g] if j in read else None)
+            nulls.append(self.state.key_null(j, g) if j in read else None)
         for j, ((v, nl), (pv, pn)) in enumerate(zip(outs, prevs), len(cols)):
             cols.append(np.concatenate([pv[dc], v[ic]]) if j in read else v[:0])
             nulls.append(np.concatenate([pn[dc], nl[ic]]) if j in read else None)
         nulls = [None if m is None or not m.any() else m for m in nulls]
-        n = len(g)
-        rows = Batch(cols, nulls, np.zeros(n, np.int64), np.ones(n, np.int8), np.zeros(n, np.uint64))
+        # no instants, signs or ids are read: read-only broadcasts, not three arrays of n
+        rows = Batch(cols, nulls, *(np.broadcast_to(dt(v), (n,)) for dt, v in _HAVING_META))
         keep = self.ev.predicate(self.having, rows)
         del_mask, ins_mask = del_mask.copy(), ins_mask.copy()
         del_mask[di] = keep[: len(dc)]
@@ -478,8 +489,6 @@ class AggregateOp(Operator):
         every empty group is swept), so keys and state follow the live groups with no renumbering
         pass. Below it ids are never reused: the ids, and with them the order of the rows an
         instant emits, stay those of first discovery."""
-        for s in self.stateful:
-            s.forget(dead.tolist())
         if self.gkeys.n < self.COMPACT_MIN:
             return
         if not self.recycling:
@@ -489,23 +498,32 @@ class AggregateOp(Operator):
             self.state.reset(dead)
             self.gkeys.release(dead)
 
-    def _maybe_compact(self) -> None:
-        """Renumber the groups when most ids belong to groups that have become empty, so state
-        follows the live groups, not the history of keys (vectorized, amortized O(1))."""
+    def _compaction_due(self) -> np.ndarray | None:
+        """The live groups when most ids belong to groups that have become empty (then state is
+        renumbered: `_compact`), else None."""
         n = self.gkeys.n
-        if not self.keys or n < self.COMPACT_MIN:
-            return
+        if n < self.COMPACT_MIN:
+            return None
+        rows = self.state.totals[ROWS][:n]
+        if 4 * np.count_nonzero(rows > 0) > n:  # counted first: most batches do not compact
+            return None
+        return np.flatnonzero(rows > 0)
+
+    def _compact(self, live: np.ndarray) -> None:
+        """Renumber groups `live` densely and drop the others, so state follows the live groups,
+        not the history of keys (vectorized, amortized O(1))."""
+        n = self.gkeys.n
         st = self.state
-        live = np.flatnonzero(st.totals[ROWS][:n] > 0)
-        if 4 * len(live) > n:
-            return
         fresh = GroupKeys(self.key_types)
         kv = [a[live] for a in st.key_vals]
         kn = [a[live] for a in st.key_nulls]
         newg = fresh.map(kv, [m if m.any() else None for m in kn], len(live))
         remap = np.full(n, -1, np.int64)
         remap[live] = newg
-        st.compact(live, newg, max(fresh.n, 16))
+        # capacity: up to 8x the live groups, as much as the arrays had (they just held n ids), so the
+        # batches after a compaction do not grow them again and again (Linear Road's SMVAvgRel did
+        # 2–3 doubling copies of every array between compactions); memory stays O(live groups)
+        st.compact(live, newg, max(fresh.n, 16, min(st.cap, 8 * fresh.n)))
         fresh.adopt_fifo(self.gkeys, remap)
         self.gkeys = fresh
         self.recycling = False

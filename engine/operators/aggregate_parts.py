@@ -33,7 +33,7 @@ import numpy as np
 
 from cqlstream.engine import parallel
 from cqlstream.engine.aggregates.changes import Changes
-from cqlstream.engine.aggregates.quantities import Quantity
+from cqlstream.engine.aggregates.events import StepEvents
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.kernels import stable_order
 
@@ -91,34 +91,13 @@ def _prepare(
     hi: int,
     tmin: int,
     span: int | None,
-    gid: np.ndarray,
-    ts: np.ndarray,
-    sign: np.ndarray,
-    av: list[np.ndarray],
-    an: list[np.ndarray],
-    nulls_in: list[bool],
-    skip: frozenset[Quantity],
-    probe_ts: np.ndarray | None,
+    ev: StepEvents,
 ) -> _Part:
     """Phase 1 of the part owning groups [lo, hi): its events (arrival order kept), cells and
     changes (AggregateOp._changes), HAVING, and its changed cells ordered as _emit orders them.
     The batch's instants are tmin .. tmin + span (`span` None: too many to count rows per instant)."""
-    sel = np.flatnonzero((gid >= lo) & (gid < hi))
-    ch = op._changes(
-        gid.take(sel),
-        ts.take(sel),
-        sign.take(sel),
-        [a.take(sel) for a in av],
-        [m.take(sel) for m in an],
-        nulls_in,
-        skip,
-        probe_ts,
-        lo,
-        hi - 1,
-    )
-    dm, im = ch.del_mask, ch.ins_mask
-    if op.having is not None:
-        dm, im = op._having(ch.cell_g, ch.chg, dm, im, ch.outs, ch.prevs)
+    ch = op._changes(ev.take(np.flatnonzero((ev.gid >= lo) & (ev.gid < hi))), lo, hi - 1)
+    dm, im = (ch.del_mask, ch.ins_mask) if op.having is None else op._having(ch)
     cts = ch.cell_ts.take(ch.chg)
     o = stable_order(cts - tmin, 0, int(cts.max()) - tmin) if len(cts) else _EMPTY_I
     dm, im, cts = dm.take(o), im.take(o), cts.take(o)
@@ -216,8 +195,9 @@ def _finish(
             kd = kvals.take(gd)
             out.cols[j][pos_d] = kd
             out.cols[j][pos_i] = kd if p.full else kvals.take(ga)
-            md = knulls.take(gd)
-            out.put_nulls(j, pos_d, md, pos_i, md if p.full else knulls.take(ga))
+            if st.null_keys[j]:
+                md = knulls.take(gd)
+                out.put_nulls(j, pos_d, md, pos_i, md if p.full else knulls.take(ga))
         for j, ((v, nl), (pv, pn)) in enumerate(zip(ch.outs, ch.prevs), len(st.key_vals)):
             out.cols[j][pos_d] = pv.take(cd)
             out.cols[j][pos_i] = v.take(ca)
@@ -225,30 +205,13 @@ def _finish(
     return op._carry(ch, nid)
 
 
-def run_parts(
-    op: AggregateOp,
-    cuts: list[tuple[int, int]],
-    gid: np.ndarray,
-    ts: np.ndarray,
-    sign: np.ndarray,
-    av: list[np.ndarray],
-    an: list[np.ndarray],
-    nulls_in: list[bool],
-    skip: frozenset[Quantity],
-    probe_ts: np.ndarray | None,
-) -> Batch:
-    """Steps 2–7 of `op`'s batch as parts of group ranges `cuts` (module docstring): its output."""
-    tmin = int(ts.min())
-    span = int(ts.max()) - tmin
-    counted = span <= COUNT_SPAN * len(ts)
-    parts = parallel.run_all(
-        [
-            partial(
-                _prepare, op, lo, hi, tmin, span if counted else None, gid, ts, sign, av, an, nulls_in, skip, probe_ts
-            )
-            for lo, hi in cuts
-        ]
-    )
+def run_parts(op: AggregateOp, cuts: list[tuple[int, int]], ev: StepEvents) -> Batch:
+    """Steps 2–7 of `op`'s batch of events `ev` as parts of group ranges `cuts` (module
+    docstring): its output."""
+    tmin = int(ev.ts.min())
+    span = int(ev.ts.max()) - tmin
+    counted = span <= COUNT_SPAN * len(ev)
+    parts = parallel.run_all([partial(_prepare, op, lo, hi, tmin, span if counted else None, ev) for lo, hi in cuts])
     counts = [int(np.count_nonzero(p.ch.ins_mask)) for p in parts]
     ids = op.ids.take(sum(counts))  # the sequential operator's one take: part p's after parts < p
     firsts = np.r_[0, np.cumsum(counts)].tolist()

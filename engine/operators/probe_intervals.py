@@ -21,7 +21,18 @@ def interval_ends(key: np.ndarray, ts: np.ndarray, probe_ts: np.ndarray) -> np.n
     n = len(key)
     last = np.ones(n, bool)
     if n > 1:
-        p = probe_ts[np.r_[True, probe_ts[1:] != probe_ts[:-1]]] if len(probe_ts) else probe_ts  # distinct instants
-        k = np.searchsorted(p, ts, "left")  # the interval: changes at p_i belong to the one ending there
-        last[:-1] = (key[1:] != key[:-1]) | (k[1:] != k[:-1])
+        k = _interval_of(ts, probe_ts)
+        np.not_equal(key[1:], key[:-1], out=last[:-1])
+        last[:-1] |= k[1:] != k[:-1]
     return np.flatnonzero(last)
+
+
+def _interval_of(ts: np.ndarray, probe_ts: np.ndarray) -> np.ndarray:
+    """The probe interval of every instant `ts`: the number of probe instants before it (a change
+    at a probe instant belongs to the interval ending there). Over a narrow span of instants (a
+    batch spans minutes, with tens of thousands of changes), a table per instant and one gather
+    instead of a binary search per change."""
+    lo, hi = int(ts.min()), int(ts.max())
+    if hi - lo < len(ts) // 4:
+        return np.searchsorted(probe_ts, np.arange(lo, hi + 1, dtype=np.int64), "left").take(ts - lo)
+    return np.searchsorted(probe_ts, ts, "left")
