@@ -75,10 +75,12 @@ def test_compiled_once_then_loaded_and_the_same_as_plain_dataclasses(tmp_path: P
     cache = tmp_path / "cache"
     plain = _probe(cache, plain=True)
     assert plain["compiled"] == 0 and not cache.exists()  # the builtin exec did the work, nothing saved
-    assert len(plain["methods"]) > 500  # the AST, plan nodes, ... (every generated method)
+    # the AST, plan nodes, ... (every generated method of the modules a run imports; ~490 since
+    # session 15 made optional features' modules load when used)
+    assert len(plain["methods"]) > 300
 
     first = _probe(cache)
-    assert first["compiled"] > 500
+    assert first["compiled"] >= len(plain["methods"])
     assert _the_file(cache).stat().st_size > 0
 
     second = _probe(cache)
