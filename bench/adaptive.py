@@ -339,8 +339,9 @@ def bench_chain(ticks: int, period: int, burst: int, budget: int) -> dict[str, A
     return {"slice_ms": round(slice_s * 1e3, 3), "runs": runs}
 
 
-class _Probes(Evaluator):
-    """Counts the tuples every conjunct sees (unit cost each, as in Example 4.5.1)."""
+class ProbeCounter(Evaluator):
+    """Counts the tuples every predicate evaluation sees (unit cost each, as in Example 4.5.1 and
+    the thesis' Figure 4.4 example; tests/test_adaptive_filters.py uses it too)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -392,7 +393,7 @@ def bench_trap(ns: tuple[int, ...] = (3, 5, 7)) -> dict[str, Any]:
             for k in range(0, len(values), 100):
                 v = values[k : k + 100]
                 ad.run(from_rows([(int(x),) for x in v], types, np.arange(k, k + 100)), Evaluator())
-            ev = _Probes()
+            ev = ProbeCounter()
             ad.configure(AdaptiveConfig(policy="off"))
             ad.run(from_rows([(x,) for x in range(1, 101)], types, np.zeros(100, np.int64)), ev)
             cost = ev.probes / 100

@@ -45,35 +45,32 @@ def _order(key: np.ndarray, lo: int | None, hi: int | None, keys: bool) -> tuple
         return np.arange(n, dtype=np.int64), None
     nb = (n - 1).bit_length()
     if span.bit_length() + nb <= 32:  # uint32 words: their sort is ~2x the int64 one's, and beats the radix sort
-        words = (key - np.int64(lo)).astype(np.uint32)
-        words <<= np.uint32(nb)
-        words |= np.arange(n, dtype=np.uint32)
-        words.sort()
-        skey = None
-        if keys:
-            skey = (words >> np.uint32(nb)).astype(np.int64)
-            if lo:
-                skey += np.int64(lo)
-            skey = skey.astype(key.dtype, copy=False)
-        words &= np.uint32((1 << nb) - 1)
-        return words.astype(np.int64), skey
+        return _packed_sort(key, lo, nb, np.uint32, keys)
     if span < 1 << 16 and n >= 4096 and 4 * span < n:  # measured: where the radix sort wins
         k = key - lo if lo else key
         return np.argsort(k.astype(np.uint16), kind="stable"), None
     if span.bit_length() + nb > 62:
         return np.argsort(key, kind="stable"), None
-    packed = key - np.int64(lo) if lo else key.astype(np.int64, copy=True)
-    packed <<= nb
-    packed |= np.arange(n, dtype=np.int64)
-    packed.sort()
+    return _packed_sort(key, lo, nb, np.int64, keys)
+
+
+def _packed_sort(
+    key: np.ndarray, lo: int, nb: int, word: type[np.unsignedinteger] | type[np.signedinteger], keys: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """One plain sort of (key − lo) << nb | position words of type `word` (the caller checked they
+    fit): the positions in stable key order, and with `keys` the sorted keys (a shift of the words)."""
+    words = (key - np.int64(lo) if lo else key).astype(word, copy=lo == 0)
+    words <<= word(nb)
+    words |= np.arange(len(key), dtype=word)
+    words.sort()
     skey = None
     if keys:
-        skey = packed >> nb
+        skey = (words >> word(nb)).astype(np.int64, copy=False)
         if lo:
             skey += np.int64(lo)
         skey = skey.astype(key.dtype, copy=False)
-    packed &= (1 << nb) - 1
-    return packed, skey
+    words &= word((1 << nb) - 1)
+    return words.astype(np.int64, copy=False), skey
 
 
 # ---------------------------------------------------------------- segments
@@ -86,6 +83,15 @@ def starts_to_ends(starts: np.ndarray) -> np.ndarray:
         ends[:-1] = starts[1:]
         ends[-1] = True
     return ends
+
+
+def run_ends(x: np.ndarray) -> np.ndarray:
+    """Positions of the last element of every run of equal adjacent values of `x`."""
+    ends = np.empty(len(x), bool)
+    if len(x):
+        np.not_equal(x[1:], x[:-1], out=ends[:-1])
+        ends[-1] = True
+    return np.flatnonzero(ends)
 
 
 def seg_cumsum(d: np.ndarray, starts: np.ndarray) -> np.ndarray:

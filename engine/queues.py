@@ -32,26 +32,6 @@ def lock_of(q: Queue) -> threading.Lock:
     return _LOCKS[(id(q) >> 4) % len(_LOCKS)]
 
 
-def _tail(batch: Batch, n: int) -> Batch:
-    """The last RECENT rows of a pushed batch of `n` rows, for `recent`: a copy, since a slice
-    would be a view keeping the whole batch's arrays alive; a batch of at most RECENT rows whose
-    arrays own their memory pins nothing more than its rows, so it is kept as it is (one in
-    eight of Linear Road's pushes, each saving a dozen small copies)."""
-    if n <= RECENT and _owns_memory(batch):
-        return Batch(list(batch.cols), list(batch.nulls), batch.ts, batch.sign, batch.id)
-    return batch.copy_range(max(n - RECENT, 0), n)
-
-
-def _owns_memory(batch: Batch) -> bool:
-    """Whether every array of `batch` owns its memory (none is a view of a larger array)."""
-    if batch.ts.base is not None or batch.sign.base is not None or batch.id.base is not None:
-        return False
-    for c in batch.cols:
-        if c.base is not None:
-            return False
-    return all(m is None or m.base is None for m in batch.nulls)
-
-
 class Queue:
     # the rows several readers took last as one concatenation of several parts, keyed by their
     # span (first batch, row, end batch, row; absolute indices): the next reader taking the same
@@ -87,8 +67,8 @@ class Queue:
                 if self.start is None:
                     self.start = int(ts[0])
                 self.last_ts = int(ts[-1])
-                if self.recent is not None:
-                    self.recent.append(_tail(batch, n))
+                if self.recent is not None:  # a copy: a slice would be a view pinning the whole batch
+                    self.recent.append(batch.copy_range(max(n - RECENT, 0), n))
         if watermark is not None and (self.watermark is None or watermark > self.watermark):
             self.watermark = watermark
 

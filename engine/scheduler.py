@@ -239,3 +239,10 @@ SCHEDULERS: dict[str, type[RoundRobin]] = {
     "chain": Chain,
     "chain-latency": ChainLatency,
 }
+
+
+def for_threads(threads: int, budget: int | None = None) -> RoundRobin:
+    """The scheduler of an engine given `threads` threads (`cqlstream run --engine-threads`,
+    `serve --engine-threads`): `parallel` on 2 or more, round robin on one (the same order,
+    without the pass's bookkeeping)."""
+    return SCHEDULERS["parallel" if threads > 1 else "round-robin"](budget)

@@ -21,7 +21,7 @@ from cqlstream.engine import parallel
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
-from cqlstream.engine.scheduler import Parallel, RoundRobin
+from cqlstream.engine.scheduler import for_threads
 from cqlstream.io.dat_source import SourceReader
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.prefetch import Prefetch
@@ -198,7 +198,7 @@ def _run(
         d = Dsms(
             compat=compat,
             synopsis_joins=synopsis_joins,
-            scheduler=Parallel() if parallel.threads() > 1 else RoundRobin(),
+            scheduler=for_threads(parallel.threads()),
             recent_tails=False,  # nothing peeks at a script run's queues
         )
         reg = Registrar(script, d, compat, approximate)

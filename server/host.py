@@ -24,7 +24,7 @@ from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import SYS_STREAM, Dsms, QueryHandle, names_read
 from cqlstream.engine.errors import InputError
 from cqlstream.engine.operators.summary_mode import query_summaries
-from cqlstream.engine.scheduler import SCHEDULERS
+from cqlstream.engine.scheduler import for_threads
 from cqlstream.engine.seeding import register_seeded
 from cqlstream.io.decoders import Parsed, Target
 from cqlstream.io.errors import IngestError
@@ -53,7 +53,7 @@ def make_dsms(settings: Settings) -> Dsms:
         compat=settings.compat,
         data_dir=None if with_log else data_dir,
         silence_timeout=settings.silence_timeout,
-        scheduler=SCHEDULERS[threaded_scheduler(settings.engine_threads)](settings.work_budget),
+        scheduler=for_threads(settings.engine_threads, settings.work_budget),
         query_memory_limit=settings.query_memory_limit,
         query_cpu_limit=settings.query_cpu_limit,
         overload=_overload(settings),
@@ -66,19 +66,15 @@ def make_dsms(settings: Settings) -> Dsms:
     return d
 
 
-def threaded_scheduler(engine_threads: int) -> str:
-    """The scheduler for `serve --engine-threads` (as `cqlstream run` picks it): `parallel` on 2 or
-    more threads, round robin on one (the same order, without the pass's bookkeeping)."""
-    return "parallel" if engine_threads > 1 else "round-robin"
-
-
 def follow_engine_threads(d: Dsms, engine_threads: int) -> None:
     """At start, round robin and `parallel` (one schedule, on one thread or on several) follow
     --engine-threads, whichever of the two a data dir recorded; another scheduler chosen through
     the `scheduler` knob is kept."""
-    s, want = d.scheduler, threaded_scheduler(engine_threads)
-    if s.name in ("round-robin", "parallel") and s.name != want:
-        d.scheduler = SCHEDULERS[want](s.budget)
+    s = d.scheduler
+    if s.name in ("round-robin", "parallel"):
+        want = for_threads(engine_threads, s.budget)
+        if want.name != s.name:
+            d.scheduler = want
 
 
 def _overload(settings: Settings) -> OverloadConfig | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.adaptive import ProbeCounter
 from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.ddl import execute_ddl
 from cqlstream.cql.frontend import compile_query
@@ -37,18 +38,6 @@ WINDOW = [  # the profile window of Ex 4.3.1 (b1..b4: F_i drops the tuple)
 FIG_4_4 = [[4, 2, 3, 3], [0, 2, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]]  # V for F3, F1, F2, F4
 
 
-class Counting(Evaluator):
-    """Counts the tuples every predicate evaluation sees (a hash probe each, in the example)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.probes = 0
-
-    def predicate(self, e, b):
-        self.probes += len(b)
-        return super().predicate(e, b)
-
-
 def _filter(where: str, ddl: str = "register stream S (a int);"):
     cat = Catalog()
     execute_ddl(cat, ddl)
@@ -77,7 +66,7 @@ def test_probe_counts_of_the_three_orders(order, probes):
     conj, types = _membership()
     ad = AdaptiveOrder(conj, AdaptiveConfig(policy="off"))
     ad.order = order
-    ev = Counting()
+    ev = ProbeCounter()
     out = ad.run(_batch(SEQUENCE, types), ev)
     assert ev.probes == probes
     assert out.cols[0].tolist() == [1, 1]
@@ -148,7 +137,7 @@ def test_independent_misses_the_correlation(policy, greedy):
     for k in range(0, len(values), 100):
         ad.run(_batch(values[k : k + 100], types, k), Evaluator())
     assert ad.order.index(n - 1) == (1 if greedy else n - 1)
-    ev = Counting()
+    ev = ProbeCounter()
     ad.configure(AdaptiveConfig(policy="off"))
     ad.run(_batch(list(range(1, 101)), types), ev)
     assert ev.probes / 100 == pytest.approx(1.49 if greedy else 0.49 * n + 0.51)

@@ -227,7 +227,8 @@ def test_linear_road_dests_byte_identical_at_1_and_2_engine_threads(tmp_path, mo
     for name, n in (("t1", 1), ("t2", 2), ("t2b", 2)):
         outs[name] = tmp_path / name
         run_script(script, out_dir=outs[name], compat=True, source_dir=src, batch_rows=2000, engine_threads=n)
-    monkeypatch.setattr(script_runner, "Parallel", RoundRobin)  # the sequential scheduler
+    # the sequential scheduler, with the engine's two threads (for the aggregate's parts)
+    monkeypatch.setattr(script_runner, "for_threads", lambda threads, budget=None: RoundRobin(budget))
     outs["rr"] = tmp_path / "rr"
     run_script(script, out_dir=outs["rr"], compat=True, source_dir=src, batch_rows=2000, engine_threads=2)
     for dest in DESTS:

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         from cqlstream.engine.scheduler import RoundRobin
         from cqlstream.io import script_runner
 
-        script_runner.Parallel = RoundRobin  # type: ignore[misc]
+        script_runner.for_threads = lambda threads, budget=None: RoundRobin(budget)  # type: ignore[assignment]
 
     from cqlstream.engine import parallel_pass as PP
     from cqlstream.engine.dsms import Dsms

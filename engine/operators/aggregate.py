@@ -76,7 +76,7 @@ from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.aggregates.sum_bound import SumBound
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.kernels import sorted_order, stable_order
+from cqlstream.engine.kernels import run_ends, sorted_order, stable_order
 from cqlstream.engine.operators.aggregate_parts import MULTISET_LOCK, part_cuts, run_parts
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
@@ -87,15 +87,6 @@ if TYPE_CHECKING:
 
 
 _HAVING_META = ((np.int64, 0), (np.int8, 1), (np.uint64, 0))  # ts, sign, id of the rows HAVING reads
-
-
-def _run_ends(x: np.ndarray) -> np.ndarray:
-    """Positions of the last element of every run of equal adjacent values of `x`."""
-    ends = np.empty(len(x), bool)
-    if len(x):
-        np.not_equal(x[1:], x[:-1], out=ends[:-1])
-        ends[-1] = True
-    return np.flatnonzero(ends)
 
 
 class AggregateOp(Operator):
@@ -350,7 +341,7 @@ class AggregateOp(Operator):
         """7. Carry the state of every touched group (its last cell); returns the touched
         groups that are empty now."""
         state, cell_g = self.state, ch.cell_g
-        lastc = _run_ends(cell_g)  # each touched group's last cell
+        lastc = run_ends(cell_g)  # each touched group's last cell
         G = cell_g.take(lastc)
         state.exists[G] = ch.exists[lastc]
         for (v, nl), ov, on in zip(ch.outs, state.out_vals, state.out_nulls):
@@ -359,7 +350,7 @@ class AggregateOp(Operator):
         ins = np.flatnonzero(ch.ins_mask)  # positions: cheaper than the mixed mask, used twice
         if len(ins):
             ig = cell_g.take(ch.chg.take(ins))
-            last_ins = _run_ends(ig)
+            last_ins = run_ends(ig)
             state.row_id[ig.take(last_ins)] = nid.take(ins.take(last_ins))
         full_last = lastc if ch.em is None else ch.em[lastc]  # the same cells, numbered among all cells
         state.carry_totals(ch.cx.totals, full_last, G)

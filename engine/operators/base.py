@@ -73,10 +73,8 @@ class IdSource:
         lease = getattr(_leases, "current", None)
         if lease is not None and lease.source is self:
             return lease.take(n)
-        with self._lock:
-            out = np.arange(self.next_id, self.next_id + n, dtype=np.uint64)
-            self.next_id += n
-        return out
+        first = self._advance(n)
+        return np.arange(first, first + n, dtype=np.uint64)
 
     def reserve(self, n: int) -> int:
         """The first of `n` (≥ 1) fresh consecutive ids, as `take(n)[0]` without building the
@@ -84,6 +82,10 @@ class IdSource:
         lease = getattr(_leases, "current", None)
         if lease is not None and lease.source is self:
             return int(lease.take(n)[0])
+        return self._advance(n)
+
+    def _advance(self, n: int) -> int:
+        """The shared counter moved past `n` ids, under the lock; returns the first."""
         with self._lock:
             first = self.next_id
             self.next_id += n
