@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cqlstream.engine.batch import Batch
+from cqlstream.engine.kernels import concat_ranges
 
 if TYPE_CHECKING:
     from cqlstream.cql.logical import expr as X
@@ -73,3 +74,64 @@ def should_narrow(n_inputs: int, state: Sequence[Batch], events: Sequence[Batch]
     if n_inputs != 2:
         return [False] * n_inputs
     return [ratio * len(events[1 - j]) < len(state[j]) and len(events[1 - j]) > 0 for j in range(2)]
+
+
+# value spans up to which membership is a bitmap lookup (one pass, no sort or binary search)
+BITMAP_SPAN = 1 << 22
+
+
+def _members(x: np.ndarray, probe: np.ndarray) -> np.ndarray:
+    """Mask of the int64 codes `x` found among the int64 codes `probe`: a bitmap over the probes'
+    span when it is small (Linear Road's vehicle ids, minutes, segments), else binary searches."""
+    if not len(probe) or not len(x):
+        return np.zeros(len(x), bool)
+    lo, hi = int(probe.min()), int(probe.max())
+    if hi - lo < BITMAP_SPAN:
+        seen = np.zeros(hi - lo + 2, bool)  # the last slot stands for every value out of span
+        seen[probe - lo] = True
+        at = x - lo
+        np.clip(at, 0, hi - lo + 1, out=at)
+        out = seen[at]
+        out &= (x >= lo) & (x <= hi)
+        return out
+    return _in_sorted(x, np.sort(probe))
+
+
+def reachable_rows(
+    state: Batch,
+    probes: Batch,
+    deleted: np.ndarray,
+    sides: Sequence[tuple[X.Expr, X.Expr]],
+    ev: Evaluator,
+    key_codes: KeyCodes,
+) -> np.ndarray | None:
+    """Positions (ascending) of the rows of `state` that a call can touch: those whose valid key
+    on every equi conjunct (state side, probe side) some row of `probes` has, and those whose id
+    is in `deleted` (the ids the state's own input deletes in the call); None when that is every
+    row. Key codes as the join's (`key_codes`): equal values ↔ equal codes, NULL/NaN never valid."""
+    pos: np.ndarray | None = None  # rows still possible after the conjuncts so far (None: all)
+    for es, ep in sides:
+        vs = ev.eval(es, state)
+        if pos is not None:
+            vs = (vs[0].take(pos), None if vs[1] is None else vs[1].take(pos))
+        (cs, oks, _), (cp, okp, _) = key_codes([vs, ev.eval(ep, probes)])
+        keep = oks & _members(cs, cp if okp.all() else cp[okp])
+        at = np.flatnonzero(keep)
+        pos = at if pos is None else pos.take(at)
+        if not len(pos):
+            break
+    assert pos is not None
+    if len(deleted):
+        ids = state.id
+        if len(ids) < 2 or bool(np.all(ids[1:] >= ids[:-1])):  # ids in insertion order: search them
+            g = np.sort(deleted)
+            lo = np.searchsorted(ids, g, side="left")
+            hi = np.searchsorted(ids, g, side="right")
+            hit = np.flatnonzero(hi > lo)
+            if len(hit):
+                pos = np.union1d(pos, concat_ranges(lo.take(hit), hi.take(hit)))
+        else:
+            gone = np.flatnonzero(_in_sorted(ids, np.sort(deleted)))
+            if len(gone):
+                pos = np.union1d(pos, gone)
+    return None if len(pos) == len(state) else pos

@@ -36,7 +36,7 @@ from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
-from cqlstream.engine.batch import Batch
+from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.kernels import stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
@@ -51,11 +51,17 @@ from cqlstream.engine.operators.join import (
     key_codes,
     scan_pairs,
 )
+from cqlstream.engine.operators.state_prefilter import reachable_rows
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
     from cqlstream.engine.exprs import Evaluator
     from cqlstream.engine.planner import EngineOptions
+
+# carried X rows from which a call narrows them to those its S tuples can meet, and the least
+# ratio of carried rows to S tuples for it (below, narrowing costs about what it saves)
+NARROW_MIN = 256
+NARROW_RATIO = 2
 
 
 class StreamJoinOp(Operator):
@@ -160,9 +166,14 @@ class StreamJoinOp(Operator):
         inst = _instants(s.ts, xe.ts)
         s_rank = _ranks(s.ts, inst)
         x_seq = _ranks(xe.ts, inst) * 2 + 1
-        table = Table(self.state, xe, x_seq, self.input_types[self.rel])
+        reach = self._reachable(s, xe)
+        carried = self.state if reach is None else self.state.take(reach)
+        table = Table(carried, xe, x_seq, self.input_types[self.rel])
         self.counters.extra["unmatched_deletes"] += table.unmatched_deletes
-        self.state = table.b.take(table.survivors) if len(table.survivors) != len(table.b) else table.b
+        if reach is None:
+            self.state = table.b.take(table.survivors) if len(table.survivors) != len(table.b) else table.b
+        else:
+            self.state = self._maintained(reach, table)
         self.counters.extra["state_tuples"] = len(self.state)
         if not len(s) or not len(table.inst) or not self._const_ok():
             return Batch.empty(self.out_types)
@@ -181,6 +192,36 @@ class StreamJoinOp(Operator):
         out = self._gather(s, table.b, p, rows)
         out.id = self.ids.take(len(p))
         return out
+
+    def _reachable(self, s: Batch, xe: Batch) -> np.ndarray | None:
+        """Positions of X's carried rows this call can touch (None: all of them): those whose keys
+        on every equi conjunct some S tuple of the call has, and those X's events delete. The
+        others can pair with nothing and stay as they are, so they never enter the call's table
+        (Linear Road: ~1k S tuples a call against ~20k carried rows). Their relative order is
+        kept, so pairs and their order are those of the whole state."""
+        if len(self.state) < NARROW_MIN or not self.equi or len(s) * NARROW_RATIO > len(self.state):
+            return None
+        sides = [(e.ea, e.eb) if e.a == self.rel else (e.eb, e.ea) for e in self.equi]
+        gone = xe.id[xe.sign < 0]
+        return reachable_rows(self.state, s, gone, sides, self.ev, key_codes)
+
+    def _maintained(self, reach: np.ndarray, table: Table) -> Batch:
+        """X's rows alive at the end of a call whose table held only the carried rows `reach`:
+        the carried rows but those the table saw deleted, then the call's surviving inserts
+        (insertion order, as the whole table's survivors would be)."""
+        n = table.n_state
+        surv = table.survivors
+        cut = int(np.searchsorted(surv, n))  # survivors ascend: carried rows first
+        kept = self.state
+        if cut != n:
+            dead = np.ones(n, bool)
+            dead[surv[:cut]] = False
+            alive = np.ones(len(self.state), bool)
+            alive[reach[dead]] = False
+            kept = self.state.take(alive)
+        if cut == len(surv):
+            return kept
+        return concat([kept, table.b.take(surv[cut:])], self.input_types[self.rel])
 
     def _pairs(self, s: Batch, seq: np.ndarray, table: Table, m: int) -> tuple[np.ndarray, np.ndarray]:
         """(S row, X table row) of every S tuple with each X instance alive at its instant whose
