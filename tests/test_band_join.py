@@ -4,7 +4,8 @@
 - against the reference evaluator (the plan without rewrites) at 1, 7 and all events per push,
   paper and compat mode: self-joins and joins of two streams, S first or second, Range 0 (Now),
   1, 2 and 5, equi keys with NULLs and duplicates, several tuples per instant, gaps longer than
-  the window (expiries across pushes), non-equi conjuncts, cross products, two equi keys;
+  the window (expiries across pushes), non-equi conjuncts, cross products, two equi keys,
+  self-joins whose non-equi conjuncts reject each tuple paired with itself (pairs never made);
 - the output order: the same batches, element for element, as the stream–relation join over the
   window (the plan before the band join), at every push size;
 - the band's bounds at their edges in both modes, the plan (EXPLAIN, operator, the shapes that
@@ -41,6 +42,11 @@ QUERIES = [
     "Rstream(select I.c, P.c from S [Now] as I, S [Range 2] as P where I.a = P.a and I.b > 0 and P.b > 0)",
     "Rstream(select I.c, P.b from S [Now] as I, S [Range 3] as P where I.a = P.a and P.b > 1)",
     "Rstream(select I.c, P.b from S [Now] as I, S [Range 1] as P where I.a = P.a and I.b = P.b)",
+    # self-joins whose two-side conjunct rejects every tuple paired with itself (those pairs are
+    # never made), and one where it holds for some (they are)
+    "Rstream(select I.c, P.c from S [Now] as I, S [Range 3] as P where I.a = P.a and I.c <> P.c)",
+    "Rstream(select I.b, P.c from S [Now] as I, S [Range 2] as P where I.a = P.a and I.b < P.b)",
+    "Rstream(select I.c, P.b from S [Now] as I, S [Range 2] as P where I.a = P.a and I.b >= P.c)",
 ]
 
 # the rule's module (the package re-exports the rule function under the module's name)

@@ -93,7 +93,10 @@ class BandJoinOp(StreamJoinOp):
         if not len(s) or not len(x) or not self._const_ok():
             return Batch.empty(self.out_types)
         own = len(x) - len(xn) if self.same and _same_rows(s, xn) else None
-        p, rows = self._band_pairs(s, x, own)
+        # a self-join pairs every S tuple with itself; when the conjuncts reading both sides
+        # reject every such pair (Linear Road's `I.Seg <> P.Seg`), they are never made
+        skip = own is not None and self.theta_pred is not None and not self._self_pairs_pass(s)
+        p, rows = self._band_pairs(s, x, own, skip)
         if self.theta_pred is not None and len(p):
             keep = self.ev.predicate(self.theta_pred, self._gather(s, x, p, rows, self.theta_cols))
             at = np.flatnonzero(keep)  # (positions: numpy's mask indexing is ~5× slower at this size)
@@ -110,10 +113,21 @@ class BandJoinOp(StreamJoinOp):
         out.id = self.ids.take(len(p))
         return out
 
-    def _band_pairs(self, s: Batch, x: Batch, own: int | None) -> tuple[np.ndarray, np.ndarray]:
+    def _self_pairs_pass(self, s: Batch) -> bool:
+        """Whether the conjuncts reading both sides hold for some S tuple paired with itself (a
+        self-join: both sides of the joined row are the tuple's own columns; no gather)."""
+        n = len(s)
+        assert self.theta_pred is not None
+        row = Batch(s.cols + s.cols, s.nulls + s.nulls, s.ts, np.ones(n, np.int8), np.zeros(n, np.uint64))
+        return bool(self.ev.predicate(self.theta_pred, row).any())
+
+    def _band_pairs(
+        self, s: Batch, x: Batch, own: int | None, skip: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(S row, X row) of every S tuple at t with each X tuple of an equal valid key and
         t − life < τ ≤ t, in (S row, X row) order. `own`: S's tuples are X's rows from `own` on
-        (a self-join: the same stream under the same one-side conjuncts on both sides)."""
+        (a self-join: the same stream under the same one-side conjuncts on both sides); `skip`:
+        leave out each S tuple's pair with itself (X row `own` + its row)."""
         xk, xv, sk, sv = self._keys(s, x)
         uts = _distinct_sorted(x.ts)
         nr = len(uts) + 1
@@ -145,33 +159,67 @@ class BandJoinOp(StreamJoinOp):
             hit = pos < len(keys)
             hin = np.flatnonzero(hit)
             hit[hin] = keys[pos.take(hin)] == sks.take(hin)
-        lo_r, hi_r = self._ts_bounds(s.ts, uts)
+            if not hit.all():  # only the S tuples whose key X holds search on
+                at = np.flatnonzero(hit)
+                so, pos = so.take(at), pos.take(at)
+        lo_r, hi_r = self._ts_bounds(s.ts, uts, so)
         base = pos.astype(np.int64) * nr
         lo = np.zeros(len(sk), np.int64)
         hi = np.zeros(len(sk), np.int64)
-        lo[so] = np.searchsorted(comp, base + lo_r[so])
+        lo[so] = np.searchsorted(comp, base + lo_r)
         if own is not None:  # an S row's band ends where the run of its own (key, ts) ends
             starts = _runs(comp)
             ends = np.append(np.flatnonzero(starts)[1:], len(comp))
             hi[so] = ends[(np.cumsum(starts) - 1).take(mine)]
         else:
-            hi[so] = np.searchsorted(comp, base + hi_r[so])
-        found = np.zeros(len(sk), bool)
-        found[so] = hit
-        counts = np.where(found, hi - lo, 0)
+            hi[so] = np.searchsorted(comp, base + hi_r)
+        counts = hi - lo  # (0 for the S tuples left out)
         self.counters.extra["candidate_pairs"] += int(counts.sum())
-        p, rows = expand_pairs(np.arange(len(s)), order, lo, counts)
+        if skip:  # a self-join (own is set): each S tuple's band holds itself, at `mine` in `order`
+            p, at = _pairs_but_self(so, mine, lo, counts)
+            return p, (order.take(at) if valid is None else valid[order.take(at)])
+        if 4 * len(so) < len(s):  # few S tuples search: expand only theirs, in S's order
+            sel = np.sort(so)
+            p, rows = expand_pairs(sel, order, lo.take(sel), counts.take(sel))
+        else:
+            p, rows = expand_pairs(np.arange(len(s)), order, lo, counts)
         return p, (rows if valid is None else valid[rows])
 
-    def _ts_bounds(self, ts: np.ndarray, uts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per S tuple at t, the ranks in `uts` (X's distinct instants) of its band: the first at
-        or after t − life + 1, and the first after t. Looked up per distinct instant of S."""
+    def _ts_bounds(self, ts: np.ndarray, uts: np.ndarray, so: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per S tuple `so` at t, the ranks in `uts` (X's distinct instants) of its band: the
+        first at or after t − life + 1, and the first after t. Looked up per distinct instant of
+        S, or per tuple when only a few of S's tuples search."""
+        if 4 * len(so) < len(ts):
+            t = ts.take(so)
+            return np.searchsorted(uts, t - (self.life - 1), side="left"), np.searchsorted(uts, t, side="right")
         firsts = np.flatnonzero(_runs(ts))
         sizes = np.diff(np.append(firsts, len(ts)))
         t = ts[firsts]
         lo = np.searchsorted(uts, t - (self.life - 1), side="left")
         hi = np.searchsorted(uts, t, side="right")
-        return np.repeat(lo, sizes), np.repeat(hi, sizes)
+        return np.repeat(lo, sizes).take(so), np.repeat(hi, sizes).take(so)
+
+
+def _pairs_but_self(
+    so: np.ndarray, mine: np.ndarray, lo: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(S row, position in the key order) of every pair of a self-join's bands but each S row's
+    pair with itself: S row so[i] has its band [lo, lo + counts) and itself at mine[i]; the band
+    is expanded with that one position skipped, in (S row, position) order."""
+    cnt = np.zeros(len(counts), np.int64)
+    cnt[so] = counts.take(so) - 1
+    me = np.zeros(len(counts), np.int64)
+    me[so] = mine
+    p = np.flatnonzero(cnt > 0)
+    if not len(p):
+        return p, p
+    c = cnt.take(p)
+    first = np.cumsum(c)
+    first -= c
+    pos = np.repeat(lo.take(p) - first, c)
+    pos += np.arange(int(first[-1] + c[-1]))
+    pos += pos >= np.repeat(me.take(p), c)  # past the row itself
+    return np.repeat(p, c), pos
 
 
 def _late_last(p: np.ndarray, rows: np.ndarray, s_ts: np.ndarray, x_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
