@@ -230,7 +230,9 @@ def _late_last(p: np.ndarray, rows: np.ndarray, s_ts: np.ndarray, x_ts: np.ndarr
     late = x_ts[rows] == t
     if not late.any():
         return p, rows
-    touched = np.isin(t, np.unique(t[late]))
+    # (the instants holding a late pair by a sort, not np.unique, whose first call imports numpy.ma)
+    lt = np.sort(t[late])
+    touched = np.isin(t, _distinct_sorted(lt))
     idx = np.flatnonzero(touched)
     sp, sr, sl = p[idx], rows[idx], late[idx]
     major = np.where(sl, sr, sp)

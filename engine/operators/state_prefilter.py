@@ -128,10 +128,13 @@ def reachable_rows(
             lo = np.searchsorted(ids, g, side="left")
             hi = np.searchsorted(ids, g, side="right")
             hit = np.flatnonzero(hi > lo)
-            if len(hit):
-                pos = np.union1d(pos, concat_ranges(lo.take(hit), hi.take(hit)))
+            gone = concat_ranges(lo.take(hit), hi.take(hit)) if len(hit) else None
         else:
             gone = np.flatnonzero(_in_sorted(ids, np.sort(deleted)))
-            if len(gone):
-                pos = np.union1d(pos, gone)
+        if gone is not None and len(gone):
+            # (a mask, not np.union1d: that one imports numpy.ma on its first call, ~10 ms)
+            mask = np.zeros(len(ids), bool)
+            mask[pos] = True
+            mask[gone] = True
+            pos = np.flatnonzero(mask)
     return None if len(pos) == len(state) else pos

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
     from cqlstream.engine.planner import EngineOptions
 
 # carried X rows from which a call narrows them to those its S tuples can meet, and the least
-# ratio of carried rows to S tuples for it (below, narrowing costs about what it saves)
+# ratio of carried rows to S tuples, and to X's deletes, for it (below, narrowing costs about
+# what it saves)
 NARROW_MIN = 256
 NARROW_RATIO = 2
 
@@ -201,8 +202,10 @@ class StreamJoinOp(Operator):
         kept, so pairs and their order are those of the whole state."""
         if len(self.state) < NARROW_MIN or not self.equi or len(s) * NARROW_RATIO > len(self.state):
             return None
-        sides = [(e.ea, e.eb) if e.a == self.rel else (e.eb, e.ea) for e in self.equi]
         gone = xe.id[xe.sign < 0]
+        if len(gone) * NARROW_RATIO > len(self.state):  # X's events delete much of it: all enter
+            return None
+        sides = [(e.ea, e.eb) if e.a == self.rel else (e.eb, e.ea) for e in self.equi]
         return reachable_rows(self.state, s, gone, sides, self.ev, key_codes)
 
     def _maintained(self, reach: np.ndarray, table: Table) -> Batch:
@@ -320,4 +323,8 @@ def _ranks(ts: np.ndarray, inst: np.ndarray) -> np.ndarray:
 def _instants(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The sorted distinct instants of two ts-sorted batches: each batch's distinct instants (a
     few hundred per call against ~100k tuples) are merged, not the tuples."""
-    return np.unique(np.concatenate([_distinct_sorted(a), _distinct_sorted(b)]))
+    # (a sort and a pass, not np.unique: numpy 2's np.unique imports numpy.ma on its first
+    # call, ~15 ms of start-up that landed in the first stream join's call)
+    both = np.concatenate([_distinct_sorted(a), _distinct_sorted(b)])
+    both.sort()
+    return _distinct_sorted(both)
