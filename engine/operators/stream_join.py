@@ -277,13 +277,21 @@ class StreamJoinOp(Operator):
         return p[o], rows[o]
 
     def _gather(
-        self, s: Batch, xb: Batch, p: np.ndarray, rows: np.ndarray, only: frozenset[int] | None = None
+        self,
+        s: Batch,
+        xb: Batch,
+        p: np.ndarray,
+        rows: np.ndarray,
+        only: frozenset[int] | None = None,
+        parts: tuple[Batch, Batch] | None = None,
     ) -> Batch:
         """The joined rows (columns in the join's input order), stamped with their S tuple's
         instant. `only`: the joined column positions to fill; the others are left empty (length
-        0), for a predicate that reads no other column."""
+        0), for a predicate that reads no other column. `parts`: X's rows are those of the two
+        batches one after the other (`xb` is not read), gathered from each without joining them."""
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
+        split = None if parts is None else _Split(rows, len(parts[0]))
         for k in range(2):
             b, r = (s, p) if k == self.now else (xb, rows)
             for c in range(self.widths[k]):
@@ -291,12 +299,54 @@ class StreamJoinOp(Operator):
                     cols.append(b.cols[c][:0])
                     nulls.append(None)
                     continue
+                if split is not None and k != self.now:
+                    assert parts is not None
+                    col, msk = split.take(parts, c)
+                    cols.append(col)
+                    nulls.append(msk)
+                    continue
                 cols.append(b.cols[c][r])
                 msk = b.nulls[c]
                 msk = None if msk is None else msk[r]
                 nulls.append(msk if msk is not None and msk.any() else None)
         n = len(p)
         return Batch(cols, nulls, s.ts[p], np.ones(n, np.int8), np.zeros(n, np.uint64))
+
+
+class _Split:
+    """Rows of two batches placed one after the other (the first has `n0` rows), split once by
+    batch so every column is gathered from each batch directly."""
+
+    def __init__(self, rows: np.ndarray, n0: int) -> None:
+        self.n = len(rows)
+        self.all0 = bool(self.n == 0 or rows.max() < n0)
+        self.all1 = not self.all0 and bool(rows.min() >= n0)
+        if self.all0 or self.all1:
+            self.r0, self.r1 = rows, rows - n0
+        else:
+            first = rows < n0
+            self.at0 = np.flatnonzero(first)
+            self.at1 = np.flatnonzero(~first)
+            self.r0, self.r1 = rows.take(self.at0), rows.take(self.at1) - n0
+
+    def take(self, parts: tuple[Batch, Batch], c: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Column c of the rows, and its NULL mask (None when no row is NULL)."""
+        a, b = parts
+        if self.all0 or self.all1:
+            src, r = (a, self.r0) if self.all0 else (b, self.r1)
+            m = src.nulls[c]
+            m = None if m is None else m.take(r)
+            return src.cols[c].take(r), (m if m is not None and m.any() else None)
+        ca, cb = a.cols[c], b.cols[c]
+        col = np.empty(self.n, dtype=np.result_type(ca, cb) if ca.dtype != cb.dtype else ca.dtype)
+        col[self.at0] = ca.take(self.r0)
+        col[self.at1] = cb.take(self.r1)
+        if a.nulls[c] is None and b.nulls[c] is None:
+            return col, None
+        m = np.zeros(self.n, bool)
+        m[self.at0] = a.null_mask(c).take(self.r0)
+        m[self.at1] = b.null_mask(c).take(self.r1)
+        return col, (m if m.any() else None)
 
 
 def _runs(ts: np.ndarray) -> np.ndarray:
