@@ -194,7 +194,10 @@ class BandJoinOp(StreamJoinOp):
         base = pos.astype(np.int64) * nr
         lo = np.zeros(len(sk), np.int64)
         hi = np.zeros(len(sk), np.int64)
-        lo[so] = np.searchsorted(comp, base + lo_r)
+        if own is not None:  # the band ends at the row itself or later: step back from it
+            lo[so] = _band_start(comp, base + lo_r, mine)
+        else:
+            lo[so] = np.searchsorted(comp, base + lo_r)
         if own is not None:  # an S row's band ends where the run of its own (key, ts) ends
             starts = _runs(comp)
             ends = np.append(np.flatnonzero(starts)[1:], len(comp))
@@ -237,6 +240,19 @@ def _kept(xs: Batch, xn: Batch, cut: int, types: Sequence[DataType]) -> Batch:
     if not len(xn):
         return xs.copy_range(cut, ns) if cut else xs
     return concat([xs.slice(cut, ns), xn], types)  # (concat copies)
+
+
+def _band_start(comp: np.ndarray, needle: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """np.searchsorted(comp, needle) where comp[at] ≥ needle (the S tuple's own row in a
+    self-join): the answer is `at` unless the row before it is in the band too, which one gather
+    checks; only those rows (a vehicle's earlier reports in the window) search."""
+    prev = comp.take(np.maximum(at - 1, 0))
+    back = np.flatnonzero((prev >= needle) & (at > 0))
+    if not len(back):
+        return at
+    got = at.copy()
+    got[back] = np.searchsorted(comp, needle.take(back))
+    return got
 
 
 def _pairs_but_self(
