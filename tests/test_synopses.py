@@ -70,3 +70,45 @@ def test_joins_sharing_stores_give_the_reference_results(s, t):
     d.end()
     for sub, q in zip(subs, queries):
         assert net_by_instant(sub.poll()) == run_reference(DDL, q, {"S": s, "T": t})
+
+
+def test_alive_at_behind_the_newest_inserts():
+    """A reader one instant behind the store (another reader advanced it) gets the prefix of rows
+    it can see — as views when nothing is deleted — and exactly the rows a mask would give,
+    with and without deletes."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    for deletes in (False, True):
+        q = Queue([INT])
+        st = RelationStore(q)
+        st.users.append(_User())
+        live: list[int] = []
+        seen: list[tuple[int, int, int, int]] = []  # (id, value, ins, del)
+        nid = 0
+        for t in range(1, 30):
+            rows, signs, ids = [], [], []
+            for _ in range(int(rng.integers(0, 4))):
+                if deletes and live and rng.random() < 0.3:
+                    i = live.pop(int(rng.integers(len(live))))
+                    rows.append((i * 10,))
+                    signs.append(-1)
+                    ids.append(i)
+                    seen[i - 1] = (i, i * 10, seen[i - 1][2], t)  # ids are 1, 2, ... in order
+                else:
+                    nid += 1
+                    live.append(nid)
+                    rows.append((nid * 10,))
+                    signs.append(1)
+                    ids.append(nid)
+                    seen.append((nid, nid * 10, t, 10**9))
+            if rows:
+                q.push(from_rows(rows, [INT], [t] * len(rows), signs, ids))
+            st.advance(t)
+            for back in (0, 1, 3):
+                at = t - back
+                want = [(v,) for (_, v, ins, dl) in seen if ins <= at < dl]
+                got = st.alive_at(at)
+                assert got.rows() == want, (deletes, t, back)
+                if not deletes and back:
+                    assert got.cols[0].base is not None or len(got) in (0, len(st))  # a view, no copy
