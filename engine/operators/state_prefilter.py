@@ -55,10 +55,13 @@ def narrow_state(
     conjunct `state_side` = `probe_side`, or that `own_events` delete; rows dropped). Keys are
     compared through the join's own key coding (`key_codes`: equal values ↔ equal codes, NULL
     and NaN never valid)."""
-    vs = ev.eval(state_side, state)
-    vp = ev.eval(probe_side, probes)
-    (cs, oks, _), (cp, okp, _) = key_codes([vs, vp])
-    keep = oks & _in_sorted(cs, np.sort(cp[okp]))
+    if len(probes):
+        vs = ev.eval(state_side, state)
+        vp = ev.eval(probe_side, probes)
+        (cs, oks, _), (cp, okp, _) = key_codes([vs, vp])
+        keep = oks & _in_sorted(cs, np.sort(cp[okp]))
+    else:  # nothing probes this input in the call: only the rows its own events delete
+        keep = np.zeros(len(state), bool)
     gone = own_events.id[own_events.sign < 0]
     if len(gone):
         keep |= _in_sorted(state.id, np.sort(gone))
@@ -70,10 +73,12 @@ def narrow_state(
 
 def should_narrow(n_inputs: int, state: Sequence[Batch], events: Sequence[Batch], ratio: int) -> list[bool]:
     """Per input j of a two-way join: narrow its carried state when the other input's events are
-    few against it (the join would pair them by a scan, not an index)."""
+    few against it (the join would pair them by a scan, not an index), or none (then nothing
+    probes it: only its own deletes need its rows; Linear Road's MinSegStr ⋈ AccSegMin joins
+    carry ~6k rows a call for a handful of AccSegMin events in the whole run)."""
     if n_inputs != 2:
         return [False] * n_inputs
-    return [ratio * len(events[1 - j]) < len(state[j]) and len(events[1 - j]) > 0 for j in range(2)]
+    return [ratio * len(events[1 - j]) < len(state[j]) for j in range(2)]
 
 
 # value spans up to which membership is a bitmap lookup (one pass, no sort or binary search)
