@@ -28,7 +28,9 @@ TYPED = [
 
 
 @settings(max_examples=60, **SETTINGS)
-@given(query=st.sampled_from(QUERIES), s=stream_events(3), t=stream_events(2), r=relation_events(), compat=st.booleans())
+@given(
+    query=st.sampled_from(QUERIES), s=stream_events(3), t=stream_events(2), r=relation_events(), compat=st.booleans()
+)
 def test_narrowed_stream_join_matches_reference(query, s, t, r, compat):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SJ, "NARROW_MIN", 0)

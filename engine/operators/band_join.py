@@ -149,9 +149,7 @@ class BandJoinOp(StreamJoinOp):
         row = Batch(s.cols + s.cols, s.nulls + s.nulls, s.ts, np.ones(n, np.int8), np.zeros(n, np.uint64))
         return bool(self.ev.predicate(self.theta_pred, row).any())
 
-    def _band_pairs(
-        self, s: Batch, x: Batch, own: int | None, skip: bool = False
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _band_pairs(self, s: Batch, x: Batch, own: int | None, skip: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(S row, X row) of every S tuple at t with each X tuple of an equal valid key and
         t − life < τ ≤ t, in (S row, X row) order. `own`: S's tuples are X's rows from `own` on
         (a self-join: the same stream under the same one-side conjuncts on both sides); `skip`:
