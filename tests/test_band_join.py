@@ -69,11 +69,14 @@ def _band(d: Dsms) -> bool:
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(QUERIES), stream_events(3), stream_events(2), st.booleans(), st.booleans())
-def test_band_join_equals_reference(query, s, t, compat, sorted_needles):
-    """`sorted_needles`: S sorted by key before the searches (what a large X takes) or not."""
+@given(st.sampled_from(QUERIES), stream_events(3), stream_events(2), st.booleans(), st.booleans(), st.booleans())
+def test_band_join_equals_reference(query, s, t, compat, sorted_needles, ts_ranks):
+    """`sorted_needles`: S sorted by key before the searches (what a large X takes) or not;
+    `ts_ranks`: the band found on ranks of X's distinct instants (what a wide ts span takes)
+    or on ts − X's first ts."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(band_join, "SORTED_NEEDLES", 0 if sorted_needles else 1 << 40)
+        mp.setattr(band_join, "DIRECT_TS_SPAN", 0 if ts_ranks else 1 << 31)
         assert_same(DDL, query, {"S": s, "T": t}, compat=compat)
 
 

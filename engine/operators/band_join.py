@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 # cache and scattered searches cost less than sorting S (Linear Road's accnot join: ~60 X rows
 # against ~10k S tuples a call; the self-join: ~30k against ~25k)
 SORTED_NEEDLES = 1 << 14
+DIRECT_TS_SPAN = 1 << 31  # X's ts spans below which the band is found on ts − first ts, not ts ranks
 
 
 class BandJoinOp(StreamJoinOp):
@@ -155,9 +156,17 @@ class BandJoinOp(StreamJoinOp):
         (a self-join: the same stream under the same one-side conjuncts on both sides); `skip`:
         leave out each S tuple's pair with itself (X row `own` + its row)."""
         xk, xv, sk, sv = self._keys(s, x)
-        uts = _distinct_sorted(x.ts)
-        nr = len(uts) + 1
-        xrank = _ranks(x.ts, uts)
+        # a tuple's place in time: its ts − the first ts when X's ts span is small (no ranks
+        # to compute), else the rank of its ts among X's distinct instants (`uts`)
+        tmin, tmax = int(x.ts[0]), int(x.ts[-1])
+        uts: np.ndarray | None = None
+        if tmax - tmin < DIRECT_TS_SPAN and len(x) * (tmax - tmin + 2) < 2**62:
+            nr = tmax - tmin + 2
+            xrank = x.ts - tmin
+        else:
+            uts = _distinct_sorted(x.ts)
+            nr = len(uts) + 1
+            xrank = _ranks(x.ts, uts)
         valid = np.flatnonzero(xv) if not xv.all() else None
         if valid is not None:
             xk, xrank = xk[valid], xrank[valid]
@@ -188,7 +197,12 @@ class BandJoinOp(StreamJoinOp):
             if not hit.all():  # only the S tuples whose key X holds search on
                 at = np.flatnonzero(hit)
                 so, pos = so.take(at), pos.take(at)
-        lo_r, hi_r = self._ts_bounds(s.ts, uts, so)
+        if uts is None:  # the band's ends as ts − tmin, kept inside [0, nr − 1] (X's span and one past)
+            t = s.ts.take(so) - tmin
+            lo_r = np.clip(t - (self.life - 1), 0, nr - 1)
+            hi_r = np.clip(t + 1, 0, nr - 1)
+        else:
+            lo_r, hi_r = self._ts_bounds(s.ts, uts, so)
         base = pos.astype(np.int64) * nr
         lo = np.zeros(len(sk), np.int64)
         hi = np.zeros(len(sk), np.int64)
