@@ -1,11 +1,11 @@
 """Per-operator CPU of a Linear Road run, and one join's calls replayed alone.
 
-`python -m bench.linear_road.ops --source-dir DIR [--no-band] [--replay N]` runs
+`python -m bench.linear_road.ops --source-dir DIR [--no-band] [--replay N] [--joins]` runs
 `linearroad.cql` under `--stream-compat --threads 1` in this process (the dest files go to a
 temporary directory) with every operator's `process` timed by thread CPU (nested calls counted
-once), and prints the operators' CPU by kind and the largest ones. `--no-band` keeps the window
-under Rstream(S [Now] ⋈ S' [Range N]) (the plan before the band join: the stream–relation join
-over the window). `--replay N` also records the calls of the `SegChangeStr` self-join (and, with
+once), and prints the operators' CPU by kind and the largest ones (`--joins`: every join, with
+its calls). `--no-band` keeps the window under Rstream(S [Now] ⋈ S' [Range N]) (the plan before
+the band join: the stream–relation join over the window). `--replay N` also records the calls of the `SegChangeStr` self-join (and, with
 `--no-band`, of the window feeding it) and replays them N times on copies of the operators taken
 before their first call, printing the best replay's CPU.
 """
@@ -57,6 +57,7 @@ class Recorder:
 
     def __init__(self, replay: bool) -> None:
         self.cpu: dict[int, float] = defaultdict(float)
+        self.calls_of: dict[int, int] = defaultdict(int)
         self.ops: dict[int, Operator] = {}
         self.depth = 0
         self.replay = replay
@@ -83,6 +84,7 @@ class Recorder:
             if rec.depth:
                 return fn(self, inputs, bound)
             rec.ops[id(self)] = self
+            rec.calls_of[id(self)] += 1
             if rec.wants(self):
                 if id(self) not in rec.first:
                     rec.first[id(self)] = copy.deepcopy(self)
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--replay", type=int, default=0, help="replay the self-join's calls this many times")
     ap.add_argument("--profile", action="store_true", help="cProfile one more replay")
     ap.add_argument("--top", type=int, default=8, help="how many of the largest operators to list")
+    ap.add_argument("--joins", action="store_true", help="also list every join operator's CPU and calls")
     ap.add_argument("--match", default=MATCH[0], help="replay the join whose predicate holds this text")
     args = ap.parse_args(argv)
     MATCH[0] = args.match
@@ -157,6 +160,15 @@ def main(argv: list[str] | None = None) -> None:
         op = rec.ops[k]
         what = getattr(op, "predicate", None) or getattr(op, "spec", None)
         print(f"  {v:6.3f} s  {op.kind:<12} {op.eid}  {'' if what is None else what.sql()[:70]}")
+    if args.joins:
+        joins = [(k, v) for k, v in rec.cpu.items() if "join" in rec.ops[k].kind]
+        print(f"join operators: {sum(v for _, v in joins):.3f} s")
+        for k, v in sorted(joins, key=lambda kv: -kv[1]):
+            op = rec.ops[k]
+            pred = getattr(op, "predicate", None)
+            print(
+                f"  {v:6.3f} s  {op.kind:<12} {op.eid:<7} {rec.calls_of[k]:>4} calls  {'' if pred is None else pred.sql()[:60]}"
+            )
     if args.replay:
         best = float("inf")
         rec.depth = 1  # the copies' calls are neither timed nor recorded by the wrapper
