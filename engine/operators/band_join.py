@@ -32,7 +32,7 @@ import numpy as np
 
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.types import DataType
-from cqlstream.engine.batch import _EMPTY_ID, _EMPTY_SIGN, Batch, concat
+from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.kernels import expand_pairs, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import IdSource
@@ -140,7 +140,7 @@ class BandJoinOp(StreamJoinOp):
             both = xs.nulls[c] is None and xn.nulls[c] is None
             nulls.append(None if both else np.concatenate([xs.null_mask(c), xn.null_mask(c)]))
         ts = np.concatenate([xs.ts, xn.ts])
-        return Batch(cols, nulls, ts, _EMPTY_SIGN, _EMPTY_ID)
+        return Batch(cols, nulls, ts, np.zeros(0, np.int8), np.zeros(0, np.uint64))
 
     def _self_pairs_pass(self, s: Batch) -> bool:
         """Whether the conjuncts reading both sides hold for some S tuple paired with itself (a

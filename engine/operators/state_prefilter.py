@@ -1,4 +1,4 @@
-"""Narrowing a binary join's carried relation state to the rows a call can touch.
+"""Narrowing a join's carried relation state to the rows a call can touch.
 
 A sparse input (a `[Now]` window, a few events per call) joined with a large relation read from
 a shared store used to put the whole relation into the call's table: every column copied, every
@@ -12,7 +12,12 @@ pass over one key column instead of the work above.
 The result never changes: pairs are those of the full table, in the same order (the boolean
 take keeps the rows' order, and the join's path choice is made on the full instance counts it is
 given). When the scan path declines (too many pairs), the join runs the call again on the full
-state, so the other paths see exactly what they saw before.
+state, so the other paths see exactly what they saw before. An input that nothing probes in a
+call (the other input has no events) carries only the rows its own events delete.
+
+The stream–relation join (stream_join.py) narrows its carried relation rows the same way
+(`reachable_rows`): the rows whose keys on every equi conjunct some stream tuple of the call has,
+and those the relation's own events delete, found by a bitmap over the probes' key span.
 """
 
 from __future__ import annotations
@@ -92,10 +97,10 @@ def _members(x: np.ndarray, probe: np.ndarray) -> np.ndarray:
         return np.zeros(len(x), bool)
     lo, hi = int(probe.min()), int(probe.max())
     if hi - lo < BITMAP_SPAN:
-        seen = np.zeros(hi - lo + 2, bool)  # the last slot stands for every value out of span
+        seen = np.zeros(hi - lo + 1, bool)
         seen[probe - lo] = True
         at = x - lo
-        np.clip(at, 0, hi - lo + 1, out=at)
+        np.clip(at, 0, hi - lo, out=at)  # values out of the span land on an edge, masked out below
         out = seen[at]
         out &= (x >= lo) & (x <= hi)
         return out
