@@ -1,13 +1,14 @@
 """`cqlstream serve --engine-threads N`: the same pushes into servers at each thread count.
 
-Starts `cqlstream serve --engine-threads N --query-memory-limit 0 --query-cpu-limit 0` (a run
-checking limits goes in turn on one thread) for each N, alternately for `--rounds` rounds,
+Starts `cqlstream serve --engine-threads N` with its default per-query memory and CPU limits
+(checked between the levels of the parallel pass; `--no-limits`: `--query-memory-limit 0
+--query-cpu-limit 0`) for each N, alternately for `--rounds` rounds,
 registers grouped aggregates over two streams and a windowed join between them, pushes the same
 Arrow batches into S and T in turn, and prints per run the wall seconds of the pushes (each push
 runs the engine before it replies), the server process's CPU seconds (user + system) and the
 result elements per query (from /metrics: they must be equal at every count).
 
-    python -m bench.server_threads [--rows 400000] [--batch 50000] [--threads 1 2] [--rounds 2]
+    python -m bench.server_threads [--rows 400000] [--batch 50000] [--threads 1 2] [--rounds 2] [--no-limits]
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one(n: int, pushes: list[tuple[str, bytes]], last_ts: int) -> dict:
-    args = ["--engine-threads", str(n), "--query-memory-limit", "0", "--query-cpu-limit", "0"]
+def one(n: int, pushes: list[tuple[str, bytes]], last_ts: int, limits: bool = True) -> dict:
+    args = ["--engine-threads", str(n)]
+    if not limits:
+        args += ["--query-memory-limit", "0", "--query-cpu-limit", "0"]
     with server.serving(*args) as (proc, url), httpx.Client(base_url=url, timeout=600) as c:
         for name in ("S", "T"):
             c.post("/streams", content=f"register stream {name} (a integer, b integer)").raise_for_status()
@@ -91,14 +94,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=50_000, help="rows per push (default 50000)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="engine thread counts (default 1 2)")
     p.add_argument("--rounds", type=int, default=2, help="alternated rounds (default 2)")
+    p.add_argument("--no-limits", action="store_true", help="servers without query memory and CPU limits")
     a = p.parse_args(argv)
     pushes = bodies(a.rows, a.batch)
     last_ts = (a.rows - 1) // 1000 + 1
-    print(f"load average {os.getloadavg()[0]:.2f}; {a.rows} rows per stream in pushes of {a.batch}")
+    limits = "no query limits" if a.no_limits else "the default query limits"
+    print(f"load average {os.getloadavg()[0]:.2f}; {a.rows} rows per stream in pushes of {a.batch}; {limits}")
     runs: dict[int, list[dict]] = {n: [] for n in a.threads}
     for r in range(a.rounds):
         for n in a.threads:
-            res = one(n, pushes, last_ts)
+            res = one(n, pushes, last_ts, not a.no_limits)
             runs[n].append(res)
             print(
                 f"round {r + 1} threads {n} ({res['scheduler']}): wall {res['wall']:.2f} s, "

@@ -386,7 +386,7 @@ def run_pass(
         err = p.out.errors[first]
         if isinstance(err, limits.Overdraft):  # every call abandoned over a limit: one suspension
             over: dict[int, limits.Overrun] = {}
-            for e in p.out.errors.values():
+            for _, e in sorted(p.out.errors.items()):  # plan order, not the order calls ended
                 if isinstance(e, limits.Overdraft):
                     for o in e.overruns:
                         over.setdefault(o.query_id, o)
