@@ -1,4 +1,4 @@
-"""Per-query limits (docs/plan-manager.md): each query's attributed memory, and the engine time it
+"""Per-query limits (docs/plan-manager.md): each query's attributed memory, and the engine CPU time it
 took in the current run, are checked after every operator call that did work; a query over a limit
 is suspended (its operators released, its state `suspended` with the reason) instead of growing
 until the process dies or holding every other query back.
@@ -67,7 +67,7 @@ class Overrun:
         q = self.query_id
         if self.what == "cpu":
             return (
-                f"cpu: query {q} took {self.held:.2f} s of engine time in one run, over its cpu_limit of "
+                f"cpu: query {q} took {self.held:.2f} s of engine CPU time in one run, over its cpu_limit of "
                 f"{self.limit:g} s; raise the limit (knob cpu_limit of query:{q}) and activate it again"
             )
         held = (
@@ -126,6 +126,11 @@ class LimitGuard:
     engine's `query_memory_limit`) and engine seconds per run (its `cpu_limit`, else the engine's
     `query_cpu_limit`); `over` lists the queries the last check found over one."""
 
+    # query id → bytes held when the parallel pass's current level began (`freeze`): what `reserve`
+    # weighs while operators of the level run on other threads; None: live sizes (a class default:
+    # guards of older checkpoints have it too)
+    _frozen: dict[int, int] | None = None
+
     def __init__(self, d: Dsms) -> None:
         self.d = d
         self.over: list[Overrun] = []
@@ -133,9 +138,6 @@ class LimitGuard:
         self._index: dict[int, list[Entry]] | None = None
         self._shape: tuple[int, ...] = ()
         self._run_start: dict[int, float] = {}  # query id → its attributed seconds when the run began
-        # query id → bytes held when the parallel pass's current level began (`freeze`): what
-        # `reserve` weighs while operators of the level run on other threads; None: live sizes
-        self._frozen: dict[int, int] | None = None
         self.cpu = True  # off while a log is replayed: time limits depend on timing, memory limits do not
 
     def limit_of(self, h: QueryHandle) -> int | None:
@@ -180,7 +182,7 @@ class LimitGuard:
         return int(sum(e.size() / e.users for e in self._entries().get(qid, ())))
 
     def seconds(self, qid: int) -> float:
-        """Engine seconds attributed to query `qid` since its operators were built."""
+        """CPU seconds attributed to query `qid` since its operators were built (`Counters.cpu`)."""
         return sum(e.seconds() for e in (self._index or {}).get(qid, ()))
 
     def start_run(self) -> None:

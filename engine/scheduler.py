@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from cqlstream.engine.operators.base import Operator
 
 Weights = Callable[[], dict[int, float]]  # → {id(operator): weight}
-Check = Callable[[], bool]  # called after each operator call that did work; True stops the run
+# called after each operator call that did work (Parallel: after each level of its pass that did
+# work); True stops the run
+Check = Callable[[], bool]
 
 
 class RoundRobin:
@@ -60,9 +62,11 @@ class Parallel(RoundRobin):
             return 0
         key = tuple((id(op), *(id(r.q) for r in op.readers)) for op in operators)
         # ids compare as identities: the cached graph keeps its operators and queues alive
-        if self._graph is None or self._graph[0] != key:  # the plan changed
-            self._graph = (key, PP.graph(operators))
-        g = self._graph[1]
+        cached = self._graph
+        # the plan changed (or the graph came from an older checkpoint, without levels)
+        if cached is None or cached[0] != key or not hasattr(cached[1], "depth"):
+            cached = self._graph = (key, PP.graph(operators))
+        g = cached[1]
         level = PP.priorities(g)
         ids = operators[0].ids
         total, passes = 0, 0
