@@ -32,7 +32,9 @@ Why nothing depends on which thread ran what (the invariants this module keeps):
    a limit, else the pass ends there and the run suspends the queries before anything downstream
    reads the output. So the check sees the same state at every thread count and in any order.
    Each thread calls its operators under the run's guard (`reserve` finds it), which weighs an
-   allocation against what the queries held when the level began (`LimitGuard.freeze`).
+   allocation against what the queries held when the level began (`LimitGuard.freeze`). A call
+   abandoned that way (`Overdraft`) does not stop its level's other calls, so every call of the
+   level that would pass a limit is found at any thread count; the pass halts after the level.
 5. Errors. After an operator's call raises, operators of higher plan position are not started;
    those of lower position still run (a sequential pass would have run them), so the error raised
    at the end of the pass, the first in plan order, is the one a sequential pass raises. Operators
@@ -237,6 +239,7 @@ class Pass:
             self.level_left[d] = self.level_left.get(d, 0) + 1
         self.level_done = 0  # elements the current level's calls consumed
         self.halted = False
+        self.overdrawn = False  # a call of the current level was abandoned over a limit (Overdraft)
         self.out = Outcome()
         self.stop = len(g.ops)  # no operator after this position starts (an error)
         self.running: set[int] = set()  # positions of the operators running now
@@ -275,8 +278,7 @@ class Pass:
                 self.out.done += n
                 self.level_done += n
                 if err is not None:
-                    self.out.errors[i] = err
-                    self.stop = min(self.stop, i)
+                    self._failed(i, err)
                 self._finished(i)
                 cv.notify_all()
 
@@ -291,8 +293,7 @@ class Pass:
             n, err = self.call(i)
             self.out.done += n
             if err is not None:
-                self.out.errors[i] = err
-                self.stop = min(self.stop, i)
+                self._failed(i, err)
                 if self.check is None:
                     return
             if self.check is not None:
@@ -330,6 +331,16 @@ class Pass:
         except BaseException as e:  # raised by the scheduler after the pass, first in plan order
             return 0, e
 
+    def _failed(self, i: int, err: BaseException) -> None:
+        """Operator `i`'s call raised `err`. No operator after it in plan order starts, except after
+        an Overdraft in a pass checking limits: its level ends (every call abandoned over a limit
+        in the level is found whatever the threads) and the pass halts there."""
+        self.out.errors[i] = err
+        if self.check is not None and isinstance(err, limits.Overdraft):
+            self.overdrawn = True
+        else:
+            self.stop = min(self.stop, i)
+
     def _finished(self, i: int) -> None:
         self.left -= 1
         gate = self.gate
@@ -348,7 +359,8 @@ class Pass:
         if self.level_left[d] or self.halted:
             return
         assert self.check is not None
-        if self.level_done and self.check():
+        over = bool(self.level_done) and self.check()  # also after an Overdraft: others may be over
+        if over or self.overdrawn:
             self.halted = True
             return
         self.level_done = 0

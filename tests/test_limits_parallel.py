@@ -315,3 +315,41 @@ def _handed_over(count_help: bool) -> str:
 
     parallel.run_all([first, second], count_help=count_help)
     return ran[0]
+
+
+TWO = [  # two limited cross products sharing S's and T's windows: both stop before allocating
+    "select * from S [Range Unbounded], T [Range Unbounded]",
+    "select * from S [Rows 100000], T [Rows 100000] where S.B >= T.D - 100000",
+]
+
+
+def test_two_joins_abandoned_in_one_level_alike_at_every_thread_count(threads, monkeypatch):
+    """Both joins of one level reserve over their limits: both calls are abandoned (one does not
+    keep the other from starting) and both queries are suspended at once, each weighed against
+    the same frozen sizes: the same overruns, bytes included, at 1 and 2 threads and in either
+    order of the ready operators."""
+
+    def overruns() -> list[tuple[int, float, int]]:
+        d = Dsms(query_memory_limit=4 << 20, scheduler=Parallel())
+        seen: list[tuple[int, float, int]] = []
+        suspend = d._suspend_over
+
+        def recorded() -> None:
+            seen.extend((o.query_id, o.held, o.allocating) for o in d.guard.over)
+            suspend()
+
+        d._suspend_over = recorded  # type: ignore[method-assign]
+        d.execute(CROSS_DDL)
+        hs = [d.register_query(q) for q in TWO]
+        cross_feed(d)
+        d.run()
+        assert all(h.state == "suspended" and "would hold" in h.suspended for h in hs), [h.suspended for h in hs]
+        return seen
+
+    got = overruns()
+    assert len(got) == 2 and all(a > 0 for _, _, a in got)
+    monkeypatch.setattr(PP, "pick", last_first)
+    assert overruns() == got
+    monkeypatch.setattr(PP, "pick", PP.first_ready)
+    parallel.set_threads(1)
+    assert overruns() == got
