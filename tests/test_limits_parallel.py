@@ -8,6 +8,7 @@ time (operators' `Counters.cpu`)."""
 
 from __future__ import annotations
 
+import filecmp
 import itertools
 import threading
 import time
@@ -353,3 +354,39 @@ def test_two_joins_abandoned_in_one_level_alike_at_every_thread_count(threads, m
     monkeypatch.setattr(PP, "pick", PP.first_ready)
     parallel.set_threads(1)
     assert overruns() == got
+
+
+def test_linear_road_under_limits_byte_identical_at_1_and_2_engine_threads(tmp_path, monkeypatch):
+    """STREAM's Linear Road script (37 views and queries) with a memory limit on every query that
+    none reaches: its passes run by levels with a check between them, at 2 threads the dests are
+    the bytes of 1 thread's and of a run without limits."""
+    from functools import partial
+
+    from bench.linear_road import gen
+    from bench.linear_road.bench import DESTS, SCRIPTS
+    from cqlstream.io import script_runner
+    from cqlstream.io.script_runner import run_script
+
+    src = tmp_path / "in"
+    src.mkdir()
+    gen.write(gen.PRESETS["tiny"], src)
+    script, _ = SCRIPTS["compat"]
+    outs = {"plain": tmp_path / "plain"}
+    run_script(script, out_dir=outs["plain"], compat=True, source_dir=src, batch_rows=2000, engine_threads=2)
+    checked = [0]
+    run_pass = PP.run_pass
+
+    def counted(g, budget, ids, level, check=None):
+        checked[0] += check is not None
+        return run_pass(g, budget, ids, level, check)
+
+    monkeypatch.setattr(PP, "run_pass", counted)
+    monkeypatch.setattr(script_runner, "Dsms", partial(Dsms, query_memory_limit=1 << 40))
+    for name, n in (("t1", 1), ("t2", 2)):
+        outs[name] = tmp_path / name
+        run_script(script, out_dir=outs[name], compat=True, source_dir=src, batch_rows=2000, engine_threads=n)
+    assert checked[0] > 0  # the 2-thread run's passes checked the limits
+    for dest in DESTS:
+        assert (outs["plain"] / dest).stat().st_size > 0, dest
+        for other in ("t1", "t2"):
+            assert filecmp.cmp(outs["plain"] / dest, outs[other] / dest, shallow=False), (dest, other)
