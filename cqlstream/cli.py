@@ -790,8 +790,8 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
         metavar="N",
         help="threads the engine runs operators on (default 1, or $CQLSTREAM_ENGINE_THREADS): 2 or more start "
         "it on the 'parallel' scheduler, operators that do not feed each other side by side; results are the "
-        "same at every count. A run checking query limits goes in turn on one thread (the check follows each "
-        "call): --query-memory-limit 0 --query-cpu-limit 0 lets every run use the threads",
+        "same at every count. With query limits (on by default) a pass runs by levels of its operator graph "
+        "and checks the limits between levels, before any operator reads a level's output",
     )
     add_source_options(sv)
     add_durability_options(sv)

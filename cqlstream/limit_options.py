@@ -60,8 +60,9 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=d.query_cpu_limit,
         metavar="S",
-        help="engine seconds a query may take in one run (one push, heartbeat or tick) before the engine "
-        f"suspends it likewise; its knob cpu_limit overrides it; 0: none (default {d.query_cpu_limit:g})",
+        help="CPU seconds of engine threads a query may take in one run (one push, heartbeat or tick; each "
+        "thread counts only its own time) before the engine suspends it likewise; its knob cpu_limit overrides "
+        f"it; 0: none (default {d.query_cpu_limit:g})",
     )
     g.add_argument(
         "--work-budget",

@@ -392,7 +392,7 @@ def attribution(d: Dsms) -> dict[int, dict[str, float]]:
         if not users:
             continue
         if kind == "operator":
-            mem, cpu = obj.state_bytes(), obj.counters.seconds
+            mem, cpu = obj.state_bytes(), obj.counters.cpu  # its threads' own CPU time
         elif kind == "queue":
             mem, cpu = obj.nbytes(), 0.0
         else:

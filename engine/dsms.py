@@ -829,7 +829,9 @@ class Dsms:
         try:
             return self.scheduler.run(self.plan.operators, max_passes, check=check)
         except Overdraft as e:
-            self.guard.over = e.overruns
+            # a parallel pass may have found others over a limit in the same level: suspend them too
+            found = {o.query_id for o in e.overruns}
+            self.guard.over = [*e.overruns, *(o for o in self.guard.over if o.query_id not in found)]
             return 0
 
     def _suspend_over(self) -> None:

@@ -1,4 +1,4 @@
-"""Per-query limits (docs/plan-manager.md): each query's attributed memory, and the engine time it
+"""Per-query limits (docs/plan-manager.md): each query's attributed memory, and the engine CPU time it
 took in the current run, are checked after every operator call that did work; a query over a limit
 is suspended (its operators released, its state `suspended` with the reason) instead of growing
 until the process dies or holding every other query back.
@@ -15,12 +15,18 @@ its output's row count and before it gathers the columns): when every query usin
 its limit with those bytes, the call is abandoned (`Overdraft`) and the run suspends the queries
 before the allocation happens. An operator shared with a query that would stay within its limit
 goes on (the check after the call then suspends the others).
+
+On the `parallel` scheduler (engine/parallel_pass.py) a pass with a check runs level by level: the
+check follows each level of the pass graph, when no operator runs, and a worker calling `reserve`
+sees the run's guard (`running`), which weighs the bytes against what each query held when the
+level began (`freeze`): what a thread reads never depends on how far another thread has got.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +48,7 @@ class Entry:
     users: int
 
     def seconds(self) -> float:
-        return self.obj.counters.seconds / self.users if self.operator else 0.0
+        return self.obj.counters.cpu / self.users if self.operator else 0.0
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class Overrun:
         q = self.query_id
         if self.what == "cpu":
             return (
-                f"cpu: query {q} took {self.held:.2f} s of engine time in one run, over its cpu_limit of "
+                f"cpu: query {q} took {self.held:.2f} s of engine CPU time in one run, over its cpu_limit of "
                 f"{self.limit:g} s; raise the limit (knob cpu_limit of query:{q}) and activate it again"
             )
         held = (
@@ -95,6 +101,22 @@ def reserve(op: object, rows: int, like: Sequence[Batch]) -> None:
         guard.reserve(op, rows * width)
 
 
+def current() -> LimitGuard | None:
+    """The guard of the run under way on this thread (None: no run checks limits)."""
+    return getattr(_running, "guard", None)
+
+
+@contextmanager
+def running(guard: LimitGuard | None) -> Iterator[None]:
+    """Operator calls on this thread (an engine worker) reserve with `guard`, the run's."""
+    before = getattr(_running, "guard", None)
+    _running.guard = guard
+    try:
+        yield
+    finally:
+        _running.guard = before
+
+
 def mib(n: float) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
@@ -103,6 +125,11 @@ class LimitGuard:
     """Checks every active query that has a limit: memory (its `memory_limit` knob, else the
     engine's `query_memory_limit`) and engine seconds per run (its `cpu_limit`, else the engine's
     `query_cpu_limit`); `over` lists the queries the last check found over one."""
+
+    # query id → bytes held when the parallel pass's current level began (`freeze`): what `reserve`
+    # weighs while operators of the level run on other threads; None: live sizes (a class default:
+    # guards of older checkpoints have it too)
+    _frozen: dict[int, int] | None = None
 
     def __init__(self, d: Dsms) -> None:
         self.d = d
@@ -155,7 +182,7 @@ class LimitGuard:
         return int(sum(e.size() / e.users for e in self._entries().get(qid, ())))
 
     def seconds(self, qid: int) -> float:
-        """Engine seconds attributed to query `qid` since its operators were built."""
+        """CPU seconds attributed to query `qid` since its operators were built (`Counters.cpu`)."""
         return sum(e.seconds() for e in (self._index or {}).get(qid, ()))
 
     def start_run(self) -> None:
@@ -164,9 +191,22 @@ class LimitGuard:
         self._run_start = {qid: self.seconds(qid) for qid in self._entries()}
         _running.guard = self
 
+    def freeze(self) -> None:
+        """A level of the parallel pass begins (no operator runs): `reserve` weighs against the
+        bytes each query holds now until `thaw` (`check` updates them after each level)."""
+        qs = self.d.queries
+        self._frozen = {
+            qid: self.held(qid) for qid in self._entries() if qid in qs and self.limit_of(qs[qid]) is not None
+        }
+
+    def thaw(self) -> None:
+        """The pass is over: `reserve` reads live sizes again."""
+        self._frozen = None
+
     def reserve(self, op: object, nbytes: int) -> None:
         """Raise Overdraft when `nbytes` more for `op` would put every query using it over its
         memory limit (a query sharing `op` gets its share of the bytes)."""
+        frozen = self._frozen
         users, over = 0, []
         for qid, entries in self._entries().items():
             e = next((e for e in entries if e.obj is op), None)
@@ -175,7 +215,10 @@ class LimitGuard:
                 continue
             users = e.users
             limit = self.limit_of(h)
-            if limit is not None and (after := self.held(qid) + nbytes / e.users) > limit:
+            if limit is None:
+                continue
+            held = frozen[qid] if frozen is not None and qid in frozen else self.held(qid)
+            if (after := held + nbytes / e.users) > limit:
                 over.append(Overrun(qid, "memory", after, limit, nbytes))
         if over and len(over) == users:
             raise Overdraft(over)
@@ -184,12 +227,16 @@ class LimitGuard:
         """Measure every limited query; True when one is over a limit (listed in `over`)."""
         self.checks += 1
         over = []
+        frozen = self._frozen
         for qid in self._entries():
             h = self.d.queries.get(qid)
             if h is None or not h.active:
                 continue
             limit, cpu = self.limit_of(h), self.cpu_limit_of(h)
-            if limit is not None and (held := self.held(qid)) > limit:
+            held = self.held(qid) if limit is not None else 0
+            if frozen is not None and limit is not None:
+                frozen[qid] = held
+            if limit is not None and held > limit:
                 over.append(Overrun(qid, "memory", held, limit))
             elif self.cpu and cpu is not None and (took := self.seconds(qid) - self._run_start.get(qid, 0.0)) > cpu:
                 over.append(Overrun(qid, "cpu", took, cpu))
@@ -197,4 +244,4 @@ class LimitGuard:
         return bool(over)
 
 
-__all__ = ["LimitGuard", "Overdraft", "Overrun", "reserve"]
+__all__ = ["LimitGuard", "Overdraft", "Overrun", "current", "reserve", "running"]

@@ -8,12 +8,15 @@ are not worth a hand-over (a few tens of µs); callers decide what is big enough
 `run_all` never deadlocks, even when called from a worker thread: the caller runs the first task
 itself and then every task no worker has started yet (a queued future is cancelled and run
 inline), so a nested call waits only for tasks that are really running. Which thread runs a task
-never changes what it computes; results come back in task order.
+never changes what it computes; results come back in task order. The CPU time a worker spends on
+a caller's tasks is added to the caller's `helped()` (an operator's CPU seconds include the
+parts it handed over, engine/operators/base.py).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -25,6 +28,38 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _threads = 1
+_help = threading.local()  # .box: [CPU seconds workers spent on this thread's tasks]
+_help_lock = threading.Lock()
+
+
+def _box() -> list[float]:
+    box = getattr(_help, "box", None)
+    if box is None:
+        box = _help.box = [0.0]
+    return box
+
+
+def helped() -> float:
+    """CPU seconds the workers have spent so far on tasks this thread handed to `run_all`."""
+    return _box()[0]
+
+
+def _timed(task: Callable[[], T], box: list[float], caller: int) -> Callable[[], T]:
+    """`task`, adding the CPU time it takes on another thread to `box` (a task the caller runs
+    itself is already in the caller's own thread time)."""
+
+    def run() -> T:
+        if threading.get_ident() == caller:
+            return task()
+        began = time.thread_time()
+        try:
+            return task()
+        finally:
+            spent = time.thread_time() - began
+            with _help_lock:
+                box[0] += spent
+
+    return run
 
 
 def threads() -> int:
@@ -58,14 +93,19 @@ def _workers() -> ThreadPoolExecutor | None:
         return _pool
 
 
-def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
+def run_all(tasks: Sequence[Callable[[], T]], count_help: bool = True) -> list[T]:
     """Results of `tasks`, in order, computed on the engine's threads where one is free.
-    An exception of a task is raised here (the first by task order) after all tasks ended."""
+    An exception of a task is raised here (the first by task order) after all tasks ended.
+    `count_help`: add the workers' CPU time on these tasks to the caller's `helped()` (off for
+    the scheduler's pass, whose threads each count their operators' time themselves)."""
     pool = _workers() if len(tasks) > 1 else None
     if pool is None:
         return [t() for t in tasks]
     from concurrent.futures import Future
 
+    if count_help:
+        box, caller = _box(), threading.get_ident()
+        tasks = [tasks[0], *(_timed(t, box, caller) for t in tasks[1:])]
     futures: list[Future[T]] = [pool.submit(t) for t in tasks[1:]]
     results: list[T] = []
     first: BaseException | None = None
@@ -90,4 +130,4 @@ def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
     return results
 
 
-__all__ = ["run_all", "set_threads", "threads"]
+__all__ = ["helped", "run_all", "set_threads", "threads"]

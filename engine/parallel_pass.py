@@ -26,9 +26,15 @@ Why nothing depends on which thread ran what (the invariants this module keeps):
    from an overflow range fixed by its plan position (high ids, [2^62, 2^63)). So ids, and what
    hashes them (load shedding, sampled summaries), are the same at every thread count and in any
    interleaving; `pick`, a test hook, runs the ready operators in another order.
-4. Limits. A run with a limit check goes through round robin on the calling thread (the check after
-   a call must stop the run before any other operator runs; `reserve` finds the run's guard through
-   the calling thread, engine/limits.py).
+4. Limits. A pass with a limit check (engine/limits.py) runs by levels of the DAG (an operator's
+   level: one more than its producers' and state sharers' highest): the operators of a level run
+   side by side, none of the next starts before they all ended and the check found no query over
+   a limit, else the pass ends there and the run suspends the queries before anything downstream
+   reads the output. So the check sees the same state at every thread count and in any order.
+   Each thread calls its operators under the run's guard (`reserve` finds it), which weighs an
+   allocation against what the queries held when the level began (`LimitGuard.freeze`). A call
+   abandoned that way (`Overdraft`) does not stop its level's other calls, so every call of the
+   level that would pass a limit is found at any thread count; the pass halts after the level.
 5. Errors. After an operator's call raises, operators of higher plan position are not started;
    those of lower position still run (a sequential pass would have run them), so the error raised
    at the end of the pass, the first in plan order, is the one a sequential pass raises. Operators
@@ -48,7 +54,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from cqlstream.engine import parallel
+from cqlstream.engine import limits, parallel
 from cqlstream.engine.operators.base import IdSource, Lease, Operator, leased
 from cqlstream.engine.queues import Queue, lock_of
 
@@ -84,6 +90,7 @@ class Graph:
     reads: list[list[Queue]]
     readers: dict[int, list[int]]  # id(queue) → positions of the operators reading it
     queues: list[Queue]
+    depth: list[int]  # level of each operator: 0 without dependencies, else 1 + its dependencies' highest
 
 
 def graph(operators: Sequence[Operator]) -> Graph:
@@ -128,7 +135,10 @@ def graph(operators: Sequence[Operator]) -> Graph:
         for q in rd[i]:
             readers.setdefault(id(q), []).append(i)
             queues[id(q)] = q
-    return Graph(ops, deps, succ, rd, readers, list(queues.values()))
+    depth = [0] * len(ops)
+    for i, ds in enumerate(deps):  # dependencies have lower positions: their depth is known
+        depth[i] = 1 + max((depth[d] for d in ds), default=-1)
+    return Graph(ops, deps, succ, rd, readers, list(queues.values()), depth)
 
 
 def priorities(g: Graph) -> list[float]:
@@ -199,15 +209,37 @@ passes: list[Pass] = []
 """The passes under way (tests look at what runs)."""
 
 
-class Pass:
-    """The state of one pass, shared by the threads running it (all under `cv`)."""
+Check = Callable[[], bool]  # the run's limit check: True stops it (engine/scheduler.py)
 
-    def __init__(self, g: Graph, budget: int | None, level: list[float], leases: list[Lease]) -> None:
+
+class Pass:
+    """The state of one pass, shared by the threads running it (all under `cv`). With a `check`
+    the pass goes level by level (`gate`: the level running; operators of the next wait in
+    `parked`) and checks between levels; `halted` when the check stopped it."""
+
+    def __init__(
+        self,
+        g: Graph,
+        budget: int | None,
+        level: list[float],
+        leases: list[Lease],
+        check: Check | None = None,
+        guard: limits.LimitGuard | None = None,
+    ) -> None:
         self.g, self.budget, self.level, self.leases = g, budget, level, leases
+        self.check, self.guard = check, guard
         self.cv = threading.Condition()
         self.waiting = [len(d) for d in g.deps]
         self.ready = [i for i, n in enumerate(self.waiting) if n == 0]
         self.left = len(g.ops)
+        self.gate = 0 if check is not None else len(g.ops)  # operators above this level wait
+        self.parked: list[int] = []
+        self.level_left: dict[int, int] = {}  # level → its operators not finished yet
+        for d in g.depth:
+            self.level_left[d] = self.level_left.get(d, 0) + 1
+        self.level_done = 0  # elements the current level's calls consumed
+        self.halted = False
+        self.overdrawn = False  # a call of the current level was abandoned over a limit (Overdraft)
         self.out = Outcome()
         self.stop = len(g.ops)  # no operator after this position starts (an error)
         self.running: set[int] = set()  # positions of the operators running now
@@ -231,7 +263,7 @@ class Pass:
         while True:
             with cv:
                 while True:
-                    if self.left == 0 or self.broken:
+                    if self.left == 0 or self.broken or self.halted:
                         return
                     ready = [i for i in self.ready if self.big(i)] if helper else self.ready
                     if ready:
@@ -244,23 +276,31 @@ class Pass:
             with cv:
                 self.running.discard(i)
                 self.out.done += n
+                self.level_done += n
                 if err is not None:
-                    self.out.errors[i] = err
-                    self.stop = min(self.stop, i)
+                    self._failed(i, err)
                 self._finished(i)
                 cv.notify_all()
 
     def in_order(self) -> None:
         """The pass on the calling thread alone: every operator in plan order (what `loop` does
         on one thread: an operator's dependencies all have lower positions), stopping at the
-        first error."""
-        for i in range(len(self.g.ops)):
+        first error. With a check: level by level (plan order within a level), as `loop`."""
+        order: Sequence[int] = range(len(self.g.ops))
+        if self.check is not None:
+            order = sorted(order, key=lambda i: (self.g.depth[i], i))
+        for i in order:
             n, err = self.call(i)
             self.out.done += n
             if err is not None:
-                self.out.errors[i] = err
-                self.stop = i
-                return
+                self._failed(i, err)
+                if self.check is None:
+                    return
+            if self.check is not None:
+                self.level_done += n
+                self._level_end(i)
+                if self.halted:
+                    return
 
     def big(self, i: int) -> bool:
         """Whether operator `i` has at least MIN_ROWS input rows waiting (cached for the pass:
@@ -284,40 +324,90 @@ class Pass:
             return 0, held
         try:
             with leased(self.leases[i]):
-                return op.step(self.budget), None
+                if self.guard is None:
+                    return op.step(self.budget), None
+                with limits.running(self.guard):
+                    return op.step(self.budget), None
         except BaseException as e:  # raised by the scheduler after the pass, first in plan order
             return 0, e
 
+    def _failed(self, i: int, err: BaseException) -> None:
+        """Operator `i`'s call raised `err`. No operator after it in plan order starts, except after
+        an Overdraft in a pass checking limits: its level ends (every call abandoned over a limit
+        in the level is found whatever the threads) and the pass halts there."""
+        self.out.errors[i] = err
+        if self.check is not None and isinstance(err, limits.Overdraft):
+            self.overdrawn = True
+        else:
+            self.stop = min(self.stop, i)
+
     def _finished(self, i: int) -> None:
         self.left -= 1
+        gate = self.gate
         for s in self.g.succ[i]:
             self.waiting[s] -= 1
             if self.waiting[s] == 0:
-                self.ready.append(s)
+                (self.ready if self.g.depth[s] <= gate else self.parked).append(s)
+        if self.check is not None:
+            self._level_end(i)
+
+    def _level_end(self, i: int) -> None:
+        """Operator `i` finished (under `cv`): when it was the last of its level, check (if the
+        level did work) while no operator runs, then open the next level or halt the pass."""
+        d = self.g.depth[i]
+        self.level_left[d] -= 1
+        if self.level_left[d] or self.halted:
+            return
+        assert self.check is not None
+        over = bool(self.level_done) and self.check()  # also after an Overdraft: others may be over
+        if over or self.overdrawn:
+            self.halted = True
+            return
+        self.level_done = 0
+        self.gate = d + 1
+        self.ready.extend(self.parked)
+        self.parked = []
 
 
-def run_pass(g: Graph, budget: int | None, ids: IdSource, level: list[float]) -> int:
-    """Call every operator once (producers first), on up to `parallel.threads()` threads;
-    the elements consumed. The error of the first failing operator in plan order is raised."""
+def run_pass(
+    g: Graph, budget: int | None, ids: IdSource, level: list[float], check: Check | None = None
+) -> tuple[int, bool]:
+    """Call every operator once (producers first), on up to `parallel.threads()` threads: the
+    elements consumed, and whether `check` (called after each level that did work) stopped the
+    pass. The error of the first failing operator in plan order is raised."""
     leases = refill(g, ids)
-    p = Pass(g, budget, level, leases)
+    guard = limits.current() if check is not None else None
+    p = Pass(g, budget, level, leases, check, guard)
     passes.append(p)
+    if guard is not None:
+        guard.freeze()
     try:
         helpers = min(parallel.threads(), max(len(g.ops), 1)) - 1
         if helpers == 0 and pick is first_ready:  # one thread: plan order, no hand-over machinery
             p.in_order()
         else:
-            parallel.run_all([p.loop, *(lambda: p.loop(helper=True) for _ in range(helpers))])
+            tasks = [p.loop, *(lambda: p.loop(helper=True) for _ in range(helpers))]
+            parallel.run_all(tasks, count_help=False)
     finally:
         passes.remove(p)
         settle(leases, ids)
+        if guard is not None:
+            guard.thaw()
     if p.out.errors:
         first = min(p.out.errors)
+        err = p.out.errors[first]
+        if isinstance(err, limits.Overdraft):  # every call abandoned over a limit: one suspension
+            over: dict[int, limits.Overrun] = {}
+            for _, e in sorted(p.out.errors.items()):  # plan order, not the order calls ended
+                if isinstance(e, limits.Overdraft):
+                    for o in e.overruns:
+                        over.setdefault(o.query_id, o)
+            err = limits.Overdraft(list(over.values()))
         for i, e in p.out.errors.items():  # raised at the operator's next call, as sequentially
-            if i != first:
+            if i != first and not (isinstance(e, limits.Overdraft) and isinstance(err, limits.Overdraft)):
                 g.ops[i].held_error = e
-        raise p.out.errors[first]
-    return p.out.done
+        raise err
+    return p.out.done, p.halted
 
 
 __all__ = ["Graph", "graph", "priorities", "run_pass"]

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from cqlstream.engine.operators.base import Operator
 
 Weights = Callable[[], dict[int, float]]  # → {id(operator): weight}
-Check = Callable[[], bool]  # called after each operator call that did work; True stops the run
+# called after each operator call that did work (Parallel: after each level of its pass that did
+# work); True stops the run
+Check = Callable[[], bool]
 
 
 class RoundRobin:
@@ -49,26 +51,30 @@ class Parallel(RoundRobin):
     """Round robin's passes with operators that do not feed each other run side by side on the
     engine's threads (engine/parallel.py; the pass and why it is safe: engine/parallel_pass.py). The
     same ids and results at every thread count, 1 included (then all on the calling thread). A
-    run with a limit check (engine/limits.py) is plain round robin: the check must stop the run
-    right after the call that passed a limit."""
+    run with a limit check (engine/limits.py) goes level by level, checking after each level that
+    did work and stopping there when a query is over a limit, before its output is read."""
 
     name = "parallel"
     _graph: tuple[tuple[tuple[int, ...], ...], PP.Graph] | None = None  # (plan key, its pass graph)
 
     def run(self, operators: Sequence[Operator], max_passes: int | None = None, check: Check | None = None) -> int:
-        if check is not None or not operators:
-            return super().run(operators, max_passes, check)
+        if not operators:
+            return 0
         key = tuple((id(op), *(id(r.q) for r in op.readers)) for op in operators)
         # ids compare as identities: the cached graph keeps its operators and queues alive
-        if self._graph is None or self._graph[0] != key:  # the plan changed
-            self._graph = (key, PP.graph(operators))
-        g = self._graph[1]
+        cached = self._graph
+        # the plan changed (or the graph came from an older checkpoint, without levels)
+        if cached is None or cached[0] != key or not hasattr(cached[1], "depth"):
+            cached = self._graph = (key, PP.graph(operators))
+        g = cached[1]
         level = PP.priorities(g)
         ids = operators[0].ids
         total, passes = 0, 0
         while True:
-            done = PP.run_pass(g, self.budget, ids, level)
+            done, halted = PP.run_pass(g, self.budget, ids, level, check)
             total += done
+            if halted:  # a query over a limit: the caller suspends it before anything else runs
+                return total
             passes += 1
             if not done or (max_passes is not None and passes >= max_passes):
                 return total

@@ -251,3 +251,19 @@ def test_server_threads_bench_counts_equal_results():
     assert run.returncode == 0, run.stdout + run.stderr
     assert "threads 1 (round-robin)" in run.stdout and "threads 2 (parallel)" in run.stdout, run.stdout
     assert "results equal at every count: True" in run.stdout, run.stdout
+
+
+def test_server_threads_bench_in_process_counts_equal_results():
+    """bench.server_threads --in-process (the engine alone, its default limits): equal result
+    elements at 1 and 2 threads, and the parallel passes' spans printed; timings not asserted."""
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.server_threads", "--rows", "6000", "--batch", "2000", "--rounds", "1"]
+        + ["--in-process"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "results equal at every count: True" in run.stdout, run.stdout
+    assert "threads 2 (parallel)" in run.stdout and "span as a DAG" in run.stdout, run.stdout

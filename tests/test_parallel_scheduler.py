@@ -200,7 +200,8 @@ def test_the_first_error_in_plan_order_surfaces_and_the_engine_goes_on(threads, 
         assert "boom 2" in seen[0][1] and "boom 1" in seen[1][1]
 
 
-def test_limit_checks_run_sequentially(threads):
+def test_a_run_checking_limits_gives_the_same_results(threads):
+    """(the pass under limits in detail: tests/test_limits_parallel.py)"""
     d = Dsms(scheduler=Parallel(), sys_stream=False, query_memory_limit=1 << 30)
     d.execute(DDL)
     sub = d.subscribe(d.register_query(QUERIES[0]).id)

@@ -6,7 +6,11 @@ wall and thread CPU spent inside the engine's `run` calls (the calling thread's 
 workers' apart), and the *DAG bound*: from each operator call's thread CPU, the sum over passes
 of the longest chain of calls that must follow each other (producer before consumer), i.e. the
 least engine time any number of idle cores could take; with the operators' total CPU it bounds
-what two cores can gain. On a machine shared with other work these say more than the wall.
+what two cores can gain. `--query-memory-limit BYTES` gives every query that memory limit (none
+is reached), so the passes run by levels with the limit check between them (as in a server with
+its default limits), and the *levels bound* (the sum over passes of each level's longest call)
+says what levels cost against the DAG. On a machine shared with other work these say more than
+the wall.
 """
 
 from __future__ import annotations
@@ -41,7 +45,15 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="no per-call clocks (no DAG bound): the engine's time as a user gets it; worker CPU per pass",
     )
+    ap.add_argument("--query-memory-limit", type=int, default=None, metavar="BYTES", help="every query's memory limit")
     args = ap.parse_args(argv)
+    if args.query_memory_limit is not None:
+        from functools import partial
+
+        from cqlstream.engine.dsms import Dsms as _Dsms
+        from cqlstream.io import script_runner as _sr
+
+        _sr.Dsms = partial(_Dsms, query_memory_limit=args.query_memory_limit)  # type: ignore[misc]
     if args.round_robin:
         from cqlstream.engine.scheduler import RoundRobin
         from cqlstream.io import script_runner
@@ -54,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     lock = threading.Lock()
     by_thread: dict[str, float] = defaultdict(float)
     calls: dict[int, float] = {}
-    totals = {"ops": 0.0, "chain": 0.0, "passes": 0}
+    totals = {"ops": 0.0, "chain": 0.0, "levels": 0.0, "passes": 0}
     call = PP.Pass.call
 
     def timed_call(self: Any, i: int) -> Any:
@@ -95,6 +107,10 @@ def main(argv: list[str] | None = None) -> None:
             totals["ops"] += sum(calls.values())
             totals["chain"] += max(finish, default=0.0)
             totals["passes"] += 1
+            widest: dict[int, float] = {}
+            for i, d in enumerate(g.depth):
+                widest[d] = max(widest.get(d, 0.0), calls.get(i, 0.0))
+            totals["levels"] += sum(widest.values())
 
     if not args.bare:
         PP.run_pass = timed_pass  # type: ignore[assignment]
@@ -130,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"  operator calls' CPU {totals['ops']:.3f} s over {totals['passes']} passes; "
         f"DAG bound {totals['chain']:.3f} s; two cores at best max(bound, CPU/2) = "
-        f"{max(totals['chain'], totals['ops'] / 2):.3f} s"
+        f"{max(totals['chain'], totals['ops'] / 2):.3f} s; levels bound {totals['levels']:.3f} s"
     )
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from cqlstream.cql.logical.explain import node_label
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
+from cqlstream.engine import parallel
 from cqlstream.engine.batch import Batch, splitmix64
 from cqlstream.engine.queues import Queue, Reader
 
@@ -141,7 +142,11 @@ class Counters:
     tuples_in: int = 0
     tuples_out: int = 0
     calls: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time of its calls (the schedulers' cost estimates)
+    # CPU time of its calls: the thread's own (time.thread_time) plus what engine workers spent on
+    # parts it handed over, so two threads running side by side do not count each other's turns
+    # (query attribution and cpu limits, engine/limits.py)
+    cpu: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -272,7 +277,7 @@ class Operator(ABC):
                 self.output.start = self.t0
         if budget is not None:
             b = min(r.cut(b, budget) for r in readers)
-        began = time.perf_counter()
+        began, cpu0 = time.perf_counter(), time.thread_time() + parallel.helped()
         data = [r.take(b) for r in readers]
         if self.sampling_rate < 1.0:
             data = [d if i in self.unshed else self._shed(d) for i, d in enumerate(data)]
@@ -298,6 +303,7 @@ class Operator(ABC):
         if out is not None:
             c.tuples_out += len(out.ts)
         c.seconds += time.perf_counter() - began
+        c.cpu += time.thread_time() + parallel.helped() - cpu0
         return max(n_in, 1)
 
     def _shed(self, d: Batch) -> Batch:
@@ -381,6 +387,7 @@ class Operator(ABC):
             "selectivity": round(c.tuples_out / c.tuples_in, 6) if c.tuples_in else None,
             "calls": c.calls,
             "seconds": round(c.seconds, 6),
+            "cpu_seconds": round(c.cpu, 6),
             "state_bytes": state,
             "done_through": self.done_through,
             "over_memory_limit": bool(limit is not None and state > limit),

@@ -19,6 +19,7 @@ from cqlstream.server.host import follow_engine_threads
 from cqlstream.server.settings import Settings
 from tests.server.conftest import ROOT
 from tests.server.formats import ndjson
+from tests.server.test_limits import _Reader
 from tests.test_parallel_scheduler import INPUTS, QUERIES
 
 # test_parallel_scheduler's shared plan, over its two streams (relations are pushed elsewhere)
@@ -94,18 +95,86 @@ def test_results_equal_at_one_and_two_engine_threads(make_server, monkeypatch, c
     assert got[1] == got[2]
 
 
-def test_limit_checks_run_in_turn_with_the_same_results(make_server, monkeypatch):
-    """With the default query limits every run checks them after each call: round robin on the
-    calling thread, whatever the thread count (engine/scheduler.py Parallel)."""
-    passes = [0]
+def _counting_passes(monkeypatch) -> list[int]:
+    """[passes run, of them with a limit check] from now on."""
+    counts = [0, 0]
     run_pass = PP.run_pass
-    monkeypatch.setattr(PP, "run_pass", lambda *a, **kw: (passes.__setitem__(0, passes[0] + 1), run_pass(*a, **kw))[1])
+
+    def counted(g, budget, ids, level, check=None):
+        counts[0] += 1
+        counts[1] += check is not None
+        return run_pass(g, budget, ids, level, check)
+
+    monkeypatch.setattr(PP, "run_pass", counted)
+    return counts
+
+
+def test_limit_checks_run_in_the_parallel_pass_with_the_same_results(make_server, monkeypatch):
+    """With the default query limits every run checks them: at 2 threads on the parallel pass,
+    level by level (engine/parallel_pass.py), with the results of 1 thread without limits."""
+    monkeypatch.setattr(PP, "MIN_ROWS", 0)
+    counts = _counting_passes(monkeypatch)
     server = make_server(engine_threads=2)
     got, engine = _results(server, 7)
-    assert engine["knobs"]["scheduler"] == "parallel" and passes[0] == 0
+    assert engine["knobs"]["scheduler"] == "parallel" and counts[1] > 0 and counts[1] == counts[0]
     server.stop()  # (the engine's threads are the process's: one server at a time here)
     plain = make_server(engine_threads=1, query_memory_limit=None, query_cpu_limit=None)
     assert _results(plain, 7)[0] == got
+
+
+LIMITED = "select * from S [Range Unbounded], T [Range Unbounded] where S.a = T.a"
+
+
+def _limited_run(server, chunk: int | None, limit: int) -> tuple[list[Counter], list[tuple], int]:
+    """STREAM_QUERIES and LIMITED (its memory_limit `limit`, its results kept by the server):
+    every query's results, each query's (state, reason), and LIMITED's id."""
+    with server.client() as http:
+        for name in ("S", "T"):
+            ddl = f"register stream {name} (a int, b int)"
+            assert http.post("/streams", content=ddl, headers={"content-type": "text/plain"}).status_code < 300
+        qids = [http.post("/queries", json={"cql": q}).json()["id"] for q in [*STREAM_QUERIES, LIMITED]]
+        r = http.patch(f"/queries/{qids[-1]}", json={"memory_limit": limit})
+        assert r.status_code == 200 and r.json()["memory_limit"] == limit, r.text
+        reader = _Reader(server.url, qids[-1])  # a suspended query's results end its streams
+        reader.start()
+        assert reader.ready.wait(10)
+        for name, rows in _events(chunk):
+            assert http.post(f"/streams/{name}/tuples", json=rows).status_code == 200
+        for name in ("S", "T"):
+            assert http.post(f"/streams/{name}/heartbeat", json={"ts": END + 1}).status_code < 300
+        out, states = [], []
+        for qid in qids[:-1]:
+            r = http.get(f"/queries/{qid}/results", params={"format": "ndjson", "from": -1, "until": END})
+            assert r.status_code == 200, r.text
+            out.append(Counter(ndjson(r.text)[0]))
+        reader.join(20)
+        elems, events = ndjson(reader.text)
+        out.append(Counter(elems))
+        for qid in qids:
+            q = http.get(f"/queries/{qid}").json()
+            states.append((q["state"], q["suspended"]))
+        assert events[-1]["detail"] == "suspended: " + str(states[-1][1])
+    return out, states, qids[-1]
+
+
+@pytest.mark.parametrize("chunk", [7, None])
+def test_a_query_over_its_memory_limit_is_suspended_alike_at_one_and_two_threads(make_server, monkeypatch, chunk):
+    """A real server at 1 thread (round robin, checking after each call) and at 2 (the parallel
+    pass, checking after each level): the same query suspended for the same reason after the
+    same results, every other query's results the same."""
+    monkeypatch.setattr(PP, "MIN_ROWS", 0)
+    counts = _counting_passes(monkeypatch)
+    got = {}
+    for n in (1, 2):
+        server = make_server(engine_threads=n, query_cpu_limit=None)
+        got[n] = _limited_run(server, chunk, 4 << 10)
+        server.stop()
+    out, states, qid = got[1]
+    assert states[-1][0] == "suspended" and states[-1][1].startswith(f"memory: query {qid} held ")
+    assert all(st == ("active", None) for st in states[:-1])
+    assert all(sum(c.values()) for c in out), "every query has results (the limited one before it stopped)"
+    assert got[2] == got[1]
+    assert counts[1] > 0  # the 2-thread server checked in the pass
 
 
 def test_the_scheduler_knob_switches_it(make_server):

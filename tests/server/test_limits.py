@@ -131,8 +131,13 @@ def _rows(k: int, n: int) -> list[dict]:
 
 
 @pytest.mark.time_limit(120)
-def test_cross_product_is_suspended_and_the_rest_stays_exact(limit_server):
-    srv = limit_server(query_memory_limit=24 << 20, query_cpu_limit=None, work_budget=2000)
+@pytest.mark.parametrize("engine_threads", [1, 2])
+def test_cross_product_is_suspended_and_the_rest_stays_exact(limit_server, engine_threads):
+    """At 2 engine threads the checks run between the levels of the parallel pass."""
+    srv = limit_server(
+        query_memory_limit=24 << 20, query_cpu_limit=None, work_budget=2000, engine_threads=engine_threads
+    )
+    assert srv.host.d.scheduler.name == ("parallel" if engine_threads == 2 else "round-robin")
     with srv.client() as c:
         for ddl in DDL:
             assert c.post("/streams", content=ddl, headers={"content-type": "text/plain"}).status_code == 201
