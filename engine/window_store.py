@@ -27,6 +27,8 @@ class WindowStore(Synopsis):
     kind's `store_mode`; each reads its `extent()` (life in instants, or rows)."""
 
     kind = "window store"
+    room: Batch | None = None  # (class defaults: checkpoints of before the room lack them)
+    lo = end = 0
 
     def __init__(self, queue: Queue, mode: str, eid: str | None = None, held_from: int | None = None) -> None:
         """`held_from`: a store started while its stream flowed holds the elements from there on."""
@@ -122,7 +124,7 @@ class WindowStore(Synopsis):
             cap = max(2 * (n + k), 1024)
             room = Batch(
                 [np.empty(cap, c.dtype) for c in d.cols],
-                [None if m is None and b is None else np.zeros(cap, bool) for m, b in zip(d.nulls, self.buf.nulls)],
+                [None if m is None and h is None else np.zeros(cap, bool) for m, h in zip(d.nulls, self.buf.nulls)],
                 np.empty(cap, np.int64),
                 np.empty(cap, np.int8),
                 np.empty(cap, np.uint64),
@@ -130,17 +132,17 @@ class WindowStore(Synopsis):
             b = self.buf
             for dst, src in zip((*room.cols, room.ts, room.sign, room.id), (*b.cols, b.ts, b.sign, b.id)):
                 dst[:n] = src
-            for dst, src in zip(room.nulls, b.nulls):
-                if dst is not None and src is not None:
-                    dst[:n] = src
+            for mask, held in zip(room.nulls, b.nulls):
+                if mask is not None and held is not None:
+                    mask[:n] = held
             self.room, self.lo, self.end = room, 0, n
         assert room is not None
         e = self.end
         for dst, src in zip((*room.cols, room.ts, room.sign, room.id), (*d.cols, d.ts, d.sign, d.id)):
             dst[e : e + k] = src
-        for dst, src in zip(room.nulls, d.nulls):
-            if dst is not None:
-                dst[e : e + k] = False if src is None else src
+        for mask, new in zip(room.nulls, d.nulls):
+            if mask is not None:
+                mask[e : e + k] = False if new is None else new
         self.end = e + k
         self.buf = room.slice(self.lo, self.end)
 
@@ -188,14 +190,16 @@ class WindowStore(Synopsis):
             hi = int(np.searchsorted(ts, bound, side="right"))
             dlo = 0 if p is None else int(np.searchsorted(ts, p - L, side="right"))
             dhi = int(np.searchsorted(ts, bound - L, side="right"))
-            out = _emit_slices(self.buf, dlo, dhi, ts[dlo:dhi] + L, lo, hi)
+            dels = self.buf.slice(dlo, dhi)
+            out = emit(self.buf.slice(lo, hi), dels, dels.ts + L)
         else:
             n = op.window.extent()
             c0 = self.done.get(id(op), 0)
             c1 = self.first + int(np.searchsorted(ts, bound, side="right"))
+            ins = self.buf.slice(c0 - self.first, c1 - self.first)
             j0, j1 = max(c0 - n, self.first), max(c1 - n, self.first)
-            f = self.first
-            out = _emit_slices(self.buf, j0 - f, j1 - f, ts[j0 + n - f : j1 + n - f], c0 - f, c1 - f)
+            dels = self.buf.slice(j0 - self.first, j1 - self.first)
+            out = emit(ins, dels, ts[j0 + n - self.first : j1 + n - self.first])
             self.done[id(op)] = c1
         op.done_through = bound  # (step sets it too) the purge below must see this member's progress
         self._purge()
@@ -218,22 +222,6 @@ class WindowStore(Synopsis):
             return self.buf.slice(lo, hi)
         c = self.count_through(t)
         return self.buf.slice(max(c - op.window.extent() - self.first, 0), c - self.first)
-
-
-def _emit_slices(buf: Batch, dlo: int, dhi: int, del_ts: np.ndarray, lo: int, hi: int) -> Batch:
-    """`emit(buf[lo:hi], buf[dlo:dhi], del_ts)` — inserts and deletes merged in ts order, deletes
-    first within an instant — gathered from `buf` in one take per column: both are slices of
-    it, so the concatenation `emit` sorts need not be built (only their ts are)."""
-    nd, ni = dhi - dlo, hi - lo
-    if not nd or not ni:
-        return emit(buf.slice(lo, hi), buf.slice(dlo, dhi), del_ts)
-    key = np.concatenate([del_ts, buf.ts[lo:hi]])
-    order = np.argsort(key, kind="stable")  # two sorted runs: timsort merges them
-    isdel = order < nd
-    out = buf.take(order + np.where(isdel, dlo, lo - nd))
-    out.ts = key.take(order)
-    out.sign[isdel] = -1
-    return out
 
 
 class WindowRelation(Synopsis):

@@ -448,9 +448,9 @@ class ValueTable:
         hs = slot.take(heads)
         t_head = self.n_ins.take(hs)
         t_head += self.n_del.take(hs)  # T per slot
+        t_head -= heads
         k = np.arange(m, dtype=np.int64)
-        k -= np.repeat(heads, np.diff(heads, append=m))  # rank of the change within its slot
-        k += np.repeat(t_head, np.diff(heads, append=m))
+        k += np.repeat(t_head, np.diff(heads, append=m))  # T + the change's rank within its slot
         t_end = k.take(np.append(heads[1:], m) - 1) + 1  # T after the batch, per slot
         self.n_ins[hs] = (t_end + 1) >> 1
         self.n_del[hs] = t_end >> 1
