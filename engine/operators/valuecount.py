@@ -118,6 +118,7 @@ class Encoded:
     packed: bool  # rows are packed keys of the numeric map
     sorted_slot: np.ndarray | None = None  # slot[order], when encode had it at hand
     heads: np.ndarray | None = None  # bool per position of `order`: a value's first row
+    cells: np.ndarray | None = None  # per distinct value: its cell in the numeric map (−1: none)
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -238,16 +239,17 @@ class ValueTable:
         np.not_equal(sc[1:], sc[:-1], out=heads[1:])
         first = order[heads]  # first row of each distinct value (code order)
         rows: list[tuple] | np.ndarray
+        cells = None
         if self.imap is not None and self._fit(b, self._ranges_at(b, first)):
             assert self.layout is not None
             rows = self.layout.pack(b.cols, b.nulls, first)
-            slot_of = self.imap.get(rows)
+            slot_of, cells = self.imap.lookup(rows)
         else:
             rows = py_rows(b.cols, b.nulls, first)
             get = self.index.get
             slot_of = np.fromiter(map(get, rows, repeat(-1)), np.int64, len(rows))  # per distinct value (C loop)
         new = self._assign(slot_of, first, n)
-        return Encoded(slot_of[code], order, slot_of, rows, new, self.imap is not None)
+        return Encoded(slot_of[code], order, slot_of, rows, new, self.imap is not None, cells=cells)
 
     def _encode_packed(self, b: Batch) -> Encoded | None:
         """`encode` while the values pack: every row's packed key, then one np.sort of
@@ -270,12 +272,12 @@ class ValueTable:
         hix = np.flatnonzero(heads)  # (positions, not the mask: numpy's mask indexing is ~8× slower)
         rows = packed.take(hix)
         first = order.take(hix)
-        slot_of = self.imap.get(rows)
+        slot_of, cells = self.imap.lookup(rows)
         new = self._assign(slot_of, first, n)
         sorted_slot = slot_of[np.cumsum(heads) - 1]
         slot = np.empty(n, np.int64)
         slot[order] = sorted_slot
-        return Encoded(slot, order, slot_of, rows, new, True, sorted_slot, heads)
+        return Encoded(slot, order, slot_of, rows, new, True, sorted_slot, heads, cells)
 
     def _assign(self, slot_of: np.ndarray, first: np.ndarray, n: int) -> np.ndarray:
         """Give the values not found (slot_of < 0) fresh slots and vkeys, in the order of their
@@ -349,7 +351,10 @@ class ValueTable:
         died = np.flatnonzero(~(live | is_new))
         if enc.packed:
             assert self.imap is not None and isinstance(enc.rows, np.ndarray)
-            self.imap.delete(enc.rows.take(died))
+            if enc.cells is not None:  # the cells encode found them in (no insert since)
+                self.imap.delete_cells(enc.cells.take(died))
+            else:
+                self.imap.delete(enc.rows.take(died))
             self.imap.insert(enc.rows.take(born), touched.take(born))
         else:
             rows, idx = enc.rows, self.index
