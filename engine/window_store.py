@@ -191,7 +191,7 @@ class WindowStore(Synopsis):
             dlo = 0 if p is None else int(np.searchsorted(ts, p - L, side="right"))
             dhi = int(np.searchsorted(ts, bound - L, side="right"))
             dels = self.buf.slice(dlo, dhi)
-            out = emit(self.buf.slice(lo, hi), dels, dels.ts + L)
+            out = emit(self.buf.slice(lo, hi), dels, dels.ts + L, sorted_sides=True)
         else:
             n = op.window.extent()
             c0 = self.done.get(id(op), 0)
@@ -199,7 +199,7 @@ class WindowStore(Synopsis):
             ins = self.buf.slice(c0 - self.first, c1 - self.first)
             j0, j1 = max(c0 - n, self.first), max(c1 - n, self.first)
             dels = self.buf.slice(j0 - self.first, j1 - self.first)
-            out = emit(ins, dels, ts[j0 + n - self.first : j1 + n - self.first])
+            out = emit(ins, dels, ts[j0 + n - self.first : j1 + n - self.first], sorted_sides=True)
             self.done[id(op)] = c1
         op.done_through = bound  # (step sets it too) the purge below must see this member's progress
         self._purge()

@@ -19,6 +19,7 @@ from cqlstream.engine.batch import Batch, combine_ids, concat, from_rows, splitm
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.operators.relational import _net_per_interval
 from cqlstream.engine.operators.valuecount import ValueTable
+from cqlstream.engine.operators.window_logic import emit
 from cqlstream.engine.queues import Queue
 from cqlstream.engine.window_store import WindowStore
 from tests.engine_harness import assert_same
@@ -193,3 +194,20 @@ def _events(n: int, seed: int) -> dict:
 )
 def test_distinct_and_windows_over_thousands_of_rows_match_the_reference(query):
     assert_same(DDL, query, _events(2500, 7), chunks=(1, 7, None))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_emit_of_sorted_sides_is_the_stable_ts_order(seed):
+    """`emit(..., sorted_sides=True)` (a window store's slices: each side in ts order) decides
+    whether to merge from the sides' ends alone: the same batch as concatenating the deletes and
+    the inserts and sorting stably by ts — sides apart, touching at one instant, interleaved, or
+    one side empty."""
+    rng = np.random.default_rng(seed)
+    ni, nd = (int(x) for x in rng.integers(0, 40, 2))
+    ins = _rows(rng, ni, int(rng.integers(0, 8)), nulls=seed % 2 == 0, first_id=0)
+    dels = _rows(rng, nd, 0, nulls=seed % 3 == 0, first_id=1000)
+    del_ts = dels.ts + int(rng.choice([0, 2, 4, 9]))
+    got = emit(ins, dels, del_ts, sorted_sides=True)
+    want = concat([Batch(dels.cols, dels.nulls, del_ts, np.full(nd, -1, np.int8), dels.id), ins], [INT, INT])
+    want = want.take(np.argsort(want.ts, kind="stable")) if len(want) else want
+    _same(got, want)
