@@ -401,16 +401,18 @@ class ValueTable:
             gd = np.add.reduceat(deltas.take(order, axis=1), starts, axis=1)
             gslot, gts = sc[starts], st[starts]
         g = len(starts)
-        sstart = np.empty(g, bool)
-        sstart[0] = True
-        np.not_equal(gslot[1:], gslot[:-1], out=sstart[1:])
+        if g == n and enc.heads is not None and enc.sorted_slot is not None:
+            sstart = enc.heads  # one group per row: a slot's first group is its value's first row
+        else:
+            sstart = np.empty(g, bool)
+            sstart[0] = True
+            np.not_equal(gslot[1:], gslot[:-1], out=sstart[1:])
         send = np.empty(g, bool)
         send[-1] = True
         send[:-1] = sstart[1:]
         cs = np.cumsum(gd, axis=1)
         heads = np.flatnonzero(sstart)
-        seg = np.cumsum(sstart) - 1
-        base = (cs.take(heads, axis=1) - gd.take(heads, axis=1)).take(seg, axis=1)
+        base = np.repeat(cs.take(heads, axis=1) - gd.take(heads, axis=1), np.diff(heads, append=g), axis=1)
         after = self.count.take(gslot, axis=1)
         after += cs
         after -= base
