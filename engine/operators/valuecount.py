@@ -110,7 +110,7 @@ class Encoded:
     """A batch's rows as value slots; `order` lists the rows grouped by value, ascending
     positions (so ts order) within each value."""
 
-    slot: np.ndarray  # per row
+    slot_: np.ndarray | None  # per row (None: derived from sorted_slot when asked, see `slot`)
     order: np.ndarray
     value_slot: np.ndarray  # per distinct value of the batch
     rows: list[tuple] | np.ndarray  # per distinct value: its packed key, or Python tuple (the dict key)
@@ -121,7 +121,17 @@ class Encoded:
     cells: np.ndarray | None = None  # per distinct value: its cell in the numeric map (−1: none)
 
     def __len__(self) -> int:
-        return len(self.slot)
+        return len(self.order)
+
+    @property
+    def slot(self) -> np.ndarray:
+        """The slot of every row, in batch order (the packed encode has them in value order only:
+        DISTINCT never asks, so the scatter is made only when something does)."""
+        if self.slot_ is None:
+            assert self.sorted_slot is not None
+            self.slot_ = np.empty(len(self.order), np.int64)
+            self.slot_[self.order] = self.sorted_slot
+        return self.slot_
 
 
 @dataclass
@@ -275,9 +285,7 @@ class ValueTable:
         slot_of, cells = self.imap.lookup(rows)
         new = self._assign(slot_of, first, n)
         sorted_slot = slot_of[np.cumsum(heads) - 1]
-        slot = np.empty(n, np.int64)
-        slot[order] = sorted_slot
-        return Encoded(slot, order, slot_of, rows, new, True, sorted_slot, heads, cells)
+        return Encoded(None, order, slot_of, rows, new, True, sorted_slot, heads, cells)
 
     def _assign(self, slot_of: np.ndarray, first: np.ndarray, n: int) -> np.ndarray:
         """Give the values not found (slot_of < 0) fresh slots and vkeys, in the order of their
