@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.batch import Batch
 from cqlstream.engine.operators.base import Operator
 from cqlstream.engine.operators.window import WindowOp, emit
 from cqlstream.engine.queues import Queue
@@ -27,6 +27,8 @@ class WindowStore(Synopsis):
     kind's `store_mode`; each reads its `extent()` (life in instants, or rows)."""
 
     kind = "window store"
+    room: Batch | None = None  # (class defaults: checkpoints of before the room lack them)
+    lo = end = 0
 
     def __init__(self, queue: Queue, mode: str, eid: str | None = None, held_from: int | None = None) -> None:
         """`held_from`: a store started while its stream flowed holds the elements from there on."""
@@ -45,11 +47,19 @@ class WindowStore(Synopsis):
         self.partial = held_from is not None
         self.held_from: int | None = held_from
         self.views: list[WindowRelation] = []  # members' relations read by joins
+        # `buf` is a view of rows [lo, end) of `room`, arrays with spare capacity after them, so
+        # an append writes only the new rows (a concat copied the whole held window every call);
+        # rows once written are never overwritten (readers may hold views of them): a full room
+        # is replaced by a new one, twice the live rows, and the old stays with its viewers
+        self.room: Batch | None = None
+        self.lo = self.end = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickling (server checkpoints): `done` is keyed by id(member); it travels by member position."""
+        """Pickling (server checkpoints): `done` is keyed by id(member); it travels by member
+        position. The room (spare capacity) is left out: the first append after a restore makes one."""
         state = self.__dict__.copy()
         state["done"] = [(i, self.done[id(m)]) for i, m in enumerate(self.members) if id(m) in self.done]
+        state["room"], state["lo"], state["end"] = None, 0, 0
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -98,8 +108,43 @@ class WindowStore(Synopsis):
         d = self.reader.take(bound)
         self.through = bound
         if len(d):
-            self.buf = concat([self.buf, d])
+            self._append(d)
             self.count += len(d)
+
+    def _append(self, d: Batch) -> None:
+        """`buf` + `d`: written after `buf` in the room when it has space (and the NULL masks
+        agree), else both copied into a new room with spare capacity."""
+        room, n, k = self.room, len(self.buf), len(d)
+        fits = (
+            room is not None
+            and self.end + k <= len(room) <= 8 * (n + k) + (1 << 16)  # (a room left by a burst shrinks)
+            and not any(r is None and m is not None for r, m in zip(room.nulls, d.nulls))
+        )
+        if not fits:
+            cap = max(2 * (n + k), 1024)
+            room = Batch(
+                [np.empty(cap, c.dtype) for c in d.cols],
+                [None if m is None and h is None else np.zeros(cap, bool) for m, h in zip(d.nulls, self.buf.nulls)],
+                np.empty(cap, np.int64),
+                np.empty(cap, np.int8),
+                np.empty(cap, np.uint64),
+            )
+            b = self.buf
+            for dst, src in zip((*room.cols, room.ts, room.sign, room.id), (*b.cols, b.ts, b.sign, b.id)):
+                dst[:n] = src
+            for mask, held in zip(room.nulls, b.nulls):
+                if mask is not None and held is not None:
+                    mask[:n] = held
+            self.room, self.lo, self.end = room, 0, n
+        assert room is not None
+        e = self.end
+        for dst, src in zip((*room.cols, room.ts, room.sign, room.id), (*d.cols, d.ts, d.sign, d.id)):
+            dst[e : e + k] = src
+        for mask, new in zip(room.nulls, d.nulls):
+            if mask is not None:
+                mask[e : e + k] = False if new is None else new
+        self.end = e + k
+        self.buf = room.slice(self.lo, self.end)
 
     def _readers(self) -> Iterator[tuple[WindowOp, int | None]]:
         """(window, its progress) for every member and every operator reading a member's relation
@@ -132,6 +177,7 @@ class WindowStore(Synopsis):
                 self.held_from = max(self.held_from if self.held_from is not None else low + 1, low + 1)
             self.buf = self.buf.slice(k, len(self.buf))
             self.first += k
+            self.lo += k
 
     def deltas(self, op: WindowOp, bound: int) -> Batch:
         """`op`'s output elements for instants (op.done_through, bound]."""
@@ -145,7 +191,7 @@ class WindowStore(Synopsis):
             dlo = 0 if p is None else int(np.searchsorted(ts, p - L, side="right"))
             dhi = int(np.searchsorted(ts, bound - L, side="right"))
             dels = self.buf.slice(dlo, dhi)
-            out = emit(self.buf.slice(lo, hi), dels, dels.ts + L)
+            out = emit(self.buf.slice(lo, hi), dels, dels.ts + L, sorted_sides=True)
         else:
             n = op.window.extent()
             c0 = self.done.get(id(op), 0)
@@ -153,7 +199,7 @@ class WindowStore(Synopsis):
             ins = self.buf.slice(c0 - self.first, c1 - self.first)
             j0, j1 = max(c0 - n, self.first), max(c1 - n, self.first)
             dels = self.buf.slice(j0 - self.first, j1 - self.first)
-            out = emit(ins, dels, ts[j0 + n - self.first : j1 + n - self.first])
+            out = emit(ins, dels, ts[j0 + n - self.first : j1 + n - self.first], sorted_sides=True)
             self.done[id(op)] = c1
         op.done_through = bound  # (step sets it too) the purge below must see this member's progress
         self._purge()

@@ -7,7 +7,8 @@ once), and prints the operators' CPU by kind and the largest ones (`--joins`: ev
 its calls). `--no-band` keeps the window under Rstream(S [Now] ⋈ S' [Range N]) (the plan before
 the band join: the stream–relation join over the window). `--replay N` also records the calls of the `SegChangeStr` self-join (and, with
 `--no-band`, of the window feeding it) and replays them N times on copies of the operators taken
-before their first call, printing the best replay's CPU.
+before their first call, printing the best replay's CPU; `--op EID` replays that operator instead
+(e.g. `--op op:50`, the VolSMV DISTINCT; eids as the list of the largest operators prints them).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def _all_operator_classes() -> list[type[Operator]]:
 
 
 MATCH = ["Seg <>"]  # the replayed join: a part of its predicate (--match)
+OP: list[str | None] = [None]  # the replayed operator's eid (--op), instead of the join
 
 
 def _is_self_join(op: Operator) -> bool:
@@ -67,6 +69,8 @@ class Recorder:
     def wants(self, op: Operator) -> bool:
         if not self.replay:
             return False
+        if OP[0] is not None:
+            return op.eid == OP[0]
         if _is_self_join(op):
             return True
         # the window feeding the self-join (the plan without the band join)
@@ -127,8 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--top", type=int, default=8, help="how many of the largest operators to list")
     ap.add_argument("--joins", action="store_true", help="also list every join operator's CPU and calls")
     ap.add_argument("--match", default=MATCH[0], help="replay the join whose predicate holds this text")
+    ap.add_argument("--op", default=None, help="replay this operator (its eid, e.g. op:50) instead of the join")
     args = ap.parse_args(argv)
     MATCH[0] = args.match
+    OP[0] = args.op
     if args.no_band:
         rule = importlib.import_module("cqlstream.cql.logical.rewrites.stream_join")
         rule.band_window = lambda x: None
@@ -180,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
                     op.process(inputs, bound)
             best = min(best, time.thread_time() - t)
         kinds = ", ".join(f"{rec.first[k].kind} ({len(rec.calls[k])} calls)" for k in rec.first)
-        print(f"self-join replayed alone, best of {args.replay}: {best:.3f} s  [{kinds}]")
+        what = "self-join" if args.op is None else args.op
+        print(f"{what} replayed alone, best of {args.replay}: {best:.3f} s  [{kinds}]")
         if args.profile:
             import cProfile
             import pstats

@@ -102,6 +102,21 @@ class IntMap:
         out[have] = self.vals.take(cell.take(have))
         return out
 
+    def lookup(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`get` and the cells it read: (value of each key or −1, cell of each key or −1). The
+        cells stay valid until the next insert (which may rebuild): `delete_cells` then deletes
+        found keys without probing for them again."""
+        cell = self.find(q)
+        out = np.full(len(q), -1, np.int64)
+        have = np.flatnonzero(cell >= 0)
+        out[have] = self.vals.take(cell.take(have))
+        return out, cell
+
+    def delete_cells(self, cells: np.ndarray) -> None:
+        """Delete the live keys at these (distinct) cells, as `lookup` gave them."""
+        self.vals[cells] = _DEAD
+        self.live -= len(cells)
+
     def delete(self, q: np.ndarray) -> None:
         """Delete the (live, distinct) keys `q`."""
         if not len(q):

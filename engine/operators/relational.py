@@ -41,9 +41,10 @@ if TYPE_CHECKING:
     from cqlstream.engine.planner import EngineOptions
 
 
-def emit_changes(table: ValueTable, b: Batch, ch: Changes, delta: np.ndarray) -> Batch:
-    """`delta` (per group) copies of each group's value, `+` or `−` with derived ids, in ts order."""
-    gidx, sign, ids = table.output_ids(ch, delta)
+def emit_changes(table: ValueTable, b: Batch, ch: Changes, delta: np.ndarray, indicator: bool = False) -> Batch:
+    """`delta` (per group) copies of each group's value, `+` or `−` with derived ids, in ts order
+    (`indicator`: see ValueTable.output_ids)."""
+    gidx, sign, ids = table.output_ids(ch, delta, indicator)
     if not len(gidx):
         return b.take(np.zeros(0, np.int64))
     pos = ch.first[gidx]  # positions in the ts-sorted batch: sorting by them sorts by ts
@@ -110,7 +111,7 @@ class DistinctOp(Operator):
         delta = (ch.after[0] > 0).astype(np.int64) - (ch.before[0] > 0)
         if self.probed:
             delta = _net_per_interval(ch, delta, inputs[1].ts)
-        out = emit_changes(t, b, ch, delta)
+        out = emit_changes(t, b, ch, delta, indicator=True)
         t.finish(enc)
         return out
 

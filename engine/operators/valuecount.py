@@ -9,8 +9,8 @@ and their ranges fit 62 bits, a value is packed into one int64 key (valuekeys.py
 a numpy hash map (intmap.py), vectorized; otherwise — floats, strings, or once the ranges outgrow
 62 bits, when the live values move over for good — through a dict row-tuple → slot, one lookup per
 distinct value. A value's slot never changes while it is live. Per slot the table carries, as
-numpy arrays, the count of every input side, a `vkey` (a fresh engine id taken when the slot is
-assigned: the seed of derived output ids) and FIFO serials of output copies inserted/deleted so
+numpy arrays, the count of every input side, a `vmix` (splitmix64 of a fresh engine id taken when
+the slot is assigned: the seed of derived output ids, mixed once, not at every output) and FIFO serials of output copies inserted/deleted so
 far. A slot is freed when all its counts and live output copies are zero, so memory follows the
 live values, not the history.
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cqlstream.engine.batch import Batch, combine_ids
+from cqlstream.engine.batch import Batch, splitmix64
 from cqlstream.engine.kernels import combine_codes, dense_codes, row_codes, stable_order
 from cqlstream.engine.operators.intmap import IntMap
 from cqlstream.engine.operators.valuekeys import KeyLayout, packable, ranges
@@ -110,7 +110,7 @@ class Encoded:
     """A batch's rows as value slots; `order` lists the rows grouped by value, ascending
     positions (so ts order) within each value."""
 
-    slot: np.ndarray  # per row
+    slot_: np.ndarray | None  # per row (None: derived from sorted_slot when asked, see `slot`)
     order: np.ndarray
     value_slot: np.ndarray  # per distinct value of the batch
     rows: list[tuple] | np.ndarray  # per distinct value: its packed key, or Python tuple (the dict key)
@@ -118,9 +118,20 @@ class Encoded:
     packed: bool  # rows are packed keys of the numeric map
     sorted_slot: np.ndarray | None = None  # slot[order], when encode had it at hand
     heads: np.ndarray | None = None  # bool per position of `order`: a value's first row
+    cells: np.ndarray | None = None  # per distinct value: its cell in the numeric map (−1: none)
 
     def __len__(self) -> int:
-        return len(self.slot)
+        return len(self.order)
+
+    @property
+    def slot(self) -> np.ndarray:
+        """The slot of every row, in batch order (the packed encode has them in value order only:
+        DISTINCT never asks, so the scatter is made only when something does)."""
+        if self.slot_ is None:
+            assert self.sorted_slot is not None
+            self.slot_ = np.empty(len(self.order), np.int64)
+            self.slot_[self.order] = self.sorted_slot
+        return self.slot_
 
 
 @dataclass
@@ -141,6 +152,15 @@ class Changes:
 
     def __len__(self) -> int:
         return len(self.slot)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _derived_ids(vmix: np.ndarray, serial: np.ndarray) -> np.ndarray:
+    """combine_ids(vkey, serial) (engine/batch.py) given vmix = splitmix64(vkey)."""
+    with np.errstate(over="ignore"):
+        return splitmix64(vmix ^ (serial * _GOLDEN))
 
 
 def seg_exclusive_cumsum(x: np.ndarray, slot_start: np.ndarray) -> np.ndarray:
@@ -170,9 +190,15 @@ class ValueTable:
         self.cap = 0
         self._high = 0  # slots [0, _high) have been used
         self.count = np.zeros((sides, 0), np.int64)
-        self.vkey = np.zeros(0, np.uint64)
+        self.vmix = np.zeros(0, np.uint64)  # splitmix64(vkey): output ids are combine_ids(vkey, serial)
         self.n_ins = np.zeros(0, np.int64)  # output copies inserted so far (serials 0..n_ins-1)
         self.n_del = np.zeros(0, np.int64)  # output copies deleted so far (FIFO: the oldest)
+
+    def __setstate__(self, state: dict) -> None:
+        """Checkpoints of before `vmix` hold the raw `vkey`: mixed here, so ids stay the same."""
+        if "vkey" in state:
+            state["vmix"] = splitmix64(state.pop("vkey"))
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         return len(self.index) if self.imap is None else len(self.imap)
@@ -190,7 +216,7 @@ class ValueTable:
         cap = max(need, 2 * self.cap, 64)
         extra = cap - self.cap
         self.count = np.concatenate([self.count, np.zeros((self.sides, extra), np.int64)], axis=1)
-        self.vkey = np.concatenate([self.vkey, np.zeros(extra, np.uint64)])
+        self.vmix = np.concatenate([self.vmix, np.zeros(extra, np.uint64)])
         self.n_ins = np.concatenate([self.n_ins, np.zeros(extra, np.int64)])
         self.n_del = np.concatenate([self.n_del, np.zeros(extra, np.int64)])
         self.cap = cap
@@ -223,16 +249,17 @@ class ValueTable:
         np.not_equal(sc[1:], sc[:-1], out=heads[1:])
         first = order[heads]  # first row of each distinct value (code order)
         rows: list[tuple] | np.ndarray
+        cells = None
         if self.imap is not None and self._fit(b, self._ranges_at(b, first)):
             assert self.layout is not None
             rows = self.layout.pack(b.cols, b.nulls, first)
-            slot_of = self.imap.get(rows)
+            slot_of, cells = self.imap.lookup(rows)
         else:
             rows = py_rows(b.cols, b.nulls, first)
             get = self.index.get
             slot_of = np.fromiter(map(get, rows, repeat(-1)), np.int64, len(rows))  # per distinct value (C loop)
         new = self._assign(slot_of, first, n)
-        return Encoded(slot_of[code], order, slot_of, rows, new, self.imap is not None)
+        return Encoded(slot_of[code], order, slot_of, rows, new, self.imap is not None, cells=cells)
 
     def _encode_packed(self, b: Batch) -> Encoded | None:
         """`encode` while the values pack: every row's packed key, then one np.sort of
@@ -255,12 +282,10 @@ class ValueTable:
         hix = np.flatnonzero(heads)  # (positions, not the mask: numpy's mask indexing is ~8× slower)
         rows = packed.take(hix)
         first = order.take(hix)
-        slot_of = self.imap.get(rows)
+        slot_of, cells = self.imap.lookup(rows)
         new = self._assign(slot_of, first, n)
         sorted_slot = slot_of[np.cumsum(heads) - 1]
-        slot = np.empty(n, np.int64)
-        slot[order] = sorted_slot
-        return Encoded(slot, order, slot_of, rows, new, True, sorted_slot, heads)
+        return Encoded(None, order, slot_of, rows, new, True, sorted_slot, heads, cells)
 
     def _assign(self, slot_of: np.ndarray, first: np.ndarray, n: int) -> np.ndarray:
         """Give the values not found (slot_of < 0) fresh slots and vkeys, in the order of their
@@ -279,7 +304,7 @@ class ValueTable:
                 new = new[np.argsort(at)]  # first-arrival order → increasing vkey
             slots = self._alloc(len(new))
             slot_of[new] = slots
-            self.vkey[slots] = self.ids.take(len(slots))
+            self.vmix[slots] = splitmix64(self.ids.take(len(slots)))
             self.n_ins[slots] = 0
             self.n_del[slots] = 0
             self.count[:, slots] = 0
@@ -334,7 +359,10 @@ class ValueTable:
         died = np.flatnonzero(~(live | is_new))
         if enc.packed:
             assert self.imap is not None and isinstance(enc.rows, np.ndarray)
-            self.imap.delete(enc.rows.take(died))
+            if enc.cells is not None:  # the cells encode found them in (no insert since)
+                self.imap.delete_cells(enc.cells.take(died))
+            else:
+                self.imap.delete(enc.rows.take(died))
             self.imap.insert(enc.rows.take(born), touched.take(born))
         else:
             rows, idx = enc.rows, self.index
@@ -381,16 +409,18 @@ class ValueTable:
             gd = np.add.reduceat(deltas.take(order, axis=1), starts, axis=1)
             gslot, gts = sc[starts], st[starts]
         g = len(starts)
-        sstart = np.empty(g, bool)
-        sstart[0] = True
-        np.not_equal(gslot[1:], gslot[:-1], out=sstart[1:])
+        if g == n and enc.heads is not None and enc.sorted_slot is not None:
+            sstart = enc.heads  # one group per row: a slot's first group is its value's first row
+        else:
+            sstart = np.empty(g, bool)
+            sstart[0] = True
+            np.not_equal(gslot[1:], gslot[:-1], out=sstart[1:])
         send = np.empty(g, bool)
         send[-1] = True
         send[:-1] = sstart[1:]
         cs = np.cumsum(gd, axis=1)
         heads = np.flatnonzero(sstart)
-        seg = np.cumsum(sstart) - 1
-        base = (cs.take(heads, axis=1) - gd.take(heads, axis=1)).take(seg, axis=1)
+        base = np.repeat(cs.take(heads, axis=1) - gd.take(heads, axis=1), np.diff(heads, append=g), axis=1)
         after = self.count.take(gslot, axis=1)
         after += cs
         after -= base
@@ -401,14 +431,47 @@ class ValueTable:
         last = order if g == n else order[ends]
         return Changes(gslot, gts, before, after, first, last, sstart, send, order, starts, ends)
 
-    def output_ids(self, ch: Changes, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def output_ids(
+        self, ch: Changes, delta: np.ndarray, indicator: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Ids for an output multiplicity change `delta` per group (FIFO copies per value: the
         k-th copy ever inserted of a value has id combine_ids(vkey, k); a delete retracts the
         oldest live copy). Returns (group index per output element, sign, id), in group order;
-        advances the per-slot serials."""
+        advances the per-slot serials. `indicator`: the output multiplicity is 0 or 1 and `delta`
+        the change of it from the carried counts (DISTINCT and the set versions over exact
+        counts), so a value's nonzero changes alternate + − + … from its live copies."""
+        if indicator:
+            return self._indicator_ids(ch, delta)
         if len(delta) and np.abs(delta).max() <= 1:  # at most one copy per group (DISTINCT)
             return self._unit_ids(ch, delta)
         return self._repeat_ids(ch, delta)
+
+    def _indicator_ids(self, ch: Changes, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`output_ids` for a 0/1 output multiplicity: a value's changes alternate, starting with
+        `+` when it has no live copy (n_ins = n_del) and `−` when it has one (n_ins = n_del + 1),
+        so the k-th change of the batch (from 0) of a value with T = n_ins + n_del changes so far
+        has serial (T + k) // 2, insert or delete alike — no per-sign counts."""
+        gidx = np.flatnonzero(delta)
+        m = len(gidx)
+        if not m:
+            return gidx, np.zeros(0, np.int8), np.zeros(0, np.uint64)
+        slot = ch.slot.take(gidx)
+        start = np.empty(m, bool)  # first change of its slot in the batch
+        start[0] = True
+        np.not_equal(slot[1:], slot[:-1], out=start[1:])
+        heads = np.flatnonzero(start)
+        hs = slot.take(heads)
+        t_head = self.n_ins.take(hs)
+        t_head += self.n_del.take(hs)  # T per slot
+        t_head -= heads
+        k = np.arange(m, dtype=np.int64)
+        k += np.repeat(t_head, np.diff(heads, append=m))  # T + the change's rank within its slot
+        t_end = k.take(np.append(heads[1:], m) - 1) + 1  # T after the batch, per slot
+        self.n_ins[hs] = (t_end + 1) >> 1
+        self.n_del[hs] = t_end >> 1
+        k >>= 1
+        ids = _derived_ids(self.vmix.take(slot), k.view(np.uint64))
+        return gidx, delta.take(gidx).astype(np.int8), ids
 
     def _repeat_ids(self, ch: Changes, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`output_ids` for any delta: |delta| elements per group (np.repeat)."""
@@ -428,7 +491,7 @@ class ValueTable:
         pos = delta[gidx] > 0
         serial = np.where(pos, ins0[gidx], del0[gidx]) + within
         sign = np.where(pos, 1, -1).astype(np.int8)
-        ids = combine_ids(self.vkey[ch.slot[gidx]], serial.astype(np.uint64))
+        ids = _derived_ids(self.vmix[ch.slot[gidx]], serial.astype(np.uint64))
         return gidx, sign, ids
 
     def _unit_ids(self, ch: Changes, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -459,5 +522,5 @@ class ValueTable:
         self.n_ins[hs] += ins_n
         self.n_del[hs] += seg_len - ins_n
         sign = np.where(pos, 1, -1).astype(np.int8)
-        ids = combine_ids(self.vkey[slot], serial.astype(np.uint64))
+        ids = _derived_ids(self.vmix[slot], serial.astype(np.uint64))
         return gidx, sign, ids

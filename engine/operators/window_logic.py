@@ -21,12 +21,20 @@ from cqlstream.engine.kernels import row_codes, stable_order
 Lifetimes = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
-def emit(ins: Batch, dels: Batch, del_ts: np.ndarray, ins_ts: np.ndarray | None = None) -> Batch:
-    """Inserts (at ins_ts or their own ts) and deletes (at del_ts), merged in ts order."""
+def emit(
+    ins: Batch, dels: Batch, del_ts: np.ndarray, ins_ts: np.ndarray | None = None, sorted_sides: bool = False
+) -> Batch:
+    """Inserts (at ins_ts or their own ts) and deletes (at del_ts), merged in ts order.
+    `sorted_sides`: each side is in ts order already (a window store's slices), so whether the
+    concatenation is in order is one comparison, not a pass over it."""
     ins = ins if ins_ts is None else Batch(ins.cols, ins.nulls, ins_ts, ins.sign, ins.id)
-    dels = Batch(dels.cols, dels.nulls, del_ts.astype(np.int64), -np.ones(len(dels), np.int8), dels.id)
+    dels = Batch(dels.cols, dels.nulls, del_ts.astype(np.int64, copy=False), np.full(len(dels), -1, np.int8), dels.id)
     out = concat([dels, ins], None) if (len(ins) or len(dels)) else ins
-    if len(out) and not bool(np.all(out.ts[1:] >= out.ts[:-1])):
+    if sorted_sides:
+        merge = len(ins) > 0 and len(dels) > 0 and int(dels.ts[-1]) > int(ins.ts[0])
+    else:
+        merge = len(out) > 0 and not bool(np.all(out.ts[1:] >= out.ts[:-1]))
+    if merge:
         out = out.take(np.argsort(out.ts, kind="stable"))
     return out
 
