@@ -94,6 +94,9 @@ class Evaluator:
             mask = np.zeros(len(b), bool) if default_mask is None else default_mask.copy()
         for cond, res in reversed(e.whens):
             hit = self.predicate(cond, b)
+            if res.type.kind == "null":  # THEN NULL: its values are placeholders of no type
+                mask[hit] = True
+                continue
             rv, rm = self.eval(res, b)
             out[hit] = rv[hit].astype(out.dtype, copy=False) if out.dtype != object else rv[hit]
             mask[hit] = False if rm is None else rm[hit]
