@@ -75,6 +75,7 @@ from cqlstream.engine.aggregates.registry import strategy_for
 from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.aggregates.sum_bound import SumBound
 from cqlstream.engine.batch import Batch, dtype_of
+from cqlstream.engine.deferred_batch import ChangeRows, change_batch
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import run_ends, sorted_order, stable_order
 from cqlstream.engine.operators.aggregate_parts import MULTISET_LOCK, part_cuts, run_parts
@@ -402,43 +403,21 @@ class AggregateOp(Operator):
             keep[:, 0] = dm
             keep[:, 1] = im
             slot = np.flatnonzero(keep.reshape(-1))
-
-        def pick(
-            a: np.ndarray | int, b: np.ndarray | int, dt: DTypeLike
-        ) -> np.ndarray:  # slot 2j: a[j] (the del row), slot 2j + 1: b[j] (the ins row)
-            out = np.empty((k, 2), dt)
-            out[:, 0] = a
-            out[:, 1] = b
-            flat = out.reshape(-1)
-            return flat if slot is None else flat[slot]
-
-        cts_o = cts[o]
-        sign = pick(-1, 1, np.int8)
-        ids = pick(old_id[o], nid[o], np.uint64)
-        cols: list[np.ndarray] = []
-        nulls: list[np.ndarray | None] = []
         g = cell_g[c]
-        if slot is None:  # every cell has both rows: strided writes, no gather
-            ts = pick(cts_o, cts_o, np.int64)
-            for i, kvals in enumerate(self.state.key_vals):
-                kv = kvals[g]
-                cols.append(pick(kv, kv, kv.dtype))
-                m = self.state.key_null(i, g)
-                nulls.append(None if m is None else pick(m, m, bool))
-        else:  # per kept row its cell (slot // 2): one gather per key column
-            half = slot >> 1
-            ts = cts_o[half]
-            if self.keys:
-                g = g[half]
-            for i, kvals in enumerate(self.state.key_vals):
-                cols.append(kvals[g])
-                nulls.append(self.state.key_null(i, g))
-        for (v, nl), (pv, pn) in zip(outs, prevs):
-            cols.append(pick(pv[c], v[c], v.dtype))
-            pm, nm = pn[c], nl[c]
-            m = pick(pm, nm, bool) if (pm.any() or nm.any()) else None
-            nulls.append(m if m is not None and m.any() else None)
-        return Batch(cols, nulls, ts, sign, ids)
+        st = self.state  # key values are gathered here: the state's arrays change after this call
+        rec = ChangeRows(
+            k=k,
+            slot=slot,
+            keys=[kvals[g] for kvals in st.key_vals],
+            key_nulls=[st.key_null(i, g) for i in range(len(st.key_vals))],
+            cell=c,
+            old=prevs,
+            new=outs,
+            old_id=old_id,
+            new_id=nid,
+            id_at=o,
+        )
+        return change_batch(rec, cts[o])
 
     def _having(self, ch: Changes) -> tuple[np.ndarray, np.ndarray]:
         """`ch.del_mask` and `ch.ins_mask` kept only where the HAVING predicate is TRUE of the row

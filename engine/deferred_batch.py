@@ -1,0 +1,174 @@
+"""Batches whose rows are built where they are read: the compact hand-off of the output path.
+
+A `DeferredBatch` knows its timestamps at once (queues cut and watermark by them) and builds its
+columns, NULL masks, signs and ids on the first read of any of them, from a recipe given by the
+operator that made it. A query's result batch is read first by the writer (a writer thread with
+`cqlstream run --threads 2`), so the operator's main-thread work stops at a compact record and
+the rows are laid out beside the engine. Any other reader (a downstream operator, a snapshot,
+a checkpoint's pickle) builds it the same way: the rows do not depend on who reads them first.
+
+`ChangeRows` is the recipe of an operator that updates keyed rows (the grouped aggregate): per
+changed cell, the key values, the old and new row values and ids, expanded into the `−` old row
+/ `+` new row pairs. `DeferredBatch.project` keeps a projection of plain column references
+deferred too. A recipe must read only arrays that nobody writes into after the hand-off.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from cqlstream.engine.batch import Batch
+
+# what a recipe builds: columns, NULL masks, signs, ids
+Parts = tuple[list[np.ndarray], list[np.ndarray | None], np.ndarray, np.ndarray]
+
+
+class DeferredBatch(Batch):
+    """A `Batch` with eager `ts` whose other fields are built by `fill()` on first read (once,
+    under a lock: two threads reading at once build it once)."""
+
+    def __init__(self, ts: np.ndarray, width: int, fill: Callable[[], Parts]) -> None:  # no super(): fields are properties
+        self.ts = ts
+        self._width = width
+        self._fill: Callable[[], Parts] | None = fill
+        self._parts: Parts | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        """Whether the rows have been laid out (tests, benchmarks)."""
+        return self._parts is not None
+
+    def _built(self) -> Parts:
+        p = self._parts
+        if p is None:
+            with self._lock:
+                p = self._parts
+                if p is None:
+                    assert self._fill is not None
+                    p = self._parts = self._fill()
+                    self._fill = None  # drops the record it read
+        return p
+
+    def _set(self, i: int, v: Any) -> None:
+        parts = list(self._built())
+        parts[i] = v
+        self._parts = (parts[0], parts[1], parts[2], parts[3])
+
+    @property  # type: ignore[override]
+    def cols(self) -> list[np.ndarray]:
+        return self._built()[0]
+
+    @cols.setter
+    def cols(self, v: list[np.ndarray]) -> None:
+        self._set(0, v)
+
+    @property  # type: ignore[override]
+    def nulls(self) -> list[np.ndarray | None]:
+        return self._built()[1]
+
+    @nulls.setter
+    def nulls(self, v: list[np.ndarray | None]) -> None:
+        self._set(1, v)
+
+    @property  # type: ignore[override]
+    def sign(self) -> np.ndarray:
+        return self._built()[2]
+
+    @sign.setter
+    def sign(self, v: np.ndarray) -> None:
+        self._set(2, v)
+
+    @property  # type: ignore[override]
+    def id(self) -> np.ndarray:
+        return self._built()[3]
+
+    @id.setter
+    def id(self, v: np.ndarray) -> None:
+        self._set(3, v)
+
+    @property
+    def width(self) -> int:
+        return self._width
+
+    def project(self, idx: Sequence[int]) -> Batch:
+        """Columns `idx` (a projection of plain column references), still deferred; masks
+        without a NULL are None, as the evaluated projection gives them."""
+
+        def fill() -> Parts:
+            cols, nulls, sign, ids = self._built()
+            kept = [nulls[i] for i in idx]
+            return [cols[i] for i in idx], [None if m is None or not m.any() else m for m in kept], sign, ids
+
+        return DeferredBatch(self.ts, len(idx), fill)
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        """Pickled (checkpoints) as the plain batch it stands for."""
+        cols, nulls, sign, ids = self._built()
+        return Batch, (cols, nulls, self.ts, sign, ids)
+
+
+@dataclass(frozen=True)
+class ChangeRows:
+    """The rows of k changed cells, each a pair of slots: slot 2j the `−` of cell j's old row
+    (old id), slot 2j + 1 the `+` of its new row (new id); `slot` the kept slots in order (None:
+    all 2k). Per cell in output order: `keys`/`key_nulls` (the cell's group key); cell j's value
+    column i is `old[i][cell[j]]` / `new[i][cell[j]]`, its ids `old_id[id_at[j]]` /
+    `new_id[id_at[j]]` (the operator's arrays, gathered here rather than by the operator)."""
+
+    k: int
+    slot: np.ndarray | None
+    keys: list[np.ndarray]
+    key_nulls: list[np.ndarray | None]
+    cell: np.ndarray
+    old: list[tuple[np.ndarray, np.ndarray]]  # (values, NULL flags) per value column
+    new: list[tuple[np.ndarray, np.ndarray]]
+    old_id: np.ndarray
+    new_id: np.ndarray
+    id_at: np.ndarray
+
+    def pick(self, a: np.ndarray | int, b: np.ndarray | int, dt: DTypeLike) -> np.ndarray:
+        """Per kept slot: a[j] for slot 2j (the `−` row), b[j] for 2j + 1 (the `+` row)."""
+        out = np.empty((self.k, 2), dt)
+        out[:, 0] = a
+        out[:, 1] = b
+        flat = out.reshape(-1)
+        return flat if self.slot is None else flat[self.slot]
+
+    def rows_ts(self, cell_ts: np.ndarray) -> np.ndarray:
+        """The rows' timestamps from the cells' (in output order): both slots of a cell at its instant."""
+        return self.pick(cell_ts, cell_ts, np.int64) if self.slot is None else cell_ts[self.slot >> 1]
+
+    def expand(self) -> Parts:
+        """The rows: key columns, then value columns; signs; ids (only gathers and strided writes)."""
+        slot, c = self.slot, self.cell
+        cols: list[np.ndarray] = []
+        nulls: list[np.ndarray | None] = []
+        half = None if slot is None else slot >> 1
+        for kv, km in zip(self.keys, self.key_nulls):
+            if half is None:  # every cell has both rows: strided writes, no gather
+                cols.append(self.pick(kv, kv, kv.dtype))
+                nulls.append(None if km is None else self.pick(km, km, bool))
+            else:
+                cols.append(kv[half])
+                nulls.append(None if km is None else km[half])
+        for (pv, pn), (v, nl) in zip(self.old, self.new):
+            cols.append(self.pick(pv[c], v[c], v.dtype))
+            pm, nm = pn[c], nl[c]
+            m = self.pick(pm, nm, bool) if (pm.any() or nm.any()) else None
+            nulls.append(m if m is not None and m.any() else None)
+        return cols, nulls, self.pick(-1, 1, np.int8), self.pick(self.old_id[self.id_at], self.new_id[self.id_at], np.uint64)
+
+
+def change_batch(rec: ChangeRows, cell_ts: np.ndarray) -> DeferredBatch:
+    """The deferred batch of `rec`'s rows (`cell_ts`: the changed cells' instants, output order)."""
+    return DeferredBatch(rec.rows_ts(cell_ts), len(rec.keys) + len(rec.new), rec.expand)
+
+
+__all__ = ["ChangeRows", "DeferredBatch", "Parts", "change_batch"]
