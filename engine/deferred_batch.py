@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from cqlstream.engine.batch import Batch
+from cqlstream.engine.kernels import stable_order
 
 # what a recipe builds: columns, NULL masks, signs, ids
 Parts = tuple[list[np.ndarray], list[np.ndarray | None], np.ndarray, np.ndarray]
@@ -44,6 +45,11 @@ class DeferredBatch(Batch):
     def built(self) -> bool:
         """Whether the rows have been laid out (tests, benchmarks)."""
         return self._parts is not None
+
+    def build(self) -> None:
+        """Lay the rows out now, on this thread (a producer with nothing better to do than wait
+        for the thread that would read them: io/result_writer.py)."""
+        self._built()
 
     def _built(self) -> Parts:
         p = self._parts
@@ -116,14 +122,18 @@ class DeferredBatch(Batch):
 
 @dataclass(frozen=True)
 class ChangeRows:
-    """The rows of k changed cells, each a pair of slots: slot 2j the `−` of cell j's old row
-    (old id), slot 2j + 1 the `+` of its new row (new id); `slot` the kept slots in order (None:
-    all 2k). Per cell in output order: `keys`/`key_nulls` (the cell's group key); cell j's value
-    column i is `old[i][cell[j]]` / `new[i][cell[j]]`, its ids `old_id[id_at[j]]` /
-    `new_id[id_at[j]]` (the operator's arrays, gathered here rather than by the operator)."""
+    """The rows of k changed cells, given per changed cell in the operator's order (by group):
+    its instant `ts` (relative to `tmin`), whether it deletes its group's old row (`dels`: `−`,
+    old values, `old_id`) and inserts a new one (`ins`: `+`, new values, `new_id`), its group key
+    (`keys`/`key_nulls`) and its position `cell` in the operator's value arrays `old`/`new` (over
+    all of its cells: gathered here rather than by the operator). The rows are in ts order
+    (stable: per instant in the cells' order), each cell's `−` before its `+`."""
 
-    k: int
-    slot: np.ndarray | None
+    ts: np.ndarray  # int64, minus tmin
+    tmin: int
+    tmax: int
+    dels: np.ndarray
+    ins: np.ndarray
     keys: list[np.ndarray]
     key_nulls: list[np.ndarray | None]
     cell: np.ndarray
@@ -131,44 +141,71 @@ class ChangeRows:
     new: list[tuple[np.ndarray, np.ndarray]]
     old_id: np.ndarray
     new_id: np.ndarray
-    id_at: np.ndarray
 
-    def pick(self, a: np.ndarray | int, b: np.ndarray | int, dt: DTypeLike) -> np.ndarray:
-        """Per kept slot: a[j] for slot 2j (the `−` row), b[j] for 2j + 1 (the `+` row)."""
-        out = np.empty((self.k, 2), dt)
-        out[:, 0] = a
-        out[:, 1] = b
-        flat = out.reshape(-1)
-        return flat if self.slot is None else flat[self.slot]
-
-    def rows_ts(self, cell_ts: np.ndarray) -> np.ndarray:
-        """The rows' timestamps from the cells' (in output order): both slots of a cell at its instant."""
-        return self.pick(cell_ts, cell_ts, np.int64) if self.slot is None else cell_ts[self.slot >> 1]
+    def rows_ts(self) -> np.ndarray:
+        """The rows' timestamps, without ordering the cells: rows per instant, repeated."""
+        span = self.tmax - self.tmin + 1
+        if self.dels.all() and self.ins.all():  # every cell has both rows (a window's groups, mostly)
+            per = np.bincount(self.ts, minlength=span)
+            per *= 2
+        else:
+            w = self.dels.view(np.uint8) + self.ins.view(np.uint8)
+            per = np.bincount(self.ts, weights=w, minlength=span).astype(np.int64)
+        return np.repeat(np.arange(self.tmin, self.tmax + 1, dtype=np.int64), per)
 
     def expand(self) -> Parts:
-        """The rows: key columns, then value columns; signs; ids (only gathers and strided writes)."""
-        slot, c = self.slot, self.cell
+        """The rows: key columns, then value columns; signs; ids. The cells are put in ts order,
+        each laid out as a (del, ins) pair of slots; the slots of missing rows (a group appearing
+        or becoming empty) are dropped by one gather at the kept slots. Only gathers and strided
+        writes: this runs on every output row."""
+        k = len(self.ts)
+        o = stable_order(self.ts, 0, self.tmax - self.tmin)
+        c = self.cell[o]  # cells in output order
+        dm, im = self.dels[o], self.ins[o]
+        slot = None  # kept slots (None: all of them)
+        if not (dm.all() and im.all()):
+            keep = np.empty((k, 2), bool)
+            keep[:, 0] = dm
+            keep[:, 1] = im
+            slot = np.flatnonzero(keep.reshape(-1))
+
+        def pick(a: np.ndarray | int, b: np.ndarray | int, dt: DTypeLike) -> np.ndarray:
+            """Per kept slot: a[j] for slot 2j (the `−` row), b[j] for 2j + 1 (the `+` row)."""
+            out = np.empty((k, 2), dt)
+            out[:, 0] = a
+            out[:, 1] = b
+            flat = out.reshape(-1)
+            return flat if slot is None else flat[slot]
+
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
-        half = None if slot is None else slot >> 1
+        half = None if slot is None else o[slot >> 1]  # per kept row its cell, in the operator's order
         for kv, km in zip(self.keys, self.key_nulls):
-            if half is None:  # every cell has both rows: strided writes, no gather
-                cols.append(self.pick(kv, kv, kv.dtype))
-                nulls.append(None if km is None else self.pick(km, km, bool))
+            if half is None:  # every cell has both rows: strided writes
+                kv = kv[o]
+                cols.append(pick(kv, kv, kv.dtype))
+                nulls.append(None if km is None else pick(km[o], km[o], bool))
             else:
                 cols.append(kv[half])
                 nulls.append(None if km is None else km[half])
         for (pv, pn), (v, nl) in zip(self.old, self.new):
-            cols.append(self.pick(pv[c], v[c], v.dtype))
+            cols.append(pick(pv[c], v[c], v.dtype))
             pm, nm = pn[c], nl[c]
-            m = self.pick(pm, nm, bool) if (pm.any() or nm.any()) else None
+            m = pick(pm, nm, bool) if (pm.any() or nm.any()) else None
             nulls.append(m if m is not None and m.any() else None)
-        return cols, nulls, self.pick(-1, 1, np.int8), self.pick(self.old_id[self.id_at], self.new_id[self.id_at], np.uint64)
+        return cols, nulls, pick(-1, 1, np.int8), pick(self.old_id[o], self.new_id[o], np.uint64)
 
 
-def change_batch(rec: ChangeRows, cell_ts: np.ndarray) -> DeferredBatch:
-    """The deferred batch of `rec`'s rows (`cell_ts`: the changed cells' instants, output order)."""
-    return DeferredBatch(rec.rows_ts(cell_ts), len(rec.keys) + len(rec.new), rec.expand)
+def build_now(batches: list[Batch]) -> None:
+    """Lay out the deferred ones among `batches` on this thread."""
+    for b in batches:
+        if isinstance(b, DeferredBatch):
+            b.build()
 
 
-__all__ = ["ChangeRows", "DeferredBatch", "Parts", "change_batch"]
+def change_batch(rec: ChangeRows) -> DeferredBatch:
+    """The deferred batch of `rec`'s rows: their instants now, the rest when first read."""
+    return DeferredBatch(rec.rows_ts(), len(rec.keys) + len(rec.new), rec.expand)
+
+
+__all__ = ["ChangeRows", "DeferredBatch", "Parts", "build_now", "change_batch"]

@@ -21,6 +21,7 @@ import threading
 from typing import IO, TYPE_CHECKING
 
 from cqlstream.engine.batch import Batch
+from cqlstream.engine.deferred_batch import build_now
 from cqlstream.io.stream_text import format_chunks
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ class ResultWriter:
             parts[k % n].append((k, b))
         for w, part in zip(self._workers, parts):
             if part:
+                if w.q.full():  # the worker is a round behind: lay out deferred rows here, not wait idle
+                    build_now([b for _, b in part])
                 w.q.put(part)
 
     def close(self) -> None:
@@ -152,6 +155,9 @@ class ResultWriter:
         if failed is not None:
             raise failed
         for w in self._workers:
+            with w.q.mutex:  # rounds the worker has not taken yet: their deferred rows are laid out here
+                waiting = [b for rnd in w.q.queue if rnd is not None for _, b in rnd]
+            build_now(waiting)
             w.q.put(None)
         for w in self._workers:
             w.thread.join()

@@ -77,7 +77,7 @@ from cqlstream.engine.aggregates.sum_bound import SumBound
 from cqlstream.engine.batch import Batch, dtype_of
 from cqlstream.engine.deferred_batch import ChangeRows, change_batch
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.kernels import run_ends, sorted_order, stable_order
+from cqlstream.engine.kernels import run_ends, sorted_order
 from cqlstream.engine.operators.aggregate_parts import MULTISET_LOCK, part_cuts, run_parts
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
@@ -392,32 +392,25 @@ class AggregateOp(Operator):
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
-        cts = cell_ts[chg]
+        cts = cell_ts if k == len(cell_ts) else cell_ts[chg]
         tmin = int(cts.min())
-        o = stable_order(cts - tmin, 0, int(cts.max()) - tmin)
-        c = chg[o]  # changed cells in output order
-        dm, im = del_mask[o], ins_mask[o]
-        slot = None  # kept slots (None: all of them)
-        if not (dm.all() and im.all()):
-            keep = np.empty((k, 2), bool)
-            keep[:, 0] = dm
-            keep[:, 1] = im
-            slot = np.flatnonzero(keep.reshape(-1))
-        g = cell_g[c]
-        st = self.state  # key values are gathered here: the state's arrays change after this call
+        g = cell_g if k == len(cell_g) else cell_g[chg]
+        st = self.state  # key values are gathered now: the state's arrays change after this call
         rec = ChangeRows(
-            k=k,
-            slot=slot,
+            ts=cts - tmin,
+            tmin=tmin,
+            tmax=int(cts.max()),
+            dels=del_mask,
+            ins=ins_mask,
             keys=[kvals[g] for kvals in st.key_vals],
             key_nulls=[st.key_null(i, g) for i in range(len(st.key_vals))],
-            cell=c,
+            cell=chg,
             old=prevs,
             new=outs,
             old_id=old_id,
             new_id=nid,
-            id_at=o,
         )
-        return change_batch(rec, cts[o])
+        return change_batch(rec)  # laid out in ts order when first read: by the writer thread, if any
 
     def _having(self, ch: Changes) -> tuple[np.ndarray, np.ndarray]:
         """`ch.del_mask` and `ch.ins_mask` kept only where the HAVING predicate is TRUE of the row
