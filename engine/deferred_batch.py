@@ -34,7 +34,9 @@ class DeferredBatch(Batch):
     """A `Batch` with eager `ts` whose other fields are built by `fill()` on first read (once,
     under a lock: two threads reading at once build it once)."""
 
-    def __init__(self, ts: np.ndarray, width: int, fill: Callable[[], Parts]) -> None:  # no super(): fields are properties
+    def __init__(
+        self, ts: np.ndarray, width: int, fill: Callable[[], Parts]
+    ) -> None:  # no super(): fields are properties
         self.ts = ts
         self._width = width
         self._fill: Callable[[], Parts] | None = fill
@@ -63,11 +65,12 @@ class DeferredBatch(Batch):
         return p
 
     def _set(self, i: int, v: Any) -> None:
-        parts = list(self._built())
+        cols, nulls, sign, ids = self._built()
+        parts = [cols, nulls, sign, ids]
         parts[i] = v
-        self._parts = (parts[0], parts[1], parts[2], parts[3])
+        self._parts = (parts[0], parts[1], parts[2], parts[3])  # type: ignore[assignment]
 
-    @property  # type: ignore[override]
+    @property
     def cols(self) -> list[np.ndarray]:
         return self._built()[0]
 
@@ -75,7 +78,7 @@ class DeferredBatch(Batch):
     def cols(self, v: list[np.ndarray]) -> None:
         self._set(0, v)
 
-    @property  # type: ignore[override]
+    @property
     def nulls(self) -> list[np.ndarray | None]:
         return self._built()[1]
 
@@ -83,7 +86,7 @@ class DeferredBatch(Batch):
     def nulls(self, v: list[np.ndarray | None]) -> None:
         self._set(1, v)
 
-    @property  # type: ignore[override]
+    @property
     def sign(self) -> np.ndarray:
         return self._built()[2]
 
@@ -91,7 +94,7 @@ class DeferredBatch(Batch):
     def sign(self, v: np.ndarray) -> None:
         self._set(2, v)
 
-    @property  # type: ignore[override]
+    @property
     def id(self) -> np.ndarray:
         return self._built()[3]
 
@@ -143,13 +146,17 @@ class ChangeRows:
     new_id: np.ndarray
 
     def rows_ts(self) -> np.ndarray:
-        """The rows' timestamps, without ordering the cells: rows per instant, repeated."""
+        """The rows' timestamps, without ordering the cells: rows per instant, repeated (a sort
+        of the rows' instants when they span far more instants than there are cells)."""
         span = self.tmax - self.tmin + 1
-        if self.dels.all() and self.ins.all():  # every cell has both rows (a window's groups, mostly)
+        both = self.dels.all() and self.ins.all()  # every cell has both rows (a window's groups, mostly)
+        w = 2 if both else self.dels.view(np.uint8) + self.ins.view(np.uint8)
+        if span > 4 * len(self.ts) + 1024:  # sparse instants: no table per instant
+            return np.sort(np.repeat(self.ts, w)) + self.tmin
+        if both:
             per = np.bincount(self.ts, minlength=span)
             per *= 2
         else:
-            w = self.dels.view(np.uint8) + self.ins.view(np.uint8)
             per = np.bincount(self.ts, weights=w, minlength=span).astype(np.int64)
         return np.repeat(np.arange(self.tmin, self.tmax + 1, dtype=np.int64), per)
 

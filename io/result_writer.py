@@ -157,11 +157,16 @@ class ResultWriter:
         for w in self._workers:
             with w.q.mutex:  # rounds the worker has not taken yet: their deferred rows are laid out here
                 waiting = [b for rnd in w.q.queue if rnd is not None for _, b in rnd]
-            build_now(waiting)
+            try:
+                build_now(waiting)
+            except BaseException as e:  # the workers are stopped all the same; raised after them
+                failed = failed or e
             w.q.put(None)
         for w in self._workers:
             w.thread.join()
         self._raise_failed()
+        if failed is not None:
+            raise failed
 
 
 __all__ = ["ResultWriter", "Round", "empty_file", "write_text"]

@@ -57,7 +57,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Self, cast
 
 import numpy as np
-from numpy.typing import DTypeLike
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.expr import AggCall, Expr, columns

@@ -114,7 +114,8 @@ class ProjectOp(Stateless):
         self.exprs = exprs
         self.ev = evaluator
         # plain column references: a deferred input (engine/deferred_batch.py) stays deferred
-        self.picks = [e.index for e in exprs] if all(isinstance(e, X.ColRef) for e in exprs) else None
+        refs = [e for e in exprs if isinstance(e, X.ColRef)]
+        self.picks = [e.index for e in refs] if len(refs) == len(exprs) else None
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
