@@ -7,6 +7,11 @@ number of workers. At most `depth` rounds wait per worker (memory: a few rounds 
 write error (disk full, dest removed) is raised to the producer at its next hand-over or at
 `close()`, as the same OSError the inline path raises.
 
+Deferred batches (engine/deferred_batch.py: a grouped aggregate's changed rows as a compact
+record) are laid out by the worker as it formats them; when the worker is a round behind, the
+producer lays out the round it hands over itself (and, at `close()`, the rounds still queued)
+rather than wait idle: the pair balances the layout between its two threads.
+
 Given `truncate`, the files were opened without truncating and each writer thread empties its own
 (regular) files before anything else: emptying an old dest frees its blocks, 15-140 ms for an
 80 MB file on ext4, which the producer's thread then does not wait for.

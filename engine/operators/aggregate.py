@@ -375,11 +375,10 @@ class AggregateOp(Operator):
         """Rows for the changed cells `ch.chg` (ids of the rows they delete `old_id`, of those
         they insert `nid`): `−` (old row, old id) where the group existed before the cell, `+`
         (new row, new id) where it exists after, in ts order; with a HAVING predicate, only the
-        rows it holds for (`_having`), and only the cells with such a row. The changed cells are
-        ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
-        (del, ins) pair of slots, and the slots of missing rows (a group appearing or becoming
-        empty) are dropped by one gather at the kept slots, found once per batch. Only gathers,
-        strided writes and no np.where: this runs on every output row."""
+        rows it holds for (`_having`), and only the cells with such a row. Returned as a deferred
+        batch (engine/deferred_batch.py `ChangeRows`): the rows' instants now, the rows laid out
+        when first read — by the writer thread for a query's result. Only the key values are
+        gathered here, from the group state that later calls change."""
         cell_g, cell_ts, chg, outs, prevs = ch.cell_g, ch.cell_ts, ch.chg, ch.outs, ch.prevs
         del_mask, ins_mask = ch.del_mask, ch.ins_mask
         if self.having is not None:  # the cells with a row it keeps: few, often (Linear Road: 48 of 1.3M)
