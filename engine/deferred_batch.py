@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -26,49 +27,64 @@ from numpy.typing import DTypeLike
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.kernels import stable_order
 
-# what a recipe builds: columns, NULL masks, signs, ids
-Parts = tuple[list[np.ndarray], list[np.ndarray | None], np.ndarray, np.ndarray]
+# what a recipe builds: columns, NULL masks, signs (ids have a recipe of their own: a writer
+# never reads them)
+Rows = tuple[list[np.ndarray], list[np.ndarray | None], np.ndarray]
 
 
 class DeferredBatch(Batch):
-    """A `Batch` with eager `ts` whose other fields are built by `fill()` on first read (once,
-    under a lock: two threads reading at once build it once)."""
+    """A `Batch` with eager `ts` whose columns, NULL masks and signs are built by `rows()`, and
+    ids by `ids()`, on first read (each once, under a lock: two threads reading at once build
+    it once). A slice stays deferred."""
 
     def __init__(
-        self, ts: np.ndarray, width: int, fill: Callable[[], Parts]
-    ) -> None:  # no super(): fields are properties
+        self, ts: np.ndarray, width: int, rows: Callable[[], Rows], ids: Callable[[], np.ndarray]
+    ) -> None:  # no super(): the other fields are properties
         self.ts = ts
         self._width = width
-        self._fill: Callable[[], Parts] | None = fill
-        self._parts: Parts | None = None
+        self._rows_fill: Callable[[], Rows] | None = rows
+        self._ids_fill: Callable[[], np.ndarray] | None = ids
+        self._rows: Rows | None = None
+        self._ids: np.ndarray | None = None
         self._lock = threading.Lock()
 
     @property
     def built(self) -> bool:
         """Whether the rows have been laid out (tests, benchmarks)."""
-        return self._parts is not None
+        return self._rows is not None
 
     def build(self) -> None:
         """Lay the rows out now, on this thread (a producer with nothing better to do than wait
         for the thread that would read them: io/result_writer.py)."""
         self._built()
 
-    def _built(self) -> Parts:
-        p = self._parts
-        if p is None:
+    def _built(self) -> Rows:
+        r = self._rows
+        if r is None:
             with self._lock:
-                p = self._parts
-                if p is None:
-                    assert self._fill is not None
-                    p = self._parts = self._fill()
-                    self._fill = None  # drops the record it read
-        return p
+                r = self._rows
+                if r is None:
+                    assert self._rows_fill is not None
+                    r = self._rows = self._rows_fill()
+                    self._rows_fill = None  # drops what it read
+        return r
 
-    def _set(self, i: int, v: Any) -> None:
-        cols, nulls, sign, ids = self._built()
-        parts = [cols, nulls, sign, ids]
-        parts[i] = v
-        self._parts = (parts[0], parts[1], parts[2], parts[3])  # type: ignore[assignment]
+    def _built_ids(self) -> np.ndarray:
+        i = self._ids
+        if i is None:
+            with self._lock:
+                i = self._ids
+                if i is None:
+                    assert self._ids_fill is not None
+                    i = self._ids = self._ids_fill()
+                    self._ids_fill = None
+        return i
+
+    def _set(self, k: int, v: Any) -> None:
+        cols, nulls, sign = self._built()
+        parts = [cols, nulls, sign]
+        parts[k] = v
+        self._rows = (parts[0], parts[1], parts[2])  # type: ignore[assignment]
 
     @property
     def cols(self) -> list[np.ndarray]:
@@ -96,31 +112,44 @@ class DeferredBatch(Batch):
 
     @property
     def id(self) -> np.ndarray:
-        return self._built()[3]
+        return self._built_ids()
 
     @id.setter
     def id(self, v: np.ndarray) -> None:
-        self._set(3, v)
+        self._built_ids()
+        self._ids = v
 
     @property
     def width(self) -> int:
         return self._width
 
+    def take(self, idx: np.ndarray | slice | Sequence[int]) -> Batch:
+        """A slice stays deferred (a writer formats a large batch chunk by chunk and never
+        reads its ids); other indexes give a plain batch."""
+        if not isinstance(idx, slice):
+            return super().take(idx)
+
+        def rows() -> Rows:
+            cols, nulls, sign = self._built()
+            return [c[idx] for c in cols], [None if m is None else m[idx] for m in nulls], sign[idx]
+
+        return DeferredBatch(self.ts[idx], self._width, rows, lambda: self._built_ids()[idx])
+
     def project(self, idx: Sequence[int]) -> Batch:
         """Columns `idx` (a projection of plain column references), still deferred; masks
         without a NULL are None, as the evaluated projection gives them."""
 
-        def fill() -> Parts:
-            cols, nulls, sign, ids = self._built()
+        def rows() -> Rows:
+            cols, nulls, sign = self._built()
             kept = [nulls[i] for i in idx]
-            return [cols[i] for i in idx], [None if m is None or not m.any() else m for m in kept], sign, ids
+            return [cols[i] for i in idx], [None if m is None or not m.any() else m for m in kept], sign
 
-        return DeferredBatch(self.ts, len(idx), fill)
+        return DeferredBatch(self.ts, len(idx), rows, self._built_ids)
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         """Pickled (checkpoints) as the plain batch it stands for."""
-        cols, nulls, sign, ids = self._built()
-        return Batch, (cols, nulls, self.ts, sign, ids)
+        cols, nulls, sign = self._built()
+        return Batch, (cols, nulls, self.ts, sign, self._built_ids())
 
 
 @dataclass(frozen=True)
@@ -160,30 +189,37 @@ class ChangeRows:
             per = np.bincount(self.ts, weights=w, minlength=span).astype(np.int64)
         return np.repeat(np.arange(self.tmin, self.tmax + 1, dtype=np.int64), per)
 
-    def expand(self) -> Parts:
-        """The rows: key columns, then value columns; signs; ids. The cells are put in ts order,
-        each laid out as a (del, ins) pair of slots; the slots of missing rows (a group appearing
-        or becoming empty) are dropped by one gather at the kept slots. Only gathers and strided
-        writes: this runs on every output row."""
-        k = len(self.ts)
+    @cached_property
+    def layout(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the cells in ts order (stable), the kept slots of the (del, ins) pairs laid out in
+        that order, or None when every cell has both rows)."""
         o = stable_order(self.ts, 0, self.tmax - self.tmin)
-        c = self.cell[o]  # cells in output order
         dm, im = self.dels[o], self.ins[o]
-        slot = None  # kept slots (None: all of them)
-        if not (dm.all() and im.all()):
-            keep = np.empty((k, 2), bool)
-            keep[:, 0] = dm
-            keep[:, 1] = im
-            slot = np.flatnonzero(keep.reshape(-1))
+        if dm.all() and im.all():
+            return o, None
+        keep = np.empty((len(o), 2), bool)
+        keep[:, 0] = dm
+        keep[:, 1] = im
+        return o, np.flatnonzero(keep.reshape(-1))
 
-        def pick(a: np.ndarray | int, b: np.ndarray | int, dt: DTypeLike) -> np.ndarray:
-            """Per kept slot: a[j] for slot 2j (the `−` row), b[j] for 2j + 1 (the `+` row)."""
-            out = np.empty((k, 2), dt)
-            out[:, 0] = a
-            out[:, 1] = b
-            flat = out.reshape(-1)
-            return flat if slot is None else flat[slot]
+    def _pick(self, a: np.ndarray | int, b: np.ndarray | int, dt: DTypeLike) -> np.ndarray:
+        """Per kept slot: a[j] for slot 2j (the `−` row of the j-th cell in ts order), b[j] for
+        2j + 1 (its `+` row)."""
+        o, slot = self.layout
+        out = np.empty((len(o), 2), dt)
+        out[:, 0] = a
+        out[:, 1] = b
+        flat = out.reshape(-1)
+        return flat if slot is None else flat[slot]
 
+    def expand(self) -> Rows:
+        """The rows: key columns, then value columns; signs. The cells are put in ts order, each
+        laid out as a (del, ins) pair of slots; the slots of missing rows (a group appearing or
+        becoming empty) are dropped by one gather at the kept slots. Only gathers and strided
+        writes: this runs on every output row."""
+        o, slot = self.layout
+        pick = self._pick
+        c = self.cell[o]  # cells in output order
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
         half = None if slot is None else o[slot >> 1]  # per kept row its cell, in the operator's order
@@ -200,7 +236,12 @@ class ChangeRows:
             pm, nm = pn[c], nl[c]
             m = pick(pm, nm, bool) if (pm.any() or nm.any()) else None
             nulls.append(m if m is not None and m.any() else None)
-        return cols, nulls, pick(-1, 1, np.int8), pick(self.old_id[o], self.new_id[o], np.uint64)
+        return cols, nulls, pick(-1, 1, np.int8)
+
+    def ids(self) -> np.ndarray:
+        """The rows' ids: the old row's for a `−`, the new row's for a `+`."""
+        o = self.layout[0]
+        return self._pick(self.old_id[o], self.new_id[o], np.uint64)
 
 
 def build_now(batches: list[Batch]) -> None:
@@ -212,7 +253,7 @@ def build_now(batches: list[Batch]) -> None:
 
 def change_batch(rec: ChangeRows) -> DeferredBatch:
     """The deferred batch of `rec`'s rows: their instants now, the rest when first read."""
-    return DeferredBatch(rec.rows_ts(), len(rec.keys) + len(rec.new), rec.expand)
+    return DeferredBatch(rec.rows_ts(), len(rec.keys) + len(rec.new), rec.expand, rec.ids)
 
 
-__all__ = ["ChangeRows", "DeferredBatch", "Parts", "build_now", "change_batch"]
+__all__ = ["ChangeRows", "DeferredBatch", "Rows", "build_now", "change_batch"]

@@ -15,6 +15,7 @@ raised to the run, the same at every thread count, and leaves no thread behind.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import threading
 from collections import Counter
@@ -27,6 +28,7 @@ from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.deferred_batch import ChangeRows, DeferredBatch, change_batch
 from cqlstream.engine.operators import aggregate as agg_mod
 from cqlstream.engine.operators.aggregate import AggregateOp
+from cqlstream.io import stream_text
 from cqlstream.io.result_writer import ResultWriter
 from cqlstream.io.script_runner import run_script
 from tests.engine_harness import _merge_events, _start, feed, net_by_instant, round_floats, run_reference
@@ -193,7 +195,7 @@ def test_rows_of_a_change_record():
     ts_before = b.ts.copy()
     assert _elements([b]) == want
     assert ts_before.tolist() == [w[0] for w in want]
-    wide = ChangeRows(**{**rec.__dict__, "tmax": 10 + 10**9, "ts": rec.ts * 10**8})  # sparse instants
+    wide = dataclasses.replace(rec, tmax=10 + 10**9, ts=rec.ts * 10**8)  # sparse instants
     assert change_batch(wide).ts.tolist() == sorted(change_batch(wide).ts.tolist())
     assert len(change_batch(wide)) == len(b)
 
@@ -211,6 +213,25 @@ def test_projection_stays_deferred_and_equals_the_evaluated_one():
     assert p.id.tolist() == full.id.tolist()
 
 
+def test_formatting_in_chunks_never_lays_out_the_ids(monkeypatch):
+    """A writer slices a large batch into chunks: the slices stay deferred and the ids, which no
+    text shows, are never laid out."""
+    monkeypatch.setattr(stream_text, "_CHUNK", 3)
+    rec = _record(8)
+
+    def no_ids():
+        raise AssertionError("ids laid out")
+
+    b = DeferredBatch(rec.rows_ts(), 2, rec.expand, no_ids)
+    part = b.slice(2, 6)
+    assert isinstance(part, DeferredBatch) and part.ts.tolist() == b.ts[2:6].tolist()
+    full = change_batch(rec)
+    assert stream_text.format_output(b) == stream_text.format_output(
+        Batch(full.cols, full.nulls, full.ts, full.sign, full.id)
+    )
+    assert part.rows() == full.rows()[2:6] and part.sign.tolist() == full.sign[2:6].tolist()
+
+
 def test_two_threads_reading_at_once_lay_out_once():
     calls = []
     gate = threading.Event()
@@ -218,9 +239,9 @@ def test_two_threads_reading_at_once_lay_out_once():
     def fill():
         calls.append(threading.current_thread().name)
         gate.wait(5)
-        return [np.arange(3)], [None], np.ones(3, np.int8), np.zeros(3, np.uint64)
+        return [np.arange(3)], [None], np.ones(3, np.int8)
 
-    b = DeferredBatch(np.arange(3), 1, fill)
+    b = DeferredBatch(np.arange(3), 1, fill, lambda: np.zeros(3, np.uint64))
     got = []
     ts = [threading.Thread(target=lambda: got.append(b.cols[0].tolist())) for _ in range(2)]
     for t in ts:
@@ -287,8 +308,8 @@ def _eager(monkeypatch) -> None:
 
 
 def _parts_of(rec: ChangeRows):
-    cols, nulls, sign, ids = rec.expand()
-    return cols, nulls, rec.rows_ts(), sign, ids
+    cols, nulls, sign = rec.expand()
+    return cols, nulls, rec.rows_ts(), sign, rec.ids()
 
 
 @pytest.mark.parametrize("batch_rows", [7, 300, None])
@@ -345,7 +366,9 @@ def test_close_stops_the_writer_when_laying_out_a_queued_round_fails():
     w = ResultWriter([Slow()], workers=1, depth=1)  # type: ignore[list-item]
     w.write([(0, Batch([np.arange(2)], [None], np.arange(2), np.ones(2, np.int8), np.zeros(2, np.uint64)))])
     assert entered.wait(10)
-    w.write([(0, DeferredBatch(np.arange(2), 1, fill))])  # queued: the worker is busy with the first
+    w.write(
+        [(0, DeferredBatch(np.arange(2), 1, fill, lambda: np.zeros(2, np.uint64)))]
+    )  # queued: the worker is busy with the first
     with pytest.raises(RuntimeError, match="layout failed"):
         w.close()
     assert not w._workers[0].thread.is_alive()
