@@ -28,7 +28,7 @@ from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.deferred_batch import ChangeRows, DeferredBatch, change_batch
 from cqlstream.engine.operators import aggregate as agg_mod
 from cqlstream.engine.operators.aggregate import AggregateOp
-from cqlstream.io import result_writer, stream_text
+from cqlstream.io import stream_text
 from cqlstream.io.result_writer import ResultWriter
 from cqlstream.io.script_runner import run_script
 from tests.engine_harness import _merge_events, _start, feed, net_by_instant, round_floats, run_reference
@@ -372,47 +372,3 @@ def test_close_stops_the_writer_when_laying_out_a_queued_round_fails():
     with pytest.raises(RuntimeError, match="layout failed"):
         w.close()
     assert not w._workers[0].thread.is_alive()
-
-
-def test_rounds_formatted_ahead_by_the_producer_are_written_once_in_order(tmp_path, monkeypatch):
-    """With the writer thread busy, the producer formats the rounds it hands over (and those
-    queued at close); every round reaches the file once, in order, as the inline writer writes it."""
-    entered, gate = threading.Event(), threading.Event()
-    ahead: list[str] = []
-    real = result_writer._Handed.format_ahead
-
-    def spy(self):
-        real(self)
-        if self.text is not None:
-            ahead.append(threading.current_thread().name)
-
-    monkeypatch.setattr(result_writer._Handed, "format_ahead", spy)
-
-    class Gated:  # the dest's first write waits until the producer has formatted ahead
-        def __init__(self, f):
-            self.f, self.name, self.first = f, f.name, True
-
-        def writelines(self, chunks):
-            if self.first:
-                self.first = False
-                entered.set()
-                gate.wait(10)
-            self.f.writelines(chunks)
-
-    rounds = [change_batch(_record(6, seed=s)) for s in range(6)]
-    with open(tmp_path / "threads", "wb") as f:
-        w = ResultWriter([Gated(f)], workers=1, depth=1)  # type: ignore[list-item]
-        w.write([(0, rounds[0])])
-        assert entered.wait(10)
-        w.write([(0, rounds[1])])  # queued: the worker is still on the first
-        threading.Timer(0.5, gate.set).start()  # lets the worker go on while the producer hands over
-        for b in rounds[2:]:
-            w.write([(0, b)])
-        w.close()
-    with open(tmp_path / "inline", "wb") as f:
-        inline = ResultWriter([f])
-        for b in [change_batch(_record(6, seed=s)) for s in range(6)]:
-            inline.write([(0, b)])
-        inline.close()
-    assert ahead and set(ahead) == {threading.main_thread().name}
-    assert (tmp_path / "threads").read_bytes() == (tmp_path / "inline").read_bytes()
