@@ -53,6 +53,11 @@ class DeferredBatch(Batch):
         """Whether the rows have been laid out (tests, benchmarks)."""
         return self._rows is not None
 
+    def build(self) -> None:
+        """Lay the rows out now, on this thread (a producer with nothing better to do than wait
+        for the thread that would read them: io/result_writer.py)."""
+        self._built()
+
     def _built(self) -> Rows:
         r = self._rows
         if r is None:
@@ -239,9 +244,16 @@ class ChangeRows:
         return self._pick(self.old_id[o], self.new_id[o], np.uint64)
 
 
+def build_now(batches: list[Batch]) -> None:
+    """Lay out the deferred ones among `batches` on this thread."""
+    for b in batches:
+        if isinstance(b, DeferredBatch):
+            b.build()
+
+
 def change_batch(rec: ChangeRows) -> DeferredBatch:
     """The deferred batch of `rec`'s rows: their instants now, the rest when first read."""
     return DeferredBatch(rec.rows_ts(), len(rec.keys) + len(rec.new), rec.expand, rec.ids)
 
 
-__all__ = ["ChangeRows", "DeferredBatch", "Rows", "change_batch"]
+__all__ = ["ChangeRows", "DeferredBatch", "Rows", "build_now", "change_batch"]

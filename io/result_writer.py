@@ -7,10 +7,10 @@ number of workers. At most `depth` rounds wait per worker (memory: a few rounds 
 write error (disk full, dest removed) is raised to the producer at its next hand-over or at
 `close()`, as the same OSError the inline path raises.
 
-A worker formats its rounds, laying out deferred batches (engine/deferred_batch.py: a grouped
-aggregate's changed rows as a compact record) as it reads them. When it is a round behind, the
-producer formats the round it hands over itself (and, at `close()`, the rounds still queued)
-rather than wait idle: the two threads share the output work by who is free.
+Deferred batches (engine/deferred_batch.py: a grouped aggregate's changed rows as a compact
+record) are laid out by the worker as it formats them; when the worker is a round behind, the
+producer lays out the round it hands over itself (and, at `close()`, the rounds still queued)
+rather than wait idle: the pair balances the layout between its two threads.
 
 Given `truncate`, the files were opened without truncating and each writer thread empties its own
 (regular) files before anything else: emptying an old dest frees its blocks, 15-140 ms for an
@@ -26,7 +26,8 @@ import threading
 from typing import IO, TYPE_CHECKING
 
 from cqlstream.engine.batch import Batch
-from cqlstream.io.stream_text import Chunk, format_chunks
+from cqlstream.engine.deferred_batch import build_now
+from cqlstream.io.stream_text import format_chunks
 
 if TYPE_CHECKING:
     from cqlstream.io.writer_process import WriterProcess
@@ -38,10 +39,6 @@ Round = list[tuple[int, Batch]]  # (dest index, results) in production order
 # Q2/Q4 at 1M rows, 2 threads (bench/README.md, session 15): the main thread's time blocked was
 # no higher (medians 0.05-0.08 s a run against 0.06-0.13) and the writer's CPU ~0.1 s lower.
 WRITER_NOGIL = False
-
-# Rows of a round the producer formats ahead at most (its text is held whole until written, where a
-# worker writes chunk by chunk): ~30 MB of text; a larger round is waited for as before.
-AHEAD_MAX_ROWS = 1 << 20
 
 
 def write_text(f: IO[bytes], batch: Batch, nogil: bool = False) -> None:
@@ -58,38 +55,6 @@ def empty_file(f: IO[bytes]) -> None:
         os.ftruncate(fd, 0)
 
 
-class _Handed:
-    """A round handed to a worker. The worker formats and writes it chunk by chunk; when it is
-    behind, the producer may format the round ahead (`format_ahead`) instead of waiting idle,
-    and the worker then only writes the text. Whoever takes the lock first formats it."""
-
-    def __init__(self, rnd: Round) -> None:
-        self.rnd = rnd
-        self.text: list[tuple[int, list[Chunk]]] | None = None
-        self.lock = threading.Lock()
-
-    def format_ahead(self) -> None:
-        """Format the round now, on this thread, unless the worker has taken it (a no-op then)."""
-        if not self.lock.acquire(blocking=False):
-            return
-        try:
-            if self.text is None:
-                self.text = [(k, list(format_chunks(b))) for k, b in self.rnd]
-        finally:
-            self.lock.release()
-
-    def write(self, files: list[IO[bytes]]) -> None:
-        with self.lock:
-            if self.text is not None:
-                for k, chunks in self.text:
-                    files[k].writelines(chunks)
-            else:
-                for k, b in self.rnd:
-                    write_text(files[k], b, nogil=WRITER_NOGIL)
-            self.text = None
-            self.rnd = []
-
-
 class _Worker:
     """One thread writing the rounds handed to it, in order; after an error it only drains.
     `empty`: the files it owns, to truncate first (see the module docstring)."""
@@ -97,7 +62,7 @@ class _Worker:
     def __init__(self, files: list[IO[bytes]], depth: int, name: str, empty: list[IO[bytes]]) -> None:
         self.files = files
         self.empty = empty
-        self.q: queue.Queue[_Handed | None] = queue.Queue(maxsize=depth)
+        self.q: queue.Queue[Round | None] = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._work, name=name, daemon=True)
         self.thread.start()
@@ -109,13 +74,14 @@ class _Worker:
         except BaseException as e:  # raised to the producer, like a write error
             self.error = e
         while True:
-            h = self.q.get()
-            if h is None:
+            rnd = self.q.get()
+            if rnd is None:
                 return
             if self.error is not None:
                 continue  # keep taking rounds so the producer never blocks on a dead writer
             try:
-                h.write(self.files)
+                for k, b in rnd:
+                    write_text(self.files[k], b, nogil=WRITER_NOGIL)
             except BaseException as e:  # raised to the producer
                 self.error = e
 
@@ -176,10 +142,9 @@ class ResultWriter:
             parts[k % n].append((k, b))
         for w, part in zip(self._workers, parts):
             if part:
-                h = _Handed(part)
-                if w.q.full() and sum(len(b) for _, b in part) <= AHEAD_MAX_ROWS:
-                    h.format_ahead()  # the worker is a round behind: format this one here rather than wait idle
-                w.q.put(h)
+                if w.q.full():  # the worker is a round behind: lay out deferred rows here, not wait idle
+                    build_now([b for _, b in part])
+                w.q.put(part)
 
     def close(self) -> None:
         """Wait until everything handed over is written; raises a worker's write error."""
@@ -195,11 +160,10 @@ class ResultWriter:
         if failed is not None:
             raise failed
         for w in self._workers:
-            with w.q.mutex:  # rounds the worker has not taken yet: formatted here rather than waited for
-                waiting = [h for h in w.q.queue if h is not None]
+            with w.q.mutex:  # rounds the worker has not taken yet: their deferred rows are laid out here
+                waiting = [b for rnd in w.q.queue if rnd is not None for _, b in rnd]
             try:
-                for h in waiting:
-                    h.format_ahead()
+                build_now(waiting)
             except BaseException as e:  # the workers are stopped all the same; raised after them
                 failed = failed or e
             w.q.put(None)
