@@ -44,8 +44,11 @@ def _dest_path(step: Step, out_dir: str | os.PathLike[str] | None) -> Path:
 # linearly with the round's size) took 20 s at 100k against minutes and 9 GB at 1M.
 DEFAULT_BATCH_ROWS = 100_000
 
-# Parsed batches read ahead per source when reading runs in its own thread (memory: a few blocks).
-_READ_AHEAD = 2
+# Parsed blocks read ahead per source when reading runs in its own thread. 8 (~13 MB of text at the
+# default block size, ~25 MB parsed): a reader started while the script is registered parses most
+# of a 1M-row source then, while the other core is idle, instead of competing with the writer
+# thread for it while the engine runs (Q2/Q4 at 2 threads, bench/README.md, session 16).
+_READ_AHEAD = 8
 # Rounds of results waiting per writer thread: one keeps the writer busy (formatting a round takes
 # a fraction of the engine's time for it) and holds the least memory (Q2: ~15 MB per round).
 _WRITE_AHEAD = 1

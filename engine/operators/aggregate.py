@@ -57,7 +57,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Self, cast
 
 import numpy as np
-from numpy.typing import DTypeLike
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.expr import AggCall, Expr, columns
@@ -75,8 +74,9 @@ from cqlstream.engine.aggregates.registry import strategy_for
 from cqlstream.engine.aggregates.strategy import AggregateStrategy
 from cqlstream.engine.aggregates.sum_bound import SumBound
 from cqlstream.engine.batch import Batch, dtype_of
+from cqlstream.engine.deferred_batch import ChangeRows, change_batch
 from cqlstream.engine.exprs import Evaluator
-from cqlstream.engine.kernels import run_ends, sorted_order, stable_order
+from cqlstream.engine.kernels import run_ends, sorted_order
 from cqlstream.engine.operators.aggregate_parts import MULTISET_LOCK, part_cuts, run_parts
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
@@ -375,11 +375,10 @@ class AggregateOp(Operator):
         """Rows for the changed cells `ch.chg` (ids of the rows they delete `old_id`, of those
         they insert `nid`): `−` (old row, old id) where the group existed before the cell, `+`
         (new row, new id) where it exists after, in ts order; with a HAVING predicate, only the
-        rows it holds for (`_having`), and only the cells with such a row. The changed cells are
-        ordered by ts (stable, so per instant by group); each cell's rows are laid out as a
-        (del, ins) pair of slots, and the slots of missing rows (a group appearing or becoming
-        empty) are dropped by one gather at the kept slots, found once per batch. Only gathers,
-        strided writes and no np.where: this runs on every output row."""
+        rows it holds for (`_having`), and only the cells with such a row. Returned as a deferred
+        batch (engine/deferred_batch.py `ChangeRows`): the rows' instants now, the rows laid out
+        when first read — by the writer thread for a query's result. Only the key values are
+        gathered here, from the group state that later calls change."""
         cell_g, cell_ts, chg, outs, prevs = ch.cell_g, ch.cell_ts, ch.chg, ch.outs, ch.prevs
         del_mask, ins_mask = ch.del_mask, ch.ins_mask
         if self.having is not None:  # the cells with a row it keeps: few, often (Linear Road: 48 of 1.3M)
@@ -391,54 +390,25 @@ class AggregateOp(Operator):
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
-        cts = cell_ts[chg]
+        cts = cell_ts if k == len(cell_ts) else cell_ts[chg]
         tmin = int(cts.min())
-        o = stable_order(cts - tmin, 0, int(cts.max()) - tmin)
-        c = chg[o]  # changed cells in output order
-        dm, im = del_mask[o], ins_mask[o]
-        slot = None  # kept slots (None: all of them)
-        if not (dm.all() and im.all()):
-            keep = np.empty((k, 2), bool)
-            keep[:, 0] = dm
-            keep[:, 1] = im
-            slot = np.flatnonzero(keep.reshape(-1))
-
-        def pick(
-            a: np.ndarray | int, b: np.ndarray | int, dt: DTypeLike
-        ) -> np.ndarray:  # slot 2j: a[j] (the del row), slot 2j + 1: b[j] (the ins row)
-            out = np.empty((k, 2), dt)
-            out[:, 0] = a
-            out[:, 1] = b
-            flat = out.reshape(-1)
-            return flat if slot is None else flat[slot]
-
-        cts_o = cts[o]
-        sign = pick(-1, 1, np.int8)
-        ids = pick(old_id[o], nid[o], np.uint64)
-        cols: list[np.ndarray] = []
-        nulls: list[np.ndarray | None] = []
-        g = cell_g[c]
-        if slot is None:  # every cell has both rows: strided writes, no gather
-            ts = pick(cts_o, cts_o, np.int64)
-            for i, kvals in enumerate(self.state.key_vals):
-                kv = kvals[g]
-                cols.append(pick(kv, kv, kv.dtype))
-                m = self.state.key_null(i, g)
-                nulls.append(None if m is None else pick(m, m, bool))
-        else:  # per kept row its cell (slot // 2): one gather per key column
-            half = slot >> 1
-            ts = cts_o[half]
-            if self.keys:
-                g = g[half]
-            for i, kvals in enumerate(self.state.key_vals):
-                cols.append(kvals[g])
-                nulls.append(self.state.key_null(i, g))
-        for (v, nl), (pv, pn) in zip(outs, prevs):
-            cols.append(pick(pv[c], v[c], v.dtype))
-            pm, nm = pn[c], nl[c]
-            m = pick(pm, nm, bool) if (pm.any() or nm.any()) else None
-            nulls.append(m if m is not None and m.any() else None)
-        return Batch(cols, nulls, ts, sign, ids)
+        g = cell_g if k == len(cell_g) else cell_g[chg]
+        st = self.state  # key values are gathered now: the state's arrays change after this call
+        rec = ChangeRows(
+            ts=cts - tmin,
+            tmin=tmin,
+            tmax=int(cts.max()),
+            dels=del_mask,
+            ins=ins_mask,
+            keys=[kvals[g] for kvals in st.key_vals],
+            key_nulls=[st.key_null(i, g) for i in range(len(st.key_vals))],
+            cell=chg,
+            old=prevs,
+            new=outs,
+            old_id=old_id,
+            new_id=nid,
+        )
+        return change_batch(rec)  # laid out in ts order when first read: by the writer thread, if any
 
     def _having(self, ch: Changes) -> tuple[np.ndarray, np.ndarray]:
         """`ch.del_mask` and `ch.ins_mask` kept only where the HAVING predicate is TRUE of the row

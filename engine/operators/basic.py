@@ -16,6 +16,7 @@ from cqlstream.engine.adaptive.backoff import cap as backoff_cap
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import AdaptiveOrder
 from cqlstream.engine.batch import Batch, splitmix64
+from cqlstream.engine.deferred_batch import DeferredBatch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, Stateless
@@ -112,6 +113,9 @@ class ProjectOp(Stateless):
         super().__init__(inputs, output, ids, options)
         self.exprs = exprs
         self.ev = evaluator
+        # plain column references: a deferred input (engine/deferred_batch.py) stays deferred
+        refs = [e for e in exprs if isinstance(e, X.ColRef)]
+        self.picks = [e.index for e in refs] if len(refs) == len(exprs) else None
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
@@ -120,6 +124,8 @@ class ProjectOp(Stateless):
 
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
+        if self.picks is not None and isinstance(b, DeferredBatch) and not b.built:
+            return b.project(self.picks)
         cols, nulls = [], []
         for e in self.exprs:
             v, m = self.ev.eval(e, b)
