@@ -41,7 +41,11 @@ class IntInterner:
     stream of short-lived keys keeps the arrays as large as the live keys, not all keys ever seen.
 
     Authoritative form: sorted `keys` with their `ids` (np.searchsorted). Accelerator: when the
-    known keys span a small range, a direct lookup `table` (id or −1) over [lo, lo + len)."""
+    known keys span a small range, a direct lookup `table` (id or −1) over [lo, lo + len). When
+    the owner knows every key it will map lies in [0, `full`) and that range is small (a packed
+    layout of few bits), the table spans all of it, so no batch falls outside and needs a sort."""
+
+    full = 0  # > 0: every key mapped is in [0, full) (the owner's layout): the table may span it
 
     def __init__(self) -> None:
         self.keys = _EMPTY_I
@@ -63,19 +67,12 @@ class IntInterner:
         self.new_ids = self.new_rows = _EMPTY_I
         if not len(x):
             return _EMPTY_I
-        mn, mx = int(x.min()), int(x.max())
         t = self.table
+        if t is not None and len(t) == self.full:  # spans every key there can be (lo = 0)
+            return self._table_map(t, x, x)
+        mn, mx = int(x.min()), int(x.max())
         if t is not None and mn >= self.lo and mx < self.lo + len(t):
-            out = t[x - self.lo]
-            miss = out < 0
-            if not miss.any():
-                return out
-            rows = np.flatnonzero(miss)
-            u, first = np.unique(x[rows], return_index=True)
-            self.new_ids = self._add(u)  # all unknown, all within the table's range: it stays
-            self.new_rows = rows[first]
-            assert self.table is not None
-            return self.table[x - self.lo]
+            return self._table_map(t, x, x - self.lo if self.lo else x)
         got = unique_rows(x) if compact is None else None
         if got is not None:
             u, inv, at = got  # at: one row of each distinct key
@@ -93,6 +90,28 @@ class IntInterner:
             self.new_ids, self.new_rows = ids.take(self.added), at.take(self.added)
         self._retable()
         return ids[inv]
+
+    def _table_map(self, t: np.ndarray, x: np.ndarray, xo: np.ndarray) -> np.ndarray:
+        """`map` through the direct table `t` (keys `x`, offsets `xo` = x − lo all within it):
+        only the misses, the batch's new keys, are sorted and added."""
+        out = t.take(xo)
+        miss = out < 0
+        if not miss.any():
+            return out
+        rows = np.flatnonzero(miss)
+        xm = x.take(rows)
+        got = unique_rows(xm)  # (np.unique's return_index takes a stable argsort: ~10x slower)
+        if got is None:
+            u, first = np.unique(xm, return_index=True)
+        else:
+            u, inv, _ = got
+            first = np.empty(len(u), np.int64)  # the first miss with each key (the last write wins)
+            first[inv[::-1]] = np.arange(len(xm) - 1, -1, -1, dtype=np.int64)
+        self.new_ids = self._add(u)  # all unknown, all within the table's range: it stays
+        self.new_rows = rows.take(first)
+        assert self.table is not None
+        out[rows] = self.table.take(xo.take(rows))  # only the misses changed
+        return out
 
     def _add(self, u: np.ndarray) -> np.ndarray:
         """Ids of the sorted unique keys `u`, adding the unknown ones (released ids first)."""
@@ -177,7 +196,10 @@ class IntInterner:
             return
         lo, hi = int(self.keys[0]), int(self.keys[-1])
         span = hi - lo + 1
-        if span <= max(1 << 16, 4 * self.n) and span <= 1 << 24:
+        limit = min(max(1 << 16, 4 * self.n), 1 << 24)
+        if 0 < self.full <= limit:  # the whole key range: no batch ever falls outside
+            lo, span = 0, self.full
+        if span <= limit:
             self.lo = lo
             self.table = np.full(span, -1, np.int64)
             self.table[self.keys - lo] = self.ids
@@ -403,10 +425,11 @@ class GroupKeys:
             return
         self.rng = merged
         self.layout = lay
+        it.full = 1 << sum(lay.bits)  # every key packed under `lay` is below this
         if old is not None and len(it.keys):
             it.keys = _repack(old, lay, it.keys)  # monotone per column: still sorted
-            it.table = None
-            it._retable()
+        it.table = None
+        it._retable()
         if old is not None:
             self.fifo.repack(lambda k: _repack(old, lay, k))
 
