@@ -377,6 +377,38 @@ class GroupKeys:
         gid[di] = got
         return gid
 
+    def compacted(
+        self, live: np.ndarray, kv: list[np.ndarray], kn: list[np.ndarray | None]
+    ) -> tuple[GroupKeys, np.ndarray]:
+        """A fresh instance holding only the groups `live` (their key values `kv`, NULL flags
+        `kn`), and their new ids: those a fresh instance's `map` of them gives (the order of
+        their packed keys). In packed mode without string columns the known keys are already
+        sorted: the live ones are kept and re-packed under the fresh layout (monotone per column,
+        so still sorted and numbered in that order), no sort or search of them again."""
+        fresh = GroupKeys(self.types)
+        it = self.packed
+        L = len(live)
+        if it is None or self.layout is None or not L or any(o is not None for o in self.obj):
+            return fresh, fresh.map(kv, kn, L)
+        rng = _ranges(fresh._codes(kv, kn, L), kn)
+        lay = KeyLayout.fit(rng)
+        alive = np.zeros(it.n, bool)
+        alive[live] = True
+        keep = np.flatnonzero(alive[it.ids])
+        if lay is None or len(keep) != L:  # (every live group's key is known: never, but stay exact)
+            return fresh, fresh.map(kv, kn, L)
+        fresh.rng, fresh.layout = rng, lay
+        ft = fresh.packed
+        assert ft is not None
+        ft.full = 1 << sum(lay.bits)
+        ft.keys = _repack(self.layout, lay, it.keys.take(keep))
+        ft.ids = np.arange(L, dtype=np.int64)
+        ft.n = L
+        ft._retable()
+        remap = np.empty(it.n, np.int64)
+        remap[it.ids.take(keep)] = ft.ids
+        return fresh, remap.take(live)
+
     def adopt_fifo(self, old: GroupKeys, remap: np.ndarray) -> None:
         """After a compaction into this fresh instance: `old`'s FIFO, its ids renumbered by
         `remap` and its keys re-packed under this layout (off if either side does not pack)."""

@@ -505,10 +505,9 @@ class AggregateOp(Operator):
         not the history of keys (vectorized, amortized O(1))."""
         n = self.gkeys.n
         st = self.state
-        fresh = GroupKeys(self.key_types)
         kv = [a[live] for a in st.key_vals]
         kn = [a[live] for a in st.key_nulls]
-        newg = fresh.map(kv, [m if m.any() else None for m in kn], len(live))
+        fresh, newg = self.gkeys.compacted(live, kv, [m if m.any() else None for m in kn])
         remap = np.full(n, -1, np.int64)
         remap[live] = newg
         # capacity: up to 8x the live groups, as much as the arrays had (they just held n ids), so the
