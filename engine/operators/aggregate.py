@@ -305,16 +305,19 @@ class AggregateOp(Operator):
         # (in place: the gathers from the carried state are fresh arrays; cells of one group are adjacent)
         same = np.zeros(ncells, bool)
         np.equal(cell_g[1:], cell_g[:-1], out=same[1:])
-        inner = same[1:]
+        # the cells after a cell of their group take its values as their previous ones: by
+        # positions found once (a masked np.copyto per array is ~4x slower at LR's densities)
+        after = np.flatnonzero(same)
+        before = after - 1
         prev_exists = state.exists.take(cell_g)
-        np.copyto(prev_exists[1:], exists[:-1], where=inner)
+        prev_exists[after] = exists.take(before)
         changed = exists != prev_exists
         prevs = []
         for (v, nl), ov, on in zip(outs, state.out_vals, state.out_nulls):
             pv = ov.take(cell_g)
             pn = on.take(cell_g)
-            np.copyto(pv[1:], v[:-1], where=inner)
-            np.copyto(pn[1:], nl[:-1], where=inner)
+            pv[after] = v.take(before)
+            pn[after] = nl.take(before)
             prevs.append((pv, pn))
             d = np.asarray(v != pv, bool)
             d &= ~nl
@@ -334,7 +337,8 @@ class AggregateOp(Operator):
         cg = ch.cell_g if len(ch.chg) == len(ch.cell_g) else ch.cell_g.take(ch.chg)
         old_id = self.state.row_id.take(cg)
         if len(ch.chg) > 1:
-            np.copyto(old_id[1:], nid[:-1], where=cg[1:] == cg[:-1])
+            after = np.flatnonzero(cg[1:] == cg[:-1])  # (positions: see `_changes`)
+            old_id[after + 1] = nid.take(after)
         return old_id
 
     def _carry(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
