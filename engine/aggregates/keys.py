@@ -70,8 +70,7 @@ class IntInterner:
         t = self.table
         if t is not None and len(t) == self.full:  # spans every key there can be (lo = 0)
             return self._table_map(t, x, x)
-        mn, mx = int(x.min()), int(x.max())
-        if t is not None and mn >= self.lo and mx < self.lo + len(t):
+        if t is not None and int(x.min()) >= self.lo and int(x.max()) < self.lo + len(t):
             return self._table_map(t, x, x - self.lo if self.lo else x)
         got = unique_rows(x) if compact is None else None
         if got is not None:
