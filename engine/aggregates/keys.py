@@ -88,7 +88,7 @@ class IntInterner:
         if self.added is not None:
             self.new_ids, self.new_rows = ids.take(self.added), at.take(self.added)
         self._retable()
-        return ids[inv]
+        return ids.take(inv)
 
     def _table_map(self, t: np.ndarray, x: np.ndarray, xo: np.ndarray) -> np.ndarray:
         """`map` through the direct table `t` (keys `x`, offsets `xo` = x − lo all within it):
@@ -356,15 +356,15 @@ class GroupKeys:
         di = np.flatnonzero(dels)
         ii = np.flatnonzero(~dels)
         if len(ii):
-            xi = x[ii]
+            xi = x.take(ii)
             gi = gid[ii] = it.map(xi)
-            self.fresh = (it.new_ids, ii[it.new_rows])
-            pos = sign[ii] > 0
+            self.fresh = (it.new_ids, ii.take(it.new_rows))
+            pos = sign.take(ii) > 0
             if pos.all():
                 self.fifo.push(xi, gi)
             else:
                 self.fifo.push(xi[pos], gi[pos])
-        xd = x[di]
+        xd = x.take(di)
         got = self.fifo.take(xd)
         if got is None:  # out of order: interned (a valid delete's key is known: no new id, normally)
             got = it.map(xd)

@@ -297,8 +297,8 @@ class AggregateOp(Operator):
         outs = [s.values(cx) for s in self.strategies]
         em = None if ev.probe_ts is None else interval_ends(cell_g, cell_ts, ev.probe_ts)
         if em is not None:  # only the cells ending a probe interval of their group are compared
-            cell_g, cell_ts, exists = cell_g[em], cell_ts[em], exists[em]
-            outs = [(v[em], nl[em]) for v, nl in outs]
+            cell_g, cell_ts, exists = cell_g.take(em), cell_ts.take(em), exists.take(em)
+            outs = [(v.take(em), nl.take(em)) for v, nl in outs]
             ncells = len(em)
 
         # 6. changes against the previous cell of the group (or the carried row)
@@ -347,18 +347,18 @@ class AggregateOp(Operator):
         state, cell_g = self.state, ch.cell_g
         lastc = run_ends(cell_g)  # each touched group's last cell
         G = cell_g.take(lastc)
-        state.exists[G] = ch.exists[lastc]
+        state.exists[G] = ch.exists.take(lastc)
         for (v, nl), ov, on in zip(ch.outs, state.out_vals, state.out_nulls):
-            ov[G] = v[lastc]
-            on[G] = nl[lastc]
+            ov[G] = v.take(lastc)
+            on[G] = nl.take(lastc)
         ins = np.flatnonzero(ch.ins_mask)  # positions: cheaper than the mixed mask, used twice
         if len(ins):
             ig = cell_g.take(ch.chg.take(ins))
             last_ins = run_ends(ig)
             state.row_id[ig.take(last_ins)] = nid.take(ins.take(last_ins))
-        full_last = lastc if ch.em is None else ch.em[lastc]  # the same cells, numbered among all cells
+        full_last = lastc if ch.em is None else ch.em.take(lastc)  # the same cells, numbered among all cells
         state.carry_totals(ch.cx.totals, full_last, G)
-        return np.compress(ch.rows[full_last] <= 0, G)
+        return np.compress(ch.rows.take(full_last) <= 0, G)
 
     def _forget(self, dead: np.ndarray) -> None:
         """After a batch: groups `dead` (touched, empty now) are released, or state compacted.
