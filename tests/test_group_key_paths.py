@@ -48,7 +48,7 @@ def test_whole_layout_table_maps_keys_past_the_known_ones(data):
     ncols = data.draw(st.integers(1, 3))
     gk = GroupKeys([INT] * ncols)
     seen: dict[tuple, int] = {}
-    for step in range(data.draw(st.integers(2, 7))):
+    for _ in range(data.draw(st.integers(2, 7))):
         n = data.draw(st.integers(1, 15))
         rows = [tuple(data.draw(_value("int", 3)) for _ in range(ncols)) for _ in range(n)]
         cols = [_col([r[i] for r in rows], "int") for i in range(ncols)]
