@@ -12,7 +12,10 @@ longer fit 62 bits, the keys move for good to `ChainKeys` (one interner per colu
 interning (previous id, code) pairs), whose ids are translated to the ids already handed out.
 In packed mode the aggregate releases the groups that became empty (`GroupKeys.release`): their
 keys leave the sorted arrays and their ids go to new keys, so a window's short-lived groups keep
-the interner and the group state as large as the live groups.
+the interner and the group state as large as the live groups. When the layout has few bits, the
+interner's direct table spans all of it (`IntInterner.full`), so every batch is a gather and only
+its new keys are sorted. A compaction (`GroupKeys.compacted`) keeps the live groups' sorted packed
+keys and re-packs them under a layout fitted to them: the same ids a fresh interner would give.
 
 Given the rows' signs, the deletes of an input that retracts in insertion order (a window) take
 their group ids from a `RetractFifo` (engine/operators/retract_fifo.py) of the packed keys and
