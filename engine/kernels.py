@@ -183,13 +183,14 @@ def unique_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
     new[0] = True
     np.not_equal(packed[1:], packed[:-1], out=new[1:])
     inv = np.empty(n, np.int64)
-    inv[pos] = np.cumsum(new) - 1
-    uniq = packed[new]
+    rank = np.cumsum(new)
+    rank -= 1
+    inv[pos] = rank
+    starts = np.flatnonzero(new)  # positions, not the mask: a mask gather is ~2x slower
+    uniq = packed.take(starts)
     uniq += lo
-    ends = np.empty(n, bool)  # a run's last word: its largest row
-    ends[:-1] = new[1:]
-    ends[-1] = True
-    return uniq, inv, pos[ends]
+    ends = starts[1:] - 1  # a run's last word: its largest row
+    return uniq, inv, pos.take(np.append(ends, n - 1))
 
 
 def factorize(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

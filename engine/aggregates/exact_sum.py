@@ -22,22 +22,32 @@ def fsum_cells(
     x: np.ndarray, ce: np.ndarray, cell_gs: np.ndarray, carry_hi: np.ndarray, carry_lo: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Compensated segmented sums of float64 `x` (sorted by group) at the cell ends, plus the
-    carried (hi, lo) totals: returns (hi, lo) per cell."""
-    s = np.cumsum(x)  # sequential: s[i] = fl(s[i-1] + x[i]) exactly, so TwoSum recovers the error
-    prev = np.empty_like(s)
-    if len(s):
-        prev[0] = 0.0
-        prev[1:] = s[:-1]
+    carried (hi, lo) totals: returns (hi, lo) per cell. (The prefix sums are built after a
+    leading 0, so the previous sums and the padded ones are views, and the error terms are
+    computed in place: the same operations in the same order as the plain formulas.)"""
+    n = len(x)
+    sp = np.empty(n + 1)  # [0, prefix sums]
+    sp[0] = 0.0
+    np.cumsum(x, out=sp[1:])  # sequential: s[i] = fl(s[i-1] + x[i]) exactly, so TwoSum recovers the error
+    s, prev = sp[1:], sp[:-1]
+    cp = np.empty(n + 1)  # [0, prefix sums of the errors]
+    cp[0] = 0.0
     with np.errstate(invalid="ignore", over="ignore"):
         bb = s - prev
-        err = (prev - (s - bb)) + (x - bb)
-        err = np.where(np.isfinite(err), err, 0.0)
-        c = np.cumsum(err)
-        s_pad = np.concatenate([[0.0], s])
-        c_pad = np.concatenate([[0.0], c])
-        d, e1 = two_sum(s_pad[ce + 1], -s_pad[cell_gs])
+        err = s - bb
+        np.subtract(prev, err, out=err)
+        np.subtract(x, bb, out=bb)
+        err += bb  # (prev − (s − bb)) + (x − bb)
+        bad = ~np.isfinite(err)
+        if bad.any():
+            err[bad] = 0.0
+        np.cumsum(err, out=cp[1:])
+        whole = len(ce) == n  # every event ends a cell: ce + 1 is 1..n
+        end_s = s if whole else sp.take(ce + 1)
+        end_c = cp[1:] if whole else cp.take(ce + 1)
+        d, e1 = two_sum(end_s, -sp.take(cell_gs))
         hi, e2 = two_sum(d, carry_hi)
-        lo = (e1 + e2) + (c_pad[ce + 1] - c_pad[cell_gs]) + carry_lo
+        lo = (e1 + e2) + (end_c - cp.take(cell_gs)) + carry_lo
         hi, lo = two_sum(hi, lo)
         lo = np.where(np.isfinite(lo), lo, 0.0)
     return hi, lo

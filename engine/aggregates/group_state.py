@@ -106,12 +106,12 @@ class GroupState:
         carried totals of their groups `G`."""
         for q, val in totals.items():
             if isinstance(val, tuple):
-                hi, lo = val[0][lastc], val[1][lastc]
-                empty = cast(np.ndarray, totals[q.count])[lastc] <= 0
+                hi, lo = val[0].take(lastc), val[1].take(lastc)
+                empty = cast(np.ndarray, totals[q.count]).take(lastc) <= 0
                 self.fsum_hi[q][G] = np.where(empty, 0.0, hi)  # no values left: exactly 0
                 self.fsum_lo[q][G] = np.where(empty, 0.0, lo)
             else:
-                self.totals[q][G] = val[lastc]
+                self.totals[q][G] = val.take(lastc)
 
     def reset(self, g: np.ndarray) -> None:
         """Groups `g` (empty now) back to the state of a group never seen, so their ids can be
@@ -134,9 +134,9 @@ class GroupState:
             return
         for i in range(len(self.key_vals)):
             m = kn[i]
-            self.key_vals[i][g] = kv[i][rows]
+            self.key_vals[i][g] = kv[i].take(rows)
             if m is not None:
-                self.key_nulls[i][g] = m[rows]
+                self.key_nulls[i][g] = m.take(rows)
                 self.null_keys[i] = True
             elif self.null_keys[i]:  # ids reused: an earlier group's NULL flag may be there
                 self.key_nulls[i][g] = False

@@ -12,7 +12,10 @@ longer fit 62 bits, the keys move for good to `ChainKeys` (one interner per colu
 interning (previous id, code) pairs), whose ids are translated to the ids already handed out.
 In packed mode the aggregate releases the groups that became empty (`GroupKeys.release`): their
 keys leave the sorted arrays and their ids go to new keys, so a window's short-lived groups keep
-the interner and the group state as large as the live groups.
+the interner and the group state as large as the live groups. When the layout has few bits, the
+interner's direct table spans all of it (`IntInterner.full`), so every batch is a gather and only
+its new keys are sorted. A compaction (`GroupKeys.compacted`) keeps the live groups' sorted packed
+keys and re-packs them under a layout fitted to them: the same ids a fresh interner would give.
 
 Given the rows' signs, the deletes of an input that retracts in insertion order (a window) take
 their group ids from a `RetractFifo` (engine/operators/retract_fifo.py) of the packed keys and
@@ -41,7 +44,11 @@ class IntInterner:
     stream of short-lived keys keeps the arrays as large as the live keys, not all keys ever seen.
 
     Authoritative form: sorted `keys` with their `ids` (np.searchsorted). Accelerator: when the
-    known keys span a small range, a direct lookup `table` (id or −1) over [lo, lo + len)."""
+    known keys span a small range, a direct lookup `table` (id or −1) over [lo, lo + len). When
+    the owner knows every key it will map lies in [0, `full`) and that range is small (a packed
+    layout of few bits), the table spans all of it, so no batch falls outside and needs a sort."""
+
+    full = 0  # > 0: every key mapped is in [0, full) (the owner's layout): the table may span it
 
     def __init__(self) -> None:
         self.keys = _EMPTY_I
@@ -63,19 +70,11 @@ class IntInterner:
         self.new_ids = self.new_rows = _EMPTY_I
         if not len(x):
             return _EMPTY_I
-        mn, mx = int(x.min()), int(x.max())
         t = self.table
-        if t is not None and mn >= self.lo and mx < self.lo + len(t):
-            out = t[x - self.lo]
-            miss = out < 0
-            if not miss.any():
-                return out
-            rows = np.flatnonzero(miss)
-            u, first = np.unique(x[rows], return_index=True)
-            self.new_ids = self._add(u)  # all unknown, all within the table's range: it stays
-            self.new_rows = rows[first]
-            assert self.table is not None
-            return self.table[x - self.lo]
+        if t is not None and len(t) == self.full:  # spans every key there can be (lo = 0)
+            return self._table_map(t, x, x)
+        if t is not None and int(x.min()) >= self.lo and int(x.max()) < self.lo + len(t):
+            return self._table_map(t, x, x - self.lo if self.lo else x)
         got = unique_rows(x) if compact is None else None
         if got is not None:
             u, inv, at = got  # at: one row of each distinct key
@@ -92,7 +91,29 @@ class IntInterner:
         if self.added is not None:
             self.new_ids, self.new_rows = ids.take(self.added), at.take(self.added)
         self._retable()
-        return ids[inv]
+        return ids.take(inv)
+
+    def _table_map(self, t: np.ndarray, x: np.ndarray, xo: np.ndarray) -> np.ndarray:
+        """`map` through the direct table `t` (keys `x`, offsets `xo` = x − lo all within it):
+        only the misses, the batch's new keys, are sorted and added."""
+        out = t.take(xo)
+        miss = out < 0
+        if not miss.any():
+            return out
+        rows = np.flatnonzero(miss)
+        xm = x.take(rows)
+        got = unique_rows(xm)  # (np.unique's return_index takes a stable argsort: ~10x slower)
+        if got is None:
+            u, first = np.unique(xm, return_index=True)
+        else:
+            u, inv, _ = got
+            first = np.empty(len(u), np.int64)  # the first miss with each key (the last write wins)
+            first[inv[::-1]] = np.arange(len(xm) - 1, -1, -1, dtype=np.int64)
+        self.new_ids = self._add(u)  # all unknown, all within the table's range: it stays
+        self.new_rows = rows.take(first)
+        assert self.table is not None
+        out[rows] = self.table.take(xo.take(rows))  # only the misses changed
+        return out
 
     def _add(self, u: np.ndarray) -> np.ndarray:
         """Ids of the sorted unique keys `u`, adding the unknown ones (released ids first)."""
@@ -177,7 +198,10 @@ class IntInterner:
             return
         lo, hi = int(self.keys[0]), int(self.keys[-1])
         span = hi - lo + 1
-        if span <= max(1 << 16, 4 * self.n) and span <= 1 << 24:
+        limit = min(max(1 << 16, 4 * self.n), 1 << 24)
+        if 0 < self.full <= limit:  # the whole key range: no batch ever falls outside
+            lo, span = 0, self.full
+        if span <= limit:
             self.lo = lo
             self.table = np.full(span, -1, np.int64)
             self.table[self.keys - lo] = self.ids
@@ -335,15 +359,15 @@ class GroupKeys:
         di = np.flatnonzero(dels)
         ii = np.flatnonzero(~dels)
         if len(ii):
-            xi = x[ii]
+            xi = x.take(ii)
             gi = gid[ii] = it.map(xi)
-            self.fresh = (it.new_ids, ii[it.new_rows])
-            pos = sign[ii] > 0
+            self.fresh = (it.new_ids, ii.take(it.new_rows))
+            pos = sign.take(ii) > 0
             if pos.all():
                 self.fifo.push(xi, gi)
             else:
                 self.fifo.push(xi[pos], gi[pos])
-        xd = x[di]
+        xd = x.take(di)
         got = self.fifo.take(xd)
         if got is None:  # out of order: interned (a valid delete's key is known: no new id, normally)
             got = it.map(xd)
@@ -354,6 +378,38 @@ class GroupKeys:
                 )
         gid[di] = got
         return gid
+
+    def compacted(
+        self, live: np.ndarray, kv: list[np.ndarray], kn: list[np.ndarray | None]
+    ) -> tuple[GroupKeys, np.ndarray]:
+        """A fresh instance holding only the groups `live` (their key values `kv`, NULL flags
+        `kn`), and their new ids: those a fresh instance's `map` of them gives (the order of
+        their packed keys). In packed mode without string columns the known keys are already
+        sorted: the live ones are kept and re-packed under the fresh layout (monotone per column,
+        so still sorted and numbered in that order), no sort or search of them again."""
+        fresh = GroupKeys(self.types)
+        it = self.packed
+        L = len(live)
+        if it is None or self.layout is None or not L or any(o is not None for o in self.obj):
+            return fresh, fresh.map(kv, kn, L)
+        rng = _ranges(fresh._codes(kv, kn, L), kn)
+        lay = KeyLayout.fit(rng)
+        alive = np.zeros(it.n, bool)
+        alive[live] = True
+        keep = np.flatnonzero(alive[it.ids])
+        if lay is None or len(keep) != L:  # (every live group's key is known: never, but stay exact)
+            return fresh, fresh.map(kv, kn, L)
+        fresh.rng, fresh.layout = rng, lay
+        ft = fresh.packed
+        assert ft is not None
+        ft.full = 1 << sum(lay.bits)
+        ft.keys = _repack(self.layout, lay, it.keys.take(keep))
+        ft.ids = np.arange(L, dtype=np.int64)
+        ft.n = L
+        ft._retable()
+        remap = np.empty(it.n, np.int64)
+        remap[it.ids.take(keep)] = ft.ids
+        return fresh, remap.take(live)
 
     def adopt_fifo(self, old: GroupKeys, remap: np.ndarray) -> None:
         """After a compaction into this fresh instance: `old`'s FIFO, its ids renumbered by
@@ -403,10 +459,11 @@ class GroupKeys:
             return
         self.rng = merged
         self.layout = lay
+        it.full = 1 << sum(lay.bits)  # every key packed under `lay` is below this
         if old is not None and len(it.keys):
             it.keys = _repack(old, lay, it.keys)  # monotone per column: still sorted
-            it.table = None
-            it._retable()
+        it.table = None
+        it._retable()
         if old is not None:
             self.fifo.repack(lambda k: _repack(old, lay, k))
 
