@@ -3,6 +3,10 @@
 The consumer sees the same items in the same order, and an exception raised by the source at the
 point it was raised (after the items before it); `close()` stops the worker early and waits for
 it, so no thread outlives the run that started it.
+
+Before the consumer takes its first item the worker may run further ahead (`early` items): a
+reader started while the rest of the program is still getting ready (`cqlstream run` checking and
+planning its script) uses the idle core then, and holds only `depth` items once consumption starts.
 """
 
 from __future__ import annotations
@@ -29,13 +33,19 @@ class _Failed:
 
 
 class Prefetch(Generic[T]):
-    """Iterate `source` in a daemon thread named `name`, at most `depth` items ahead."""
+    """Iterate `source` in a daemon thread named `name`, at most `depth` items ahead (`early`
+    items until the consumer takes the first one)."""
 
-    def __init__(self, source: Iterable[T], depth: int = 2, name: str = "cqlstream-prefetch") -> None:
+    def __init__(
+        self, source: Iterable[T], depth: int = 2, name: str = "cqlstream-prefetch", early: int | None = None
+    ) -> None:
         if depth < 1:
             raise ValueError("depth must be at least 1")
         self._source = source
-        self._q: queue.Queue[T | _End | _Failed] = queue.Queue(maxsize=depth)
+        self._depth = depth
+        self._q: queue.Queue[T | _End | _Failed] = queue.Queue(maxsize=max(depth, early or depth))
+        self._room = threading.Condition()  # notified when the consumer takes an item
+        self._taken = False  # the consumer has taken an item: `depth` bounds the worker from now on
         self._stop = threading.Event()
         self._done = False
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
@@ -44,11 +54,12 @@ class Prefetch(Generic[T]):
     def _put(self, item: T | _End | _Failed) -> bool:
         """Hand `item` over; False when the consumer closed (the item is dropped)."""
         while not self._stop.is_set():
-            try:
-                self._q.put(item, timeout=_POLL)
-                return True
-            except queue.Full:
-                continue
+            with self._room:  # `early` items until the first take, `depth` from then on
+                if self._q.qsize() >= (self._depth if self._taken else self._q.maxsize):
+                    self._room.wait(_POLL)
+                    continue
+            self._q.put_nowait(item)  # this thread alone puts: the room it saw is still there
+            return True
         return False
 
     def _work(self) -> None:
@@ -72,6 +83,9 @@ class Prefetch(Generic[T]):
         if self._done:
             raise StopIteration
         item = self._q.get()
+        with self._room:
+            self._taken = True
+            self._room.notify()
         if isinstance(item, _End):
             self._done = True
             self._thread.join()

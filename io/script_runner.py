@@ -44,11 +44,13 @@ def _dest_path(step: Step, out_dir: str | os.PathLike[str] | None) -> Path:
 # linearly with the round's size) took 20 s at 100k against minutes and 9 GB at 1M.
 DEFAULT_BATCH_ROWS = 100_000
 
-# Parsed blocks read ahead per source when reading runs in its own thread. 8 (~13 MB of text at the
-# default block size, ~25 MB parsed): a reader started while the script is registered parses most
-# of a 1M-row source then, while the other core is idle, instead of competing with the writer
-# thread for it while the engine runs (Q2/Q4 at 2 threads, bench/README.md, session 16).
-_READ_AHEAD = 8
+# Parsed blocks read ahead per source when reading runs in its own thread: 2 while the engine runs
+# (memory: a few blocks), 8 before its first block is taken (~13 MB of text at the default block
+# size): a reader started while the script is registered parses most of a 1M-row source then, while
+# the other core is idle (Q2/Q4 at 2 threads, bench/README.md, session 16), and the extra blocks are
+# gone before the run's state grows (Linear Road at 3M: peak RSS 284 MB with 8 blocks throughout).
+_READ_AHEAD = 2
+_READ_AHEAD_EARLY = 8
 # Rounds of results waiting per writer thread: one keeps the writer busy (formatting a round takes
 # a fraction of the engine's time for it) and holds the least memory (Q2: ~15 MB per round).
 _WRITE_AHEAD = 1
@@ -183,7 +185,7 @@ def _run(
 
     def start_reading(step: Step, src: SourceDef) -> None:
         r = SourceReader(step.paired_file, src, block_size=block)
-        early[id(step)] = (src, r, Prefetch(r, _READ_AHEAD, f"cqlstream-read-{src.name}"))
+        early[id(step)] = (src, r, Prefetch(r, _READ_AHEAD, f"cqlstream-read-{src.name}", _READ_AHEAD_EARLY))
 
     outs: list[tuple[str, IO[bytes], Subscription]] = []  # (dest path, file, subscription)
     counts: dict[str, int] = {}
@@ -251,7 +253,9 @@ def _run(
             if started is not None:
                 started[2].close()
             r = SourceReader(step.paired_file, src, block_size=block)
-            it: Iterator[Batch] = iter(r) if threads == 1 else Prefetch(r, _READ_AHEAD, f"cqlstream-read-{src.name}")
+            it: Iterator[Batch] = (
+                iter(r) if threads == 1 else Prefetch(r, _READ_AHEAD, f"cqlstream-read-{src.name}", _READ_AHEAD_EARLY)
+            )
             feeds.append(_Feed(src.name, r, it))
         _feed_all(d, feeds, batch_rows, drain)
         d.end()
