@@ -154,10 +154,13 @@ def test_engine_state_follows_the_verdict(query, bounded):
         mem.append(dsms.control_table(f"query:{h.id}")["counters"]["memory_bytes"])
     if bounded:
         assert mem[29] == mem[-1], mem
-    else:  # growth, not monotony: an aggregate's table may be compacted now and then, and a hash
-        # table of values grows by doubling (flat between doublings; steps 29 to 59 double the values,
-        # so one doubling falls in them): larger at the end than at step 10, rising again in the last 30 steps
-        assert mem[10] < mem[-1] and any(a < b for a, b in pairwise(mem[29:])), mem
+    else:  # growth, not monotony: new groups or values arrive at every step. An aggregate's state
+        # rises at most steps, dropping where a structure is rebuilt (its table compacted, its direct
+        # key table given up once the key span outgrows it); a hash table of values grows by doubling
+        # (flat between doublings; steps 29 to 59 double the values, so one doubling falls in them).
+        # A bounded plan's state holds still (above).
+        rises = sum(a < b for a, b in pairwise(mem[29:]))
+        assert mem[10] < max(mem[29:]) and (rises >= 20 or mem[29] < mem[-1]), mem
 
 
 def test_distinct_keeps_the_extreme_representative():
