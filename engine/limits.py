@@ -93,7 +93,7 @@ class Overdraft(Exception):
 def reserve(op: object, rows: int, like: Sequence[Batch]) -> None:
     """Before `op` materializes `rows` result rows with a row of each of `like`'s batches: raise
     Overdraft when the bytes would put every query using `op` over its memory limit."""
-    guard = getattr(_running, "guard", None)
+    guard = current()
     if guard is None or rows <= 0:
         return
     width = 17 + sum(sum(c.itemsize for c in b.cols) + sum(m is not None for m in b.nulls) for b in like)
@@ -109,7 +109,7 @@ def current() -> LimitGuard | None:
 @contextmanager
 def running(guard: LimitGuard | None) -> Iterator[None]:
     """Operator calls on this thread (an engine worker) reserve with `guard`, the run's."""
-    before = getattr(_running, "guard", None)
+    before = current()
     _running.guard = guard
     try:
         yield

@@ -57,14 +57,20 @@ class Parallel(RoundRobin):
     name = "parallel"
     _graph: tuple[tuple[tuple[int, ...], ...], PP.Graph] | None = None  # (plan key, its pass graph)
 
+    def __getstate__(self) -> dict[str, object]:
+        # the cached graph is keyed by object ids, which mean nothing in another process (and a
+        # checkpoint's graph may be of an older shape): a restored scheduler builds its own
+        state = self.__dict__.copy()
+        state.pop("_graph", None)
+        return state
+
     def run(self, operators: Sequence[Operator], max_passes: int | None = None, check: Check | None = None) -> int:
         if not operators:
             return 0
         key = tuple((id(op), *(id(r.q) for r in op.readers)) for op in operators)
         # ids compare as identities: the cached graph keeps its operators and queues alive
         cached = self._graph
-        # the plan changed (or the graph came from an older checkpoint, without levels)
-        if cached is None or cached[0] != key or not hasattr(cached[1], "depth"):
+        if cached is None or cached[0] != key:  # the plan changed
             cached = self._graph = (key, PP.graph(operators))
         g = cached[1]
         level = PP.priorities(g)

@@ -24,28 +24,15 @@ from cqlstream.engine.operators.window_logic import emit
 from cqlstream.engine.queues import Queue
 from cqlstream.engine.window_store import WindowStore
 from tests.engine_harness import assert_same
+from tests.test_distinct_passes import bag_batches
 
 
 def _batches(seed: int, n: int = 30):
-    """Bag updates of few values at few instants (live rows only deleted), ts non-decreasing."""
+    """DISTINCT-shaped bag updates (tests/test_distinct_passes.py), each with a few probe instants."""
     rng = np.random.default_rng(seed)
-    live: list[tuple[int, int]] = []
-    ts = 0
-    for _ in range(n):
-        rows, tss, signs = [], [], []
-        for _ in range(int(rng.integers(1, 60))):
-            ts += int(rng.integers(0, 2))
-            if live and rng.random() < 0.45:
-                rows.append(live.pop(int(rng.integers(0, len(live)))))
-                signs.append(-1)
-            else:
-                row = (int(rng.integers(0, 4)), int(rng.integers(0, 3)))
-                live.append(row)
-                rows.append(row)
-                signs.append(1)
-            tss.append(ts)
-        probe = np.unique(rng.integers(tss[0], tss[-1] + 1, int(rng.integers(0, 4)))).astype(np.int64)
-        yield from_rows(rows, [INT, INT], tss, signs), probe
+    for batch in bag_batches(rng, n):
+        probe = np.unique(rng.integers(batch.ts[0], batch.ts[-1] + 1, int(rng.integers(0, 4)))).astype(np.int64)
+        yield batch, probe
 
 
 @pytest.mark.parametrize("probed", [False, True])

@@ -7,12 +7,13 @@ Linear Road's VolSMV) against the reference evaluator at push sizes 1, 7 and all
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from cqlstream.cql.types import INT
-from cqlstream.engine.batch import from_rows
+from cqlstream.engine.batch import Batch, from_rows
 from cqlstream.engine.operators import intmap
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.operators.intmap import IntMap
@@ -48,17 +49,11 @@ def test_int_map_probing_modes_agree_with_a_dict(monkeypatch, few, seed):
     assert dict(zip(keys.tolist(), vals.tolist())) == ref
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_unit_ids_match_the_general_path(seed):
-    """Batches of inserts/deletes of few values at few instants: DISTINCT's delta (−1, 0, +1 per
-    (value, instant)) through `_unit_ids` and through the general path give the same elements,
-    signs, ids and per-value serials afterwards, batch after batch."""
-    rng = np.random.default_rng(seed)
-    a = ValueTable([INT, INT], IdSource())
-    b = copy.deepcopy(a)
+def bag_batches(rng: np.random.Generator, n: int = 30) -> Iterator[Batch]:
+    """Bag updates of few values at few instants (only live rows deleted), ts non-decreasing."""
     live: list[tuple[int, int]] = []
     ts = 0
-    for _ in range(30):
+    for _ in range(n):
         rows, tss, signs = [], [], []
         for _ in range(int(rng.integers(1, 60))):
             ts += int(rng.integers(0, 2))
@@ -71,7 +66,18 @@ def test_unit_ids_match_the_general_path(seed):
                 rows.append(row)
                 signs.append(1)
             tss.append(ts)
-        batch = from_rows(rows, [INT, INT], tss, signs)
+        yield from_rows(rows, [INT, INT], tss, signs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unit_ids_match_the_general_path(seed):
+    """Batches of inserts/deletes of few values at few instants: DISTINCT's delta (−1, 0, +1 per
+    (value, instant)) through `_unit_ids` and through the general path give the same elements,
+    signs, ids and per-value serials afterwards, batch after batch."""
+    rng = np.random.default_rng(seed)
+    a = ValueTable([INT, INT], IdSource())
+    b = copy.deepcopy(a)
+    for batch in bag_batches(rng):
         got = []
         for t, general in ((a, False), (b, True)):
             enc = t.encode(batch)

@@ -94,8 +94,8 @@ def rows_only(raw):
     return [sorted((t, s, r) for ts, sign, _, rows in q for t, s, r in zip(ts, sign, rows)) for q in raw]
 
 
-@pytest.mark.parametrize("limit", [1 << 13, 1 << 15])
-def test_memory_limit_suspends_the_same_query_at_every_thread_count_and_order(threads, limit, monkeypatch):
+def count_checked_passes(monkeypatch) -> list[int]:
+    """Counts (in its one element) the parallel passes run with a limit check."""
     checked = [0]
     run_pass = PP.run_pass
 
@@ -104,6 +104,12 @@ def test_memory_limit_suspends_the_same_query_at_every_thread_count_and_order(th
         return run_pass(g, budget, ids, level, check)
 
     monkeypatch.setattr(PP, "run_pass", counted)
+    return checked
+
+
+@pytest.mark.parametrize("limit", [1 << 13, 1 << 15])
+def test_memory_limit_suspends_the_same_query_at_every_thread_count_and_order(threads, limit, monkeypatch):
+    checked = count_checked_passes(monkeypatch)
     got, states = scenario(Parallel(), limit)
     assert checked[0] > 0  # the runs checking limits went through the pass
     assert states[-1][0] == "suspended" and states[-1][1].startswith("memory: query ")
@@ -373,14 +379,7 @@ def test_linear_road_under_limits_byte_identical_at_1_and_2_engine_threads(tmp_p
     script, _ = SCRIPTS["compat"]
     outs = {"plain": tmp_path / "plain"}
     run_script(script, out_dir=outs["plain"], compat=True, source_dir=src, batch_rows=2000, engine_threads=2)
-    checked = [0]
-    run_pass = PP.run_pass
-
-    def counted(g, budget, ids, level, check=None):
-        checked[0] += check is not None
-        return run_pass(g, budget, ids, level, check)
-
-    monkeypatch.setattr(PP, "run_pass", counted)
+    checked = count_checked_passes(monkeypatch)
     monkeypatch.setattr(script_runner, "Dsms", partial(Dsms, query_memory_limit=1 << 40))
     for name, n in (("t1", 1), ("t2", 2)):
         outs[name] = tmp_path / name

@@ -7,6 +7,7 @@ deterministically (a test hook runs the ready operators in the worst order)."""
 from __future__ import annotations
 
 import filecmp
+import pickle
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -208,6 +209,25 @@ def test_a_run_checking_limits_gives_the_same_results(threads):
     d.push("S", [(1, 2), (3, 2)], ts=[1, 1])
     d.end()
     assert sorted(sub.poll().rows()) == [(2, 2)]
+
+
+def test_a_pickled_parallel_scheduler_leaves_its_graph_behind(threads):
+    """The pass graph is cached by object ids, which mean nothing once unpickled (a checkpoint):
+    the restored scheduler keeps its settings and builds its own graph."""
+    d = Dsms(scheduler=Parallel(7), sys_stream=False)
+    d.execute(DDL)
+    d.subscribe(d.register_query(QUERIES[0]).id)
+    d.push("S", [(1, 2), (3, 2)], ts=[1, 1])
+    d.run()
+    assert d.scheduler._graph is not None
+    s = pickle.loads(pickle.dumps(d.scheduler))
+    assert s._graph is None and s.budget == 7
+    e = Dsms(scheduler=s, sys_stream=False)
+    e.execute(DDL)
+    sub = e.subscribe(e.register_query(QUERIES[0]).id)
+    e.push("S", [(1, 2), (3, 2)], ts=[1, 1])
+    e.end()
+    assert sorted(sub.poll().rows()) == [(2, 2)] and s._graph is not None
 
 
 def test_engine_table_names_the_scheduler_and_its_threads(threads):
