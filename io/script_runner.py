@@ -219,6 +219,7 @@ def _run(
             synopsis_joins=synopsis_joins,
             scheduler=for_threads(parallel.threads()),
             recent_tails=False,  # nothing peeks at a script run's queues
+            cpu_clocks=False,  # nor reads its operators' CPU counters (and has no CPU limits)
         )
         reg = Registrar(script, d, compat, approximate)
         reg.register_all()
