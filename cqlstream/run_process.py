@@ -42,11 +42,14 @@ def leave(code: int) -> int:
     teardown: the atexit handlers run (the caches' saves, logging's flush), then stdout and stderr
     are flushed, then `os._exit`. Only called once a run's dests are written and closed.
 
-    Returns `code` instead (for an ordinary exit) where the teardown may matter: a tracer or
-    profiler is set (coverage and cProfile write their data at exit), another non-daemon thread
-    is alive (Python would wait for it), this is not the main thread, or a flush fails (Python
-    reports it as usual)."""
-    if sys.gettrace() is not None or sys.getprofile() is not None:
+    Returns `code` instead (for an ordinary exit) where the teardown may matter: a tracer,
+    profiler or monitoring tool is set (coverage and cProfile write their data at exit), Python
+    is to go interactive afterwards (`-i`, PYTHONINSPECT), another non-daemon thread is alive
+    (Python would wait for it), this is not the main thread, or a flush fails (Python reports it
+    as usual)."""
+    if sys.gettrace() is not None or sys.getprofile() is not None or _monitored():
+        return code
+    if sys.flags.inspect or os.environ.get("PYTHONINSPECT"):
         return code
     main = threading.main_thread()
     if threading.current_thread() is not main:
@@ -64,3 +67,11 @@ def leave(code: int) -> int:
         except (OSError, ValueError):
             return code
     os._exit(code)
+
+
+def _monitored() -> bool:
+    """Whether a tool holds a `sys.monitoring` id (Python 3.12+; coverage can measure that way)."""
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None:
+        return False
+    return any(monitoring.get_tool(i) is not None for i in range(6))

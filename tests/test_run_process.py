@@ -48,7 +48,9 @@ def _program(tmp_path: Path, before: str = "", after_main: str = "", args: list[
 def _run(tmp_path: Path, prog: str) -> subprocess.CompletedProcess[str]:
     # stdout block-buffered, as for a user's run piped into a file
     env = {k: v for k, v in os.environ.items() if k not in ("CQLSTREAM_CACHE_DIR", "PYTHONUNBUFFERED")}
-    return subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", prog], capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL
+    )
 
 
 def _expected(tmp_path: Path) -> bytes:
@@ -96,6 +98,9 @@ def test_the_teardown_is_kept_under_a_profiler_or_with_a_thread_running(tmp_path
     _setup(tmp_path)
     # a profiler writes its data at exit
     r = _run(tmp_path, _program(tmp_path, before="sys.setprofile(lambda *a: None)", after_main='print("returned")'))
+    assert r.returncode == 0 and "returned" in r.stdout, r.stderr
+    # Python goes interactive after the program (`-i`, here PYTHONINSPECT; stdin is empty)
+    r = _run(tmp_path, _program(tmp_path, before="os.environ['PYTHONINSPECT'] = '1'", after_main='print("returned")'))
     assert r.returncode == 0 and "returned" in r.stdout, r.stderr
     # a thread still running: Python waits for it, and so does the run
     thread = (
