@@ -97,6 +97,7 @@ def _run(
     engine_threads: int | None = None,
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
+    from cqlstream import run_process
     from cqlstream.cql import parse_cache
     from cqlstream.io.errors import ScriptError
     from cqlstream.io.script_runner import run_script
@@ -116,6 +117,7 @@ def _run(
                 synopsis_joins=synopsis_joins,
                 writer=writer,
                 engine_threads=engine_threads,
+                on_registered=run_process.resume_gc,  # after `main`'s pause_gc (a no-op without it)
             ),
             None,
         )
@@ -124,6 +126,8 @@ def _run(
     except OSError as e:  # writing results: disk full, permissions
         where = f" {e.filename}" if getattr(e, "filename", None) else ""
         return None, f"cannot write{where}: {e.strerror or e}"
+    finally:
+        run_process.resume_gc()  # a run that failed before its script was registered
 
 
 def _one_malloc_arena() -> None:
@@ -877,14 +881,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line `argv` (default: the process's own) run; returns the exit status. As the
+    program itself (`argv` None: the `cqlstream` executable, `python -m cqlstream`), `run` pauses
+    garbage collection while it starts and ends the process without Python's teardown
+    (cqlstream/run_process.py); called with arguments (tests, benchmarks), never."""
+    as_program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
         return cmd_bench(argparse.Namespace(args=argv[1:]))  # everything after `bench` is python -m bench's
     args = parse_args(argv)
+    fast = as_program and args.func is cmd_run
+    if fast:
+        from cqlstream import run_process
+
+        run_process.pause_gc()
     try:
-        return args.func(args)
+        code = args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    if fast:
+        return run_process.leave(code)
+    return code

@@ -241,6 +241,7 @@ class Dsms:
         overload: OverloadConfig | None = None,
         synopsis_joins: bool = True,
         recent_tails: bool = True,
+        cpu_clocks: bool = True,
     ) -> None:
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
@@ -258,7 +259,9 @@ class Dsms:
         `synopsis_joins`: a join of streams read whole that the bounded-memory characterization
         judges bounded runs as one constant-memory synopsis join (docs/bounded-memory.md); False:
         with windows and the ordinary join. `recent_tails`: queues keep their last rows for
-        `peek`; False (a host nobody peeks through, e.g. a script run) saves a copy per push."""
+        `peek`; False (a host nobody peeks through, e.g. a script run) saves a copy per push.
+        `cpu_clocks`: operators measure each call's CPU time (`Counters.cpu`: CPU limits, control
+        tables); False (a script run) saves a clock read per call. Forced on with a CPU limit."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew
@@ -274,6 +277,7 @@ class Dsms:
             adaptive=adaptive or AdaptiveConfig(),
             synopsis_joins=synopsis_joins,
             recent_tails=recent_tails,
+            cpu_clocks=cpu_clocks or query_cpu_limit is not None,
         )
         self.plan = PhysicalPlan(self.ids, Evaluator(self.catalog.functions), options)
         self.plan.share_policy = self._join_share_policy

@@ -45,13 +45,17 @@ class EngineOptions:
     `synopsis_joins`: run a join the bounded-memory characterization judges bounded with the
     constant-memory synopsis join (engine/synopsis_plan.py); False: the ordinary plan.
     `recent_tails`: every queue keeps a copy of the last rows pushed into it, for a UI's `peek`;
-    False (a script run, which nobody peeks at): none, saving a copy per push."""
+    False (a script run, which nobody peeks at): none, saving a copy per push.
+    `cpu_clocks`: every operator call reads the thread's CPU clock for its `Counters.cpu` (CPU
+    limits, control tables); False (a script run, which reads neither): none. A read of that
+    clock is a system call, ~6 µs on the benchmark machine's VM: ~35 ms of Linear Road's run."""
 
     compat: bool = False
     binary_joins: bool = False
     adaptive: AdaptiveConfig = AdaptiveConfig()
     synopsis_joins: bool = True
     recent_tails: bool = True
+    cpu_clocks: bool = True
 
 
 def _types(node: L.Plan) -> list[DataType]:
@@ -399,7 +403,7 @@ class PhysicalPlan:
         )
         hub.add(m)
         i = self.operators.index(old)
-        self.operators[i] = hub
+        self.operators[i] = self._clocked(hub)
         old.release()
         sib.op, sib.note = m, f"grouped in {hub.eid}"
         return hub
@@ -427,8 +431,16 @@ class PhysicalPlan:
             return cf
         return op.complete_from(cf)
 
+    def _clocked(self, op: Operator) -> Operator:
+        """`op`, reading the CPU clock in its calls or not as the options say (every operator of
+        the plan enters `operators` here or as a FilterHub)."""
+        if not self.options.cpu_clocks:
+            op.cpu_clock = False
+        return op
+
     def _insert_op(self, op: Operator, kids: list[PNode]) -> None:
         """Keep `operators` producer-before-consumer: a new operator goes after its producers."""
+        self._clocked(op)
         producers = {id(k.op.scheduled()) for k in kids if k.op is not None}
         pos = 0
         for i, o in enumerate(self.operators):

@@ -184,6 +184,9 @@ class Operator(ABC):
     # in a pass where an earlier operator failed too, raised at its next call
     id_lease: Lease | None = None
     held_error: BaseException | None = None
+    # False: calls add nothing to `Counters.cpu` and read no CPU clock (EngineOptions.cpu_clocks,
+    # set by the plan; a class default, so that operators of older checkpoints measure)
+    cpu_clock = True
 
     def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options: EngineOptions | None = None) -> None:
         self.readers: list[Reader] = [q.reader() for q in inputs]
@@ -277,7 +280,8 @@ class Operator(ABC):
                 self.output.start = self.t0
         if budget is not None:
             b = min(r.cut(b, budget) for r in readers)
-        began, cpu0 = time.perf_counter(), time.thread_time() + parallel.helped()
+        cpu_clock = self.cpu_clock
+        began, cpu0 = time.perf_counter(), (time.thread_time() + parallel.helped() if cpu_clock else 0.0)
         data = [r.take(b) for r in readers]
         if self.sampling_rate < 1.0:
             data = [d if i in self.unshed else self._shed(d) for i, d in enumerate(data)]
@@ -303,7 +307,8 @@ class Operator(ABC):
         if out is not None:
             c.tuples_out += len(out.ts)
         c.seconds += time.perf_counter() - began
-        c.cpu += time.thread_time() + parallel.helped() - cpu0
+        if cpu_clock:
+            c.cpu += time.thread_time() + parallel.helped() - cpu0
         return max(n_in, 1)
 
     def _shed(self, d: Batch) -> Batch:
