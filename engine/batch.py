@@ -28,6 +28,46 @@ def empty_column(t: DataType, n: int = 0) -> np.ndarray:
     return np.zeros(n, dtype=dtype_of(t)) if t.kind in _DTYPES else np.full(n, "", dtype=object)
 
 
+# one-element arrays that pruned columns broadcast (placeholder)
+_FILL: dict[str, np.ndarray] = {kind: np.zeros(1, dtype=dt) for kind, dt in _DTYPES.items()}
+_FILL_OBJ = np.full(1, "", dtype=object)
+_NULL_FILL = np.ones(1, bool)
+
+
+def placeholder(t: DataType, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, null mask) of a column of n rows that nothing reads (engine/column_pruning.py):
+    NULL in every row, as read-only zero-stride views that cost nothing to make or to gather
+    (`Batch.take`); writing into one raises, so a consumer that should not see it fails loudly."""
+    return np.broadcast_to(_FILL.get(t.kind, _FILL_OBJ), (n,)), np.broadcast_to(_NULL_FILL, (n,))
+
+
+def blanked(b: Batch, types: Sequence[DataType], keep: frozenset[int] | None) -> Batch:
+    """`b` with the columns not in `keep` replaced by placeholders (None: `b` itself)."""
+    if keep is None:
+        return b
+    n = len(b)
+    cols, nulls = list(b.cols), list(b.nulls)
+    for c, t in enumerate(types):
+        if c not in keep:
+            cols[c], nulls[c] = placeholder(t, n)
+    return Batch(cols, nulls, b.ts, b.sign, b.id)
+
+
+def _take(a: np.ndarray, ix: np.ndarray) -> np.ndarray:
+    """`a.take(ix)`; a zero-stride array (every row the same value: a placeholder) stays one."""
+    if a.strides == (0,) and len(a):
+        return np.broadcast_to(a[:1], ix.shape)
+    return a.take(ix)
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    """np.concatenate; zero-stride parts of one same array (placeholders) stay zero-stride."""
+    a = parts[0]
+    if a.strides == (0,) and len(a) and all(p.strides == (0,) and p.base is a.base for p in parts):
+        return np.broadcast_to(a[:1], (sum(len(p) for p in parts),))
+    return np.concatenate(parts)
+
+
 # zero-length arrays shared by every empty batch (Batch.empty)
 _EMPTY: dict[str, np.ndarray] = {kind: np.zeros(0, dtype=dt) for kind, dt in _DTYPES.items()}
 _EMPTY_OBJ = np.zeros(0, dtype=object)
@@ -81,8 +121,8 @@ class Batch:
         elif ix.dtype != np.intp:
             ix = ix.astype(np.intp)
         return Batch(
-            [c.take(ix) for c in self.cols],
-            [None if m is None else m.take(ix) for m in self.nulls],
+            [_take(c, ix) for c in self.cols],
+            [None if m is None else _take(m, ix) for m in self.nulls],
             self.ts.take(ix),
             self.sign.take(ix),
             self.id.take(ix),
@@ -140,13 +180,13 @@ def concat(batches: list[Batch], types: Sequence[DataType] | None = None) -> Bat
     if len(batches) == 1:
         return batches[0]
     width = batches[0].width
-    cols = [np.concatenate([b.cols[i] for b in batches]) for i in range(width)]
+    cols = [_concat([b.cols[i] for b in batches]) for i in range(width)]
     nulls: list[np.ndarray | None] = []
     for i in range(width):
         if all(b.nulls[i] is None for b in batches):
             nulls.append(None)
         else:
-            nulls.append(np.concatenate([b.null_mask(i) for b in batches]))
+            nulls.append(_concat([b.null_mask(i) for b in batches]))
     return Batch(
         cols,
         nulls,

@@ -45,13 +45,16 @@ class EngineOptions:
     `synopsis_joins`: run a join the bounded-memory characterization judges bounded with the
     constant-memory synopsis join (engine/synopsis_plan.py); False: the ordinary plan.
     `recent_tails`: every queue keeps a copy of the last rows pushed into it, for a UI's `peek`;
-    False (a script run, which nobody peeks at): none, saving a copy per push."""
+    False (a script run, which nobody peeks at): none, saving a copy per push.
+    `prune_columns`: operators fill only the output columns their consumers read, NULL in the
+    others (engine/column_pruning.py); False: every column."""
 
     compat: bool = False
     binary_joins: bool = False
     adaptive: AdaptiveConfig = AdaptiveConfig()
     synopsis_joins: bool = True
     recent_tails: bool = True
+    prune_columns: bool = True
 
 
 def _types(node: L.Plan) -> list[DataType]:
@@ -397,6 +400,7 @@ class PhysicalPlan:
             node=sib.node,
             counters=old.counters,
         )
+        m.produce_only(old.produced)  # the running selection's column pruning carries over
         hub.add(m)
         i = self.operators.index(old)
         self.operators[i] = hub
