@@ -66,6 +66,13 @@ FIXTURES = [
     ),
     # DISTINCT, Istream and set operations compare whole rows: what they read is produced whole
     (["select distinct * from S [Range 2] as A, T [Rows 3] as B where A.a = B.a"], {J: "*", "DISTINCT": "*"}),
+    (
+        [
+            "select k, count(*) from (select distinct A.a as k, A.b as v, B.x as w from S [Range 2] as A,"
+            " T [Rows 3] as B where A.a = B.a) as D group by k"
+        ],
+        {J: "a,b,x", "PROJECT A.a AS k, A.b AS v, B.x AS w": "*", "DISTINCT": "*"},
+    ),
     (["select istream(*) from S [Range 2] as A, T [Rows 3] as B where A.a = B.a"], {J: "*"}),
     (
         ["select A.a, A.b, B.x from S [Range 2] as A, T [Rows 3] as B where A.a = B.a union select * from T [Rows 1]"],
