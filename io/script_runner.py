@@ -114,6 +114,7 @@ def run_script(
     synopsis_joins: bool = True,
     writer: str = "thread",
     engine_threads: int | None = None,
+    column_pruning: bool = True,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -132,6 +133,8 @@ def run_script(
     the `parallel` scheduler runs operators side by side on that many threads (engine/parallel.py,
     engine/parallel_pass.py); 1 runs them in turn on the calling thread (round robin, ~5% less
     engine CPU than `parallel` on one thread). The output is the same bytes at every count.
+    `column_pruning`: operators fill only the columns something above them reads
+    (engine/column_pruning.py); False: every column (the same bytes either way).
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -155,7 +158,17 @@ def run_script(
     try:
         parallel.set_threads(engine_threads)
         return _run(
-            path, out_dir, compat, batch_rows, source_dir, threads, block_size, approximate, synopsis_joins, procs
+            path,
+            out_dir,
+            compat,
+            batch_rows,
+            source_dir,
+            threads,
+            block_size,
+            approximate,
+            synopsis_joins,
+            procs,
+            column_pruning,
         )
     finally:
         parallel.set_threads(before)
@@ -174,6 +187,7 @@ def _run(
     approximate: str | None,
     synopsis_joins: bool,
     procs: list[WriterProcess],
+    column_pruning: bool = True,
 ) -> dict[str, int]:
     block = block_size or int(min(64 << 20, max(1 << 20, batch_rows * 16)))
     # With threads, each source starts being read and parsed as soon as the script's check has
@@ -205,6 +219,7 @@ def _run(
             synopsis_joins=synopsis_joins,
             scheduler=for_threads(parallel.threads()),
             recent_tails=False,  # nothing peeks at a script run's queues
+            prune_columns=column_pruning,
         )
         reg = Registrar(script, d, compat, approximate)
         reg.register_all()
