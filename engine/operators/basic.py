@@ -143,12 +143,13 @@ class ProjectOp(Stateless):
         if self.picks is not None and isinstance(b, DeferredBatch) and not b.built:
             return b.project(self.picks)
         keep = self.produced
-        cols, nulls = [], []
+        cols: list[np.ndarray] = []
+        nulls: list[np.ndarray | None] = []
         for i, e in enumerate(self.exprs):
             if keep is not None and i not in keep:
-                v, m = placeholder(self.output.types[i], len(b))
+                v, blank = placeholder(self.output.types[i], len(b))
                 cols.append(v)
-                nulls.append(m)
+                nulls.append(blank)
                 continue
             v, m = self.ev.eval(e, b)
             cols.append(v)
