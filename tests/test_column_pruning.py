@@ -15,7 +15,7 @@ from cqlstream.engine.batch import Batch, concat, placeholder
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.join import JoinOp
 from tests.engine_harness import _merge_events, assert_same, elements_of, feed, random_join_inputs
-from tests.plan_harness import Results, assert_exact_from, reference
+from tests.plan_harness import Results, assert_exact_from, reference, run_all
 
 DDL = "register stream S (a int, b int, c int); register stream T (a int, x int, y int); register relation R (a int, e int)"
 
@@ -184,7 +184,9 @@ def test_a_query_registered_while_data_flows_reading_a_pruned_column_gets_its_ow
     assert len(joins()) == 1
     wide = d.register_query(READS_PRUNED)
     assert len(joins()) == 2
-    assert "not shared: an operator below produced rows without columns this query reads" in d.explain_plan()
+    text = d.explain_plan()
+    assert "not shared: an operator below produced rows without columns this query reads" in text
+    assert "produces only (b) of 6 columns (column pruning)" in text
     res.watch(kept.id, snapshot=True)
     res.watch(wide.id, snapshot=True)
     feed(d, events[half:], step, after=lambda n: res.poll())
@@ -234,3 +236,23 @@ def test_placeholders_are_free_to_gather_and_refuse_writes():
     assert t.cols[0].strides == (0,) and len(t.cols[0]) == 3 and t.rows() == [(None,)] * 3
     c = concat([b, t])
     assert c.cols[0].strides == (0,) and len(c) == 8
+
+
+HUB = [
+    "select istream(A.b) from S as A where A.a = 0",
+    "select istream(A.c) from S as A where A.a = 1",
+    "select istream(A.b, A.c) from S as A where A.a = 2",
+]
+
+
+@pytest.mark.parametrize("step", [1, 7, None])
+def test_grouped_selections_fill_only_what_each_member_reads(step):
+    """`column = constant` selections over one stream run as one grouped operator; each member
+    copies only the columns its query reads."""
+    inputs = {"S": _inputs(6)["S"]}
+    got, d = run_all("register stream S (a int, b int, c int)", HUB, inputs, step)
+    fills = produced(d)
+    assert [fills[f"FILTER (a = {k})"] for k in range(3)] == ["b", "c", "b,c"]
+    assert sum("grouped in" in pn.note for pn in d.plan.nodes.values()) == 3
+    for i, q in enumerate(HUB):
+        assert got[i] == reference("register stream S (a int, b int, c int)", q, inputs), q
