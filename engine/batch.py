@@ -28,46 +28,6 @@ def empty_column(t: DataType, n: int = 0) -> np.ndarray:
     return np.zeros(n, dtype=dtype_of(t)) if t.kind in _DTYPES else np.full(n, "", dtype=object)
 
 
-# one-element arrays that pruned columns broadcast (placeholder)
-_FILL: dict[str, np.ndarray] = {kind: np.zeros(1, dtype=dt) for kind, dt in _DTYPES.items()}
-_FILL_OBJ = np.full(1, "", dtype=object)
-_NULL_FILL = np.ones(1, bool)
-
-
-def placeholder(t: DataType, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(values, null mask) of a column of n rows that nothing reads (engine/column_pruning.py):
-    NULL in every row, as read-only zero-stride views that cost nothing to make or to gather
-    (`Batch.take`); writing into one raises, so a consumer that should not see it fails loudly."""
-    return np.broadcast_to(_FILL.get(t.kind, _FILL_OBJ), (n,)), np.broadcast_to(_NULL_FILL, (n,))
-
-
-def blanked(b: Batch, types: Sequence[DataType], keep: frozenset[int] | None) -> Batch:
-    """`b` with the columns not in `keep` replaced by placeholders (None: `b` itself)."""
-    if keep is None:
-        return b
-    n = len(b)
-    cols, nulls = list(b.cols), list(b.nulls)
-    for c, t in enumerate(types):
-        if c not in keep:
-            cols[c], nulls[c] = placeholder(t, n)
-    return Batch(cols, nulls, b.ts, b.sign, b.id)
-
-
-def _take(a: np.ndarray, ix: np.ndarray) -> np.ndarray:
-    """`a.take(ix)`; a zero-stride array (every row the same value: a placeholder) stays one."""
-    if a.strides == (0,) and len(a):
-        return np.broadcast_to(a[:1], ix.shape)
-    return a.take(ix)
-
-
-def _concat(parts: list[np.ndarray]) -> np.ndarray:
-    """np.concatenate; zero-stride parts of one same array (placeholders) stay zero-stride."""
-    a = parts[0]
-    if a.strides == (0,) and len(a) and all(p.strides == (0,) and p.base is a.base for p in parts):
-        return np.broadcast_to(a[:1], (sum(len(p) for p in parts),))
-    return np.concatenate(parts)
-
-
 # zero-length arrays shared by every empty batch (Batch.empty)
 _EMPTY: dict[str, np.ndarray] = {kind: np.zeros(0, dtype=dt) for kind, dt in _DTYPES.items()}
 _EMPTY_OBJ = np.zeros(0, dtype=object)
@@ -121,8 +81,8 @@ class Batch:
         elif ix.dtype != np.intp:
             ix = ix.astype(np.intp)
         return Batch(
-            [_take(c, ix) for c in self.cols],
-            [None if m is None else _take(m, ix) for m in self.nulls],
+            [c.take(ix) for c in self.cols],
+            [None if m is None else m.take(ix) for m in self.nulls],
             self.ts.take(ix),
             self.sign.take(ix),
             self.id.take(ix),
@@ -168,6 +128,84 @@ class Batch:
         return n
 
 
+# ------------------------------------------------------------------ column pruning
+
+# one-element arrays that placeholders broadcast, by dtype
+_FILLS: dict[np.dtype, np.ndarray] = {}
+_NULL_FILL = np.ones(1, bool)
+
+
+def _fill(dtype: np.dtype) -> np.ndarray:
+    f = _FILLS.get(dtype)
+    if f is None:
+        f = _FILLS[dtype] = np.full(1, "", dtype=object) if dtype.kind == "O" else np.zeros(1, dtype=dtype)
+    return f
+
+
+def _blank(dtype: np.dtype, n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.broadcast_to(_fill(dtype), (n,)), np.broadcast_to(_NULL_FILL, (n,))
+
+
+def placeholder(t: DataType, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, null mask) of a column of n rows that nothing reads (engine/column_pruning.py):
+    NULL in every row, as read-only zero-stride views that cost nothing to make; writing into one
+    raises, so a consumer that should not see it fails loudly."""
+    return _blank(np.dtype(dtype_of(t)), n)
+
+
+@dataclass
+class BlankedBatch(Batch):
+    """A batch whose columns `blank` are placeholders (column pruning): taking rows of it or
+    concatenating such batches makes new placeholders for those columns instead of copying them.
+    Other operations give plain batches (whose placeholder columns are then copied as any)."""
+
+    blank: frozenset[int] = frozenset()
+
+    def take(self, idx: np.ndarray | slice | Sequence[int]) -> Batch:
+        keep = [c for c in range(len(self.cols)) if c not in self.blank]
+        part = Batch([self.cols[c] for c in keep], [self.nulls[c] for c in keep], self.ts, self.sign, self.id).take(idx)
+        return _spread(part, keep, self.blank, [c.dtype for c in self.cols])
+
+
+def _spread(part: Batch, keep: list[int], blank: frozenset[int], dtypes: list[np.dtype]) -> BlankedBatch:
+    """`part` (columns `keep`) widened with placeholders in the columns `blank`."""
+    n = len(part)
+    cols: list[np.ndarray] = []
+    nulls: list[np.ndarray | None] = []
+    at = {c: i for i, c in enumerate(keep)}
+    for c, dt in enumerate(dtypes):
+        if c in blank:
+            v, m = _blank(dt, n)
+            cols.append(v)
+            nulls.append(m)
+        else:
+            cols.append(part.cols[at[c]])
+            nulls.append(part.nulls[at[c]])
+    return BlankedBatch(cols, nulls, part.ts, part.sign, part.id, blank)
+
+
+def blanked(b: Batch, types: Sequence[DataType], keep: frozenset[int] | None) -> Batch:
+    """`b` with the columns not in `keep` replaced by placeholders (None: `b` itself)."""
+    if keep is None:
+        return b
+    blank = frozenset(c for c in range(len(types)) if c not in keep)
+    if not blank:
+        return b
+    n = len(b)
+    cols, nulls = list(b.cols), list(b.nulls)
+    for c in blank:
+        cols[c], nulls[c] = placeholder(types[c], n)
+    return BlankedBatch(cols, nulls, b.ts, b.sign, b.id, blank)
+
+
+def _concat_blanked(batches: list[BlankedBatch]) -> Batch:
+    """concat of blanked batches: the columns blank in all of them stay placeholders."""
+    blank = frozenset.intersection(*(b.blank for b in batches))
+    keep = [c for c in range(batches[0].width) if c not in blank]
+    parts = [Batch([b.cols[c] for c in keep], [b.nulls[c] for c in keep], b.ts, b.sign, b.id) for b in batches]
+    return _spread(concat(parts), keep, blank, [c.dtype for c in batches[0].cols])
+
+
 def concat(batches: list[Batch], types: Sequence[DataType] | None = None) -> Batch:
     nonempty = [b for b in batches if len(b)]
     if not nonempty:
@@ -180,13 +218,15 @@ def concat(batches: list[Batch], types: Sequence[DataType] | None = None) -> Bat
     if len(batches) == 1:
         return batches[0]
     width = batches[0].width
-    cols = [_concat([b.cols[i] for b in batches]) for i in range(width)]
+    if all(isinstance(b, BlankedBatch) for b in batches):
+        return _concat_blanked(batches)  # type: ignore[arg-type]
+    cols = [np.concatenate([b.cols[i] for b in batches]) for i in range(width)]
     nulls: list[np.ndarray | None] = []
     for i in range(width):
         if all(b.nulls[i] is None for b in batches):
             nulls.append(None)
         else:
-            nulls.append(_concat([b.null_mask(i) for b in batches]))
+            nulls.append(np.concatenate([b.null_mask(i) for b in batches]))
     return Batch(
         cols,
         nulls,

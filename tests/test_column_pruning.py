@@ -11,7 +11,7 @@ import pytest
 
 from cqlstream.cql.logical.explain import node_label
 from cqlstream.engine import column_pruning
-from cqlstream.engine.batch import Batch, concat, placeholder
+from cqlstream.engine.batch import Batch, blanked, concat, placeholder
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators.join import JoinOp
 from tests.engine_harness import _merge_events, assert_same, elements_of, feed, random_join_inputs
@@ -222,20 +222,25 @@ def test_a_checkpoint_of_a_pruning_plan_continues_exactly(tmp_path):
 
 
 def test_placeholders_are_free_to_gather_and_refuse_writes():
-    from cqlstream.cql.types import INT
-
-    v, m = placeholder(INT, 5)
-    b = Batch([v], [m], *(a for a in (Batch.empty([INT]).ts, Batch.empty([INT]).sign, Batch.empty([INT]).id)))
-    assert v.strides == (0,) and bool(m.all())
-    with pytest.raises(ValueError):
-        v[0] = 1
     import numpy as np
 
-    b = Batch([v], [m], np.arange(5), np.ones(5, np.int8), np.arange(5, dtype=np.uint64))
-    t = b.take(np.array([4, 0, 2]))
-    assert t.cols[0].strides == (0,) and len(t.cols[0]) == 3 and t.rows() == [(None,)] * 3
-    c = concat([b, t])
-    assert c.cols[0].strides == (0,) and len(c) == 8
+    from cqlstream.cql.types import INT
+
+    b = Batch(
+        [np.arange(5), np.arange(5) * 2], [None, None], np.arange(5), np.ones(5, np.int8), np.arange(5, dtype=np.uint64)
+    )
+    w = blanked(b, [INT, INT], frozenset({0}))
+    v, m = w.cols[1], w.nulls[1]
+    assert v.strides == (0,) and m is not None and bool(m.all())
+    with pytest.raises(ValueError):
+        v[0] = 1
+    t = w.take(np.array([4, 0, 2]))
+    assert t.cols[1].strides == (0,) and t.rows() == [(4, None), (0, None), (2, None)]
+    c = concat([w, t])
+    assert c.cols[1].strides == (0,) and len(c) == 8 and c.rows()[5:] == t.rows()
+    # a plain batch holding them (after with_columns, say) copies them like any column
+    assert Batch(w.cols, w.nulls, w.ts, w.sign, w.id).take(np.array([1])).rows() == [(1, None)]
+    assert placeholder(INT, 3)[0].tolist() == [0, 0, 0]
 
 
 HUB = [

@@ -15,7 +15,7 @@ from cqlstream.engine.adaptive import config as AC
 from cqlstream.engine.adaptive.backoff import cap as backoff_cap
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import AdaptiveOrder
-from cqlstream.engine.batch import Batch, blanked, placeholder, splitmix64
+from cqlstream.engine.batch import Batch, BlankedBatch, blanked, placeholder, splitmix64
 from cqlstream.engine.deferred_batch import DeferredBatch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.exprs import Evaluator
@@ -154,6 +154,9 @@ class ProjectOp(Stateless):
             v, m = self.ev.eval(e, b)
             cols.append(v)
             nulls.append(None if m is None or not m.any() else m)
+        if keep is not None and len(keep) < len(cols):
+            blank = frozenset(range(len(cols))) - keep
+            return BlankedBatch(cols, nulls, b.ts, b.sign, b.id, blank)
         return b.with_columns(cols, nulls)
 
 

@@ -46,7 +46,7 @@ from cqlstream.cql.types import DataType
 from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive.cache_config import CACHING_KNOBS
 from cqlstream.engine.adaptive.config import MJOIN_KNOBS, AdaptiveConfig
-from cqlstream.engine.batch import Batch, combine_ids, concat, empty_column, placeholder
+from cqlstream.engine.batch import Batch, BlankedBatch, combine_ids, concat, empty_column, placeholder
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
 from cqlstream.engine.limits import reserve
@@ -1075,4 +1075,7 @@ class JoinOp(Operator):
         oid = tables[0].b.id[idx[0]]
         for k in range(1, self.n):
             oid = combine_ids(oid, tables[k].b.id[idx[k]])
+        if only is not None and len(only) < len(cols):
+            blank = frozenset(range(len(cols))) - only
+            return BlankedBatch(cols, nulls, ts, sign.astype(np.int8), oid, blank)
         return Batch(cols, nulls, ts, sign.astype(np.int8), oid)

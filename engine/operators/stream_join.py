@@ -36,7 +36,7 @@ from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
-from cqlstream.engine.batch import Batch, concat, placeholder
+from cqlstream.engine.batch import Batch, BlankedBatch, concat, placeholder
 from cqlstream.engine.kernels import stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
@@ -322,6 +322,9 @@ class StreamJoinOp(Operator):
                 msk = b.nulls[c]
                 msk = None if msk is None else msk[r]
                 nulls.append(msk if msk is not None and msk.any() else None)
+        if out is not None and len(out) < len(cols):
+            blank = frozenset(range(len(cols))) - out
+            return BlankedBatch(cols, nulls, s.ts[p], np.ones(n, np.int8), np.zeros(n, np.uint64), blank)
         return Batch(cols, nulls, s.ts[p], np.ones(n, np.int8), np.zeros(n, np.uint64))
 
 
