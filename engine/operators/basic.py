@@ -155,8 +155,7 @@ class ProjectOp(Stateless):
             cols.append(v)
             nulls.append(None if m is None or not m.any() else m)
         if keep is not None and len(keep) < len(cols):
-            blank = frozenset(range(len(cols))) - keep
-            return BlankedBatch(cols, nulls, b.ts, b.sign, b.id, blank)
+            return BlankedBatch(cols, nulls, b.ts, b.sign, b.id, frozenset(range(len(cols))) - keep)
         return b.with_columns(cols, nulls)
 
 
