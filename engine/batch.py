@@ -130,20 +130,19 @@ class Batch:
 
 # ------------------------------------------------------------------ column pruning
 
-# one-element arrays that placeholders broadcast, by dtype
+# Placeholders are slices of one huge zero-stride array per dtype (a slice costs ~0.2 µs,
+# np.broadcast_to ~5 µs: a selection blanking 13 columns at every call paid more than it saved)
+_HUGE = 1 << 40
 _FILLS: dict[np.dtype, np.ndarray] = {}
-_NULL_FILL = np.ones(1, bool)
-
-
-def _fill(dtype: np.dtype) -> np.ndarray:
-    f = _FILLS.get(dtype)
-    if f is None:
-        f = _FILLS[dtype] = np.full(1, "", dtype=object) if dtype.kind == "O" else np.zeros(1, dtype=dtype)
-    return f
+_NULLS = np.broadcast_to(np.ones(1, bool), (_HUGE,))
 
 
 def _blank(dtype: np.dtype, n: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.broadcast_to(_fill(dtype), (n,)), np.broadcast_to(_NULL_FILL, (n,))
+    f = _FILLS.get(dtype)
+    if f is None:
+        one = np.full(1, "", dtype=object) if dtype.kind == "O" else np.zeros(1, dtype=dtype)
+        f = _FILLS[dtype] = np.broadcast_to(one, (_HUGE,))
+    return f[:n], _NULLS[:n]
 
 
 def placeholder(t: DataType, n: int) -> tuple[np.ndarray, np.ndarray]:
