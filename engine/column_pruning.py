@@ -55,15 +55,15 @@ def choose(plan: PhysicalPlan, outputs: Iterable[PNode]) -> dict[int, frozenset[
 def conflicts(plan: PhysicalPlan, outputs: Iterable[PNode]) -> list[PNode]:
     """Nodes that produced rows without a column the plan now reads (a query whose output is
     among `outputs` reads what the earlier ones did not): the new query must not share them."""
+    done = [
+        (pn, pn.op.produced)
+        for pn in plan.nodes.values()
+        if pn.op is not None and pn.op.produced is not None and pn.flowed
+    ]
+    if not done:  # (no analysis: queries registered before data, as a script's, cost nothing here)
+        return []
     reads = required(plan, outputs)
-    out = []
-    for pn in plan.nodes.values():
-        op = pn.op
-        if op is None or op.produced is None or not pn.flowed:
-            continue
-        if not reads.get(id(pn), frozenset()) <= op.produced:
-            out.append(pn)
-    return out
+    return [pn for pn, filled in done if not reads.get(id(pn), frozenset()) <= filled]
 
 
 def explain_line(pn: PNode) -> str | None:

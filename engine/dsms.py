@@ -524,8 +524,8 @@ class Dsms:
         pn = self.plan.attachable(pn, h.id, h.share)
         h.pnode = pn
         kconstraints.bind(self, h)  # joins that declared k-constraints apply to keep less state
-        kconstraints.choose_columns(self)  # and keep only the columns read (the union over the queries)
-        column_pruning.choose(self.plan, self._outputs())  # operators fill only the columns read above
+        reads = column_pruning.choose(self.plan, self._outputs())  # operators fill only the columns read above
+        kconstraints.choose_columns(self, reads)  # and k-Mon joins keep only those (the union over the queries)
         h.complete_from = self.plan.late_complete_from(pn) if existed else pn.complete_from
         if not pn.is_stream and not pn.flowed:
             self.plan.add_result_store(pn)
