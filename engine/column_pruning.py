@@ -5,7 +5,8 @@ columns each reads given what is required of it (engine/column_reads.py: one rul
 node, in a registry; a kind without a rule, such as DISTINCT, set operations and Istream/Dstream,
 reads every column). Every query's output is read whole. An operator told its required columns
 (`Operator.produce_only`) fills only those and puts NULL placeholders (batch.placeholder:
-zero-stride arrays, free to make and to gather) in the others: a join gathers only the required
+zero-stride slices, ~0.2 µs each; its output is a batch.BlankedBatch, whose row gathers and
+concatenations make new placeholders instead of copying) in the others: a join gathers only the required
 columns of its pairs, a projection evaluates only the required expressions, a selection copies
 only the required columns of its survivors. Operators without `produce_only` produce every
 column, which is always exact.
