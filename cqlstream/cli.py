@@ -95,6 +95,7 @@ def _run(
     synopsis_joins: bool = True,
     writer: str = "thread",
     engine_threads: int | None = None,
+    column_pruning: bool = True,
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2)."""
     from cqlstream import run_process
@@ -118,6 +119,7 @@ def _run(
                 writer=writer,
                 engine_threads=engine_threads,
                 on_registered=run_process.resume_gc,  # after `main`'s pause_gc (a no-op without it)
+                column_pruning=column_pruning,
             ),
             None,
         )
@@ -194,6 +196,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.synopsis_joins == "on",
         args.writer,
         args.engine_threads,
+        args.column_pruning == "on",
     )
     if counts is None:
         print(err, file=sys.stderr)
@@ -689,6 +692,14 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
     )
     r.add_argument("--approximate", choices=APPROXIMATE, default="exact", help=_APPROXIMATE_HELP)
     r.add_argument("--synopsis-joins", choices=["on", "off"], default="on", help=_SYNOPSIS_HELP)
+    r.add_argument(
+        "--column-pruning",
+        choices=["on", "off"],
+        default="on",
+        help="on (the default): every operator fills only the output columns something above it reads "
+        "(a join gathers only those of its pairs, a selection copies only those of its survivors); "
+        "off: every column. The bytes written are the same",
+    )
     r.set_defaults(func=cmd_run)
 
     dm = sub.add_parser(

@@ -7,7 +7,9 @@ gets the union of their reads. Every query's output is read whole (subscribers s
 A node passes down to its inputs what it reads itself plus what of its output is read, through a
 registry keyed by logical node type; a node type the registry does not know reads every column of
 its inputs (DISTINCT, set operations and Istream/Dstream/Rstream compare whole tuples, so they do
-too, by rule).
+too, by rule). The plan's column pruning (engine/column_pruning.py) uses the same analysis to have
+every operator fill only the columns read of its output, so a rule must name every input column
+the node's operator reads to compute the columns asked of it (a column left out comes as NULL).
 """
 
 from __future__ import annotations

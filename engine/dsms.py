@@ -30,6 +30,7 @@ from cqlstream.cql.logical.explain import explain_partitioning, explain_plan
 from cqlstream.cql.logical.partitioning import Partitioning, partitioning
 from cqlstream.cql.parser import parse_query, parse_script
 from cqlstream.cql.printer import to_cql
+from cqlstream.engine import column_pruning
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.approx.admission import Admission
 from cqlstream.engine.approx.config import OverloadConfig
@@ -242,6 +243,7 @@ class Dsms:
         synopsis_joins: bool = True,
         recent_tails: bool = True,
         cpu_clocks: bool = True,
+        prune_columns: bool = True,
     ) -> None:
         """`clock()` gives wall seconds (system-timestamped streams, silence timeout);
         `silence_timeout`: a source silent that long is advanced to the others' time (CIDR §2.3);
@@ -261,7 +263,9 @@ class Dsms:
         with windows and the ordinary join. `recent_tails`: queues keep their last rows for
         `peek`; False (a host nobody peeks through, e.g. a script run) saves a copy per push.
         `cpu_clocks`: operators measure each call's CPU time (`Counters.cpu`: CPU limits, control
-        tables); False (a script run) saves a clock read per call. Forced on with a CPU limit."""
+        tables); False (a script run) saves a clock read per call. Forced on with a CPU limit.
+        `prune_columns`: operators fill only the output columns some consumer reads, NULL in the
+        others (engine/column_pruning.py; a peek at an inner queue shows those NULLs)."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew
@@ -278,6 +282,7 @@ class Dsms:
             synopsis_joins=synopsis_joins,
             recent_tails=recent_tails,
             cpu_clocks=cpu_clocks or query_cpu_limit is not None,
+            prune_columns=prune_columns,
         )
         self.plan = PhysicalPlan(self.ids, Evaluator(self.catalog.functions), options)
         self.plan.share_policy = self._join_share_policy
@@ -505,13 +510,16 @@ class Dsms:
             self._quiesce()
         pn = self.plan.build(h.physical_plan, h.id, share=h.share)
         conflicts = kconstraints.column_conflicts(self, pn)
-        if conflicts:  # it reads columns a running k-Mon join no longer stores: plan it its own
+        pruned = column_pruning.conflicts(self.plan, self._outputs(pn))
+        if conflicts or pruned:  # it reads columns a running operator no longer stores or produces
             self.plan.release(h.id)
-            self.plan.closed[h.id] = {
-                p.key: "not shared: a k-Mon join below eliminated columns this query reads"
-                for p in self.plan.nodes.values()
-                if any(kconstraints.reaches(p, c) for c in conflicts)
-            }
+            closed: dict[object, str] = {}
+            for p in self.plan.nodes.values():
+                if any(kconstraints.reaches(p, c) for c in conflicts):
+                    closed[p.key] = "not shared: a k-Mon join below eliminated columns this query reads"
+                elif any(kconstraints.reaches(p, c) for c in pruned):
+                    closed[p.key] = "not shared: an operator below produced rows without columns this query reads"
+            self.plan.closed[h.id] = closed
             try:
                 pn = self.plan.build(h.physical_plan, h.id, share=h.share)
             finally:
@@ -520,11 +528,16 @@ class Dsms:
         pn = self.plan.attachable(pn, h.id, h.share)
         h.pnode = pn
         kconstraints.bind(self, h)  # joins that declared k-constraints apply to keep less state
-        kconstraints.choose_columns(self)  # and keep only the columns read (the union over the queries)
+        reads = column_pruning.choose(self.plan, self._outputs())  # operators fill only the columns read above
+        kconstraints.choose_columns(self, reads)  # and k-Mon joins keep only those (the union over the queries)
         h.complete_from = self.plan.late_complete_from(pn) if existed else pn.complete_from
         if not pn.is_stream and not pn.flowed:
             self.plan.add_result_store(pn)
         self.guard.invalidate()
+
+    def _outputs(self, also: PNode | None = None) -> list[PNode]:
+        """The output nodes of the active queries (and `also`), which are read whole."""
+        return [h.pnode for h in self.queries.values() if h.pnode is not None] + ([also] if also else [])
 
     def _quiesce(self) -> None:
         """Run every operator through its inputs' watermarks, so that all state is consistent

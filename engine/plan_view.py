@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cqlstream.cql.logical.explain import node_label
+from cqlstream.engine import column_pruning
 from cqlstream.engine.control import PlanEntity, _attached_table, _plan_entities, _sources, entity_id, tables
 from cqlstream.engine.errors import EngineError
 
@@ -55,6 +56,9 @@ def explain_plan(d: Dsms, fmt: str = "text") -> str | dict[str, Any]:
             + (f"  [{pn.note}]" if pn is not None and pn.note else "")
         )
         lines.extend(f"          {line}" for line in op.explain_detail())
+        pruned = None if pn is None else column_pruning.explain_line(pn)
+        if pruned is not None:
+            lines.append(f"          {pruned}")
     for eid, (kind, st, _pn, users) in ents.items():
         if kind == "store":
             lines.append(

@@ -48,7 +48,9 @@ class EngineOptions:
     False (a script run, which nobody peeks at): none, saving a copy per push.
     `cpu_clocks`: every operator call reads the thread's CPU clock for its `Counters.cpu` (CPU
     limits, control tables); False (a script run, which reads neither): none. A read of that
-    clock is a system call, ~6 µs on the benchmark machine's VM: ~35 ms of Linear Road's run."""
+    clock is a system call, ~6 µs on the benchmark machine's VM: ~35 ms of Linear Road's run.
+    `prune_columns`: operators fill only the output columns their consumers read, NULL in the
+    others (engine/column_pruning.py); False: every column."""
 
     compat: bool = False
     binary_joins: bool = False
@@ -56,6 +58,7 @@ class EngineOptions:
     synopsis_joins: bool = True
     recent_tails: bool = True
     cpu_clocks: bool = True
+    prune_columns: bool = True
 
 
 def _types(node: L.Plan) -> list[DataType]:
@@ -401,6 +404,7 @@ class PhysicalPlan:
             node=sib.node,
             counters=old.counters,
         )
+        m.produce_only(old.produced)  # the running selection's column pruning carries over
         hub.add(m)
         i = self.operators.index(old)
         self.operators[i] = self._clocked(hub)

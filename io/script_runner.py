@@ -115,6 +115,7 @@ def run_script(
     writer: str = "thread",
     engine_threads: int | None = None,
     on_registered: Callable[[], None] | None = None,
+    column_pruning: bool = True,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -135,6 +136,9 @@ def run_script(
     engine CPU than `parallel` on one thread). The output is the same bytes at every count.
     `on_registered`: called once the script is registered, before its first row is pushed (the
     CLI resumes garbage collection there, cqlstream/run_process.py).
+
+    `column_pruning`: operators fill only the columns something above them reads
+    (engine/column_pruning.py); False: every column (the same bytes either way).
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -169,6 +173,7 @@ def run_script(
             synopsis_joins,
             procs,
             on_registered,
+            column_pruning,
         )
     finally:
         parallel.set_threads(before)
@@ -188,6 +193,7 @@ def _run(
     synopsis_joins: bool,
     procs: list[WriterProcess],
     on_registered: Callable[[], None] | None = None,
+    column_pruning: bool = True,
 ) -> dict[str, int]:
     block = block_size or int(min(64 << 20, max(1 << 20, batch_rows * 16)))
     # With threads, each source starts being read and parsed as soon as the script's check has
@@ -220,6 +226,7 @@ def _run(
             scheduler=for_threads(parallel.threads()),
             recent_tails=False,  # nothing peeks at a script run's queues
             cpu_clocks=False,  # nor reads its operators' CPU counters (and has no CPU limits)
+            prune_columns=column_pruning,
         )
         reg = Registrar(script, d, compat, approximate)
         reg.register_all()

@@ -344,10 +344,11 @@ def _choice(pn: PNode, op: JoinOp, read: frozenset[int], eliminate: bool) -> Col
     )
 
 
-def choose_columns(d: Dsms) -> None:
+def choose_columns(d: Dsms, reads: dict[int, frozenset[int]] | None = None) -> None:
     """Give every k-Mon join that has stored no row yet the columns the whole plan reads of it
-    (the union over the queries sharing it); joins already storing rows keep their choice."""
-    reads = _reads(d)
+    (the union over the queries sharing it); joins already storing rows keep their choice.
+    `reads`: the plan's read columns when the caller has them (engine/column_pruning.py)."""
+    reads = _reads(d) if reads is None else reads
     for pn, op in _kmon_joins(d):
         s = cast("KMonStrategy", op.kmon)
         if not s.started:

@@ -188,6 +188,11 @@ class Operator(ABC):
     # set by the plan; a class default, so that operators of older checkpoints measure)
     cpu_clock = True
 
+    # column pruning (engine/column_pruning.py): the output columns this operator fills; the
+    # others are NULL placeholders nothing reads (None: every column; also operators of older
+    # checkpoints)
+    produced: frozenset[int] | None = None
+
     def __init__(self, inputs: list[Queue], output: Queue, ids: IdSource, options: EngineOptions | None = None) -> None:
         self.readers: list[Reader] = [q.reader() for q in inputs]
         self.node: Plan | None = None  # the logical plan node it computes (set by bind)
@@ -425,6 +430,14 @@ class Operator(ABC):
     def scheduled(self) -> Operator:
         """The operator the scheduler runs on this one's behalf (itself, or its group)."""
         return self
+
+    def produce_only(self, cols: frozenset[int] | None) -> bool:
+        """Fill only the output columns `cols` from now on, the others with placeholders
+        (batch.placeholder) that nothing reads (None: every column). Returns whether this operator
+        prunes: one that does not (the default) keeps producing every column, which is always
+        exact; one that does sets `produced`, and must never read a column it was not asked to
+        produce to compute one it was."""
+        return False
 
     def window_store_mode(self) -> str | None:
         """The kind of shared window store that serves this operator ('range' / 'rows'), if any."""

@@ -15,7 +15,7 @@ from cqlstream.engine.adaptive import config as AC
 from cqlstream.engine.adaptive.backoff import cap as backoff_cap
 from cqlstream.engine.adaptive.config import AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import AdaptiveOrder
-from cqlstream.engine.batch import Batch, splitmix64
+from cqlstream.engine.batch import Batch, BlankedBatch, blanked, placeholder, splitmix64
 from cqlstream.engine.deferred_batch import DeferredBatch
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.exprs import Evaluator
@@ -52,6 +52,7 @@ class FilterOp(Stateless):
 
     kind = "select"
     KNOBS = (*Stateless.KNOBS, CONJUNCT_ORDER, *ADAPTIVE_KNOBS)
+    _blank_keep: frozenset[int] | None = None  # columns kept before selecting (None: all)
 
     def __init__(
         self,
@@ -81,8 +82,18 @@ class FilterOp(Stateless):
         """The conjuncts in their current order."""
         return self.adaptive.ordered
 
+    def produce_only(self, cols: frozenset[int] | None) -> bool:
+        """The columns not produced are blanked before the selection (its predicate's columns
+        stay), so its gather of the surviving rows skips them."""
+        self.produced = cols
+        reads = frozenset().union(*(X.columns(c) for c in self.adaptive.conjuncts))
+        self._blank_keep = None if cols is None else cols | reads
+        return True
+
     def process(self, inputs: list[Batch], bound: int) -> Batch:
-        return self.adaptive.run(inputs[0], self.ev)
+        keep = self._blank_keep
+        b = inputs[0] if keep is None else blanked(inputs[0], self.output.types, keep)
+        return self.adaptive.run(b, self.ev)
 
     def control_table(self) -> dict[str, Any]:
         t = super().control_table()
@@ -122,15 +133,29 @@ class ProjectOp(Stateless):
         assert isinstance(node, L.Project)
         return cls(ctx.inputs, ctx.output, ctx.ids, node.exprs, ctx.ev)
 
+    def produce_only(self, cols: frozenset[int] | None) -> bool:
+        """Expressions of columns not produced are not evaluated (their inputs may be blank)."""
+        self.produced = cols
+        return True
+
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]
         if self.picks is not None and isinstance(b, DeferredBatch) and not b.built:
             return b.project(self.picks)
-        cols, nulls = [], []
-        for e in self.exprs:
+        keep = self.produced
+        cols: list[np.ndarray] = []
+        nulls: list[np.ndarray | None] = []
+        for i, e in enumerate(self.exprs):
+            if keep is not None and i not in keep:
+                v, blank = placeholder(self.output.types[i], len(b))
+                cols.append(v)
+                nulls.append(blank)
+                continue
             v, m = self.ev.eval(e, b)
             cols.append(v)
             nulls.append(None if m is None or not m.any() else m)
+        if keep is not None and len(keep) < len(cols):
+            return BlankedBatch(cols, nulls, b.ts, b.sign, b.id, frozenset(range(len(cols))) - keep)
         return b.with_columns(cols, nulls)
 
 

@@ -19,7 +19,7 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive.config import OFF, AdaptiveConfig
 from cqlstream.engine.adaptive.conjuncts import AdaptiveOrder
-from cqlstream.engine.batch import Batch
+from cqlstream.engine.batch import Batch, blanked
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.operators.base import Counters, IdSource, Operator
 from cqlstream.engine.operators.basic import CONJUNCT_ORDER, FilterOp
@@ -106,7 +106,7 @@ class FilterHub(Operator):
                 mask = col == m.value
                 if valid is not None:
                     mask &= valid
-                out[id(m)] = b.take(mask)
+                out[id(m)] = _blanked(m, b).take(mask)
             return out
         idx = np.arange(len(b)) if valid is None else np.flatnonzero(valid)
         vals = col[idx]
@@ -116,7 +116,13 @@ class FilterHub(Operator):
         lo = np.searchsorted(sorted_vals, consts, side="left")
         hi = np.searchsorted(sorted_vals, consts, side="right")
         rows = idx[order]  # ascending within each equal-value run: ts order is kept
-        return {id(m): b.take(rows[lo[k] : hi[k]]) for k, m in enumerate(self.members) if hi[k] > lo[k]}
+        return {id(m): _blanked(m, b).take(rows[lo[k] : hi[k]]) for k, m in enumerate(self.members) if hi[k] > lo[k]}
+
+
+def _blanked(m: HubMember, b: Batch) -> Batch:
+    """`b` with the columns member `m` does not produce blanked (column pruning)."""
+    keep = m._blank_keep
+    return b if keep is None else blanked(b, m.output.types, keep)
 
 
 def _no_sampling_rate(m: HubMember, value: object) -> None:

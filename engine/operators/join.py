@@ -46,7 +46,7 @@ from cqlstream.cql.types import DataType
 from cqlstream.engine import knobs as K
 from cqlstream.engine.adaptive.cache_config import CACHING_KNOBS
 from cqlstream.engine.adaptive.config import MJOIN_KNOBS, AdaptiveConfig
-from cqlstream.engine.batch import Batch, combine_ids, concat, empty_column
+from cqlstream.engine.batch import Batch, BlankedBatch, combine_ids, concat, empty_column, placeholder
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
 from cqlstream.engine.limits import reserve
@@ -666,6 +666,12 @@ class JoinOp(Operator):
             e.ea, e.eb = renumber(by_cid[e.cid].ea, at[e.a]), renumber(by_cid[e.cid].eb, at[e.b])
         self.theta = [(renumber(c, glob), own) for c, own in theta]
 
+    def produce_only(self, cols: frozenset[int] | None) -> bool:
+        """Gather only the output columns `cols` (engine/column_pruning.py); the state keeps
+        whole rows, so the choice can change at any call."""
+        self.produced = cols
+        return True
+
     def _narrowed(self, k: int, b: Batch) -> Batch:
         """Input k's rows with only the columns its state keeps (no copy)."""
         return b if self.kept is None else _narrow(b, self.kept[k])
@@ -1049,9 +1055,17 @@ class JoinOp(Operator):
             ts, sign = ts[o], sign[o]
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
+        # column pruning: only the output columns read above are gathered (not with k-Mon's
+        # kept columns, which blank columns themselves)
+        only = self.produced if self.kept is None else None
         for k, t in enumerate(tables):
             r = idx[k]
             for c in range(self.widths[k]):
+                if only is not None and self.offsets[k] + c not in only:
+                    v, m = placeholder(self.input_types[k][c], len(r))
+                    cols.append(v)
+                    nulls.append(m)
+                    continue
                 cols.append(t.b.cols[c][r])
                 msk = t.b.nulls[c]
                 msk = None if msk is None else msk[r]
@@ -1061,4 +1075,7 @@ class JoinOp(Operator):
         oid = tables[0].b.id[idx[0]]
         for k in range(1, self.n):
             oid = combine_ids(oid, tables[k].b.id[idx[k]])
+        if only is not None and len(only) < len(cols):
+            blank = frozenset(range(len(cols))) - only
+            return BlankedBatch(cols, nulls, ts, sign.astype(np.int8), oid, blank)
         return Batch(cols, nulls, ts, sign.astype(np.int8), oid)

@@ -36,7 +36,7 @@ from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
-from cqlstream.engine.batch import Batch, concat
+from cqlstream.engine.batch import Batch, BlankedBatch, concat, placeholder
 from cqlstream.engine.kernels import stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
@@ -129,6 +129,12 @@ class StreamJoinOp(Operator):
         return cls(
             ctx.inputs, ctx.output, ctx.ids, node.predicate, types, ctx.ev, node.now, ctx.options.compat, ctx.options
         )
+
+    def produce_only(self, cols: frozenset[int] | None) -> bool:
+        """Gather only the output columns `cols` (engine/column_pruning.py); the state keeps
+        whole rows, so the choice can change at any call."""
+        self.produced = cols
+        return True
 
     def state_bytes(self) -> int:
         return self.state.nbytes()
@@ -292,12 +298,19 @@ class StreamJoinOp(Operator):
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
         split = None if parts is None else _Split(rows, len(parts[0]))
+        n = len(p)
+        out = self.produced if only is None else None  # output rows: the columns read above
         for k in range(2):
             b, r = (s, p) if k == self.now else (xb, rows)
             for c in range(self.widths[k]):
                 if only is not None and self.offsets[k] + c not in only:
                     cols.append(b.cols[c][:0])
                     nulls.append(None)
+                    continue
+                if out is not None and self.offsets[k] + c not in out:
+                    v, m = placeholder(self.input_types[k][c], n)
+                    cols.append(v)
+                    nulls.append(m)
                     continue
                 if split is not None and k != self.now:
                     assert parts is not None
@@ -309,7 +322,9 @@ class StreamJoinOp(Operator):
                 msk = b.nulls[c]
                 msk = None if msk is None else msk[r]
                 nulls.append(msk if msk is not None and msk.any() else None)
-        n = len(p)
+        if out is not None and len(out) < len(cols):
+            blank = frozenset(range(len(cols))) - out
+            return BlankedBatch(cols, nulls, s.ts[p], np.ones(n, np.int8), np.zeros(n, np.uint64), blank)
         return Batch(cols, nulls, s.ts[p], np.ones(n, np.int8), np.zeros(n, np.uint64))
 
 

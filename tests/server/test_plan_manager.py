@@ -275,3 +275,48 @@ def test_query_replies_carry_the_bounded_memory_verdict(http):
         body = r.json()
         assert body["bounded_memory"] is want and body["bounded_memory_note"], body
         assert http.get(f"/queries/{body['id']}").json()["bounded_memory"] is want
+
+
+@pytest.mark.time_limit(60)
+def test_a_late_query_reading_a_column_the_running_join_did_not_fill(server, http):
+    """Column pruning over HTTP: the first query reads only S.B of its stream join, which then
+    fills no other column; a query registered after data that reads T.C is given a stream join of
+    its own, and from its complete_from on its results equal an in-process engine without pruning
+    fed alike."""
+    m = Mirror(http)
+    m.ref = Dsms(prune_columns=False)
+    for ddl in DDL:
+        m.source(ddl)
+    join = "from S [Now], T [Range 3] where S.A = T.A"
+    pushes = _batches(5)
+    half = len(pushes) // 2
+
+    def feed(part):
+        for name, rows in part:
+            m.push(name, rows)
+            if name == "T" and rows:
+                m.heartbeat(rows[-1]["ts"])
+
+    first = m.query(f"select rstream(S.B) {join}")["id"]
+    feed(pushes[:half])
+    # (not m.query: its own copy starts later than the mirror's shared one, so complete_from differs)
+    late = http.post("/queries", json={"cql": f"select rstream(S.A, T.C) {join}"}).json()
+    h = m.ref.register_query(f"select rstream(S.A, T.C) {join}")
+    assert h.id == late["id"] and h.complete_from is not None and late["complete_from"] >= h.complete_from
+    m.subs[h.id], m.seen[h.id] = m.ref.subscribe(h.id), []
+    joins = [n for n in http.get("/plan").json()["nodes"] if "join" in n.get("type", "")]
+    assert len(joins) == 2, joins
+    assert any("produced rows without columns this query reads" in j["note"] for j in joins), joins
+    rd = _Reader(server.url, late["id"], "ndjson", {"until": END})
+    rd.start()
+    assert rd.ready.wait(10) and rd.error is None and rd.status == 200, (rd.error, rd.status)
+    feed(pushes[half:])
+    m.heartbeat(END + 1)
+    rd.join(20)
+    assert not rd.is_alive() and rd.error is None, rd.error
+    elems, _ = ndjson(rd.text)
+    cf = late["complete_from"]
+    assert cf is not None and cf < END
+    got = Counter(e for e in elems if e[0] >= cf)
+    assert got == Counter(e for e in m.seen[late["id"]] if cf <= e[0] <= END)
+    assert sum(got.values()) > 0 and m.seen[first]
