@@ -16,7 +16,9 @@ from cqlstream.engine.aggregates.quantities import Quantity, Totals
 @dataclass
 class Cells:
     """One batch, prepared. Event arrays are in arrival order unless named s* (sorted by
-    (gid, ts): `order` maps sorted positions to events); cell arrays have one entry per cell."""
+    (gid, ts): `order` maps sorted positions to events); cell arrays have one entry per cell.
+    (A probed operator whose values are all read off totals cuts cells per probe interval, not
+    per instant: AggregateOp's module docstring.)"""
 
     n: int  # events
     order: np.ndarray  # sorted position → event

@@ -39,7 +39,11 @@ probe instant, up to and including the next; the last interval of a call ends at
 bound): each is compared with the group's previous such cell, so a group emits its net change
 over the interval at its last change in it. The relation is then exact at every probe instant
 and at the end of every call, with the live rows inserted at the same instants, in the same
-order, as without the probe.
+order, as without the probe. When every aggregate's value at a cell is read off the additive
+totals there (count, sum, avg without DISTINCT: `AggregateStrategy.interval_cells`), step 2 cuts
+the events into (group, probe interval) cells at once: the cells inside an interval, never
+compared, are not built, nor their totals and values (Linear Road's SMAvgRel and VolSM: ~1/16 of
+the cells). Each such cell ends at the same event, so its totals and values are the same.
 
 With a HAVING predicate (`Aggregate.having`, cql/logical/rewrites/having_in_aggregate.py: a
 selection over the output moved in), emission keeps only the rows the predicate holds for — the
@@ -79,7 +83,7 @@ from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import run_ends, sorted_order
 from cqlstream.engine.operators.aggregate_parts import MULTISET_LOCK, part_cuts, run_parts
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
-from cqlstream.engine.operators.probe_intervals import interval_ends
+from cqlstream.engine.operators.probe_intervals import interval_ends, interval_of
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -166,6 +170,9 @@ class AggregateOp(Operator):
         self.scalar_row = not self.keys and not compat  # one row at every instant from t0
         self.need_init = self.scalar_row
         self.stateful = [s for s in self.strategies if s.stateful]
+        # probed: cells per probe interval rather than per instant (`_changes`), when every value is
+        # read off the quantities' totals at a cell's end (no multisets: their cells are instants)
+        self.interval_cells = not self.multisets and all(s.interval_cells for s in self.strategies)
         self.state = self._new_state()
         self.probed = len(inputs) == 2  # input 1: the probe stream (module docstring)
         if self.probed:  # the join reading the output probes at every instant of it: never shed
@@ -270,9 +277,13 @@ class AggregateOp(Operator):
         gstart = np.empty(n, bool)
         gstart[0] = True
         np.not_equal(sg[1:], sg[:-1], out=gstart[1:])
+        # with a probe and values read off totals only, a cell is a group's run of events within one
+        # probe interval: its end is the interval's last cell, the only one compared (step 6)
+        runs = ev.probe_ts is not None and self.interval_cells
+        cut = interval_of(sts, ev.probe_ts) if runs else sts
         cend = np.empty(n, bool)
         cend[-1] = True
-        np.not_equal(sts[1:], sts[:-1], out=cend[:-1])
+        np.not_equal(cut[1:], cut[:-1], out=cend[:-1])
         cend[:-1] |= gstart[1:]
         seg = np.cumsum(gstart)
         seg -= 1
@@ -317,7 +328,7 @@ class AggregateOp(Operator):
         rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
         exists = np.ones(ncells, bool) if self.scalar_row else rows > 0
         outs = [s.values(cx) for s in self.strategies]
-        em = None if ev.probe_ts is None else interval_ends(cell_g, cell_ts, ev.probe_ts)
+        em = None if ev.probe_ts is None or runs else interval_ends(cell_g, cell_ts, ev.probe_ts)
         if em is not None:  # only the cells ending a probe interval of their group are compared
             cell_g, cell_ts, exists = cell_g.take(em), cell_ts.take(em), exists.take(em)
             outs = [(v.take(em), nl.take(em)) for v, nl in outs]
@@ -415,9 +426,9 @@ class AggregateOp(Operator):
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
-        cts = cell_ts if k == len(cell_ts) else cell_ts[chg]
+        cts = cell_ts if k == len(cell_ts) else cell_ts.take(chg)
         tmin = int(cts.min())
-        g = cell_g if k == len(cell_g) else cell_g[chg]
+        g = cell_g if k == len(cell_g) else cell_g.take(chg)
         st = self.state  # key values are gathered now: the state's arrays change after this call
         rec = ChangeRows(
             ts=cts - tmin,
@@ -425,7 +436,7 @@ class AggregateOp(Operator):
             tmax=int(cts.max()),
             dels=del_mask,
             ins=ins_mask,
-            keys=[kvals[g] for kvals in st.key_vals],
+            keys=[kvals.take(g) for kvals in st.key_vals],
             key_nulls=[st.key_null(i, g) for i in range(len(st.key_vals))],
             cell=chg,
             old=prevs,
@@ -450,15 +461,15 @@ class AggregateOp(Operator):
         read = self.having_cols
         n = len(dc) + len(ic)
         nk = len(self.state.key_vals)
-        g = cell_g[np.concatenate([dc, ic])] if any(j < nk for j in read) else dc[:0]  # groups: for key columns
+        g = cell_g.take(np.concatenate([dc, ic])) if any(j < nk for j in read) else dc[:0]  # groups: for key columns
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
         for j, kv in enumerate(self.state.key_vals):
-            cols.append(kv[g] if j in read else kv[:0])
+            cols.append(kv.take(g) if j in read else kv[:0])
             nulls.append(self.state.key_null(j, g) if j in read else None)
         for j, ((v, nl), (pv, pn)) in enumerate(zip(outs, prevs), len(cols)):
-            cols.append(np.concatenate([pv[dc], v[ic]]) if j in read else v[:0])
-            nulls.append(np.concatenate([pn[dc], nl[ic]]) if j in read else None)
+            cols.append(np.concatenate([pv.take(dc), v.take(ic)]) if j in read else v[:0])
+            nulls.append(np.concatenate([pn.take(dc), nl.take(ic)]) if j in read else None)
         nulls = [None if m is None or not m.any() else m for m in nulls]
         # no instants, signs or ids are read: read-only broadcasts, not three arrays of n
         rows = Batch(cols, nulls, *(np.broadcast_to(dt(v), (n,)) for dt, v in _HAVING_META))
@@ -500,9 +511,9 @@ class AggregateOp(Operator):
         not the history of keys (vectorized, amortized O(1))."""
         n = self.gkeys.n
         st = self.state
-        kv = [a[live] for a in st.key_vals]
-        kn = [a[live] for a in st.key_nulls]
-        fresh, newg = self.gkeys.compacted(live, kv, [m if m.any() else None for m in kn])
+        kv = [a.take(live) for a in st.key_vals]
+        kn = [a.take(live) if seen else None for a, seen in zip(st.key_nulls, st.null_keys)]
+        fresh, newg = self.gkeys.compacted(live, kv, [None if m is None or not m.any() else m for m in kn])
         remap = np.full(n, -1, np.int64)
         remap[live] = newg
         # capacity: up to 8x the live groups, as much as the arrays had (they just held n ids), so the
