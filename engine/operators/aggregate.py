@@ -455,7 +455,7 @@ class AggregateOp(Operator):
         assert self.having is not None
         cell_g, chg, del_mask, ins_mask, outs, prevs = ch.cell_g, ch.chg, ch.del_mask, ch.ins_mask, ch.outs, ch.prevs
         di, ii = np.flatnonzero(del_mask), np.flatnonzero(ins_mask)
-        dc, ic = chg.take(di), chg.take(ii)
+        dc, ic = (di, ii) if len(chg) == len(cell_g) else (chg.take(di), chg.take(ii))  # every cell changes: same
         if not (len(dc) + len(ic)):
             return del_mask, ins_mask
         read = self.having_cols
