@@ -89,13 +89,13 @@ def cell_totals(
         w = WEIGHTS[q.measure](q, cx)
         if q.floating:
             cx.totals[q] = fsum_cells(
-                w.astype(np.float64, copy=False), cx.ce, cx.cell_gs, state.fsum_hi[q][cg], state.fsum_lo[q][cg]
+                w.astype(np.float64, copy=False), cx.ce, cx.group_base, state.fsum_hi[q][cg], state.fsum_lo[q][cg]
             )
         else:
             cs = np.empty(cx.n + 1, np.int64)
             cs[0] = 0
             np.cumsum(w, out=cs[1:])
             ends = cs[1:] if cx.ncells == cx.n else cs.take(cx.ce + 1)  # every event ends a cell: no gather
-            deltas[q] = d = ends - cs.take(cx.cell_gs)
+            deltas[q] = d = ends - cx.group_base(ends)
             cx.totals[q] = tot = state.totals[q].take(cg)
             tot += d

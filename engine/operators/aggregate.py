@@ -280,19 +280,23 @@ class AggregateOp(Operator):
         # with a probe and values read off totals only, a cell is a group's run of events within one
         # probe interval: its end is the interval's last cell, the only one compared (step 6)
         runs = ev.probe_ts is not None and self.interval_cells
-        cut = interval_of(sts, ev.probe_ts) if runs else sts
+        cut = interval_of(sts, ev.probe_ts) if ev.probe_ts is not None and runs else sts
         cend = np.empty(n, bool)
         cend[-1] = True
         np.not_equal(cut[1:], cut[:-1], out=cend[:-1])
         cend[:-1] |= gstart[1:]
-        seg = np.cumsum(gstart)
-        seg -= 1
-        gs = np.flatnonzero(gstart)
         if n and cend.all():  # every cell one event (a window's groups, mostly): no gathers at cell ends
-            ce, cell_g, cell_ts, cell_gs = np.arange(n, dtype=np.int64), sg, sts, gs.take(seg)
+            ce, cell_g, cell_ts = np.arange(n, dtype=np.int64), sg, sts
         else:
             ce = np.flatnonzero(cend)
-            cell_g, cell_ts, cell_gs = sg.take(ce), sts.take(ce), gs.take(seg.take(ce))
+            cell_g, cell_ts = sg.take(ce), sts.take(ce)
+        same = np.zeros(len(ce), bool)  # the cell's group is the previous cell's
+        np.equal(cell_g[1:], cell_g[:-1], out=same[1:])
+        first = None  # per cell, its group's first cell (Cells.group_base)
+        if same.any():
+            first = np.arange(len(ce), dtype=np.int64)
+            first[same] = 0
+            np.maximum.accumulate(first, out=first)
         cx = Cells(
             n=n,
             order=order,
@@ -301,7 +305,7 @@ class AggregateOp(Operator):
             ce=ce,
             cell_g=cell_g,
             cell_ts=cell_ts,
-            cell_gs=cell_gs,  # first sorted position of the cell's group
+            first=first,
             ev=ev,
             ssign=sign.take(order),
         )
@@ -336,8 +340,9 @@ class AggregateOp(Operator):
 
         # 6. changes against the previous cell of the group (or the carried row)
         # (in place: the gathers from the carried state are fresh arrays; cells of one group are adjacent)
-        same = np.zeros(ncells, bool)
-        np.equal(cell_g[1:], cell_g[:-1], out=same[1:])
+        if em is not None:  # the compared cells only
+            same = np.zeros(ncells, bool)
+            np.equal(cell_g[1:], cell_g[:-1], out=same[1:])
         # the cells after a cell of their group take its values as their previous ones
         follow = _Follow(same)
         prev_exists = state.exists.take(cell_g)
