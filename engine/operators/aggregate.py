@@ -279,8 +279,9 @@ class AggregateOp(Operator):
         np.not_equal(sg[1:], sg[:-1], out=gstart[1:])
         # with a probe and values read off totals only, a cell is a group's run of events within one
         # probe interval: its end is the interval's last cell, the only one compared (step 6)
-        runs = ev.probe_ts is not None and self.interval_cells
-        cut = interval_of(sts, ev.probe_ts) if ev.probe_ts is not None and runs else sts
+        runs_of = ev.probe_ts if self.interval_cells else None
+        runs = runs_of is not None
+        cut = sts if runs_of is None else interval_of(sts, runs_of)
         cend = np.empty(n, bool)
         cend[-1] = True
         np.not_equal(cut[1:], cut[:-1], out=cend[:-1])
