@@ -391,7 +391,7 @@ class AggregateOp(Operator):
             on[G] = nl.take(lastc)
         ins = np.flatnonzero(ch.ins_mask)  # positions: cheaper than the mixed mask, used twice
         if len(ins):
-            ig = cell_g.take(ch.chg.take(ins))
+            ig = cell_g.take(ins if len(ch.chg) == len(cell_g) else ch.chg.take(ins))  # every cell changes: same
             last_ins = run_ends(ig)
             state.row_id[ig.take(last_ins)] = nid.take(ins.take(last_ins))
         full_last = lastc if ch.em is None else ch.em.take(lastc)  # the same cells, numbered among all cells
