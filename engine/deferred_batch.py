@@ -194,7 +194,7 @@ class ChangeRows:
         """(the cells in ts order (stable), the kept slots of the (del, ins) pairs laid out in
         that order, or None when every cell has both rows)."""
         o = stable_order(self.ts, 0, self.tmax - self.tmin)
-        dm, im = self.dels[o], self.ins[o]
+        dm, im = self.dels.take(o), self.ins.take(o)
         if dm.all() and im.all():
             return o, None
         keep = np.empty((len(o), 2), bool)
@@ -210,7 +210,7 @@ class ChangeRows:
         out[:, 0] = a
         out[:, 1] = b
         flat = out.reshape(-1)
-        return flat if slot is None else flat[slot]
+        return flat if slot is None else flat.take(slot)
 
     def expand(self) -> Rows:
         """The rows: key columns, then value columns; signs. The cells are put in ts order, each
@@ -219,21 +219,21 @@ class ChangeRows:
         writes: this runs on every output row."""
         o, slot = self.layout
         pick = self._pick
-        c = self.cell[o]  # cells in output order
+        c = self.cell.take(o)  # cells in output order (take: faster than a fancy index)
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
-        half = None if slot is None else o[slot >> 1]  # per kept row its cell, in the operator's order
+        half = None if slot is None else o.take(slot >> 1)  # per kept row its cell, in the operator's order
         for kv, km in zip(self.keys, self.key_nulls):
             if half is None:  # every cell has both rows: strided writes
-                kv = kv[o]
+                kv = kv.take(o)
                 cols.append(pick(kv, kv, kv.dtype))
-                nulls.append(None if km is None else pick(km[o], km[o], bool))
+                nulls.append(None if km is None else pick(km.take(o), km.take(o), bool))
             else:
-                cols.append(kv[half])
-                nulls.append(None if km is None else km[half])
+                cols.append(kv.take(half))
+                nulls.append(None if km is None else km.take(half))
         for (pv, pn), (v, nl) in zip(self.old, self.new):
-            cols.append(pick(pv[c], v[c], v.dtype))
-            pm, nm = pn[c], nl[c]
+            cols.append(pick(pv.take(c), v.take(c), v.dtype))
+            pm, nm = pn.take(c), nl.take(c)
             m = pick(pm, nm, bool) if (pm.any() or nm.any()) else None
             nulls.append(m if m is not None and m.any() else None)
         return cols, nulls, pick(-1, 1, np.int8)
@@ -241,7 +241,7 @@ class ChangeRows:
     def ids(self) -> np.ndarray:
         """The rows' ids: the old row's for a `−`, the new row's for a `+`."""
         o = self.layout[0]
-        return self._pick(self.old_id[o], self.new_id[o], np.uint64)
+        return self._pick(self.old_id.take(o), self.new_id.take(o), np.uint64)
 
 
 def build_now(batches: list[Batch]) -> None:

@@ -22,6 +22,8 @@ from cqlstream.engine.aggregates.strategy import AggregateStrategy
 class Count(AggregateStrategy):
     """count(*) (the group's row count), count(x) and count(DISTINCT x): never NULL."""
 
+    interval_cells = True
+
     def __init__(self, call: AggCall, ai: int):
         super().__init__(call, ai)
         self.total = ROWS if call.arg is None else Quantity("count", ai, call.distinct)
@@ -40,6 +42,8 @@ class Sum(AggregateStrategy):
     the range and came back); the same sum carried as a compensated float (`shadow`) tells the
     two apart: when the true sum fits, the two differ by rounding only; when it does not, the
     wrapped int64 is a multiple of 2^64 away from it."""
+
+    interval_cells = True
 
     def __init__(self, call: AggCall, ai: int):
         super().__init__(call, ai)

@@ -25,7 +25,7 @@ class Changes:
     outs: list[tuple[np.ndarray, np.ndarray]]  # per aggregate: (values, NULL) after each cell
     prevs: list[tuple[np.ndarray, np.ndarray]]  # ... before it
     same: np.ndarray  # the cell's group is the previous cell's
-    em: np.ndarray | None  # probe: the compared cells among all cells
+    em: np.ndarray | None  # probe: the compared cells among all cells (None: cells cut per probe interval)
     rows: np.ndarray  # the ROWS total at every cell (all cells)
     chg: np.ndarray  # cells whose group's row changes
     del_mask: np.ndarray  # per changed cell: a row existed before (a `−`)

@@ -7,6 +7,8 @@ deletes do not drift (in practice the correctly rounded sum `math.fsum` gives).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -19,10 +21,15 @@ def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fsum_cells(
-    x: np.ndarray, ce: np.ndarray, cell_gs: np.ndarray, carry_hi: np.ndarray, carry_lo: np.ndarray
+    x: np.ndarray,
+    ce: np.ndarray,
+    group_base: Callable[[np.ndarray], np.ndarray],
+    carry_hi: np.ndarray,
+    carry_lo: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Compensated segmented sums of float64 `x` (sorted by group) at the cell ends, plus the
-    carried (hi, lo) totals: returns (hi, lo) per cell. (The prefix sums are built after a
+    """Compensated segmented sums of float64 `x` (sorted by group) at the cell ends `ce`, plus the
+    carried (hi, lo) totals: returns (hi, lo) per cell. `group_base` gives, from a prefix sum's
+    values at the cell ends, its values before each cell's group (`Cells.group_base`). (The prefix sums are built after a
     leading 0, so the previous sums and the padded ones are views, and the error terms are
     computed in place: the same operations in the same order as the plain formulas.)"""
     n = len(x)
@@ -45,9 +52,9 @@ def fsum_cells(
         whole = len(ce) == n  # every event ends a cell: ce + 1 is 1..n
         end_s = s if whole else sp.take(ce + 1)
         end_c = cp[1:] if whole else cp.take(ce + 1)
-        d, e1 = two_sum(end_s, -sp.take(cell_gs))
+        d, e1 = two_sum(end_s, -group_base(end_s))
         hi, e2 = two_sum(d, carry_hi)
-        lo = (e1 + e2) + (end_c - cp.take(cell_gs)) + carry_lo
+        lo = (e1 + e2) + (end_c - group_base(end_c)) + carry_lo
         hi, lo = two_sum(hi, lo)
         lo = np.where(np.isfinite(lo), lo, 0.0)
     return hi, lo

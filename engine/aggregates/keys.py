@@ -185,7 +185,7 @@ class IntInterner:
             return
         dead = np.zeros(self.n, bool)
         dead[ids] = True
-        gone = dead[self.ids]
+        gone = dead.take(self.ids)
         t = self.table
         if t is not None:
             t[self.keys[gone] - self.lo] = -1

@@ -53,8 +53,8 @@ def _rows(q: Quantity, cx: Cells) -> np.ndarray:
 
 def _count(q: Quantity, cx: Cells) -> np.ndarray:
     if q.distinct:
-        return cx.trans[q.ai][cx.order]
-    return cx.ssign * cx.ev.an[q.ai][cx.order]
+        return cx.trans[q.ai].take(cx.order)
+    return cx.ssign * cx.ev.an[q.ai].take(cx.order)
 
 
 def _sum(q: Quantity, cx: Cells) -> np.ndarray:
@@ -63,7 +63,7 @@ def _sum(q: Quantity, cx: Cells) -> np.ndarray:
     if q.floating:  # also an integer argument's float sum: -(-2^63) must not wrap
         av = av.astype(np.float64, copy=False)
     x = (np.where(cx.ev.an[q.ai], av, 0) if cx.ev.nulls_in[q.ai] else av) * weight
-    return x[cx.order]
+    return x.take(cx.order)
 
 
 # measure → the per-event weights (in (gid, ts) order) whose cumulative sum is the quantity
@@ -89,13 +89,13 @@ def cell_totals(
         w = WEIGHTS[q.measure](q, cx)
         if q.floating:
             cx.totals[q] = fsum_cells(
-                w.astype(np.float64), cx.ce, cx.cell_gs, state.fsum_hi[q][cg], state.fsum_lo[q][cg]
+                w.astype(np.float64, copy=False), cx.ce, cx.group_base, state.fsum_hi[q][cg], state.fsum_lo[q][cg]
             )
         else:
             cs = np.empty(cx.n + 1, np.int64)
             cs[0] = 0
             np.cumsum(w, out=cs[1:])
             ends = cs[1:] if cx.ncells == cx.n else cs.take(cx.ce + 1)  # every event ends a cell: no gather
-            deltas[q] = d = ends - cs.take(cx.cell_gs)
+            deltas[q] = d = ends - cx.group_base(ends)
             cx.totals[q] = tot = state.totals[q].take(cg)
             tot += d

@@ -28,6 +28,9 @@ class AggregateStrategy(ABC):
     distinct_arg: bool = False
     extremes: tuple[str, ...] = ()
     stateful = False
+    # its value at a cell is read off the quantities' totals there alone (not the cells before it
+    # in the batch), so a probed operator may make a cell of a group's whole probe interval
+    interval_cells = False
 
     def __init__(self, call: AggCall, ai: int):
         self.call = call

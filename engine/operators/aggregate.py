@@ -39,7 +39,11 @@ probe instant, up to and including the next; the last interval of a call ends at
 bound): each is compared with the group's previous such cell, so a group emits its net change
 over the interval at its last change in it. The relation is then exact at every probe instant
 and at the end of every call, with the live rows inserted at the same instants, in the same
-order, as without the probe.
+order, as without the probe. When every aggregate's value at a cell is read off the additive
+totals there (count, sum, avg without DISTINCT: `AggregateStrategy.interval_cells`), step 2 cuts
+the events into (group, probe interval) cells at once: the cells inside an interval, never
+compared, are not built, nor their totals and values (Linear Road's SMAvgRel and VolSM: ~1/16 of
+the cells). Each such cell ends at the same event, so its totals and values are the same.
 
 With a HAVING predicate (`Aggregate.having`, cql/logical/rewrites/having_in_aggregate.py: a
 selection over the output moved in), emission keeps only the rows the predicate holds for — the
@@ -79,7 +83,7 @@ from cqlstream.engine.exprs import Evaluator
 from cqlstream.engine.kernels import run_ends, sorted_order
 from cqlstream.engine.operators.aggregate_parts import MULTISET_LOCK, part_cuts, run_parts
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
-from cqlstream.engine.operators.probe_intervals import interval_ends
+from cqlstream.engine.operators.probe_intervals import interval_ends, interval_of
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -166,6 +170,9 @@ class AggregateOp(Operator):
         self.scalar_row = not self.keys and not compat  # one row at every instant from t0
         self.need_init = self.scalar_row
         self.stateful = [s for s in self.strategies if s.stateful]
+        # probed: cells per probe interval rather than per instant (`_changes`), when every value is
+        # read off the quantities' totals at a cell's end (no multisets: their cells are instants)
+        self.interval_cells = not self.multisets and all(s.interval_cells for s in self.strategies)
         self.state = self._new_state()
         self.probed = len(inputs) == 2  # input 1: the probe stream (module docstring)
         if self.probed:  # the join reading the output probes at every instant of it: never shed
@@ -270,18 +277,27 @@ class AggregateOp(Operator):
         gstart = np.empty(n, bool)
         gstart[0] = True
         np.not_equal(sg[1:], sg[:-1], out=gstart[1:])
+        # with a probe and values read off totals only, a cell is a group's run of events within one
+        # probe interval: its end is the interval's last cell, the only one compared (step 6)
+        runs_of = ev.probe_ts if self.interval_cells else None
+        runs = runs_of is not None
+        cut = sts if runs_of is None else interval_of(sts, runs_of)
         cend = np.empty(n, bool)
         cend[-1] = True
-        np.not_equal(sts[1:], sts[:-1], out=cend[:-1])
+        np.not_equal(cut[1:], cut[:-1], out=cend[:-1])
         cend[:-1] |= gstart[1:]
-        seg = np.cumsum(gstart)
-        seg -= 1
-        gs = np.flatnonzero(gstart)
         if n and cend.all():  # every cell one event (a window's groups, mostly): no gathers at cell ends
-            ce, cell_g, cell_ts, cell_gs = np.arange(n, dtype=np.int64), sg, sts, gs.take(seg)
+            ce, cell_g, cell_ts = np.arange(n, dtype=np.int64), sg, sts
         else:
             ce = np.flatnonzero(cend)
-            cell_g, cell_ts, cell_gs = sg.take(ce), sts.take(ce), gs.take(seg.take(ce))
+            cell_g, cell_ts = sg.take(ce), sts.take(ce)
+        same = np.zeros(len(ce), bool)  # the cell's group is the previous cell's
+        np.equal(cell_g[1:], cell_g[:-1], out=same[1:])
+        first = None  # per cell, its group's first cell (Cells.group_base)
+        if same.any():
+            first = np.arange(len(ce), dtype=np.int64)
+            first[same] = 0
+            np.maximum.accumulate(first, out=first)
         cx = Cells(
             n=n,
             order=order,
@@ -290,7 +306,7 @@ class AggregateOp(Operator):
             ce=ce,
             cell_g=cell_g,
             cell_ts=cell_ts,
-            cell_gs=cell_gs,  # first sorted position of the cell's group
+            first=first,
             ev=ev,
             ssign=sign.take(order),
         )
@@ -317,7 +333,7 @@ class AggregateOp(Operator):
         rows = cast(np.ndarray, cx.totals[ROWS])  # ROWS counts: one int64 array, never a float pair
         exists = np.ones(ncells, bool) if self.scalar_row else rows > 0
         outs = [s.values(cx) for s in self.strategies]
-        em = None if ev.probe_ts is None else interval_ends(cell_g, cell_ts, ev.probe_ts)
+        em = None if ev.probe_ts is None or runs else interval_ends(cell_g, cell_ts, ev.probe_ts)
         if em is not None:  # only the cells ending a probe interval of their group are compared
             cell_g, cell_ts, exists = cell_g.take(em), cell_ts.take(em), exists.take(em)
             outs = [(v.take(em), nl.take(em)) for v, nl in outs]
@@ -325,8 +341,9 @@ class AggregateOp(Operator):
 
         # 6. changes against the previous cell of the group (or the carried row)
         # (in place: the gathers from the carried state are fresh arrays; cells of one group are adjacent)
-        same = np.zeros(ncells, bool)
-        np.equal(cell_g[1:], cell_g[:-1], out=same[1:])
+        if em is not None:  # the compared cells only
+            same = np.zeros(ncells, bool)
+            np.equal(cell_g[1:], cell_g[:-1], out=same[1:])
         # the cells after a cell of their group take its values as their previous ones
         follow = _Follow(same)
         prev_exists = state.exists.take(cell_g)
@@ -374,7 +391,7 @@ class AggregateOp(Operator):
             on[G] = nl.take(lastc)
         ins = np.flatnonzero(ch.ins_mask)  # positions: cheaper than the mixed mask, used twice
         if len(ins):
-            ig = cell_g.take(ch.chg.take(ins))
+            ig = cell_g.take(ins if len(ch.chg) == len(cell_g) else ch.chg.take(ins))  # every cell changes: same
             last_ins = run_ends(ig)
             state.row_id[ig.take(last_ins)] = nid.take(ins.take(last_ins))
         full_last = lastc if ch.em is None else ch.em.take(lastc)  # the same cells, numbered among all cells
@@ -415,9 +432,9 @@ class AggregateOp(Operator):
         k = len(chg)
         if not k or not (del_mask.any() or ins_mask.any()):
             return Batch.empty(self.out_types)
-        cts = cell_ts if k == len(cell_ts) else cell_ts[chg]
+        cts = cell_ts if k == len(cell_ts) else cell_ts.take(chg)
         tmin = int(cts.min())
-        g = cell_g if k == len(cell_g) else cell_g[chg]
+        g = cell_g if k == len(cell_g) else cell_g.take(chg)
         st = self.state  # key values are gathered now: the state's arrays change after this call
         rec = ChangeRows(
             ts=cts - tmin,
@@ -425,7 +442,7 @@ class AggregateOp(Operator):
             tmax=int(cts.max()),
             dels=del_mask,
             ins=ins_mask,
-            keys=[kvals[g] for kvals in st.key_vals],
+            keys=[kvals.take(g) for kvals in st.key_vals],
             key_nulls=[st.key_null(i, g) for i in range(len(st.key_vals))],
             cell=chg,
             old=prevs,
@@ -444,21 +461,21 @@ class AggregateOp(Operator):
         assert self.having is not None
         cell_g, chg, del_mask, ins_mask, outs, prevs = ch.cell_g, ch.chg, ch.del_mask, ch.ins_mask, ch.outs, ch.prevs
         di, ii = np.flatnonzero(del_mask), np.flatnonzero(ins_mask)
-        dc, ic = chg.take(di), chg.take(ii)
+        dc, ic = (di, ii) if len(chg) == len(cell_g) else (chg.take(di), chg.take(ii))  # every cell changes: same
         if not (len(dc) + len(ic)):
             return del_mask, ins_mask
         read = self.having_cols
         n = len(dc) + len(ic)
         nk = len(self.state.key_vals)
-        g = cell_g[np.concatenate([dc, ic])] if any(j < nk for j in read) else dc[:0]  # groups: for key columns
+        g = cell_g.take(np.concatenate([dc, ic])) if any(j < nk for j in read) else dc[:0]  # groups: for key columns
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
         for j, kv in enumerate(self.state.key_vals):
-            cols.append(kv[g] if j in read else kv[:0])
+            cols.append(kv.take(g) if j in read else kv[:0])
             nulls.append(self.state.key_null(j, g) if j in read else None)
         for j, ((v, nl), (pv, pn)) in enumerate(zip(outs, prevs), len(cols)):
-            cols.append(np.concatenate([pv[dc], v[ic]]) if j in read else v[:0])
-            nulls.append(np.concatenate([pn[dc], nl[ic]]) if j in read else None)
+            cols.append(np.concatenate([pv.take(dc), v.take(ic)]) if j in read else v[:0])
+            nulls.append(np.concatenate([pn.take(dc), nl.take(ic)]) if j in read else None)
         nulls = [None if m is None or not m.any() else m for m in nulls]
         # no instants, signs or ids are read: read-only broadcasts, not three arrays of n
         rows = Batch(cols, nulls, *(np.broadcast_to(dt(v), (n,)) for dt, v in _HAVING_META))
@@ -500,9 +517,9 @@ class AggregateOp(Operator):
         not the history of keys (vectorized, amortized O(1))."""
         n = self.gkeys.n
         st = self.state
-        kv = [a[live] for a in st.key_vals]
-        kn = [a[live] for a in st.key_nulls]
-        fresh, newg = self.gkeys.compacted(live, kv, [m if m.any() else None for m in kn])
+        kv = [a.take(live) for a in st.key_vals]
+        kn = [a.take(live) if seen else None for a, seen in zip(st.key_nulls, st.null_keys)]
+        fresh, newg = self.gkeys.compacted(live, kv, [None if m is None or not m.any() else m for m in kn])
         remap = np.full(n, -1, np.int64)
         remap[live] = newg
         # capacity: up to 8x the live groups, as much as the arrays had (they just held n ids), so the

@@ -21,13 +21,13 @@ def interval_ends(key: np.ndarray, ts: np.ndarray, probe_ts: np.ndarray) -> np.n
     n = len(key)
     last = np.ones(n, bool)
     if n > 1:
-        k = _interval_of(ts, probe_ts)
+        k = interval_of(ts, probe_ts)
         np.not_equal(key[1:], key[:-1], out=last[:-1])
         last[:-1] |= k[1:] != k[:-1]
     return np.flatnonzero(last)
 
 
-def _interval_of(ts: np.ndarray, probe_ts: np.ndarray) -> np.ndarray:
+def interval_of(ts: np.ndarray, probe_ts: np.ndarray) -> np.ndarray:
     """The probe interval of every instant `ts`: the number of probe instants before it (a change
     at a probe instant belongs to the interval ending there). Over a narrow span of instants (a
     batch spans minutes, with tens of thousands of changes), a table per instant and one gather
