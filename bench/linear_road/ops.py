@@ -32,10 +32,11 @@ def _all_operator_classes() -> list[type[Operator]]:
 
     for module, _ in OPERATORS.values():
         importlib.import_module(f"cqlstream.engine.operators.{module}")
-    try:
-        importlib.import_module("cqlstream.engine.operators.band_join")
-    except ImportError:  # a tree from before the band join
-        pass
+    for extra in ("band_join", "range_distinct"):  # operators the registry does not name
+        try:
+            importlib.import_module(f"cqlstream.engine.operators.{extra}")
+        except ImportError:  # a tree from before them
+            pass
     out, todo = [], [Operator]
     while todo:
         c = todo.pop()
