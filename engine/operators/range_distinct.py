@@ -33,7 +33,6 @@ import numpy as np
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, empty_column
-from cqlstream.engine.kernels import stable_order
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
 from cqlstream.engine.operators.valuecount import ValueTable, _derived_ids
@@ -207,13 +206,13 @@ class RangeDistinctOp(Operator):
         if k:
             self.fifo_at, self.fifo_slot = self.fifo_at[k:], self.fifo_slot[k:]
         ev = self._arrivals(b, bound) if len(b) else _Events.empty()
+        lv_slot, lv_at = _EMPTY_I, _EMPTY_I
         if k:  # after the arrivals updated `last`: an entry is current iff its value did not arrive since
             cur = np.flatnonzero(t.last.take(f_slot) + life == f_at)
             if len(cur):
-                s = f_slot.take(cur)
-                ev = ev.with_leaving(s, f_at.take(cur), t)
-                t.forget(s)
-        out = self._emit(ev, b, inputs[1].ts if self.probed else None)
+                lv_slot, lv_at = f_slot.take(cur), f_at.take(cur)
+        out = self._emit(ev, lv_slot, lv_at, b, inputs[1].ts if self.probed else None)
+        t.forget(lv_slot)
         self.arrived += len(b)
         return out
 
@@ -250,71 +249,98 @@ class RangeDistinctOp(Operator):
         gap = st > prev + life  # the value is absent just before this row's instant: `+`
         new_instant = np.where(st != prev, np.arange(n, dtype=np.int64), 0)
         first_at = np.maximum.accumulate(new_instant)  # first row of each row's (value, instant)
-        # runs: start at a value's first row or at a gap
-        rs_m = gap | heads
-        rs = np.flatnonzero(rs_m)
+        vend = np.empty(nv, np.int64)  # each value's last row
+        vend[:-1] = hix[1:] - 1
+        vend[-1] = n - 1
+        q = st.take(vend)  # each value's last instant
+        tail = q + life <= bound  # gone by `bound`
+        head_gap = gap.take(hix)
+        old = (a0 != _NEVER) & head_gap  # the stay from before the call ends within it
+        inner = np.count_nonzero(gap) - np.count_nonzero(head_gap)  # gaps within values' rows
+        if not inner:  # one run per value (e.g. a window long beside the value's re-arrivals)
+            run_v = None
+            rs, re, plus, minus, vfirst = hix, vend, head_gap, tail, None
+            serial = base - 1 + plus
+        else:
+            rs = np.flatnonzero(gap | heads)  # runs start at a value's first row or at a gap
+            nr = len(rs)
+            re = np.empty(nr, np.int64)  # last row of each run
+            re[:-1] = rs[1:] - 1
+            re[-1] = n - 1
+            run_v = np.cumsum(heads).take(rs) - 1  # value of each run
+            plus = gap.take(rs)
+            last_run = np.empty(nr, bool)  # the value's last run
+            last_run[:-1] = heads.take(rs[1:])
+            last_run[-1] = True
+            minus = ~last_run
+            minus[last_run] = tail
+            # serial of each run's copy: the value's next serial, plus the runs with `+` up to it, − 1
+            vfirst = np.flatnonzero(last_run[:-1]) + 1  # each value's first run
+            vfirst = np.r_[0, vfirst]
+            first_run = vfirst.take(run_v)
+            cp = np.cumsum(plus)
+            serial = cp - cp.take(first_run) + plus.take(first_run) + base.take(run_v) - 1
         nr = len(rs)
-        re = np.empty(nr, np.int64)  # last row of each run
-        re[:-1] = rs[1:] - 1
-        re[-1] = n - 1
-        run_v = np.cumsum(heads).take(rs) - 1  # value of each run
-        plus = gap.take(rs)
-        last_run = np.empty(nr, bool)  # the value's last run
-        last_run[:-1] = heads.take(rs[1:])
-        last_run[-1] = True
-        r_end = st.take(re)  # each run's last instant
-        minus = ~last_run | (r_end + life <= bound)
-        old = (a0 != _NEVER) & gap.take(hix)  # the stay from before the call ends within it
-        # serial of each run's copy: the value's next serial, plus the runs with `+` up to it, − 1
-        vfirst = np.flatnonzero(heads.take(rs))  # each value's first run
-        first_run = vfirst.take(run_v)  # per run: its value's first run
-        cp = np.cumsum(plus)
-        serial = cp - cp.take(first_run) + plus.take(first_run) + base.take(run_v) - 1
         # events in (value, time) order: [old −] then per run [+] [−]
-        old_r = np.zeros(nr, np.int64)
-        old_r[vfirst] = old
-        cnt = old_r + plus + minus
-        off = np.cumsum(cnt) - cnt
-        m = int(cnt.sum()) if nr else 0
-        e_slot = np.repeat(vslot.take(run_v), cnt)
+        if vfirst is None:
+            old_r = old.view(np.int8)
+        else:
+            old_r = np.zeros(nr, np.int8)
+            old_r[vfirst] = old
+        cnt = old_r + plus.view(np.int8) + minus.view(np.int8)
+        off = np.cumsum(cnt, dtype=np.int64)
+        m = int(off[-1])
+        off -= cnt
+        rv = vslot if run_v is None else vslot.take(run_v)
+        e_slot = np.repeat(rv, cnt)
         e_at = np.empty(m, np.int64)
         e_sign = np.empty(m, np.int8)
         e_serial = np.empty(m, np.int64)
-        e_row = np.zeros(m, np.int64)  # sorted position of the row carried
+        e_row = np.empty(m, np.int64)  # the row carried (sorted position; batch row below)
         e_kept = np.zeros(m, bool)
         io = np.flatnonzero(old_r)
-        at_o = off.take(io)
-        e_at[at_o] = a0.take(run_v.take(io)) + life
-        e_sign[at_o] = -1
-        e_serial[at_o] = base.take(run_v.take(io)) - 1
-        e_kept[at_o] = True
+        if len(io):
+            ov = io if run_v is None else run_v.take(io)
+            at_o = off.take(io)
+            e_at[at_o] = a0.take(ov) + life
+            e_sign[at_o] = -1
+            e_serial[at_o] = base.take(ov) - 1
+            e_kept[at_o] = True
+            e_row[at_o] = 0
         ip = np.flatnonzero(plus)
-        at_p = off.take(ip) + old_r.take(ip)
-        e_at[at_p] = st.take(rs.take(ip))
+        at_p = off.take(ip)
+        if len(io):
+            at_p += old_r.take(ip)
+        rp = rs.take(ip)
+        e_at[at_p] = st.take(rp)
         e_sign[at_p] = 1
         e_serial[at_p] = serial.take(ip)
-        e_row[at_p] = rs.take(ip)
+        e_row[at_p] = rp
         im = np.flatnonzero(minus)
-        at_m = off.take(im) + cnt.take(im) - 1
-        e_at[at_m] = r_end.take(im) + life
+        at_m = off.take(im)
+        at_m += cnt.take(im)
+        at_m -= 1
+        rm = re.take(im)
+        e_at[at_m] = st.take(rm) + life
         e_sign[at_m] = -1
         e_serial[at_m] = serial.take(im)
-        e_row[at_m] = first_at.take(re.take(im))
+        e_row[at_m] = first_at.take(rm)
         e_row = order.take(e_row)
         e_pos = e_row + self.arrived
         if len(io):  # (before the kept rows change below)
-            e_pos[at_o] = t.pos.take(vslot.take(run_v.take(io)))
+            e_pos[at_o] = t.pos.take(vslot.take(ov))
         ev = _Events(e_slot, e_at, e_sign, e_serial, e_pos, e_row, e_kept)
         # slots: last-seen instants; the kept row and a FIFO entry of each value still present
-        vend = re.take(np.flatnonzero(last_run))  # each value's last row
-        q = st.take(vend)
         t.last[vslot] = q
-        tail = q + life <= bound  # gone by `bound`
         stay = np.flatnonzero(~tail)
         if len(stay):
             rows = order.take(first_at.take(vend.take(stay)))
-            by_pos = np.argsort(rows, kind="stable")  # arrival order = instant order: the FIFO stays sorted
-            rows, s = rows.take(by_pos), vslot.take(stay).take(by_pos)
+            by_row = np.empty(n, np.int64)  # arrival order = instant order: the FIFO stays sorted
+            by_row[rows] = vslot.take(stay)
+            present = np.zeros(n, bool)
+            present[rows] = True
+            rows = np.flatnonzero(present)
+            s = by_row.take(rows)
             t.keep_rows(s, b, rows)
             t.pos[s] = rows + self.arrived
             self.fifo_at = np.concatenate([self.fifo_at, b.ts.take(rows) + life])
@@ -339,53 +365,105 @@ class RangeDistinctOp(Operator):
             t.release_slots(vslot.take(gone_new))
         return ev
 
-    def _emit(self, ev: _Events, b: Batch, probe_ts: np.ndarray | None) -> Batch:
-        """The changes as the output batch: netted per probe interval, ids derived, in the window
-        batch's order; advances the values' change counts."""
+    def _emit(
+        self, ev: _Events, lv_slot: np.ndarray, lv_at: np.ndarray, b: Batch, probe_ts: np.ndarray | None
+    ) -> Batch:
+        """The changes `ev` and the `−` of the values leaving through the FIFO (`lv_slot` at
+        `lv_at`, one change each, carrying their kept rows) as the output batch: netted per probe
+        interval, ids derived, in the window batch's order; advances the values' change counts."""
         t = self.table
         m = len(ev.slot)
-        if not m:
-            return b.take(_EMPTY_I)
-        netted = False
-        if probe_ts is not None:
+        if probe_ts is not None and m:
             ends = interval_ends(ev.slot, ev.at, probe_ts)
             if len(ends) < m:  # changes of a value within one probe interval: one net change at the last
                 starts = np.r_[0, ends[:-1] + 1]
                 net = np.add.reduceat(ev.sign.astype(np.int64), starts)
                 ev = ev.take(ends.take(np.flatnonzero(net)))
-                netted = True
                 m = len(ev.slot)
-                if not m:
-                    return b.take(_EMPTY_I)
-        slot = ev.slot
-        start = np.empty(m, bool)
-        start[0] = True
-        np.not_equal(slot[1:], slot[:-1], out=start[1:])
-        heads = np.flatnonzero(start)
-        hs = slot.take(heads)
-        size = np.diff(heads, append=m)
-        t0 = t.changes_.take(hs)
-        if netted:  # serials from the changes emitted: the k-th of a value's stay has serial k // 2
-            k = np.arange(m, dtype=np.int64) + np.repeat(t0 - heads, size)
-            ev.serial = k >> 1
-        t.changes_[hs] = t0 + size
-        ids = _derived_ids(t.vmix.take(slot), ev.serial.view(np.uint64))
+                if m:  # serials from the changes emitted: the k-th of a value's stay has serial k // 2
+                    heads, size = _groups(ev.slot)
+                    t0 = t.changes_.take(ev.slot.take(heads))
+                    ev.serial = (np.arange(m, dtype=np.int64) + np.repeat(t0 - heads, size)) >> 1
+        n_lv = len(lv_slot)
+        if not m and not n_lv:
+            return b.take(_EMPTY_I)
+        if m:
+            heads, size = _groups(ev.slot)
+            t.changes_[ev.slot.take(heads)] += size
+        lv_serial = t.changes_.take(lv_slot) >> 1  # the copy they hold
+        t.changes_[lv_slot] += 1
+        slot = np.concatenate([ev.slot, lv_slot]) if n_lv else ev.slot
+        serial = np.concatenate([ev.serial, lv_serial]) if n_lv else ev.serial
+        ids = _derived_ids(t.vmix.take(slot), serial.view(np.uint64))
+        at = np.concatenate([ev.at, lv_at]) if n_lv else ev.at
+        pos = np.concatenate([ev.pos, t.pos.take(lv_slot)]) if n_lv else ev.pos
+        sign = np.concatenate([ev.sign, np.full(n_lv, -1, np.int8)]) if n_lv else ev.sign
         # the window batch's order: by instant, then by the arrival index of the row carried
-        o = _order(ev.at, ev.pos)
-        out = ev.rows(b, t, o)
-        out.ts = ev.at.take(o)
-        out.sign = ev.sign.take(o)
+        o, ts = _order(at, pos)
+        total = len(o)
+        # rows: of the batch, or kept by the slots (`−` of stays from before the call)
+        kept = np.flatnonzero(ev.kept)
+        if not len(kept) and not n_lv:
+            out = b.take(ev.row.take(o))
+        else:
+            inv = np.empty(total, np.int64)
+            inv[o] = np.arange(total, dtype=np.int64)
+            inb = np.flatnonzero(~ev.kept) if len(kept) else np.arange(m, dtype=np.int64)
+            to_b, from_b = inv.take(inb), ev.row.take(inb)
+            ks = np.concatenate([ev.slot.take(kept), lv_slot])
+            to_k = inv.take(np.concatenate([kept, np.arange(m, total, dtype=np.int64)]))
+            cols: list[np.ndarray] = []
+            nulls: list[np.ndarray | None] = []
+            for c, nm, v, vm in zip(b.cols, b.nulls, t.vals, t.vnull):
+                col = np.empty(total, np.result_type(c.dtype, v.dtype))
+                col[to_b] = c.take(from_b)
+                col[to_k] = v.take(ks)
+                cols.append(col)
+                if nm is None and vm is None:
+                    nulls.append(None)
+                else:
+                    mm = np.zeros(total, bool)
+                    if nm is not None:
+                        mm[to_b] = nm.take(from_b)
+                    if vm is not None:
+                        mm[to_k] = vm.take(ks)
+                    nulls.append(mm if mm.any() else None)
+            out = Batch(cols, nulls, ts, sign, ids)
+        out.ts = ts
+        out.sign = sign.take(o)
         out.id = ids.take(o)
         return out
 
 
-def _order(at: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Positions sorting by (at, pos) (pairs distinct)."""
+def _groups(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and length of each run of equal slots."""
+    m = len(slot)
+    start = np.empty(m, bool)
+    start[0] = True
+    np.not_equal(slot[1:], slot[:-1], out=start[1:])
+    heads = np.flatnonzero(start)
+    return heads, np.diff(heads, append=m)
+
+
+def _order(at: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions sorting by (at, pos) (pairs distinct), and `at` so sorted: one np.sort of
+    at, pos and position packed in an int64 when they fit."""
+    m = len(at)
     a0, p0 = int(at.min()), int(pos.min())
-    pw = max(int(pos.max()) - p0, 1).bit_length()
-    if (int(at.max()) - a0).bit_length() + pw <= 62:
-        return stable_order(((at - a0) << pw) | (pos - p0))
-    return np.lexsort((pos, at))  # pragma: no cover - spans beyond 2^62
+    ib = max(m - 1, 1).bit_length()
+    pw = max(int(pos.max()) - p0, 1).bit_length() + ib
+    if (int(at.max()) - a0).bit_length() + pw <= 63:
+        key = at - a0
+        key <<= pw
+        key |= (pos - p0) << ib
+        key |= np.arange(m, dtype=np.int64)
+        key.sort()
+        o = key & ((1 << ib) - 1)
+        key >>= pw
+        key += a0
+        return o, key
+    o = np.lexsort((pos, at))  # pragma: no cover - spans beyond 2^63
+    return o, at.take(o)
 
 
 class _Events:
@@ -414,44 +492,3 @@ class _Events:
 
     def take(self, i: np.ndarray) -> _Events:
         return _Events(*(getattr(self, f).take(i) for f in self.FIELDS))
-
-    def with_leaving(self, slots: np.ndarray, at: np.ndarray, t: LastSeen) -> _Events:
-        """These and the `−` of values leaving through the FIFO (one change each, of the copy
-        they hold: serial (changes − 1) // 2), carrying their kept rows."""
-        n = len(slots)
-        more = _Events(
-            slots,
-            at,
-            np.full(n, -1, np.int8),
-            t.changes_.take(slots) >> 1,
-            t.pos.take(slots),
-            np.zeros(n, np.int64),
-            np.ones(n, bool),
-        )
-        return _Events(*(np.concatenate([getattr(self, f), getattr(more, f)]) for f in self.FIELDS))
-
-    def rows(self, b: Batch, t: LastSeen, o: np.ndarray) -> Batch:
-        """The carried rows in order `o` (a Batch whose ts, sign and id the caller sets)."""
-        kept = np.flatnonzero(self.kept)
-        if not len(kept):
-            return b.take(self.row.take(o))
-        inb = np.flatnonzero(~self.kept)
-        # where each change's row lands in [batch rows..., kept rows...]
-        place = np.empty(len(self.slot), np.int64)
-        place[inb] = np.arange(len(inb))
-        place[kept] = len(inb) + np.arange(len(kept))
-        pick = place.take(o)
-        br, ks = self.row.take(inb), self.slot.take(kept)
-        cols: list[np.ndarray] = []
-        nulls: list[np.ndarray | None] = []
-        for c, m, v, vm in zip(b.cols, b.nulls, t.vals, t.vnull):
-            cols.append(np.concatenate([c.take(br), v.take(ks)]).take(pick))
-            if m is None and vm is None:
-                nulls.append(None)
-            else:
-                a = np.zeros(len(br), bool) if m is None else m.take(br)
-                z = np.zeros(len(ks), bool) if vm is None else vm.take(ks)
-                mm = np.concatenate([a, z]).take(pick)
-                nulls.append(mm if mm.any() else None)
-        n = len(o)
-        return Batch(cols, nulls, np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(n, np.uint64))
