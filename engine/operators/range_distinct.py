@@ -32,7 +32,7 @@ import numpy as np
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
-from cqlstream.engine.batch import Batch, empty_column
+from cqlstream.engine.batch import Batch, empty_column, splitmix64
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
 from cqlstream.engine.operators.valuecount import ValueTable, _derived_ids
@@ -78,11 +78,24 @@ class LastSeen(ValueTable):
         self.vnull = [None if m is None else np.concatenate([m, np.zeros(extra, bool)]) for m in self.vnull]
 
     def _assign(self, slot_of: np.ndarray, first: np.ndarray, n: int) -> np.ndarray:
-        new = super()._assign(slot_of, first, n)
+        """ValueTable's (slots and ids of new values in first-arrival order), without the
+        per-side counts and copy serials it keeps and this table does not use."""
+        new = np.flatnonzero(slot_of < 0)
         if len(new):
-            s = slot_of.take(new)
-            self.last[s] = _NEVER
-            self.changes_[s] = 0
+            at = first.take(new)
+            if len(new) > 64:  # positions are distinct and < n: their order by a presence table
+                present = np.zeros(n, bool)
+                present[at] = True
+                where = np.empty(n, np.int64)
+                where[at] = new
+                new = where.take(np.flatnonzero(present))
+            else:
+                new = new.take(np.argsort(at))
+            slots = self._alloc(len(new))
+            slot_of[new] = slots
+            self.vmix[slots] = splitmix64(self.ids.take(len(slots)))
+            self.last[slots] = _NEVER
+            self.changes_[slots] = 0
         return new
 
     def _fit(self, b: Batch, rng: list[tuple[int, int] | None] | None) -> bool:
@@ -330,6 +343,7 @@ class RangeDistinctOp(Operator):
         if len(io):  # (before the kept rows change below)
             e_pos[at_o] = t.pos.take(vslot.take(ov))
         ev = _Events(e_slot, e_at, e_sign, e_serial, e_pos, e_row, e_kept)
+        ev.per_value = (vslot, cnt if vfirst is None else np.add.reduceat(cnt, vfirst, dtype=np.int64))
         # slots: last-seen instants; the kept row and a FIFO entry of each value still present
         t.last[vslot] = q
         stay = np.flatnonzero(~tail)
@@ -378,7 +392,7 @@ class RangeDistinctOp(Operator):
             if len(ends) < m:  # changes of a value within one probe interval: one net change at the last
                 starts = np.r_[0, ends[:-1] + 1]
                 net = np.add.reduceat(ev.sign.astype(np.int64), starts)
-                ev = ev.take(ends.take(np.flatnonzero(net)))
+                ev = ev.take(ends.take(np.flatnonzero(net)))  # (per_value: unknown now)
                 m = len(ev.slot)
                 if m:  # serials from the changes emitted: the k-th of a value's stay has serial k // 2
                     heads, size = _groups(ev.slot)
@@ -387,7 +401,10 @@ class RangeDistinctOp(Operator):
         n_lv = len(lv_slot)
         if not m and not n_lv:
             return b.take(_EMPTY_I)
-        if m:
+        if ev.per_value is not None:  # the changes of each value
+            vs, vc = ev.per_value
+            t.changes_[vs] += vc
+        elif m:
             heads, size = _groups(ev.slot)
             t.changes_[ev.slot.take(heads)] += size
         lv_serial = t.changes_.take(lv_slot) >> 1  # the copy they hold
@@ -401,32 +418,29 @@ class RangeDistinctOp(Operator):
         # the window batch's order: by instant, then by the arrival index of the row carried
         o, ts = _order(at, pos)
         total = len(o)
-        # rows: of the batch, or kept by the slots (`−` of stays from before the call)
+        # rows: of the batch, or kept by the slots (`−` of stays from before the call); each
+        # column gathered once from the batch's rows followed by the kept rows wanted
         kept = np.flatnonzero(ev.kept)
         if not len(kept) and not n_lv:
             out = b.take(ev.row.take(o))
         else:
-            inv = np.empty(total, np.int64)
-            inv[o] = np.arange(total, dtype=np.int64)
-            inb = np.flatnonzero(~ev.kept) if len(kept) else np.arange(m, dtype=np.int64)
-            to_b, from_b = inv.take(inb), ev.row.take(inb)
-            ks = np.concatenate([ev.slot.take(kept), lv_slot])
-            to_k = inv.take(np.concatenate([kept, np.arange(m, total, dtype=np.int64)]))
+            src = np.concatenate([ev.row, np.arange(len(b), len(b) + n_lv, dtype=np.int64)]) if n_lv else ev.row.copy()
+            if len(kept):
+                src[kept] = len(b) + n_lv + np.arange(len(kept), dtype=np.int64)
+                ks = np.concatenate([lv_slot, ev.slot.take(kept)])
+            else:
+                ks = lv_slot
+            pick = src.take(o)
             cols: list[np.ndarray] = []
             nulls: list[np.ndarray | None] = []
             for c, nm, v, vm in zip(b.cols, b.nulls, t.vals, t.vnull):
-                col = np.empty(total, np.result_type(c.dtype, v.dtype))
-                col[to_b] = c.take(from_b)
-                col[to_k] = v.take(ks)
-                cols.append(col)
+                cols.append(np.concatenate([c, v.take(ks)]).take(pick))
                 if nm is None and vm is None:
                     nulls.append(None)
                 else:
-                    mm = np.zeros(total, bool)
-                    if nm is not None:
-                        mm[to_b] = nm.take(from_b)
-                    if vm is not None:
-                        mm[to_k] = vm.take(ks)
+                    a = np.zeros(len(c), bool) if nm is None else nm
+                    z = np.zeros(len(ks), bool) if vm is None else vm.take(ks)
+                    mm = np.concatenate([a, z]).take(pick)
                     nulls.append(mm if mm.any() else None)
             out = Batch(cols, nulls, ts, sign, ids)
         out.ts = ts
@@ -484,6 +498,7 @@ class _Events:
         kept: np.ndarray,
     ) -> None:
         self.slot, self.at, self.sign, self.serial, self.pos, self.row, self.kept = slot, at, sign, serial, pos, row, kept
+        self.per_value: tuple[np.ndarray, np.ndarray] | None = None  # (slots, their changes) when known
 
     @staticmethod
     def empty() -> _Events:
