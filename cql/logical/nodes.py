@@ -389,7 +389,9 @@ class Distinct(Plan):
             _relations(self, (self.input,))
         else:
             w = self.window
-            _check(w.size is not None and w.slide is None, "Distinct: a window read by lifetimes is a Range without slide")
+            _check(
+                w.size is not None and w.slide is None, "Distinct: a window read by lifetimes is a Range without slide"
+            )
             _check(self.input.is_stream, "Distinct: the input read as a window must be a stream")
         _check(self.probe is None or self.probe.is_stream, "Distinct: the probe must be a stream")
 

@@ -20,8 +20,9 @@ window_logic.emit). A `−` carries the row of the value's first arrival at its 
 row the window's first delete of it would carry. With a probe (`Distinct.probe`) a value's changes
 within one probe interval are netted as DistinctOp does (probe_intervals.py).
 
-Expired values stay in the value map (marked by their last-seen instant) until they are a good
-part of it; then one vectorized purge drops them, so the map follows the live values.
+The value map holds the values present at the last bound only: a value enters it when it is
+still present at the end of the call it arrived in, and leaves when it expires (by its FIFO entry,
+or within a call), its slot then reused; so the state is the window's distinct live values.
 """
 
 from __future__ import annotations
@@ -417,7 +418,6 @@ class RangeDistinctOp(Operator):
         sign = np.concatenate([ev.sign, np.full(n_lv, -1, np.int8)]) if n_lv else ev.sign
         # the window batch's order: by instant, then by the arrival index of the row carried
         o, ts = _order(at, pos)
-        total = len(o)
         # rows: of the batch, or kept by the slots (`−` of stays from before the call); each
         # column gathered once from the batch's rows followed by the kept rows wanted
         kept = np.flatnonzero(ev.kept)
@@ -497,7 +497,15 @@ class _Events:
         row: np.ndarray,
         kept: np.ndarray,
     ) -> None:
-        self.slot, self.at, self.sign, self.serial, self.pos, self.row, self.kept = slot, at, sign, serial, pos, row, kept
+        self.slot, self.at, self.sign, self.serial, self.pos, self.row, self.kept = (
+            slot,
+            at,
+            sign,
+            serial,
+            pos,
+            row,
+            kept,
+        )
         self.per_value: tuple[np.ndarray, np.ndarray] | None = None  # (slots, their changes) when known
 
     @staticmethod
