@@ -249,3 +249,21 @@ def test_state_follows_the_live_values(compat, text):
         assert len(op.table) == len(live), t
         assert not len(op.fifo_at) or int(op.fifo_at[0]) > done
     assert op.table.cap <= 4 * 64  # slots reused: not one per value ever seen
+
+
+@pytest.mark.parametrize("compat", [False, True])
+def test_keys_repacked_then_moved_to_the_dict(compat):
+    """Values that widen the packed key layout (a re-pack of the live keys) and then outgrow 62
+    bits (the live values move to the dict for good) while earlier values are still present and
+    leave afterwards by their FIFO entries: their slots' keys follow the map."""
+    big = 1 << 40
+    events = [(t, (t % 4, 1)) for t in range(0, 6)]
+    events += [(6, (1000, 2)), (7, (2000, 3))]
+    events += [(8, (big, -big)), (9, (-big, big)), (9, (1, 1))]
+    events += [(t, (t % 3, 1)) for t in range(12, 18)] + [(25, None)]
+    inputs = _inputs([], events, [])
+    assert_same(DDL, "select distinct * from T [Range 3]", inputs, compat=compat)
+    _same_as_distinct_over_the_window("select distinct * from T [Range 3]", inputs, compat)
+    _, _, d = engine_raw(DDL, "select distinct * from T [Range 3]", inputs, None, compat=compat)
+    op = next(o for o in d.plan.operators if isinstance(o, RangeDistinctOp))
+    assert op.table.imap is None and len(op.table) == 0  # (all gone by 25)
