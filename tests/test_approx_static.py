@@ -210,7 +210,9 @@ def test_an_unsafe_rewrite_would_be_caught() -> None:
     with pytest.raises(AssertionError):
         assert_contained(evaluate(shrunk, inputs), evaluate(exact, inputs), True)
     _, report = approximate(
-        compile_query("Istream(select distinct a from S [Range 10 Tolerate 5])", cat).plan, ApproxSpec("static")
+        # (before the final rewrites, as registration approximates: range_distinct hides the window)
+        compile_query("Istream(select distinct a from S [Range 10 Tolerate 5])", cat, final=False).plan,
+        ApproxSpec("static"),
     )
     assert not report.applied and "under ISTREAM" in report.refused[0].reason
 

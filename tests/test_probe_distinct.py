@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from cqlstream.cql.logical import nodes as L
 from cqlstream.engine.dsms import Dsms
+from cqlstream.engine.operators.range_distinct import RangeDistinctOp
 from cqlstream.engine.operators.relational import DistinctOp
 from tests.engine_harness import assert_same, assert_same_without, engine_raw, per_instant
 from tests.test_stream_join import _inputs, relation_events, stream_events
@@ -54,8 +55,9 @@ def test_probed_distinct_equals_reference(query, s, t, r, compat):
     assert_same(DDL, query, _inputs(s, t, r), compat=compat)
 
 
-def _probed(d: Dsms) -> list[DistinctOp]:
-    return [o for o in d.plan.operators if isinstance(o, DistinctOp) and o.probed]
+def _probed(d: Dsms) -> list[DistinctOp | RangeDistinctOp]:
+    """The probed DISTINCTs (over a Range window's stream, range_distinct.py, or any relation)."""
+    return [o for o in d.plan.operators if isinstance(o, (DistinctOp, RangeDistinctOp)) and o.probed]
 
 
 def _by_instant(batches) -> dict[int, Counter]:
@@ -118,7 +120,7 @@ def test_probed_distinct_emits_fewer_rows():
         mp.setattr(stream_join_module, "probe_aggregates", lambda x, s: x)
         old_out, _, d_old = engine_raw(DDL, query, inputs, None)
     (new,) = _probed(d)
-    (old,) = [o for o in d_old.plan.operators if isinstance(o, DistinctOp)]
+    (old,) = [o for o in d_old.plan.operators if isinstance(o, (DistinctOp, RangeDistinctOp))]
     assert old.counters.tuples_out == 11
     assert new.counters.tuples_out == 1
     assert _by_instant(new_out) == _by_instant(old_out) == {10: Counter({(0, 1): 1}), 20: Counter({(0, 1): 1})}

@@ -1,14 +1,16 @@
 """Per-operator CPU of a Linear Road run, and one join's calls replayed alone.
 
-`python -m bench.linear_road.ops --source-dir DIR [--no-band] [--replay N] [--joins]` runs
+`python -m bench.linear_road.ops --source-dir DIR [--no-band] [--no-range-distinct] [--replay N] [--joins]` runs
 `linearroad.cql` under `--stream-compat --threads 1` in this process (the dest files go to a
 temporary directory) with every operator's `process` timed by thread CPU (nested calls counted
 once), and prints the operators' CPU by kind and the largest ones (`--joins`: every join, with
 its calls). `--no-band` keeps the window under Rstream(S [Now] ⋈ S' [Range N]) (the plan before
-the band join: the stream–relation join over the window). `--replay N` also records the calls of the `SegChangeStr` self-join (and, with
+the band join: the stream–relation join over the window); `--no-range-distinct` keeps the window
+under VolSMV's DISTINCT (DistinctOp over it). `--replay N` also records the calls of the `SegChangeStr` self-join (and, with
 `--no-band`, of the window feeding it) and replays them N times on copies of the operators taken
 before their first call, printing the best replay's CPU; `--op EID` replays that operator instead
-(e.g. `--op op:50`, the VolSMV DISTINCT; eids as the list of the largest operators prints them).
+(e.g. `--op op:49`, the VolSMV DISTINCT reading its window's stream, op:50 while it read the window;
+eids as the list of the largest operators prints them).
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ def _all_operator_classes() -> list[type[Operator]]:
 
     for module, _ in OPERATORS.values():
         importlib.import_module(f"cqlstream.engine.operators.{module}")
-    try:
-        importlib.import_module("cqlstream.engine.operators.band_join")
-    except ImportError:  # a tree from before the band join
-        pass
+    for extra in ("band_join", "range_distinct"):  # operators the registry does not name
+        try:
+            importlib.import_module(f"cqlstream.engine.operators.{extra}")
+        except ImportError:  # a tree from before them
+            pass
     out, todo = [], [Operator]
     while todo:
         c = todo.pop()
@@ -126,18 +129,25 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--no-band", action="store_true", help="keep the window (the plan before the band join)")
+    ap.add_argument(
+        "--no-range-distinct",
+        action="store_true",
+        help="keep the window under DISTINCT(S [Range N]) (the plan before session 17)",
+    )
     ap.add_argument("--replay", type=int, default=0, help="replay the self-join's calls this many times")
     ap.add_argument("--profile", action="store_true", help="cProfile one more replay")
     ap.add_argument("--top", type=int, default=8, help="how many of the largest operators to list")
     ap.add_argument("--joins", action="store_true", help="also list every join operator's CPU and calls")
     ap.add_argument("--match", default=MATCH[0], help="replay the join whose predicate holds this text")
-    ap.add_argument("--op", default=None, help="replay this operator (its eid, e.g. op:50) instead of the join")
+    ap.add_argument("--op", default=None, help="replay this operator (its eid, e.g. op:49) instead of the join")
     args = ap.parse_args(argv)
     MATCH[0] = args.match
     OP[0] = args.op
     if args.no_band:
         rule = importlib.import_module("cqlstream.cql.logical.rewrites.stream_join")
         rule.band_window = lambda x: None
+    if args.no_range_distinct:
+        importlib.import_module("cqlstream.cql.logical.rewrites.range_distinct").fused_window = lambda x: None
     rec = Recorder(args.replay > 0)
     for cls in _all_operator_classes():
         rec.wrap(cls)

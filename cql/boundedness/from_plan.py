@@ -174,7 +174,7 @@ def _normal_form(plan: L.Plan) -> NormalForm:
         raise _Out(f"{out.upper()} over a select-project-join: it re-emits (or never emits) the growing result")
     distinct = isinstance(node, L.Distinct)
     if isinstance(node, L.Distinct):
-        node = node.input
+        node = node.relation_input  # (a window read by lifetimes: the window)
     b = _Builder()
     cols = _walk(node, b)
     if out is None and not plan.is_stream and not distinct:

@@ -52,7 +52,8 @@ def node_label(n: L.Plan) -> str:
             text = "AGGREGATE" + (f" GROUP BY {keys}" if keys else "") + (f": {aggs}" if aggs else "") + having
             return text + _PROBED * (n.probe is not None)
         case L.Distinct():
-            return "DISTINCT" + _PROBED * (n.probe is not None)
+            read = "" if n.window is None else f"; input read as [{n.window.sql()}] by last-seen instants"
+            return "DISTINCT" + read + _PROBED * (n.probe is not None)
         case L.SetOp():
             return n.op.upper() + ("" if n.all else " DISTINCT")
         case L.SemiJoin():

@@ -372,14 +372,33 @@ class Distinct(Plan):
     """One row per distinct value of the input relation.
 
     `probe`: as `Aggregate.probe` (set by cql/logical/probe_aggregates.py for a DISTINCT only a
-    probed aggregate reads): a value's changes between two probe instants are one net change."""
+    probed aggregate reads): a value's changes between two probe instants are one net change.
+
+    `window` set (a Range window without slide): the physical choice of cql/logical/rewrites/
+    range_distinct.py. The input is then the window's stream, read directly: a value is in the
+    relation while its latest arrival is in the window, so the operator keeps each value's
+    last-seen instant instead of the window's tuples (`relation_input` gives the relation as the
+    plan that would compute it)."""
 
     input: Plan
     probe: Plan | None = None
+    window: RangeSpec | None = None
 
     def __post_init__(self) -> None:
-        _relations(self, (self.input,))
+        if self.window is None:
+            _relations(self, (self.input,))
+        else:
+            w = self.window
+            _check(
+                w.size is not None and w.slide is None, "Distinct: a window read by lifetimes is a Range without slide"
+            )
+            _check(self.input.is_stream, "Distinct: the input read as a window must be a stream")
         _check(self.probe is None or self.probe.is_stream, "Distinct: the probe must be a stream")
+
+    @property
+    def relation_input(self) -> Plan:
+        """The relation the DISTINCT reads: the input itself, or the window over the stream input."""
+        return self.input if self.window is None else Window(self.input, self.window)
 
     @property
     def inputs(self) -> tuple[Plan, ...]:

@@ -143,7 +143,7 @@ def lineage(plan: L.Plan, col: int) -> Side | None:
             plan = plan.input
         elif isinstance(plan, L.Distinct):
             arrivals, shape = False, shape or "distinct"
-            plan = plan.input
+            plan = plan.relation_input  # (a window read by lifetimes: the window)
         elif isinstance(plan, L.Aggregate) and col < len(plan.keys) and isinstance(plan.keys[col], X.ColRef):
             arrivals, shape = False, shape or "group by"
             col = plan.keys[col].index  # type: ignore[attr-defined]

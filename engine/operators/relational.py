@@ -21,7 +21,7 @@ the oldest live copy, so only two serial counters per value are carried.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 
@@ -71,10 +71,20 @@ class DistinctOp(Operator):
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
+        """The operator for `node`: over a window's stream (`Distinct.window`) the last-seen
+        instants' one (range_distinct.py), else this one."""
+        if isinstance(node, L.Distinct) and node.window is not None:
+            from cqlstream.engine.operators.range_distinct import RangeDistinctOp
+
+            return cast(Self, RangeDistinctOp.from_node(node, ctx))
         return cls(ctx.inputs, ctx.output, ctx.ids)
 
     @classmethod
     def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
+        if isinstance(node, L.Distinct) and node.window is not None:
+            from cqlstream.engine.operators.range_distinct import RangeDistinctOp
+
+            return RangeDistinctOp.state_class(node, kids)
         return held_state(node, kids[:1])  # a probe (kids[1]) only gives instants: nothing is kept of it
 
     def state_bytes(self) -> int:

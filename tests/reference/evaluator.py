@@ -225,8 +225,8 @@ class _Reference:
             rows = self._aggregate(n, self.relation(n.input, t))
             return rows if n.having is None else [r for r in rows if ev(n.having, r) is True]  # HAVING: a selection
 
-        if isinstance(n, L.Distinct):
-            return list(dict.fromkeys(self.relation(n.input, t)))
+        if isinstance(n, L.Distinct):  # (a window read by last-seen instants: by definition, the window)
+            return list(dict.fromkeys(self.relation(n.relation_input, t)))
 
         if isinstance(n, L.SetOp):
             a, b = self.relation(n.left, t), self.relation(n.right, t)

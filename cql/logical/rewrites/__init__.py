@@ -13,6 +13,7 @@ from cqlstream.cql.logical.rewrites.having_in_aggregate import having_in_aggrega
 from cqlstream.cql.logical.rewrites.istream_unbounded import istream_unbounded
 from cqlstream.cql.logical.rewrites.narrow_windows import narrow_windows
 from cqlstream.cql.logical.rewrites.push_selections import push_selections
+from cqlstream.cql.logical.rewrites.range_distinct import range_distinct
 from cqlstream.cql.logical.rewrites.remove_projections import remove_projections
 from cqlstream.cql.logical.rewrites.rstream_now import rstream_now
 from cqlstream.cql.logical.rewrites.static_unbounded_to_now import static_unbounded_to_now
@@ -38,7 +39,7 @@ COMPAT_RULES: tuple[Rule, ...] = (
 # Rules choosing an operator shape that static approximation (cql/approx/) does not analyse: they
 # run after the rules above and, when a query is approximated, after its approximation (both modes).
 # Bottom-up, so a selection is already inside its aggregate when the stream_join rule probes it.
-FINAL_RULES: tuple[Rule, ...] = (having_in_aggregate, stream_join)
+FINAL_RULES: tuple[Rule, ...] = (having_in_aggregate, range_distinct, stream_join)
 
 
 def optimize(

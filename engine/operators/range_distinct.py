@@ -1,0 +1,517 @@
+"""DISTINCT over a Range window read from the window's stream (`Distinct.window`; the rewrite is
+cql/logical/rewrites/range_distinct.py): per distinct value its last-seen instant, no window.
+
+A value v is in DISTINCT(S [Range N]) at t iff its latest arrival τ ≤ t has t < τ + life
+(`window_kinds.range_life`, the window's own bound rule). So, with v's arrival instants in order
+(the first one's predecessor is its last-seen instant from earlier calls, if v was still present),
+v changes only where two consecutive arrivals q < t leave a gap, q + life < t: `−` at q + life
+(the instant the window deletes q's copies) and `+` at t; a first arrival while absent gives `+`,
+and v's last arrival q gives `−` at q + life once the bound reaches it. Values that do not arrive
+in a call leave through a FIFO of (expiry instant, slot) appended in arrival order (so sorted by
+instant), whose stale entries — the value arrived again since — are recognized by their slot's
+current last-seen instant. All of it vectorized per call.
+
+The output is the DistinctOp's over the window's deltas, element for element (ids included):
+ids are derived as there (valuecount.py: one fresh engine id per value that appears while absent,
+drawn in first-arrival order, and the k-th change of a value has serial k // 2), and the order is
+the window batch's — by instant, then the arrival index of the row the window would have emitted
+(a delete at t names a row of t − life, an insert one of t, so deletes come first as in
+window_logic.emit). A `−` carries the row of the value's first arrival at its last instant, the
+row the window's first delete of it would carry. With a probe (`Distinct.probe`) a value's changes
+within one probe interval are netted as DistinctOp does (probe_intervals.py).
+
+The value map holds the values present at the last bound only: a value enters it when it is
+still present at the end of the call it arrived in, and leaves when it expires (by its FIFO entry,
+or within a call), its slot then reused; so the state is the window's distinct live values.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Self
+
+import numpy as np
+
+from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.nodes import Plan
+from cqlstream.engine.batch import Batch, empty_column, splitmix64
+from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
+from cqlstream.engine.operators.probe_intervals import interval_ends
+from cqlstream.engine.operators.valuecount import ValueTable, _derived_ids
+from cqlstream.engine.queues import Queue
+
+if TYPE_CHECKING:
+    from cqlstream.cql.types import DataType
+    from cqlstream.engine.planner import EngineOptions
+
+_NEVER = np.iinfo(np.int64).min // 4  # last-seen instant of a free slot (+ life stays far below any bound)
+_EMPTY_I = np.zeros(0, np.int64)
+
+
+class LastSeen(ValueTable):
+    """Value → slot (ValueTable's map: packed integer keys or a dict of row tuples, a new value's
+    slot and id drawn in first-arrival order) holding the values present at the last bound, and
+    per slot the value's last-seen instant, its changes so far (serials of its derived ids), its
+    map key (to forget it when it leaves without arriving) and, while it is present, the row and
+    arrival index of its first arrival at its last-seen instant (the row its `−` carries)."""
+
+    def __init__(self, types: list[DataType], ids: IdSource) -> None:
+        super().__init__(types, ids)
+        self.last = np.zeros(0, np.int64)
+        self.changes_ = np.zeros(0, np.int64)  # output changes of the value's current stay
+        self.pos = np.zeros(0, np.int64)
+        self.pkey = np.zeros(0, np.int64)  # packed key while the map packs
+        self.tkey: list[tuple | None] = []  # row tuple once it does not (the dict's key)
+        self.vals = [empty_column(t) for t in types]
+        self.vnull: list[np.ndarray | None] = [None] * len(types)
+
+    def _grow(self, need: int) -> None:
+        old = self.cap
+        super()._grow(need)
+        extra = self.cap - old
+        if extra <= 0:
+            return
+        self.last = np.concatenate([self.last, np.full(extra, _NEVER, np.int64)])
+        self.changes_ = np.concatenate([self.changes_, np.zeros(extra, np.int64)])
+        self.pos = np.concatenate([self.pos, np.zeros(extra, np.int64)])
+        self.pkey = np.concatenate([self.pkey, np.zeros(extra, np.int64)])
+        self.tkey.extend([None] * extra)
+        self.vals = [np.concatenate([v, _blank(v, extra)]) for v in self.vals]
+        self.vnull = [None if m is None else np.concatenate([m, np.zeros(extra, bool)]) for m in self.vnull]
+
+    def _assign(self, slot_of: np.ndarray, first: np.ndarray, n: int) -> np.ndarray:
+        """ValueTable's (slots and ids of new values in first-arrival order), without the
+        per-side counts and copy serials it keeps and this table does not use."""
+        new = np.flatnonzero(slot_of < 0)
+        if len(new):
+            at = first.take(new)
+            if len(new) > 64:  # positions are distinct and < n: their order by a presence table
+                present = np.zeros(n, bool)
+                present[at] = True
+                where = np.empty(n, np.int64)
+                where[at] = new
+                new = where.take(np.flatnonzero(present))
+            else:
+                new = new.take(np.argsort(at))
+            slots = self._alloc(len(new))
+            slot_of[new] = slots
+            self.vmix[slots] = splitmix64(self.ids.take(len(slots)))
+            self.last[slots] = _NEVER
+            self.changes_[slots] = 0
+        return new
+
+    def _fit(self, b: Batch, rng: list[tuple[int, int] | None] | None) -> bool:
+        """ValueTable's, and when it re-packs the keys or moves them to the dict, the slots'
+        keys follow."""
+        before = self.imap
+        fits = super()._fit(b, rng)
+        if self.imap is not before:
+            if self.imap is not None:
+                keys, slots = self.imap.items()
+                self.pkey[slots] = keys
+            else:
+                for k, s in self.index.items():
+                    self.tkey[s] = k
+        return fits
+
+    def remember(self, rows: np.ndarray | list[tuple], slots: np.ndarray) -> None:
+        """Put values (their packed keys or row tuples) into the map."""
+        if self.imap is not None:
+            assert isinstance(rows, np.ndarray)
+            self.imap.insert(rows, slots)
+            self.pkey[slots] = rows
+        elif len(slots):
+            sl = slots.tolist()
+            self.index.update(zip(rows, sl))
+            for r, s in zip(rows, sl):
+                self.tkey[s] = r
+
+    def forget(self, slots: np.ndarray, cells: np.ndarray | None = None) -> None:
+        """Take values out of the map (by their cells when a lookup just gave them) and free
+        their slots."""
+        if not len(slots):
+            return
+        if self.imap is not None:
+            if cells is not None:
+                self.imap.delete_cells(cells)
+            else:
+                self.imap.delete(self.pkey.take(slots))
+        else:
+            idx, tkey = self.index, self.tkey
+            for s in slots.tolist():
+                del idx[tkey[s]]
+                tkey[s] = None
+        self.release_slots(slots)
+
+    def release_slots(self, slots: np.ndarray) -> None:
+        self.last[slots] = _NEVER
+        self.free = np.concatenate([self.free, slots])
+
+    def keep_rows(self, slots: np.ndarray, b: Batch, rows: np.ndarray) -> None:
+        """Remember rows `rows` of `b` as the values of `slots`."""
+        for i, (col, m) in enumerate(zip(b.cols, b.nulls)):
+            v = self.vals[i]
+            if v.dtype != col.dtype and col.dtype != object:
+                v = self.vals[i] = v.astype(np.result_type(v.dtype, col.dtype))
+            v[slots] = col.take(rows)
+            held = self.vnull[i]
+            if m is not None:
+                if held is None:
+                    held = self.vnull[i] = np.zeros(len(v), bool)
+                held[slots] = m.take(rows)
+            elif held is not None:
+                held[slots] = False
+
+    def nbytes(self) -> int:
+        keys = 0 if self.imap is not None else 8 * len(self.tkey)
+        return super().nbytes() + self.cap * (32 + 8 * len(self.vals)) + keys
+
+
+def _blank(like: np.ndarray, n: int) -> np.ndarray:
+    return np.full(n, "", dtype=object) if like.dtype == object else np.zeros(n, like.dtype)
+
+
+class RangeDistinctOp(Operator):
+    """DISTINCT(S [Range N]) from S's elements (module docstring). Input 0: S; input 1, when
+    present: the probe stream (`Distinct.probe`)."""
+
+    kind = "range distinct"
+
+    def __init__(
+        self, inputs: list[Queue], output: Queue, ids: IdSource, life: int, options: EngineOptions | None = None
+    ) -> None:
+        super().__init__(inputs, output, ids, options)
+        assert life >= 1
+        self.life = life
+        self.table = LastSeen(list(inputs[0].types), ids)
+        self.fifo_at = _EMPTY_I  # expiry instants of values' last arrivals, non-decreasing
+        self.fifo_slot = _EMPTY_I
+        self.arrived = 0  # S's elements seen so far: the arrival index of the next
+        self.probed = len(inputs) == 2
+        if self.probed:  # the output is read at every instant of the probe: never shed it
+            self.unshed = frozenset({1})
+
+    # ------------------------------------------------------------ operator protocol
+    @classmethod
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
+        from cqlstream.engine.operators.window_kinds import range_life
+
+        assert isinstance(node, L.Distinct) and node.window is not None and node.window.size is not None
+        return cls(ctx.inputs, ctx.output, ctx.ids, range_life(node.window.size, ctx.options.compat), ctx.options)
+
+    @classmethod
+    def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
+        assert isinstance(node, L.Distinct) and node.window is not None
+        why = f"distinct values alive in [{node.window.sql()}] (their last-seen instants)"
+        return max(kids[0], RATE), [(RATE, why)]
+
+    def complete_from(self, cf: float) -> float:
+        return cf + self.life - 1  # as the window's (window_kinds.RangeWindow)
+
+    def state_bytes(self) -> int:
+        return self.table.nbytes() + self.fifo_at.nbytes + self.fifo_slot.nbytes
+
+    # ------------------------------------------------------------ the work
+    def process(self, inputs: list[Batch], bound: int) -> Batch:
+        b = inputs[0]
+        life, t = self.life, self.table
+        # FIFO entries due by `bound`
+        k = int(np.searchsorted(self.fifo_at, bound, side="right"))
+        f_at, f_slot = self.fifo_at[:k], self.fifo_slot[:k]
+        if k:
+            self.fifo_at, self.fifo_slot = self.fifo_at[k:], self.fifo_slot[k:]
+        ev = self._arrivals(b, bound) if len(b) else _Events.empty()
+        lv_slot, lv_at = _EMPTY_I, _EMPTY_I
+        if k:  # after the arrivals updated `last`: an entry is current iff its value did not arrive since
+            cur = np.flatnonzero(t.last.take(f_slot) + life == f_at)
+            if len(cur):
+                lv_slot, lv_at = f_slot.take(cur), f_at.take(cur)
+        out = self._emit(ev, lv_slot, lv_at, b, inputs[1].ts if self.probed else None)
+        t.forget(lv_slot)
+        self.arrived += len(b)
+        return out
+
+    def _arrivals(self, b: Batch, bound: int) -> _Events:
+        """The changes of the values arriving in `b`, in (value, instant) order; updates their
+        slots (last-seen instant, kept row; the map) and queues the expiries beyond `bound`.
+
+        Per value, its rows (ts order) split into runs at gaps (an arrival more than `life` after
+        the previous one, or the first while absent): a run starting at a gap gives `+` at its
+        first row, a run followed by a gap, or the value's last run once its expiry is due, `−`
+        at its last instant + life. The first run continues the value's stay of before the
+        call when it was present and arrives again in time (no `+`); when it was present but
+        arrives too late, its stay ends at last-seen + life with the slot's kept row."""
+        life, t = self.life, self.table
+        n = len(b)
+        enc = t.encode(b)
+        order = enc.order
+        if enc.sorted_slot is not None and enc.heads is not None:
+            ss, heads = enc.sorted_slot, enc.heads
+        else:
+            ss = enc.slot.take(order)
+            heads = np.empty(n, bool)
+            heads[0] = True
+            np.not_equal(ss[1:], ss[:-1], out=heads[1:])
+        hix = np.flatnonzero(heads)  # sorted position of each value's first row
+        nv = len(hix)
+        vslot = ss.take(hix)  # slot per value (value order)
+        a0 = t.last.take(vslot)  # last-seen instant of a value present at the previous bound, else _NEVER
+        base = (t.changes_.take(vslot) + 1) >> 1  # serial of the value's next `+`
+        st = b.ts.take(order)
+        prev = np.empty(n, np.int64)
+        prev[1:] = st[:-1]
+        prev[hix] = a0
+        gap = st > prev + life  # the value is absent just before this row's instant: `+`
+        new_instant = np.where(st != prev, np.arange(n, dtype=np.int64), 0)
+        first_at = np.maximum.accumulate(new_instant)  # first row of each row's (value, instant)
+        vend = np.empty(nv, np.int64)  # each value's last row
+        vend[:-1] = hix[1:] - 1
+        vend[-1] = n - 1
+        q = st.take(vend)  # each value's last instant
+        tail = q + life <= bound  # gone by `bound`
+        head_gap = gap.take(hix)
+        old = (a0 != _NEVER) & head_gap  # the stay from before the call ends within it
+        inner = np.count_nonzero(gap) - np.count_nonzero(head_gap)  # gaps within values' rows
+        if not inner:  # one run per value (e.g. a window long beside the value's re-arrivals)
+            run_v = None
+            rs, re, plus, minus, vfirst = hix, vend, head_gap, tail, None
+            serial = base - 1 + plus
+        else:
+            rs = np.flatnonzero(gap | heads)  # runs start at a value's first row or at a gap
+            nr = len(rs)
+            re = np.empty(nr, np.int64)  # last row of each run
+            re[:-1] = rs[1:] - 1
+            re[-1] = n - 1
+            run_v = np.cumsum(heads).take(rs) - 1  # value of each run
+            plus = gap.take(rs)
+            last_run = np.empty(nr, bool)  # the value's last run
+            last_run[:-1] = heads.take(rs[1:])
+            last_run[-1] = True
+            minus = ~last_run
+            minus[last_run] = tail
+            # serial of each run's copy: the value's next serial, plus the runs with `+` up to it, − 1
+            vfirst = np.flatnonzero(last_run[:-1]) + 1  # each value's first run
+            vfirst = np.r_[0, vfirst]
+            first_run = vfirst.take(run_v)
+            cp = np.cumsum(plus)
+            serial = cp - cp.take(first_run) + plus.take(first_run) + base.take(run_v) - 1
+        nr = len(rs)
+        # events in (value, time) order: [old −] then per run [+] [−]
+        if vfirst is None:
+            old_r = old.view(np.int8)
+        else:
+            old_r = np.zeros(nr, np.int8)
+            old_r[vfirst] = old
+        cnt = old_r + plus.view(np.int8) + minus.view(np.int8)
+        off = np.cumsum(cnt, dtype=np.int64)
+        m = int(off[-1])
+        off -= cnt
+        rv = vslot if run_v is None else vslot.take(run_v)
+        e_slot = np.repeat(rv, cnt)
+        e_at = np.empty(m, np.int64)
+        e_sign = np.empty(m, np.int8)
+        e_serial = np.empty(m, np.int64)
+        e_row = np.empty(m, np.int64)  # the row carried (sorted position; batch row below)
+        e_kept = np.zeros(m, bool)
+        io = np.flatnonzero(old_r)
+        if len(io):
+            ov = io if run_v is None else run_v.take(io)
+            at_o = off.take(io)
+            e_at[at_o] = a0.take(ov) + life
+            e_sign[at_o] = -1
+            e_serial[at_o] = base.take(ov) - 1
+            e_kept[at_o] = True
+            e_row[at_o] = 0
+        ip = np.flatnonzero(plus)
+        at_p = off.take(ip)
+        if len(io):
+            at_p += old_r.take(ip)
+        rp = rs.take(ip)
+        e_at[at_p] = st.take(rp)
+        e_sign[at_p] = 1
+        e_serial[at_p] = serial.take(ip)
+        e_row[at_p] = rp
+        im = np.flatnonzero(minus)
+        at_m = off.take(im)
+        at_m += cnt.take(im)
+        at_m -= 1
+        rm = re.take(im)
+        e_at[at_m] = st.take(rm) + life
+        e_sign[at_m] = -1
+        e_serial[at_m] = serial.take(im)
+        e_row[at_m] = first_at.take(rm)
+        e_row = order.take(e_row)
+        e_pos = e_row + self.arrived
+        if len(io):  # (before the kept rows change below)
+            e_pos[at_o] = t.pos.take(vslot.take(ov))
+        ev = _Events(e_slot, e_at, e_sign, e_serial, e_pos, e_row, e_kept)
+        ev.per_value = (vslot, cnt if vfirst is None else np.add.reduceat(cnt, vfirst, dtype=np.int64))
+        # slots: last-seen instants; the kept row and a FIFO entry of each value still present
+        t.last[vslot] = q
+        stay = np.flatnonzero(~tail)
+        if len(stay):
+            rows = order.take(first_at.take(vend.take(stay)))
+            by_row = np.empty(n, np.int64)  # arrival order = instant order: the FIFO stays sorted
+            by_row[rows] = vslot.take(stay)
+            present = np.zeros(n, bool)
+            present[rows] = True
+            rows = np.flatnonzero(present)
+            s = by_row.take(rows)
+            t.keep_rows(s, b, rows)
+            t.pos[s] = rows + self.arrived
+            self.fifo_at = np.concatenate([self.fifo_at, b.ts.take(rows) + life])
+            self.fifo_slot = np.concatenate([self.fifo_slot, s])
+        # the map: values of it gone by `bound` leave it, new values still present enter it
+        is_new = np.zeros(nv, bool)
+        is_new[enc.new] = True
+        gone_old = np.flatnonzero(tail & ~is_new)
+        if len(gone_old):
+            cells = None if enc.cells is None or not enc.packed else enc.cells.take(gone_old)
+            t.forget(vslot.take(gone_old), cells)
+        born = np.flatnonzero(is_new & ~tail)
+        if len(born):
+            if enc.packed:
+                assert isinstance(enc.rows, np.ndarray)
+                t.remember(enc.rows.take(born), vslot.take(born))
+            else:
+                rows_t = enc.rows
+                t.remember([rows_t[i] for i in born.tolist()], vslot.take(born))
+        gone_new = np.flatnonzero(is_new & tail)
+        if len(gone_new):
+            t.release_slots(vslot.take(gone_new))
+        return ev
+
+    def _emit(
+        self, ev: _Events, lv_slot: np.ndarray, lv_at: np.ndarray, b: Batch, probe_ts: np.ndarray | None
+    ) -> Batch:
+        """The changes `ev` and the `−` of the values leaving through the FIFO (`lv_slot` at
+        `lv_at`, one change each, carrying their kept rows) as the output batch: netted per probe
+        interval, ids derived, in the window batch's order; advances the values' change counts."""
+        t = self.table
+        m = len(ev.slot)
+        if probe_ts is not None and m:
+            ends = interval_ends(ev.slot, ev.at, probe_ts)
+            if len(ends) < m:  # changes of a value within one probe interval: one net change at the last
+                starts = np.r_[0, ends[:-1] + 1]
+                net = np.add.reduceat(ev.sign.astype(np.int64), starts)
+                ev = ev.take(ends.take(np.flatnonzero(net)))  # (per_value: unknown now)
+                m = len(ev.slot)
+                if m:  # serials from the changes emitted: the k-th of a value's stay has serial k // 2
+                    heads, size = _groups(ev.slot)
+                    t0 = t.changes_.take(ev.slot.take(heads))
+                    ev.serial = (np.arange(m, dtype=np.int64) + np.repeat(t0 - heads, size)) >> 1
+        n_lv = len(lv_slot)
+        if not m and not n_lv:
+            return b.take(_EMPTY_I)
+        if ev.per_value is not None:  # the changes of each value
+            vs, vc = ev.per_value
+            t.changes_[vs] += vc
+        elif m:
+            heads, size = _groups(ev.slot)
+            t.changes_[ev.slot.take(heads)] += size
+        lv_serial = t.changes_.take(lv_slot) >> 1  # the copy they hold
+        t.changes_[lv_slot] += 1
+        slot = np.concatenate([ev.slot, lv_slot]) if n_lv else ev.slot
+        serial = np.concatenate([ev.serial, lv_serial]) if n_lv else ev.serial
+        ids = _derived_ids(t.vmix.take(slot), serial.view(np.uint64))
+        at = np.concatenate([ev.at, lv_at]) if n_lv else ev.at
+        pos = np.concatenate([ev.pos, t.pos.take(lv_slot)]) if n_lv else ev.pos
+        sign = np.concatenate([ev.sign, np.full(n_lv, -1, np.int8)]) if n_lv else ev.sign
+        # the window batch's order: by instant, then by the arrival index of the row carried
+        o, ts = _order(at, pos)
+        # rows: of the batch, or kept by the slots (`−` of stays from before the call); each
+        # column gathered once from the batch's rows followed by the kept rows wanted
+        kept = np.flatnonzero(ev.kept)
+        if not len(kept) and not n_lv:
+            out = b.take(ev.row.take(o))
+        else:
+            src = np.concatenate([ev.row, np.arange(len(b), len(b) + n_lv, dtype=np.int64)]) if n_lv else ev.row.copy()
+            if len(kept):
+                src[kept] = len(b) + n_lv + np.arange(len(kept), dtype=np.int64)
+                ks = np.concatenate([lv_slot, ev.slot.take(kept)])
+            else:
+                ks = lv_slot
+            pick = src.take(o)
+            cols: list[np.ndarray] = []
+            nulls: list[np.ndarray | None] = []
+            for c, nm, v, vm in zip(b.cols, b.nulls, t.vals, t.vnull):
+                cols.append(np.concatenate([c, v.take(ks)]).take(pick))
+                if nm is None and vm is None:
+                    nulls.append(None)
+                else:
+                    a = np.zeros(len(c), bool) if nm is None else nm
+                    z = np.zeros(len(ks), bool) if vm is None else vm.take(ks)
+                    mm = np.concatenate([a, z]).take(pick)
+                    nulls.append(mm if mm.any() else None)
+            out = Batch(cols, nulls, ts, sign, ids)
+        out.ts = ts
+        out.sign = sign.take(o)
+        out.id = ids.take(o)
+        return out
+
+
+def _groups(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and length of each run of equal slots."""
+    m = len(slot)
+    start = np.empty(m, bool)
+    start[0] = True
+    np.not_equal(slot[1:], slot[:-1], out=start[1:])
+    heads = np.flatnonzero(start)
+    return heads, np.diff(heads, append=m)
+
+
+def _order(at: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions sorting by (at, pos) (pairs distinct), and `at` so sorted: one np.sort of
+    at, pos and position packed in an int64 when they fit."""
+    m = len(at)
+    a0, p0 = int(at.min()), int(pos.min())
+    ib = max(m - 1, 1).bit_length()
+    pw = max(int(pos.max()) - p0, 1).bit_length() + ib
+    if (int(at.max()) - a0).bit_length() + pw <= 63:
+        key = at - a0
+        key <<= pw
+        key |= (pos - p0) << ib
+        key |= np.arange(m, dtype=np.int64)
+        key.sort()
+        o = key & ((1 << ib) - 1)
+        key >>= pw
+        key += a0
+        return o, key
+    o = np.lexsort((pos, at))  # pragma: no cover - spans beyond 2^63
+    return o, at.take(o)
+
+
+class _Events:
+    """Changes of a call in (value, instant) order: slot, instant, sign, serial of the copy, the
+    arrival index of the row carried and that row — of the batch (`row`), or the slot's kept
+    row (`kept`)."""
+
+    FIELDS = ("slot", "at", "sign", "serial", "pos", "row", "kept")
+
+    def __init__(
+        self,
+        slot: np.ndarray,
+        at: np.ndarray,
+        sign: np.ndarray,
+        serial: np.ndarray,
+        pos: np.ndarray,
+        row: np.ndarray,
+        kept: np.ndarray,
+    ) -> None:
+        self.slot, self.at, self.sign, self.serial, self.pos, self.row, self.kept = (
+            slot,
+            at,
+            sign,
+            serial,
+            pos,
+            row,
+            kept,
+        )
+        self.per_value: tuple[np.ndarray, np.ndarray] | None = None  # (slots, their changes) when known
+
+    @staticmethod
+    def empty() -> _Events:
+        z = _EMPTY_I
+        return _Events(z, z, np.zeros(0, np.int8), z, z, z, np.zeros(0, bool))
+
+    def take(self, i: np.ndarray) -> _Events:
+        return _Events(*(getattr(self, f).take(i) for f in self.FIELDS))
