@@ -98,6 +98,15 @@ def _snapshot_and_deltas(rd):
     return at, snap, elems[len(snap) :]
 
 
+def _feed(m, part):
+    """Push each (stream, rows) of `part` through `m`; T's pushes are followed by a heartbeat at
+    their last instant."""
+    for name, rows in part:
+        m.push(name, rows)
+        if name == "T" and rows:
+            m.heartbeat(rows[-1]["ts"])
+
+
 @pytest.mark.time_limit(60)
 def test_snapshots_line_up_with_deltas_for_late_queries_and_late_subscribers(server, http):
     m = Mirror(http)
@@ -106,15 +115,9 @@ def test_snapshots_line_up_with_deltas_for_late_queries_and_late_subscribers(ser
     pushes = _batches()
     third = len(pushes) // 3
 
-    def feed(part):
-        for name, rows in part:
-            m.push(name, rows)
-            if name == "T" and rows:
-                m.heartbeat(rows[-1]["ts"])
-
-    feed(pushes[:third])  # data first, then the queries join the running plan
+    _feed(m, pushes[:third])  # data first, then the queries join the running plan
     qids = {k: m.query(q)["id"] for k, q in QUERIES.items()}
-    feed(pushes[third : 2 * third])
+    _feed(m, pushes[third : 2 * third])
     twin = m.query(QUERIES["aggregate"])["id"]  # identical to a running query: shares its plan, late
     shared = http.get("/plan").json()
     assert any({qids["aggregate"], twin} <= set(n["queries"]) for n in shared["nodes"] if n["kind"] == "operator")
@@ -126,7 +129,7 @@ def test_snapshots_line_up_with_deltas_for_late_queries_and_late_subscribers(ser
         rd.start()
     for rd in readers.values():
         assert rd.ready.wait(10) and rd.error is None and rd.status == 200, (rd.error, rd.status)
-    feed(pushes[2 * third :])
+    _feed(m, pushes[2 * third :])
     m.heartbeat(END + 1)
     for qid, rd in readers.items():
         rd.join(20)
@@ -291,14 +294,8 @@ def test_a_late_query_reading_a_column_the_running_join_did_not_fill(server, htt
     pushes = _batches(5)
     half = len(pushes) // 2
 
-    def feed(part):
-        for name, rows in part:
-            m.push(name, rows)
-            if name == "T" and rows:
-                m.heartbeat(rows[-1]["ts"])
-
     first = m.query(f"select rstream(S.B) {join}")["id"]
-    feed(pushes[:half])
+    _feed(m, pushes[:half])
     # (not m.query: its own copy starts later than the mirror's shared one, so complete_from differs)
     late = http.post("/queries", json={"cql": f"select rstream(S.A, T.C) {join}"}).json()
     h = m.ref.register_query(f"select rstream(S.A, T.C) {join}")
@@ -310,7 +307,7 @@ def test_a_late_query_reading_a_column_the_running_join_did_not_fill(server, htt
     rd = _Reader(server.url, late["id"], "ndjson", {"until": END})
     rd.start()
     assert rd.ready.wait(10) and rd.error is None and rd.status == 200, (rd.error, rd.status)
-    feed(pushes[half:])
+    _feed(m, pushes[half:])
     m.heartbeat(END + 1)
     rd.join(20)
     assert not rd.is_alive() and rd.error is None, rd.error
