@@ -11,6 +11,11 @@ a checkpoint's pickle) builds it the same way: the rows do not depend on who rea
 changed cell, the key values, the old and new row values and ids, expanded into the `−` old row
 / `+` new row pairs. `DeferredBatch.project` keeps a projection of plain column references
 deferred too. A recipe must read only arrays that nobody writes into after the hand-off.
+
+A batch made from a `ChangeRows` also offers it as its compact form (`change_view`): a reader that
+can use the record directly (io/change_text.py: the text of each `−`/`+` pair's shared instant and
+key made once) asks for it and skips the row layout; any other batch, or one whose rows were
+replaced, has none and is read the usual way.
 """
 
 from __future__ import annotations
@@ -38,9 +43,16 @@ class DeferredBatch(Batch):
     it once). A slice stays deferred."""
 
     def __init__(
-        self, ts: np.ndarray, width: int, rows: Callable[[], Rows], ids: Callable[[], np.ndarray]
+        self,
+        ts: np.ndarray,
+        width: int,
+        rows: Callable[[], Rows],
+        ids: Callable[[], np.ndarray],
+        view: ChangeView | None = None,
     ) -> None:  # no super(): the other fields are properties
         self.ts = ts
+        self._view = view
+        self._view_ts = ts  # a view stands only while ts is still this array
         self._width = width
         self._rows_fill: Callable[[], Rows] | None = rows
         self._ids_fill: Callable[[], np.ndarray] | None = ids
@@ -80,7 +92,13 @@ class DeferredBatch(Batch):
                     self._ids_fill = None
         return i
 
+    def change_view(self) -> ChangeView | None:
+        """The change record these rows are laid out from, with the record columns they show,
+        or None (not made from one, or a slice, or its instants, columns, masks or signs were replaced)."""
+        return self._view if self.ts is self._view_ts else None
+
     def _set(self, k: int, v: Any) -> None:
+        self._view = None  # the rows no longer are the record's
         cols, nulls, sign = self._built()
         parts = [cols, nulls, sign]
         parts[k] = v
@@ -144,7 +162,9 @@ class DeferredBatch(Batch):
             kept = [nulls[i] for i in idx]
             return [cols[i] for i in idx], [None if m is None or not m.any() else m for m in kept], sign
 
-        return DeferredBatch(self.ts, len(idx), rows, self._built_ids)
+        v = self._view
+        view = None if v is None else ChangeView(v.rec, tuple(v.picks[i] for i in idx))
+        return DeferredBatch(self.ts, len(idx), rows, self._built_ids, view)
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         """Pickled (checkpoints) as the plain batch it stands for."""
@@ -244,16 +264,34 @@ class ChangeRows:
         return self._pick(self.old_id[o], self.new_id[o], np.uint64)
 
 
+@dataclass(frozen=True)
+class ChangeView:
+    """A deferred batch's rows as a change record: its column j is the record's column
+    `picks[j]` (the record's columns: its keys, then its values)."""
+
+    rec: ChangeRows
+    picks: tuple[int, ...]
+
+
+import os as _os
+_MODE = _os.environ.get("Q24_PREP", "layout")
+
+
 def build_now(batches: list[Batch]) -> None:
     """Lay out the deferred ones among `batches` on this thread."""
     for b in batches:
         if isinstance(b, DeferredBatch):
-            b.build()
+            v = b.change_view()
+            if v is None or _MODE == "build":
+                b.build()
+            elif _MODE == "layout":
+                v.rec.layout
 
 
 def change_batch(rec: ChangeRows) -> DeferredBatch:
     """The deferred batch of `rec`'s rows: their instants now, the rest when first read."""
-    return DeferredBatch(rec.rows_ts(), len(rec.keys) + len(rec.new), rec.expand, rec.ids)
+    width = len(rec.keys) + len(rec.new)
+    return DeferredBatch(rec.rows_ts(), width, rec.expand, rec.ids, ChangeView(rec, tuple(range(width))))
 
 
-__all__ = ["ChangeRows", "DeferredBatch", "Rows", "build_now", "change_batch"]
+__all__ = ["ChangeRows", "ChangeView", "DeferredBatch", "Rows", "build_now", "change_batch"]
