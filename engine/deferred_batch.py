@@ -273,19 +273,17 @@ class ChangeView:
     picks: tuple[int, ...]
 
 
-import os as _os
-_MODE = _os.environ.get("Q24_PREP", "layout")
-
-
 def build_now(batches: list[Batch]) -> None:
-    """Lay out the deferred ones among `batches` on this thread."""
+    """Do on this thread what reading the deferred ones among `batches` needs first: a batch that
+    offers a change record (read from it: io/change_text.py) gets the record's order of cells in
+    ts order, any other its rows laid out (building rows the reader would not read is wasted)."""
     for b in batches:
         if isinstance(b, DeferredBatch):
             v = b.change_view()
-            if v is None or _MODE == "build":
+            if v is None:
                 b.build()
-            elif _MODE == "layout":
-                v.rec.layout
+            else:
+                v.rec.layout  # noqa: B018 (a cached property, computed here)
 
 
 def change_batch(rec: ChangeRows) -> DeferredBatch:

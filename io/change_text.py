@@ -19,8 +19,7 @@ import numpy as np
 from cqlstream.engine.deferred_batch import ChangeRows, ChangeView, DeferredBatch
 from cqlstream.io.stream_text import _CHUNK, _U8, Chunk, _field_words, _format_chunk, _int_words, _unpad
 
-_SIGN = object()  # the piece that is '-' in a pair's first line and '+' in its second
-_MINUS, _PLUS = 45, 43
+_MINUS, _PLUS = 45, 43  # the sign of a pair's first line and of its second
 
 
 def _wordable(dt: np.dtype) -> bool:
@@ -89,7 +88,10 @@ def pairs_text(
     sides: tuple[dict[int, list[np.ndarray]], dict[int, list[np.ndarray]]] = ({}, {})  # per line of the pair
     consts: dict[int, int] = {}
     signs: tuple[dict[int, int], dict[int, int]] = ({}, {})
-    pieces: list[object] = [b"[", ts, b"]:", _SIGN, b":"]
+    # constant bytes; None: the sign; (words, None, width): a field made once per cell;
+    # (words of the `−` line, words of the `+` line, width): a value field
+    pieces: list[bytes | tuple[np.ndarray, np.ndarray | None, int] | None] = [b"[", (ts[0], None, ts[1]), b"]:"]
+    pieces += [None, b":"]
     for j, p in enumerate(picks):
         if j:
             pieces.append(b", ")
@@ -98,7 +100,7 @@ def pairs_text(
             f = _field_words(rec.keys[p][oc], None if km is None else km[oc])
             if f is None:
                 return None
-            pieces.append(f)
+            pieces.append((f[0], None, f[1]))
             continue
         (pv, pn), (v, nl) = rec.old[p - nk], rec.new[p - nk]
         # (a missing row's values are formatted too, then blanked: they only widen the padding)
@@ -115,18 +117,17 @@ def pairs_text(
                 q, r = divmod(at + i, 8)
                 consts[q] = consts.get(q, 0) | (ch << (8 * r))
             at += len(piece)
-        elif piece is _SIGN:
+        elif piece is None:
             q, r = divmod(at, 8)
             signs[0][q], signs[1][q] = _MINUS << (8 * r), _PLUS << (8 * r)
             at += 1
-        elif len(piece) == 2:  # type: ignore[arg-type]
-            x, w = piece  # type: ignore[misc]
-            _place(shared, at, x, w)
-            at += w
         else:
-            xo, xn, w = piece  # type: ignore[misc]
-            _place(sides[0], at, xo, w)
-            _place(sides[1], at, xn, w)
+            xo, xn, w = piece
+            if xn is None:
+                _place(shared, at, xo, w)
+            else:
+                _place(sides[0], at, xo, w)
+                _place(sides[1], at, xn, w)
             at += w
     K = (at + 7) // 8
     words = np.empty((k, 2, K), _U8)
