@@ -15,7 +15,8 @@ deferred too. A recipe must read only arrays that nobody writes into after the h
 A batch made from a `ChangeRows` also offers it as its compact form (`change_view`): a reader that
 can use the record directly (io/change_text.py: the text of each `−`/`+` pair's shared instant and
 key made once) asks for it and skips the row layout; any other batch, or one whose rows were
-replaced, has none and is read the usual way.
+replaced, has none and is read the usual way. A reader may also prefer rows already laid out (the
+text output does: a producer lays them out to share a writer thread's work).
 """
 
 from __future__ import annotations
@@ -274,16 +275,11 @@ class ChangeView:
 
 
 def build_now(batches: list[Batch]) -> None:
-    """Do on this thread what reading the deferred ones among `batches` needs first: a batch that
-    offers a change record (read from it: io/change_text.py) gets the record's order of cells in
-    ts order, any other its rows laid out (building rows the reader would not read is wasted)."""
+    """Lay out the deferred ones among `batches` on this thread (their reader then reads the rows
+    and no longer the record: io/change_text.py)."""
     for b in batches:
         if isinstance(b, DeferredBatch):
-            v = b.change_view()
-            if v is None:
-                b.build()
-            else:
-                v.rec.layout  # noqa: B018 (a cached property, computed here)
+            b.build()
 
 
 def change_batch(rec: ChangeRows) -> DeferredBatch:

@@ -8,10 +8,10 @@ write error (disk full, dest removed) is raised to the producer at its next hand
 `close()`, as the same OSError the inline path raises.
 
 Deferred batches (engine/deferred_batch.py: a grouped aggregate's changed rows as a compact
-record) are formatted by the worker from the record (io/change_text.py) or laid out as it formats
-them; when the worker is a round behind, the producer does the first part of that itself for the
-round it hands over (and, at `close()`, for the rounds still queued: `build_now`) rather than wait
-idle.
+record) are formatted by the worker from the record (io/change_text.py); when the worker is a
+round behind, the producer lays out the rows of the round it hands over itself (and, at `close()`,
+of the rounds still queued) rather than wait idle, and the worker formats those rows as they are:
+the pair balances the work between its two threads.
 
 Given `truncate`, the files were opened without truncating and each writer thread empties its own
 (regular) files before anything else: emptying an old dest frees its blocks, 15-140 ms for an
@@ -143,7 +143,7 @@ class ResultWriter:
             parts[k % n].append((k, b))
         for w, part in zip(self._workers, parts):
             if part:
-                if w.q.full():  # the worker is a round behind: prepare deferred rows here, not wait idle
+                if w.q.full():  # the worker is a round behind: lay out deferred rows here, not wait idle
                     build_now([b for _, b in part])
                 w.q.put(part)
 
@@ -161,7 +161,7 @@ class ResultWriter:
         if failed is not None:
             raise failed
         for w in self._workers:
-            with w.q.mutex:  # rounds the worker has not taken yet: their deferred rows prepared here
+            with w.q.mutex:  # rounds the worker has not taken yet: their deferred rows are laid out here
                 waiting = [b for rnd in w.q.queue if rnd is not None for _, b in rnd]
             try:
                 build_now(waiting)

@@ -499,8 +499,10 @@ def format_output(batch: Batch) -> bytes:
 
 
 def _change_view(batch: Batch) -> ChangeView | None:
-    """The change record `batch`'s rows are laid out from, when it offers one."""
-    return batch.change_view() if isinstance(batch, DeferredBatch) else None
+    """The change record `batch`'s rows are laid out from, when it offers one and its rows are
+    not laid out yet (a writer thread's producer lays them out when the writer is behind, to take
+    a share of its work: they are then formatted as they are)."""
+    return batch.change_view() if isinstance(batch, DeferredBatch) and not batch.built else None
 
 
 _CHUNK = 1 << 16  # rows per line matrix: a few MB, so the memory is reused (and cache-friendly)

@@ -5,7 +5,8 @@ line), cells with no line, sparse instants, projections, and fields too wide for
 (those chunks go the usual way). `cqlstream run` writes the same bytes at 1 and 2 threads as with
 the rows laid out at once, for relations with updates, streams, empty instants, NULLs, text keys,
 floats and booleans. The small-integer text table equals numpy's own conversion. A batch whose
-rows were replaced no longer offers its record, and an error formatting from a record on the
+rows were replaced no longer offers its record, rows already laid out (by a producer helping a
+writer that is behind) are formatted as they are, and an error formatting from a record on the
 writer thread is the run's error, with no thread left behind.
 """
 
@@ -120,6 +121,21 @@ def test_replaced_rows_or_instants_withdraw_the_record():
     b2.ts = b2.ts + 1
     assert b2.change_view() is None and format_output(b2) == format_output(_laid_out(b2))
     assert change_batch(rec).slice(0, 5).change_view() is None  # a slice: its rows, the usual way
+
+
+def test_rows_laid_out_by_a_producer_are_formatted_as_they_are(monkeypatch):
+    """A producer lays the rows out when the writer is behind, to take a share of its work: the
+    writer then formats those rows, not the record again."""
+    rec = _record(60, 10)
+    b = change_batch(rec)
+    want = format_output(_laid_out(change_batch(rec)))
+
+    def unused(*a, **k):
+        raise AssertionError("formatted from the record")
+
+    monkeypatch.setattr(change_text, "pairs_text", unused)
+    b.build()
+    assert format_output(b) == want
 
 
 def test_small_integer_table_is_numpys_text():
