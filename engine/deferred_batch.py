@@ -50,10 +50,12 @@ class DeferredBatch(Batch):
         rows: Callable[[], Rows],
         ids: Callable[[], np.ndarray],
         view: ChangeView | None = None,
+        parent: DeferredBatch | None = None,
     ) -> None:  # no super(): the other fields are properties
         self.ts = ts
         self._view = view
         self._view_ts = ts  # a view stands only while ts is still this array
+        self._parent = parent  # (a projection's rows are read from its parent's: its view too)
         self._width = width
         self._rows_fill: Callable[[], Rows] | None = rows
         self._ids_fill: Callable[[], np.ndarray] | None = ids
@@ -96,7 +98,9 @@ class DeferredBatch(Batch):
     def change_view(self) -> ChangeView | None:
         """The change record these rows are laid out from, with the record columns they show,
         or None (not made from one, or a slice, or its instants, columns, masks or signs were replaced)."""
-        return self._view if self.ts is self._view_ts else None
+        if self.ts is not self._view_ts or (self._parent is not None and self._parent.change_view() is None):
+            return None
+        return self._view
 
     def _set(self, k: int, v: Any) -> None:
         self._view = None  # the rows no longer are the record's
@@ -165,7 +169,7 @@ class DeferredBatch(Batch):
 
         v = self._view
         view = None if v is None else ChangeView(v.rec, tuple(v.picks[i] for i in idx))
-        return DeferredBatch(self.ts, len(idx), rows, self._built_ids, view)
+        return DeferredBatch(self.ts, len(idx), rows, self._built_ids, view, self)
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         """Pickled (checkpoints) as the plain batch it stands for."""

@@ -121,6 +121,10 @@ def test_replaced_rows_or_instants_withdraw_the_record():
     b2.ts = b2.ts + 1
     assert b2.change_view() is None and format_output(b2) == format_output(_laid_out(b2))
     assert change_batch(rec).slice(0, 5).change_view() is None  # a slice: its rows, the usual way
+    b3 = change_batch(rec)
+    p = b3.project([1, 0])
+    b3.sign = -b3.sign  # the projection's rows are read from these
+    assert p.change_view() is None and format_output(p) == format_output(_laid_out(p))
 
 
 def test_rows_laid_out_by_a_producer_are_formatted_as_they_are(monkeypatch):
