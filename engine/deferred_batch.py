@@ -11,6 +11,12 @@ a checkpoint's pickle) builds it the same way: the rows do not depend on who rea
 changed cell, the key values, the old and new row values and ids, expanded into the `−` old row
 / `+` new row pairs. `DeferredBatch.project` keeps a projection of plain column references
 deferred too. A recipe must read only arrays that nobody writes into after the hand-off.
+
+A batch made from a `ChangeRows` also offers it as its compact form (`change_view`): a reader that
+can use the record directly (io/change_text.py: the text of each `−`/`+` pair's shared instant and
+key made once) asks for it and skips the row layout; any other batch, or one whose rows were
+replaced, has none and is read the usual way. A reader may also prefer rows already laid out (the
+text output does: a producer lays them out to share a writer thread's work).
 """
 
 from __future__ import annotations
@@ -38,9 +44,18 @@ class DeferredBatch(Batch):
     it once). A slice stays deferred."""
 
     def __init__(
-        self, ts: np.ndarray, width: int, rows: Callable[[], Rows], ids: Callable[[], np.ndarray]
+        self,
+        ts: np.ndarray,
+        width: int,
+        rows: Callable[[], Rows],
+        ids: Callable[[], np.ndarray],
+        view: ChangeView | None = None,
+        parent: DeferredBatch | None = None,
     ) -> None:  # no super(): the other fields are properties
         self.ts = ts
+        self._view = view
+        self._view_ts = ts  # a view stands only while ts is still this array
+        self._parent = parent  # (a projection's rows are read from its parent's: its view too)
         self._width = width
         self._rows_fill: Callable[[], Rows] | None = rows
         self._ids_fill: Callable[[], np.ndarray] | None = ids
@@ -80,7 +95,15 @@ class DeferredBatch(Batch):
                     self._ids_fill = None
         return i
 
+    def change_view(self) -> ChangeView | None:
+        """The change record these rows are laid out from, with the record columns they show,
+        or None (not made from one, or a slice, or its instants, columns, masks or signs were replaced)."""
+        if self.ts is not self._view_ts or (self._parent is not None and self._parent.change_view() is None):
+            return None
+        return self._view
+
     def _set(self, k: int, v: Any) -> None:
+        self._view = None  # the rows no longer are the record's
         cols, nulls, sign = self._built()
         parts = [cols, nulls, sign]
         parts[k] = v
@@ -144,7 +167,9 @@ class DeferredBatch(Batch):
             kept = [nulls[i] for i in idx]
             return [cols[i] for i in idx], [None if m is None or not m.any() else m for m in kept], sign
 
-        return DeferredBatch(self.ts, len(idx), rows, self._built_ids)
+        v = self._view
+        view = None if v is None else ChangeView(v.rec, tuple(v.picks[i] for i in idx))
+        return DeferredBatch(self.ts, len(idx), rows, self._built_ids, view, self)
 
     def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         """Pickled (checkpoints) as the plain batch it stands for."""
@@ -244,8 +269,18 @@ class ChangeRows:
         return self._pick(self.old_id.take(o), self.new_id.take(o), np.uint64)
 
 
+@dataclass(frozen=True)
+class ChangeView:
+    """A deferred batch's rows as a change record: its column j is the record's column
+    `picks[j]` (the record's columns: its keys, then its values)."""
+
+    rec: ChangeRows
+    picks: tuple[int, ...]
+
+
 def build_now(batches: list[Batch]) -> None:
-    """Lay out the deferred ones among `batches` on this thread."""
+    """Lay out the deferred ones among `batches` on this thread (their reader then reads the rows
+    and no longer the record: io/change_text.py)."""
     for b in batches:
         if isinstance(b, DeferredBatch):
             b.build()
@@ -253,7 +288,8 @@ def build_now(batches: list[Batch]) -> None:
 
 def change_batch(rec: ChangeRows) -> DeferredBatch:
     """The deferred batch of `rec`'s rows: their instants now, the rest when first read."""
-    return DeferredBatch(rec.rows_ts(), len(rec.keys) + len(rec.new), rec.expand, rec.ids)
+    width = len(rec.keys) + len(rec.new)
+    return DeferredBatch(rec.rows_ts(), width, rec.expand, rec.ids, ChangeView(rec, tuple(range(width))))
 
 
-__all__ = ["ChangeRows", "DeferredBatch", "Rows", "build_now", "change_batch"]
+__all__ = ["ChangeRows", "ChangeView", "DeferredBatch", "Rows", "build_now", "change_batch"]

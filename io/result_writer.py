@@ -8,9 +8,10 @@ write error (disk full, dest removed) is raised to the producer at its next hand
 `close()`, as the same OSError the inline path raises.
 
 Deferred batches (engine/deferred_batch.py: a grouped aggregate's changed rows as a compact
-record) are laid out by the worker as it formats them; when the worker is a round behind, the
-producer lays out the round it hands over itself (and, at `close()`, the rounds still queued)
-rather than wait idle: the pair balances the layout between its two threads.
+record) are formatted by the worker from the record (io/change_text.py); when the worker is a
+round behind, the producer lays out the rows of the round it hands over itself (and, at `close()`,
+of the rounds still queued) rather than wait idle, and the worker formats those rows as they are:
+the pair balances the work between its two threads.
 
 Given `truncate`, the files were opened without truncating and each writer thread empties its own
 (regular) files before anything else: emptying an old dest frees its blocks, 15-140 ms for an
