@@ -265,7 +265,7 @@ class Dsms:
         `cpu_clocks`: operators measure each call's CPU time (`Counters.cpu`: CPU limits, control
         tables); False (a script run) saves a clock read per call. Forced on with a CPU limit.
         `prune_columns`: operators fill only the output columns some consumer reads, NULL in the
-        others (engine/column_pruning.py; a peek at an inner queue shows those NULLs)."""
+        others (engine/column_pruning.py; a peek at such an operator names them)."""
         self.clock = clock
         self.silence_timeout = silence_timeout
         self.skew = skew

@@ -109,6 +109,10 @@ def peek(d: Dsms, eid: str, n: int = 20) -> dict[str, Any]:
         what = "current contents"
     else:
         what, b = obj.peek(n)
+    if _pn is not None and _pn.op is not None and _pn.op.produced is not None:
+        # column pruning: the others hold NULL placeholders, which a reader must not take for data
+        unread = [a.name for c, a in enumerate(_pn.node.schema) if c not in _pn.op.produced]
+        what += f" (column pruning: nothing reads {', '.join(unread)}, which may show NULL)"
     if b is None:
         return {"id": eid, "what": what, "tuples": []}
     b = b.slice(max(len(b) - n, 0), len(b))

@@ -261,3 +261,21 @@ def test_grouped_selections_fill_only_what_each_member_reads(step):
     assert sum("grouped in" in pn.note for pn in d.plan.nodes.values()) == 3
     for i, q in enumerate(HUB):
         assert got[i] == reference("register stream S (a int, b int, c int)", q, inputs), q
+
+
+def test_a_peek_at_a_pruned_operator_names_the_columns_nothing_reads():
+    """Its rows may hold NULL placeholders in the unread columns: the peek says so, instead of
+    letting them pass for NULL data; an unpruned operator's peek says nothing of the kind."""
+    from cqlstream.engine.control import entity_id
+
+    d = Dsms()
+    d.execute(DDL)
+    d.register_query("select A.b from S [Range 2] as A where A.c > 1")
+    feed(d, [("S", (t, (t, 10 + t, t % 3))) for t in range(1, 6)])
+    by_label = {node_label(pn.node): pn for pn in d.plan.nodes.values()}
+    pruned = d.peek(entity_id(by_label["FILTER (c > 1)"].queue.eid), 5)
+    assert pruned["what"].endswith("(column pruning: nothing reads a, c, which may show NULL)"), pruned["what"]
+    rows = [t["row"] for t in pruned["tuples"]]
+    assert rows and all(r[0] is None and r[1] in (12, 15) for r in rows), rows
+    whole = d.peek(entity_id(by_label["PROJECT b"].queue.eid), 5)
+    assert whole["what"] == "recent tuples entering the queue" and whole["tuples"]
