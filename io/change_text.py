@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from cqlstream.engine.deferred_batch import ChangeRows, ChangeView, DeferredBatch
-from cqlstream.io.stream_text import _CHUNK, _U8, Chunk, _field_words, _format_chunk, _int_words, _unpad
+from cqlstream.io.stream_text import _CHUNK, _U8, Chunk, _field_words, _format_chunk, _int_words, _unpad, fold_bytes
 
 _MINUS, _PLUS = 45, 43  # the sign of a pair's first line and of its second
 
@@ -113,10 +113,7 @@ def pairs_text(
     at = 0
     for piece in pieces:
         if isinstance(piece, bytes):
-            for i, ch in enumerate(piece):  # constant bytes: folded into per-word constants
-                q, r = divmod(at + i, 8)
-                consts[q] = consts.get(q, 0) | (ch << (8 * r))
-            at += len(piece)
+            at = fold_bytes(consts, at, piece)
         elif piece is None:
             q, r = divmod(at, 8)
             signs[0][q], signs[1][q] = _MINUS << (8 * r), _PLUS << (8 * r)

@@ -404,6 +404,15 @@ def _field_words(col: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, 
     return x, w
 
 
+def fold_bytes(consts: dict[int, int], at: int, piece: bytes) -> int:
+    """Constant bytes placed at byte offset `at` of a line, folded into its per-word constants
+    (`consts`: word index → bits); returns the offset after them."""
+    for j, c in enumerate(piece):
+        q, r = divmod(at + j, 8)
+        consts[q] = consts.get(q, 0) | (c << (8 * r))
+    return at + len(piece)
+
+
 def _format_chunk(b: Batch, nogil: bool = False) -> Chunk:
     n = len(b)
     ts = _int_words(b.ts)
@@ -430,10 +439,7 @@ def _format_chunk(b: Batch, nogil: bool = False) -> Chunk:
     at = 0
     for p in pieces:
         if isinstance(p, bytes):
-            for j, c in enumerate(p):  # constant bytes: folded into per-word constants
-                q, r = divmod(at + j, 8)
-                consts[q] = consts.get(q, 0) | (c << (8 * r))
-            at += len(p)
+            at = fold_bytes(consts, at, p)
             continue
         x, w = p
         q, r = divmod(at, 8)

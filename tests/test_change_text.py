@@ -13,7 +13,6 @@ writer thread is the run's error, with no thread left behind.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from cqlstream.engine.operators import aggregate as agg_mod
 from cqlstream.io import change_text, stream_text
 from cqlstream.io.script_runner import run_script
 from cqlstream.io.stream_text import format_output
+from tests.test_deferred_batch import assert_run_fails, relation_updates, write_script
 
 
 def _record(
@@ -167,14 +167,7 @@ def _script(tmp_path: Path) -> tuple[Path, list[str]]:
         f"{t},{int(rng.integers(-40, 60))},{int(rng.integers(0, 25))},{rng.integers(-8, 8) / 4},{words[int(rng.integers(0, 4))]}"
         for t in ts
     ]
-    r, live = [], []
-    for t in range(1, n, 2):
-        if live and rng.random() < 0.4:
-            r.append(f"{t},-,{live.pop(int(rng.integers(0, len(live))))}")
-        else:
-            row = f"{int(rng.integers(0, 9))},{int(rng.integers(-20, 20))}"
-            live.append(row)
-            r.append(f"{t},+,{row}")
+    r = relation_updates(rng, n, 20, low=-20)
     (tmp_path / "s.dat").write_text("i,i,i,f,c4\n" + "\n".join(s) + "\n")
     (tmp_path / "r.dat").write_text("i,b,i,i\n" + "\n".join(r) + "\n")
     queries = [
@@ -195,10 +188,7 @@ def _script(tmp_path: Path) -> tuple[Path, list[str]]:
         "vquery : select case when A > 45 then A / 0 else A end as A, case when B > 20 then B / 0 else B end as B from S;",
         "vtable : register stream V (A integer, B integer);",
     ]
-    for i, q in enumerate(queries):
-        lines += [f"query : {q};", f"dest : out{i}"]
-    (tmp_path / "run.cql").write_text("\n".join(lines) + "\n")
-    return tmp_path / "run.cql", [f"out{i}" for i in range(len(queries))]
+    return write_script(tmp_path, lines, queries)
 
 
 @pytest.mark.parametrize("batch_rows", [1, 7, None])
@@ -234,8 +224,4 @@ def test_an_error_formatting_from_a_record_is_the_runs_error(threads, tmp_path, 
         raise MemoryError("formatting the pairs")
 
     monkeypatch.setattr(change_text, "pairs_text", broken)
-    before = {t.ident for t in threading.enumerate()}
-    with pytest.raises(MemoryError, match="formatting the pairs"):
-        run_script(script, out_dir=tmp_path / "out", threads=threads, batch_rows=300)
-    left = [t for t in threading.enumerate() if t.ident not in before and t.name.startswith("cqlstream-")]
-    assert left == []
+    assert_run_fails(script, tmp_path / "out", threads, "formatting the pairs")

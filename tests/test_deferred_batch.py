@@ -261,6 +261,30 @@ def test_pickled_as_the_plain_batch():
     )
 
 
+def relation_updates(rng: np.random.Generator, n: int, span: int, low: int = 0) -> list[str]:
+    """Source lines `t,±,A,B` of a relation over the odd instants below `n`: each inserts a row
+    (A in 0..8, B in low..span-1) or, with probability 0.4, deletes a live one."""
+    r: list[str] = []
+    live: list[str] = []
+    for t in range(1, n, 2):
+        if live and rng.random() < 0.4:
+            r.append(f"{t},-,{live.pop(int(rng.integers(0, len(live))))}")
+        else:
+            row = f"{int(rng.integers(0, 9))},{int(rng.integers(low, span))}"
+            live.append(row)
+            r.append(f"{t},+,{row}")
+    return r
+
+
+def write_script(tmp_path: Path, lines: list[str], queries: list[str]) -> tuple[Path, list[str]]:
+    """`run.cql` in `tmp_path`: `lines` (tables, sources, views), then each query with its dest
+    `out<i>`; returns the script's path and the dests' names."""
+    for i, q in enumerate(queries):
+        lines += [f"query : {q};", f"dest : out{i}"]
+    (tmp_path / "run.cql").write_text("\n".join(lines) + "\n")
+    return tmp_path / "run.cql", [f"out{i}" for i in range(len(queries))]
+
+
 def _script(tmp_path: Path) -> tuple[Path, list[str]]:
     """Aggregates over a stream (NULL keys and values through a view: x / 0 is NULL; empty
     instants) and over a relation with updates."""
@@ -268,15 +292,7 @@ def _script(tmp_path: Path) -> tuple[Path, list[str]]:
     n = 4000
     ts = np.sort(rng.integers(1, n // 3, n)) * 2  # even instants only
     s = [f"{t},{int(rng.integers(0, 50))},{int(rng.integers(0, 30))}" for t in ts]
-    r = []
-    live: list[str] = []
-    for t in range(1, n, 2):
-        if live and rng.random() < 0.4:
-            r.append(f"{t},-,{live.pop(int(rng.integers(0, len(live))))}")
-        else:
-            row = f"{int(rng.integers(0, 9))},{int(rng.integers(0, 20))}"
-            live.append(row)
-            r.append(f"{t},+,{row}")
+    r = relation_updates(rng, n, 20)
     (tmp_path / "s.dat").write_text("i,i,i\n" + "\n".join(s) + "\n")
     (tmp_path / "r.dat").write_text("i,b,i,i\n" + "\n".join(r) + "\n")
     queries = [
@@ -296,10 +312,7 @@ def _script(tmp_path: Path) -> tuple[Path, list[str]]:
         "vquery : select case when A > 40 then A / 0 else A end as A, case when B > 25 then B / 0 else B end as B from S;",
         "vtable : register stream V (A integer, B integer);",
     ]
-    for i, q in enumerate(queries):
-        lines += [f"query : {q};", f"dest : out{i}"]
-    (tmp_path / "run.cql").write_text("\n".join(lines) + "\n")
-    return tmp_path / "run.cql", [f"out{i}" for i in range(len(queries))]
+    return write_script(tmp_path, lines, queries)
 
 
 def _eager(monkeypatch) -> None:
@@ -338,9 +351,14 @@ def test_an_error_laying_out_rows_is_the_runs_error(threads, tmp_path, monkeypat
         raise MemoryError("laying out the rows")
 
     monkeypatch.setattr(ChangeRows, "expand", broken)
+    assert_run_fails(script, tmp_path / "out", threads, "laying out the rows")
+
+
+def assert_run_fails(script: Path, out: Path, threads: int, message: str) -> None:
+    """Running `script` raises the MemoryError saying `message`, and leaves no runner thread."""
     before = {t.ident for t in threading.enumerate()}
-    with pytest.raises(MemoryError, match="laying out the rows"):
-        run_script(script, out_dir=tmp_path / "out", threads=threads, batch_rows=300)
+    with pytest.raises(MemoryError, match=message):
+        run_script(script, out_dir=out, threads=threads, batch_rows=300)
     left = [t for t in threading.enumerate() if t.ident not in before and t.name.startswith("cqlstream-")]
     assert left == []
 
