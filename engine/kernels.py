@@ -85,6 +85,14 @@ def starts_to_ends(starts: np.ndarray) -> np.ndarray:
     return ends
 
 
+def run_starts(x: np.ndarray) -> np.ndarray:
+    """Mask of the first element of every run of equal adjacent values of `x`."""
+    first = np.ones(len(x), bool)
+    if len(x) > 1:
+        np.not_equal(x[1:], x[:-1], out=first[1:])
+    return first
+
+
 def run_ends(x: np.ndarray) -> np.ndarray:
     """Positions of the last element of every run of equal adjacent values of `x`."""
     ends = np.empty(len(x), bool)

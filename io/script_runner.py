@@ -136,7 +136,6 @@ def run_script(
     engine CPU than `parallel` on one thread). The output is the same bytes at every count.
     `on_registered`: called once the script is registered, before its first row is pushed (the
     CLI resumes garbage collection there, cqlstream/run_process.py).
-
     `column_pruning`: operators fill only the columns something above them reads
     (engine/column_pruning.py); False: every column (the same bytes either way).
     Returns {dest path: lines written}. Raises ScriptError for any user error."""

@@ -33,10 +33,10 @@ import numpy as np
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
-from cqlstream.engine.kernels import expand_pairs, stable_order
+from cqlstream.engine.kernels import expand_pairs, run_starts, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import IdSource
-from cqlstream.engine.operators.stream_join import StreamJoinOp, _distinct_sorted, _ranks, _runs
+from cqlstream.engine.operators.stream_join import StreamJoinOp, _distinct_sorted, _ranks
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ class BandJoinOp(StreamJoinOp):
             xk, xrank = xk[valid], xrank[valid]
         order = stable_order(xk) if self.equi else np.arange(len(xk))  # (a packed sort: ~8× argsort)
         ks = xk[order]
-        first = _runs(ks)
+        first = run_starts(ks)
         keys = ks.take(np.flatnonzero(first))  # ~1 key in 5 rows: positions beat the mask
         krank = np.cumsum(first) - 1
         comp = krank * nr + xrank[order]
@@ -211,7 +211,7 @@ class BandJoinOp(StreamJoinOp):
         else:
             lo[so] = np.searchsorted(comp, base + lo_r)
         if own is not None:  # an S row's band ends where the run of its own (key, ts) ends
-            starts = _runs(comp)
+            starts = run_starts(comp)
             ends = np.append(np.flatnonzero(starts)[1:], len(comp))
             hi[so] = ends[(np.cumsum(starts) - 1).take(mine)]
         else:
@@ -235,7 +235,7 @@ class BandJoinOp(StreamJoinOp):
         if 4 * len(so) < len(ts):
             t = ts.take(so)
             return np.searchsorted(uts, t - (self.life - 1), side="left"), np.searchsorted(uts, t, side="right")
-        firsts = np.flatnonzero(_runs(ts))
+        firsts = np.flatnonzero(run_starts(ts))
         sizes = np.diff(np.append(firsts, len(ts)))
         t = ts[firsts]
         lo = np.searchsorted(uts, t - (self.life - 1), side="left")

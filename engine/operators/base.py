@@ -431,13 +431,13 @@ class Operator(ABC):
         """The operator the scheduler runs on this one's behalf (itself, or its group)."""
         return self
 
-    def produce_only(self, cols: frozenset[int] | None) -> bool:
+    def produce_only(self, cols: frozenset[int] | None) -> None:
         """Fill only the output columns `cols` from now on, the others with placeholders
-        (batch.placeholder) that nothing reads (None: every column). Returns whether this operator
-        prunes: one that does not (the default) keeps producing every column, which is always
-        exact; one that does sets `produced`, and must never read a column it was not asked to
-        produce to compute one it was."""
-        return False
+        (batch.placeholder) that nothing reads (None: every column). An operator that does not
+        prune (this default) keeps producing every column, which is always exact; one that does
+        sets `produced`, and must never read a column it was not asked to produce to compute one
+        it was."""
+        return None
 
     def window_store_mode(self) -> str | None:
         """The kind of shared window store that serves this operator ('range' / 'rows'), if any."""

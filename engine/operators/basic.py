@@ -82,13 +82,12 @@ class FilterOp(Stateless):
         """The conjuncts in their current order."""
         return self.adaptive.ordered
 
-    def produce_only(self, cols: frozenset[int] | None) -> bool:
+    def produce_only(self, cols: frozenset[int] | None) -> None:
         """The columns not produced are blanked before the selection (its predicate's columns
         stay), so its gather of the surviving rows skips them."""
         self.produced = cols
         reads = frozenset().union(*(X.columns(c) for c in self.adaptive.conjuncts))
         self._blank_keep = None if cols is None else cols | reads
-        return True
 
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         keep = self._blank_keep
@@ -133,10 +132,9 @@ class ProjectOp(Stateless):
         assert isinstance(node, L.Project)
         return cls(ctx.inputs, ctx.output, ctx.ids, node.exprs, ctx.ev)
 
-    def produce_only(self, cols: frozenset[int] | None) -> bool:
+    def produce_only(self, cols: frozenset[int] | None) -> None:
         """Expressions of columns not produced are not evaluated (their inputs may be blank)."""
         self.produced = cols
-        return True
 
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         b = inputs[0]

@@ -666,11 +666,10 @@ class JoinOp(Operator):
             e.ea, e.eb = renumber(by_cid[e.cid].ea, at[e.a]), renumber(by_cid[e.cid].eb, at[e.b])
         self.theta = [(renumber(c, glob), own) for c, own in theta]
 
-    def produce_only(self, cols: frozenset[int] | None) -> bool:
+    def produce_only(self, cols: frozenset[int] | None) -> None:
         """Gather only the output columns `cols` (engine/column_pruning.py); the state keeps
         whole rows, so the choice can change at any call."""
         self.produced = cols
-        return True
 
     def _narrowed(self, k: int, b: Batch) -> Batch:
         """Input k's rows with only the columns its state keeps (no copy)."""

@@ -27,6 +27,7 @@ or within a call), its slot then reused; so the state is the window's distinct l
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
@@ -34,6 +35,7 @@ import numpy as np
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, empty_column, splitmix64
+from cqlstream.engine.kernels import run_starts
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
 from cqlstream.engine.operators.valuecount import ValueTable, _derived_ids
@@ -248,9 +250,7 @@ class RangeDistinctOp(Operator):
             ss, heads = enc.sorted_slot, enc.heads
         else:
             ss = enc.slot.take(order)
-            heads = np.empty(n, bool)
-            heads[0] = True
-            np.not_equal(ss[1:], ss[:-1], out=heads[1:])
+            heads = run_starts(ss)
         hix = np.flatnonzero(heads)  # sorted position of each value's first row
         nv = len(hix)
         vslot = ss.take(hix)  # slot per value (value order)
@@ -451,12 +451,8 @@ class RangeDistinctOp(Operator):
 
 def _groups(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and length of each run of equal slots."""
-    m = len(slot)
-    start = np.empty(m, bool)
-    start[0] = True
-    np.not_equal(slot[1:], slot[:-1], out=start[1:])
-    heads = np.flatnonzero(start)
-    return heads, np.diff(heads, append=m)
+    heads = np.flatnonzero(run_starts(slot))
+    return heads, np.diff(heads, append=len(slot))
 
 
 def _order(at: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -480,33 +476,20 @@ def _order(at: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return o, at.take(o)
 
 
+@dataclass
 class _Events:
     """Changes of a call in (value, instant) order: slot, instant, sign, serial of the copy, the
     arrival index of the row carried and that row — of the batch (`row`), or the slot's kept
     row (`kept`)."""
 
-    FIELDS = ("slot", "at", "sign", "serial", "pos", "row", "kept")
-
-    def __init__(
-        self,
-        slot: np.ndarray,
-        at: np.ndarray,
-        sign: np.ndarray,
-        serial: np.ndarray,
-        pos: np.ndarray,
-        row: np.ndarray,
-        kept: np.ndarray,
-    ) -> None:
-        self.slot, self.at, self.sign, self.serial, self.pos, self.row, self.kept = (
-            slot,
-            at,
-            sign,
-            serial,
-            pos,
-            row,
-            kept,
-        )
-        self.per_value: tuple[np.ndarray, np.ndarray] | None = None  # (slots, their changes) when known
+    slot: np.ndarray
+    at: np.ndarray
+    sign: np.ndarray
+    serial: np.ndarray
+    pos: np.ndarray
+    row: np.ndarray
+    kept: np.ndarray
+    per_value: tuple[np.ndarray, np.ndarray] | None = None  # (slots, their changes) when known
 
     @staticmethod
     def empty() -> _Events:
@@ -514,4 +497,13 @@ class _Events:
         return _Events(z, z, np.zeros(0, np.int8), z, z, z, np.zeros(0, bool))
 
     def take(self, i: np.ndarray) -> _Events:
-        return _Events(*(getattr(self, f).take(i) for f in self.FIELDS))
+        """The changes at positions `i` (their per-value counts unknown)."""
+        return _Events(
+            self.slot.take(i),
+            self.at.take(i),
+            self.sign.take(i),
+            self.serial.take(i),
+            self.pos.take(i),
+            self.row.take(i),
+            self.kept.take(i),
+        )

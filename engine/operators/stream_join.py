@@ -37,7 +37,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, BlankedBatch, concat, placeholder
-from cqlstream.engine.kernels import stable_order
+from cqlstream.engine.kernels import run_starts, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.join import (
@@ -130,11 +130,10 @@ class StreamJoinOp(Operator):
             ctx.inputs, ctx.output, ctx.ids, node.predicate, types, ctx.ev, node.now, ctx.options.compat, ctx.options
         )
 
-    def produce_only(self, cols: frozenset[int] | None) -> bool:
+    def produce_only(self, cols: frozenset[int] | None) -> None:
         """Gather only the output columns `cols` (engine/column_pruning.py); the state keeps
         whole rows, so the choice can change at any call."""
         self.produced = cols
-        return True
 
     def state_bytes(self) -> int:
         return self.state.nbytes()
@@ -364,23 +363,15 @@ class _Split:
         return col, (m if m.any() else None)
 
 
-def _runs(ts: np.ndarray) -> np.ndarray:
-    """Mask of the first element of each run of equal values of a sorted array."""
-    first = np.ones(len(ts), bool)
-    if len(ts) > 1:
-        np.not_equal(ts[1:], ts[:-1], out=first[1:])
-    return first
-
-
 def _distinct_sorted(ts: np.ndarray) -> np.ndarray:
     """The distinct values of a sorted array (one comparison pass, no sort)."""
-    return ts[_runs(ts)]
+    return ts[run_starts(ts)]
 
 
 def _ranks(ts: np.ndarray, inst: np.ndarray) -> np.ndarray:
     """Each element's position in `inst` (sorted, holding every value of the sorted `ts`): the
     distinct values are looked up, and repeated over their runs."""
-    first = np.flatnonzero(_runs(ts))
+    first = np.flatnonzero(run_starts(ts))
     sizes = np.diff(np.append(first, len(ts)))
     return np.repeat(np.searchsorted(inst, ts[first]).astype(np.int64), sizes)
 
