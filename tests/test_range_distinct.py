@@ -266,4 +266,4 @@ def test_keys_repacked_then_moved_to_the_dict(compat):
     _same_as_distinct_over_the_window("select distinct * from T [Range 3]", inputs, compat)
     _, _, d = engine_raw(DDL, "select distinct * from T [Range 3]", inputs, None, compat=compat)
     op = next(o for o in d.plan.operators if isinstance(o, RangeDistinctOp))
-    assert op.table.imap is None and len(op.table) == 0  # (all gone by 25)
+    assert not op.table.packing and len(op.table) == 0  # (all gone by 25)

@@ -27,7 +27,7 @@ or within a call), its slot then reused; so the state is the window's distinct l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
@@ -38,7 +38,8 @@ from cqlstream.engine.batch import Batch, empty_column, splitmix64
 from cqlstream.engine.kernels import run_starts
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends
-from cqlstream.engine.operators.valuecount import ValueTable, _derived_ids
+from cqlstream.engine.operators.valuecount import Encoded, ValueTable, _derived_ids, _span, py_rows
+from cqlstream.engine.operators.valuekeys import KeyLayout, packable, ranges
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -50,21 +51,44 @@ _EMPTY_I = np.zeros(0, np.int64)
 
 
 class LastSeen(ValueTable):
-    """Value → slot (ValueTable's map: packed integer keys or a dict of row tuples, a new value's
-    slot and id drawn in first-arrival order) holding the values present at the last bound, and
-    per slot the value's last-seen instant, its changes so far (serials of its derived ids), its
-    map key (to forget it when it leaves without arriving) and, while it is present, the row and
-    arrival index of its first arrival at its last-seen instant (the row its `−` carries)."""
+    """Value → slot for the values present at the last bound, and per slot the value's last-seen
+    instant, its changes so far (serials of its derived ids) and, while it is present, the row and
+    arrival index of its first arrival at its last-seen instant (the row its `−` carries). A new
+    value's slot and id are drawn in first-arrival order (ValueTable's `_assign`).
+
+    While the values pack into int64 keys (valuekeys.py) the map is a *carry*: the present
+    values' keys, sorted, beside their slots. `encode` sorts it together with the batch's keys
+    (one sort gives the grouping by value and each arriving value's slot) and `settle` keeps, in
+    that sorted order, the values still present at the bound: no hash map to insert into and
+    delete from as values come and go. Values that do not pack use ValueTable's dict."""
 
     def __init__(self, types: list[DataType], ids: IdSource) -> None:
         super().__init__(types, ids)
+        self.imap = None  # (ValueTable's hash map: not used, the carry replaces it)
+        self.packing = True  # the map is the carry (else ValueTable's dict `index`)
+        self.ckey = _EMPTY_I  # the carry: present values' packed keys, ascending ...
+        self.cslot = _EMPTY_I  # ... and their slots
+        self._runs: tuple[np.ndarray, np.ndarray] | None = None  # last encode's (keys, slots), see settle
         self.last = np.zeros(0, np.int64)
         self.changes_ = np.zeros(0, np.int64)  # output changes of the value's current stay
         self.pos = np.zeros(0, np.int64)
-        self.pkey = np.zeros(0, np.int64)  # packed key while the map packs
-        self.tkey: list[tuple | None] = []  # row tuple once it does not (the dict's key)
+        self.tkey: list[tuple | None] = []  # row tuple in the dict (while not packing)
         self.vals = [empty_column(t) for t in types]
         self.vnull: list[np.ndarray | None] = [None] * len(types)
+
+    def __setstate__(self, state: dict) -> None:
+        """Checkpoints of before the carry hold a hash map (`imap`) and each slot's key (`pkey`)."""
+        super().__setstate__(state)
+        if "packing" not in state:
+            imap = state.get("imap")
+            self.packing = imap is not None
+            keys, slots = imap.items() if imap is not None else (_EMPTY_I, _EMPTY_I)
+            o = np.argsort(keys, kind="stable")
+            self.ckey, self.cslot, self._runs, self.imap = keys.take(o), slots.take(o), None, None
+            self.__dict__.pop("pkey", None)
+
+    def __len__(self) -> int:
+        return len(self.ckey) if self.packing else len(self.index)
 
     def _grow(self, need: int) -> None:
         old = self.cap
@@ -75,7 +99,6 @@ class LastSeen(ValueTable):
         self.last = np.concatenate([self.last, np.full(extra, _NEVER, np.int64)])
         self.changes_ = np.concatenate([self.changes_, np.zeros(extra, np.int64)])
         self.pos = np.concatenate([self.pos, np.zeros(extra, np.int64)])
-        self.pkey = np.concatenate([self.pkey, np.zeros(extra, np.int64)])
         self.tkey.extend([None] * extra)
         self.vals = [np.concatenate([v, _blank(v, extra)]) for v in self.vals]
         self.vnull = [None if m is None else np.concatenate([m, np.zeros(extra, bool)]) for m in self.vnull]
@@ -101,43 +124,117 @@ class LastSeen(ValueTable):
             self.changes_[slots] = 0
         return new
 
-    def _fit(self, b: Batch, rng: list[tuple[int, int] | None] | None) -> bool:
-        """ValueTable's, and when it re-packs the keys or moves them to the dict, the slots'
-        keys follow."""
-        before = self.imap
-        fits = super()._fit(b, rng)
-        if self.imap is not before:
-            if self.imap is not None:
-                keys, slots = self.imap.items()
-                self.pkey[slots] = keys
-            else:
-                for k, s in self.index.items():
-                    self.tkey[s] = k
-        return fits
+    # ------------------------------------------------------------ the carry
+    def encode(self, b: Batch) -> Encoded:
+        """ValueTable's (slots per value, the rows grouped by value); through the carry while the
+        values pack."""
+        if self.packing and self._fit_carry(b):
+            return self._encode_carry(b)
+        self._runs = None
+        return super().encode(b)
 
-    def remember(self, rows: np.ndarray | list[tuple], slots: np.ndarray) -> None:
-        """Put values (their packed keys or row tuples) into the map."""
-        if self.imap is not None:
-            assert isinstance(rows, np.ndarray)
-            self.imap.insert(rows, slots)
-            self.pkey[slots] = rows
-        elif len(slots):
+    def _fit_carry(self, b: Batch) -> bool:
+        """Make the key layout cover the batch's values, re-packing the carry when it must widen;
+        False, after moving the present values to the dict for good, when the values are not
+        integer-like or cannot fit 62 bits (as ValueTable._fit)."""
+        rng = ranges(b.cols, b.nulls) if packable(b.cols) else None
+        layout = self.layout
+        if rng is not None and layout is not None and layout.covers(rng):
+            return True
+        keys, slots = self.ckey, self.cslot
+        old_cols, old_nulls = layout.unpack(keys) if layout is not None else ([], [])
+        if rng is not None:
+            if layout is not None and len(keys):
+                rng = [_span(a, c) for a, c in zip(rng, ranges(old_cols, old_nulls))]
+            wider = KeyLayout.fit(rng)
+            if wider is not None:
+                self.layout = replace(wider, major_first=True)  # keys sort as the tuples
+                keys = self.layout.pack(old_cols, old_nulls, np.arange(len(keys)))
+                o = np.argsort(keys, kind="stable")
+                self.ckey, self.cslot = keys.take(o), slots.take(o)
+                return True
+        if len(keys):  # to the dict, as the Python tuples a batch of these columns gives
+            cast = [c.astype(bc.dtype) for c, bc in zip(old_cols, b.cols)]
+            rows = py_rows(cast, list(old_nulls), np.arange(len(keys)))
+            self.index = dict(zip(rows, slots.tolist()))
+            for r, s in zip(rows, slots.tolist()):
+                self.tkey[s] = r
+        self.packing, self.layout, self.ckey, self.cslot = False, None, _EMPTY_I, _EMPTY_I
+        return False
+
+    def _encode_carry(self, b: Batch) -> Encoded:
+        """`encode` through the carry: one sort of the carry's keys followed by the batch's
+        (each key shifted left past its position, so equal keys keep carry-then-row order)
+        groups the rows by value, and a value's run starts with its carry entry iff it is
+        present; the distinct keys and their slots are kept for `settle`."""
+        assert self.layout is not None
+        n, nc = len(b), len(self.ckey)
+        tot = n + nc
+        keys = np.concatenate([self.ckey, self.layout.pack_all(b.cols, b.nulls, n)])
+        nb = max(tot - 1, 1).bit_length()
+        if sum(self.layout.bits) + nb <= 63:
+            keys <<= nb
+            keys |= np.arange(tot, dtype=np.int64)
+            keys.sort()
+            idx = keys & ((1 << nb) - 1)
+            keys >>= nb  # sorted
+        else:  # keys and positions exceed 63 bits together
+            idx = np.argsort(keys, kind="stable")
+            keys = keys.take(idx)
+        khead = np.empty(tot, bool)  # first of each distinct key
+        khead[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=khead[1:])
+        is_row = idx >= nc
+        rpos = np.flatnonzero(is_row)  # positions (sorted) of the batch's rows
+        order = idx.take(rpos)
+        order -= nc
+        vhead = khead.copy()  # a value's first row: a key's first, or after its carry entry
+        vhead[1:] |= ~is_row[:-1]
+        heads = vhead.take(rpos)
+        hix = np.flatnonzero(heads)
+        hpos = rpos.take(hix)  # each value's first row in the sorted keys
+        slot_of = np.full(len(hix), -1, np.int64)
+        held = np.flatnonzero(~khead.take(hpos))  # the values in the carry: after their entry
+        slot_of[held] = self.cslot.take(idx.take(hpos.take(held) - 1))
+        new = self._assign(slot_of, order.take(hix), n)
+        # the distinct keys: the carry's (slot from it) and the new values' (slot just given)
+        kix = np.flatnonzero(khead)
+        kslot = np.empty(len(kix), np.int64)
+        from_carry = idx.take(kix) < nc
+        fc = np.flatnonzero(from_carry)
+        kslot[fc] = self.cslot.take(idx.take(kix.take(fc)))
+        absent = np.ones(len(hix), bool)  # (the values not in the carry, in key order as their runs)
+        absent[held] = False
+        kslot[np.flatnonzero(~from_carry)] = slot_of.take(np.flatnonzero(absent))
+        self._runs = (keys.take(kix), kslot)
+        return Encoded(None, order, slot_of, _EMPTY_I, new, True, None, heads, None)
+
+    def settle(self, bound: int, life: int) -> None:
+        """After a call: the carry becomes the values still present at `bound` (last-seen
+        instant + life beyond it; freed slots have _NEVER) among the carry and the call's new
+        values, kept in key order."""
+        if not self.packing:
+            return
+        keys, slots = self._runs if self._runs is not None else (self.ckey, self.cslot)
+        self._runs = None
+        keep = np.flatnonzero(self.last.take(slots) > bound - life)
+        if len(keep) < len(keys):
+            keys, slots = keys.take(keep), slots.take(keep)
+        self.ckey, self.cslot = keys, slots
+
+    def remember(self, rows: list[tuple], slots: np.ndarray) -> None:
+        """Put values (their row tuples) into the dict (the carry takes them in `settle`)."""
+        if not self.packing and len(slots):
             sl = slots.tolist()
             self.index.update(zip(rows, sl))
             for r, s in zip(rows, sl):
                 self.tkey[s] = r
 
-    def forget(self, slots: np.ndarray, cells: np.ndarray | None = None) -> None:
-        """Take values out of the map (by their cells when a lookup just gave them) and free
-        their slots."""
+    def forget(self, slots: np.ndarray) -> None:
+        """Take values out of the dict (the carry drops them in `settle`) and free their slots."""
         if not len(slots):
             return
-        if self.imap is not None:
-            if cells is not None:
-                self.imap.delete_cells(cells)
-            else:
-                self.imap.delete(self.pkey.take(slots))
-        else:
+        if not self.packing:
             idx, tkey = self.index, self.tkey
             for s in slots.tolist():
                 del idx[tkey[s]]
@@ -164,8 +261,8 @@ class LastSeen(ValueTable):
                 held[slots] = False
 
     def nbytes(self) -> int:
-        keys = 0 if self.imap is not None else 8 * len(self.tkey)
-        return super().nbytes() + self.cap * (32 + 8 * len(self.vals)) + keys
+        keys = 16 * len(self.ckey) if self.packing else 8 * len(self.tkey)
+        return super().nbytes() + self.cap * (24 + 8 * len(self.vals)) + keys
 
 
 def _blank(like: np.ndarray, n: int) -> np.ndarray:
@@ -229,6 +326,7 @@ class RangeDistinctOp(Operator):
                 lv_slot, lv_at = f_slot.take(cur), f_at.take(cur)
         out = self._emit(ev, lv_slot, lv_at, b, inputs[1].ts if self.probed else None)
         t.forget(lv_slot)
+        t.settle(bound, life)
         self.arrived += len(b)
         return out
 
@@ -246,14 +344,10 @@ class RangeDistinctOp(Operator):
         n = len(b)
         enc = t.encode(b)
         order = enc.order
-        if enc.sorted_slot is not None and enc.heads is not None:
-            ss, heads = enc.sorted_slot, enc.heads
-        else:
-            ss = enc.slot.take(order)
-            heads = run_starts(ss)
+        heads = enc.heads if enc.heads is not None else run_starts(enc.slot.take(order))
         hix = np.flatnonzero(heads)  # sorted position of each value's first row
         nv = len(hix)
-        vslot = ss.take(hix)  # slot per value (value order)
+        vslot = enc.value_slot  # slot per value (value order)
         a0 = t.last.take(vslot)  # last-seen instant of a value present at the previous bound, else _NEVER
         base = (t.changes_.take(vslot) + 1) >> 1  # serial of the value's next `+`
         st = b.ts.take(order)
@@ -365,14 +459,10 @@ class RangeDistinctOp(Operator):
         is_new[enc.new] = True
         gone_old = np.flatnonzero(tail & ~is_new)
         if len(gone_old):
-            cells = None if enc.cells is None or not enc.packed else enc.cells.take(gone_old)
-            t.forget(vslot.take(gone_old), cells)
-        born = np.flatnonzero(is_new & ~tail)
-        if len(born):
-            if enc.packed:
-                assert isinstance(enc.rows, np.ndarray)
-                t.remember(enc.rows.take(born), vslot.take(born))
-            else:
+            t.forget(vslot.take(gone_old))
+        if not enc.packed:  # (the carry takes the new values present in `settle`)
+            born = np.flatnonzero(is_new & ~tail)
+            if len(born):
                 rows_t = enc.rows
                 t.remember([rows_t[i] for i in born.tolist()], vslot.take(born))
         gone_new = np.flatnonzero(is_new & tail)
