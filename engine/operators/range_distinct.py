@@ -166,11 +166,18 @@ class LastSeen(ValueTable):
         """`encode` through the carry: one sort of the carry's keys followed by the batch's
         (each key shifted left past its position, so equal keys keep carry-then-row order)
         groups the rows by value, and a value's run starts with its carry entry iff it is
-        present; the distinct keys and their slots are kept for `settle`."""
+        present; the distinct keys and their slots are kept for `settle`. Only the carry's keys
+        within the batch's key range take part (the others cannot match: e.g. a value table's
+        keys of earlier minutes)."""
         assert self.layout is not None
-        n, nc = len(b), len(self.ckey)
+        n = len(b)
+        bkeys = self.layout.pack_all(b.cols, b.nulls, n)
+        c0 = int(np.searchsorted(self.ckey, bkeys.min()))
+        c1 = int(np.searchsorted(self.ckey, bkeys.max(), side="right"))
+        ckey, cslot = self.ckey[c0:c1], self.cslot[c0:c1]
+        nc = len(ckey)
         tot = n + nc
-        keys = np.concatenate([self.ckey, self.layout.pack_all(b.cols, b.nulls, n)])
+        keys = np.concatenate([ckey, bkeys])
         nb = max(tot - 1, 1).bit_length()
         if sum(self.layout.bits) + nb <= 63:
             keys <<= nb
@@ -195,18 +202,22 @@ class LastSeen(ValueTable):
         hpos = rpos.take(hix)  # each value's first row in the sorted keys
         slot_of = np.full(len(hix), -1, np.int64)
         held = np.flatnonzero(~khead.take(hpos))  # the values in the carry: after their entry
-        slot_of[held] = self.cslot.take(idx.take(hpos.take(held) - 1))
+        slot_of[held] = cslot.take(idx.take(hpos.take(held) - 1))
         new = self._assign(slot_of, order.take(hix), n)
         # the distinct keys: the carry's (slot from it) and the new values' (slot just given)
         kix = np.flatnonzero(khead)
         kslot = np.empty(len(kix), np.int64)
         from_carry = idx.take(kix) < nc
         fc = np.flatnonzero(from_carry)
-        kslot[fc] = self.cslot.take(idx.take(kix.take(fc)))
+        kslot[fc] = cslot.take(idx.take(kix.take(fc)))
         absent = np.ones(len(hix), bool)  # (the values not in the carry, in key order as their runs)
         absent[held] = False
         kslot[np.flatnonzero(~from_carry)] = slot_of.take(np.flatnonzero(absent))
-        self._runs = (keys.take(kix), kslot)
+        keys = keys.take(kix)
+        if c0 or c1 < len(self.ckey):  # with the carry's keys below and above the batch's
+            keys = np.concatenate([self.ckey[:c0], keys, self.ckey[c1:]])
+            kslot = np.concatenate([self.cslot[:c0], kslot, self.cslot[c1:]])
+        self._runs = (keys, kslot)
         return Encoded(None, order, slot_of, _EMPTY_I, new, True, None, heads, None)
 
     def settle(self, bound: int, life: int) -> None:
