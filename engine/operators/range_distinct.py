@@ -37,7 +37,7 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, empty_column, splitmix64
 from cqlstream.engine.kernels import run_starts
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
-from cqlstream.engine.operators.probe_intervals import interval_ends
+from cqlstream.engine.operators.probe_intervals import interval_ends, interval_of
 from cqlstream.engine.operators.valuecount import Encoded, ValueTable, _derived_ids, _span, py_rows
 from cqlstream.engine.operators.valuekeys import KeyLayout, packable, ranges
 from cqlstream.engine.queues import Queue
@@ -329,21 +329,27 @@ class RangeDistinctOp(Operator):
         f_at, f_slot = self.fifo_at[:k], self.fifo_slot[:k]
         if k:
             self.fifo_at, self.fifo_slot = self.fifo_at[k:], self.fifo_slot[k:]
-        ev = self._arrivals(b, bound) if len(b) else _Events.empty()
+        probe_ts = inputs[1].ts if self.probed else None
+        ev = self._arrivals(b, bound, probe_ts) if len(b) else _Events.empty()
         lv_slot, lv_at = _EMPTY_I, _EMPTY_I
         if k:  # after the arrivals updated `last`: an entry is current iff its value did not arrive since
             cur = np.flatnonzero(t.last.take(f_slot) + life == f_at)
             if len(cur):
                 lv_slot, lv_at = f_slot.take(cur), f_at.take(cur)
-        out = self._emit(ev, lv_slot, lv_at, b, inputs[1].ts if self.probed else None)
+        if isinstance(ev, _RowEvents):
+            out = self._emit_rows(ev, lv_slot, lv_at, b)
+        else:
+            out = self._emit(ev, lv_slot, lv_at, b, probe_ts)
         t.forget(lv_slot)
         t.settle(bound, life)
         self.arrived += len(b)
         return out
 
-    def _arrivals(self, b: Batch, bound: int) -> _Events:
-        """The changes of the values arriving in `b`, in (value, instant) order; updates their
-        slots (last-seen instant, kept row; the map) and queues the expiries beyond `bound`.
+    def _arrivals(self, b: Batch, bound: int, probe_ts: np.ndarray | None) -> _Events | _RowEvents:
+        """The changes of the values arriving in `b`, in (value, instant) order, or in row order
+        when each value has at most a `+` at its first row and a `−` at its last instant + life
+        that no probe interval nets (`_RowEvents`); updates their slots (last-seen instant,
+        kept row; the map) and queues the expiries beyond `bound`.
 
         Per value, its rows (ts order) split into runs at gaps (an arrival more than `life` after
         the previous one, or the first while absent): a run starting at a gap gives `+` at its
@@ -376,6 +382,18 @@ class RangeDistinctOp(Operator):
         head_gap = gap.take(hix)
         old = (a0 != _NEVER) & head_gap  # the stay from before the call ends within it
         inner = np.count_nonzero(gap) - np.count_nonzero(head_gap)  # gaps within values' rows
+        if not inner and not old.any():
+            rev = _row_events(order, hix, vend, first_at, head_gap, tail, base, vslot, n)
+            if rev is not None and probe_ts is not None:  # a value's `+` and `−` in one probe interval: netted
+                both = np.flatnonzero(head_gap & tail)
+                if len(both):
+                    k = interval_of(np.concatenate([st.take(hix.take(both)), q.take(both) + life]), probe_ts)
+                    if bool((k[: len(both)] == k[len(both) :]).any()):
+                        rev = None
+            if rev is not None:
+                t.changes_[vslot] += head_gap.view(np.int8) + tail.view(np.int8)
+                self._settle_values(b, bound, enc, order, vend, first_at, vslot, q, tail)
+                return rev
         if not inner:  # one run per value (e.g. a window long beside the value's re-arrivals)
             run_v = None
             rs, re, plus, minus, vfirst = hix, vend, head_gap, tail, None
@@ -450,7 +468,24 @@ class RangeDistinctOp(Operator):
             e_pos[at_o] = t.pos.take(vslot.take(ov))
         ev = _Events(e_slot, e_at, e_sign, e_serial, e_pos, e_row, e_kept)
         ev.per_value = (vslot, cnt if vfirst is None else np.add.reduceat(cnt, vfirst, dtype=np.int64))
-        # slots: last-seen instants; the kept row and a FIFO entry of each value still present
+        self._settle_values(b, bound, enc, order, vend, first_at, vslot, q, tail)
+        return ev
+
+    def _settle_values(
+        self,
+        b: Batch,
+        bound: int,
+        enc: Encoded,
+        order: np.ndarray,
+        vend: np.ndarray,
+        first_at: np.ndarray,
+        vslot: np.ndarray,
+        q: np.ndarray,
+        tail: np.ndarray,
+    ) -> None:
+        """After a call's arrivals: the values' last-seen instants `q`, the kept row and a FIFO
+        entry of each still present, and the map (values gone by `bound` leave it)."""
+        life, t, n, nv = self.life, self.table, len(b), len(vslot)
         t.last[vslot] = q
         stay = np.flatnonzero(~tail)
         if len(stay):
@@ -479,7 +514,68 @@ class RangeDistinctOp(Operator):
         gone_new = np.flatnonzero(is_new & tail)
         if len(gone_new):
             t.release_slots(vslot.take(gone_new))
-        return ev
+
+    def _emit_rows(self, ev: _RowEvents, lv_slot: np.ndarray, lv_at: np.ndarray, b: Batch) -> Batch:
+        """`_emit` of changes in row order (`_RowEvents`; their values' change counts advanced
+        already), without a sort: the `−` — those leaving through the FIFO (kept rows, older
+        than the batch's), then the batch's in row order — are in the window batch's order
+        (a `−` at t carries a row of t − life), and so are the `+`; the two merge by instant,
+        the `−` first at one instant (their rows are older)."""
+        t, n = self.table, len(b)
+        n_lv = len(lv_slot)
+        lv_serial = t.changes_.take(lv_slot) >> 1  # the copy they hold
+        t.changes_[lv_slot] += 1
+        i_at = b.ts.take(ev.i_rows)
+        d_at = b.ts.take(ev.d_rows)
+        d_at += self.life
+        d_slot, d_serial = ev.d_slot, ev.d_serial
+        if n_lv:
+            d_at = np.concatenate([lv_at, d_at])
+            d_slot = np.concatenate([lv_slot, d_slot])
+            d_serial = np.concatenate([lv_serial, d_serial])
+        ni, nd = len(i_at), len(d_at)
+        m = ni + nd
+        if not m:
+            return b.take(_EMPTY_I)
+        to_i, to_d = _merge_by_instant(d_at, i_at)
+        src = np.empty(m, np.int64)  # rows: of the batch, then the kept rows of those leaving
+        src[to_i] = ev.i_rows
+        if n_lv:
+            src[to_d[:n_lv]] = np.arange(n, n + n_lv, dtype=np.int64)
+            src[to_d[n_lv:]] = ev.d_rows
+        else:
+            src[to_d] = ev.d_rows
+        ts = np.empty(m, np.int64)
+        ts[to_i] = i_at
+        ts[to_d] = d_at
+        sign = np.ones(m, np.int8)
+        sign[to_d] = -1
+        slot = np.empty(m, np.int64)
+        slot[to_i] = ev.i_slot
+        slot[to_d] = d_slot
+        serial = np.empty(m, np.int64)
+        serial[to_i] = ev.i_serial
+        serial[to_d] = d_serial
+        ids = _derived_ids(t.vmix.take(slot), serial.view(np.uint64))
+        if not n_lv:
+            out = b.take(src)
+        else:
+            cols: list[np.ndarray] = []
+            nulls: list[np.ndarray | None] = []
+            for c, nm, v, vm in zip(b.cols, b.nulls, t.vals, t.vnull):
+                cols.append(np.concatenate([c, v.take(lv_slot)]).take(src))
+                if nm is None and vm is None:
+                    nulls.append(None)
+                else:
+                    a = np.zeros(len(c), bool) if nm is None else nm
+                    z = np.zeros(n_lv, bool) if vm is None else vm.take(lv_slot)
+                    mm = np.concatenate([a, z]).take(src)
+                    nulls.append(mm if mm.any() else None)
+            out = Batch(cols, nulls, ts, sign, ids)
+        out.ts = ts
+        out.sign = sign
+        out.id = ids
+        return out
 
     def _emit(
         self, ev: _Events, lv_slot: np.ndarray, lv_at: np.ndarray, b: Batch, probe_ts: np.ndarray | None
@@ -550,6 +646,66 @@ class RangeDistinctOp(Operator):
         return out
 
 
+def _row_events(
+    order: np.ndarray,
+    hix: np.ndarray,
+    vend: np.ndarray,
+    first_at: np.ndarray,
+    plus: np.ndarray,
+    minus: np.ndarray,
+    base: np.ndarray,
+    vslot: np.ndarray,
+    n: int,
+) -> _RowEvents | None:
+    """The changes in row order when each value has at most a `+` (`plus`: at its first row,
+    sorted position `hix`) and a `−` (`minus`: carrying the first row at its last instant,
+    `first_at[vend]`); serials as `_arrivals` gives them (the `+` starts copy `base`, a `−`
+    ends the copy before it or the one it started)."""
+    i_rows, i_v = _by_row(order.take(hix.take(np.flatnonzero(plus))), np.flatnonzero(plus), n)
+    dv = np.flatnonzero(minus)
+    d_rows, d_v = _by_row(order.take(first_at.take(vend.take(dv))), dv, n)
+    i_serial = base.take(i_v)
+    d_serial = base.take(d_v)
+    d_serial -= 1
+    d_serial += plus.take(d_v)
+    return _RowEvents(i_rows, vslot.take(i_v), i_serial, d_rows, vslot.take(d_v), d_serial)
+
+
+def _by_row(rows: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows (< n) in ascending order with their `vals`, by a presence table."""
+    present = np.zeros(n, bool)
+    present[rows] = True
+    where = np.empty(n, np.int64)
+    where[rows] = vals
+    r = np.flatnonzero(present)
+    return r, where.take(r)
+
+
+def _merge_by_instant(d_at: np.ndarray, i_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Output positions of two sequences sorted by instant merged by instant, the first's
+    (`d_at`) first at one instant: each goes after its own predecessors and the other's
+    elements before it — counted per instant over a narrow span, else by binary search."""
+    nd, ni = len(d_at), len(i_at)
+    if not nd or not ni:
+        return np.arange(ni, dtype=np.int64), np.arange(nd, dtype=np.int64)
+    a0 = min(int(d_at[0]), int(i_at[0]))
+    span = max(int(d_at[-1]), int(i_at[-1])) - a0 + 1
+    if span <= 4 * (nd + ni) + 64:
+        dc = np.bincount(d_at - a0, minlength=span)
+        ic = np.bincount(i_at - a0, minlength=span)
+        d_le = np.cumsum(dc)  # `−` at or before each instant
+        i_lt = np.cumsum(ic)
+        i_lt -= ic  # `+` before each instant
+        to_i = d_le.take(i_at - a0)
+        to_d = i_lt.take(d_at - a0)
+    else:
+        to_i = np.searchsorted(d_at, i_at, side="right")
+        to_d = np.searchsorted(i_at, d_at, side="left")
+    to_i += np.arange(ni, dtype=np.int64)
+    to_d += np.arange(nd, dtype=np.int64)
+    return to_i, to_d
+
+
 def _groups(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and length of each run of equal slots."""
     heads = np.flatnonzero(run_starts(slot))
@@ -608,3 +764,16 @@ class _Events:
             self.row.take(i),
             self.kept.take(i),
         )
+
+
+@dataclass
+class _RowEvents:
+    """Changes of a call in row order: the `+` (batch rows, slots, serials of the copies they
+    start) and the `−` (batch rows carried, slots, serials of the copies they end)."""
+
+    i_rows: np.ndarray
+    i_slot: np.ndarray
+    i_serial: np.ndarray
+    d_rows: np.ndarray
+    d_slot: np.ndarray
+    d_serial: np.ndarray
