@@ -318,7 +318,31 @@ def test_row_order_and_value_order_paths(seed, compat, monkeypatch):
         _same_as_distinct_over_the_window_ddl(
             "register stream S (a int, b int, c int); register stream T (a int, b int);", query, ins, compat
         )
+        for chunk in (1, 7, None):  # the operator's own output, element for element: as in value order
+            rows_first = _range_distinct_output(query, ins, chunk, compat)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(range_distinct_module, "_row_events", lambda *a: None)
+                assert _range_distinct_output(query, ins, chunk, compat) == rows_first, chunk
     assert calls["rows"] > 0 and calls["values"] > 0, calls
+
+
+range_distinct_module = importlib.import_module("cqlstream.engine.operators.range_distinct")
+
+
+def _range_distinct_output(query: str, inputs: dict, chunk: int | None, compat: bool) -> list[tuple]:
+    """Every element (ids included) the RangeDistinctOp emits, in order."""
+    got: list = []
+    process = RangeDistinctOp.process
+
+    def recorded(self, ins, bound):
+        out = process(self, ins, bound)
+        got.append(out)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RangeDistinctOp, "process", recorded)
+        engine_raw("register stream S (a int, b int, c int); register stream T (a int, b int);", query, inputs, chunk, compat=compat)
+    return _elements_with_ids(got)
 
 
 def _same_as_distinct_over_the_window_ddl(ddl: str, query: str, inputs: dict, compat: bool) -> None:
