@@ -281,6 +281,13 @@ def _lr_like_events(seed: int, instants: int = 200, width: int = 60) -> list:
     return events
 
 
+def _regular_events(width: int = 12, instants: int = 150) -> list:
+    """Linear Road's reports: vehicle v every 5 instants, its segment changing every 10, the
+    minute every 30: a value (minute, vehicle, segment) arrives twice, 5 apart, and never again
+    — calls spanning many instants give each value one `+` and one `−`."""
+    return [(t, (t // 30, v, (t // 10 + v) % 3)) for t in range(instants) for v in range(width) if (t + v) % 5 == 0]
+
+
 @pytest.mark.parametrize("compat", [False, True])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_row_order_and_value_order_paths(seed, compat, monkeypatch):
@@ -302,11 +309,21 @@ def test_row_order_and_value_order_paths(seed, compat, monkeypatch):
     monkeypatch.setattr(RangeDistinctOp, "_emit_rows", by_rows)
     monkeypatch.setattr(RangeDistinctOp, "_emit", by_values)
     inputs = _inputs(_lr_like_events(seed), [], [])
+    regular = _inputs(_regular_events(), [], [])
     probe = _lr_like_events(seed + 10, width=4)
-    probed = {"S": inputs["S"], "T": [(t, (r[1] % 4, 0)) for t, r in probe if t % 30 == 0], "U": []}
+    probes = [(t, (r[1] % 4, 0)) for t, r in probe if t % (30 if seed == 1 else 7) == 0]
+    probed = {"S": inputs["S"], "T": probes, "U": []}
+    probed_regular = {"S": regular["S"], "T": probes, "U": []}
     for query, ins in [
         ("select distinct * from S [Range 20]", inputs),
         ("select distinct * from S [Range 3]", inputs),
+        ("select distinct * from S [Range 7]", regular),
+        (
+            "Rstream(select T.a, X.n from T [Now], "
+            "(select b, count(*) as n from (select distinct * from S [Range 7]) as D group by b) as X "
+            "where T.a = X.b)",
+            probed_regular,
+        ),
         (
             "Rstream(select T.a, X.n from T [Now], "
             "(select b, count(*) as n from (select distinct * from S [Range 20]) as D group by b) as X "
