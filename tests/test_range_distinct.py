@@ -331,7 +331,9 @@ def test_row_order_and_value_order_paths(seed, compat, monkeypatch):
             probed,
         ),
     ]:
-        assert_same("register stream S (a int, b int, c int); register stream T (a int, b int);", query, ins, compat=compat)
+        assert_same(
+            "register stream S (a int, b int, c int); register stream T (a int, b int);", query, ins, compat=compat
+        )
         _same_as_distinct_over_the_window_ddl(
             "register stream S (a int, b int, c int); register stream T (a int, b int);", query, ins, compat
         )
@@ -358,7 +360,13 @@ def _range_distinct_output(query: str, inputs: dict, chunk: int | None, compat: 
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(RangeDistinctOp, "process", recorded)
-        engine_raw("register stream S (a int, b int, c int); register stream T (a int, b int);", query, inputs, chunk, compat=compat)
+        engine_raw(
+            "register stream S (a int, b int, c int); register stream T (a int, b int);",
+            query,
+            inputs,
+            chunk,
+            compat=compat,
+        )
     return _elements_with_ids(got)
 
 
