@@ -22,7 +22,11 @@ within one probe interval are netted as DistinctOp does (probe_intervals.py).
 
 The value map holds the values present at the last bound only: a value enters it when it is
 still present at the end of the call it arrived in, and leaves when it expires (by its FIFO entry,
-or within a call), its slot then reused; so the state is the window's distinct live values.
+or within a call), its slot then reused; so the state is the window's distinct live values. While
+the values pack, the map is a sorted carry of their keys (`LastSeen`), merged by the call's one
+sort. A call whose values each have at most a `+` and a `−` (no probe netting them) makes its
+changes in row order and merges the two signs by instant (`_RowEvents`, `_emit_rows`): no sort of
+the output.
 """
 
 from __future__ import annotations
