@@ -411,3 +411,26 @@ def test_merge_by_instant_is_the_stable_merge(d_at, i_at, shift):
     tagged = sorted([(x, 0, k) for k, x in enumerate(d.tolist())] + [(x, 1, k) for k, x in enumerate(i.tolist())])
     assert merged.tolist() == [x for x, _, _ in tagged]
     assert sorted(to_d.tolist()) == [p for p, (_, w, _) in enumerate(tagged) if w == 0]
+
+
+def test_a_checkpoint_of_the_hash_map_table_loads_as_the_carry():
+    """Session 17's table pickled its present values in a hash map (`imap`, per slot `pkey`):
+    loading it gives the same values, sorted by key, beside the same slots."""
+    from cqlstream.engine.operators.intmap import IntMap
+
+    d, _ = _register("select distinct * from T [Range 3]")
+    for t in range(10):
+        d.push("T", [(t % 4, 1), (t, 2)], ts=[t, t])
+        d.heartbeat("T", t)
+        d.run()
+    op = next(o for o in d.plan.operators if isinstance(o, RangeDistinctOp))
+    table = op.table
+    state = {k: v for k, v in table.__dict__.items() if k not in ("packing", "ckey", "cslot", "_runs")}
+    old = IntMap()
+    old.insert(table.ckey[::-1].copy(), table.cslot[::-1].copy())
+    state.update(imap=old, pkey=np.zeros(table.cap, np.int64))
+    loaded = type(table).__new__(type(table))
+    loaded.__setstate__(state)
+    assert loaded.packing and loaded.imap is None and "pkey" not in loaded.__dict__
+    assert loaded.ckey.tolist() == table.ckey.tolist() and loaded.cslot.tolist() == table.cslot.tolist()
+    assert len(loaded) == len(table) > 0
