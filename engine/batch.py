@@ -272,11 +272,22 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """SplittableRandom's mixer over uint64 arrays (wrapping arithmetic)."""
+    return splitmix64_inplace(x.astype(np.uint64))  # (a copy)
+
+
+def splitmix64_inplace(z: np.ndarray) -> np.ndarray:
+    """`splitmix64` of a uint64 array, computed in it (one temporary instead of seven)."""
     with np.errstate(over="ignore"):
-        z = x.astype(np.uint64) + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
+        z += _GOLDEN
+        t = z >> np.uint64(30)
+        z ^= t
+        z *= _M1
+        np.right_shift(z, np.uint64(27), out=t)
+        z ^= t
+        z *= _M2
+        np.right_shift(z, np.uint64(31), out=t)
+        z ^= t
+        return z
 
 
 def combine_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:

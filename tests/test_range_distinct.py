@@ -266,4 +266,171 @@ def test_keys_repacked_then_moved_to_the_dict(compat):
     _same_as_distinct_over_the_window("select distinct * from T [Range 3]", inputs, compat)
     _, _, d = engine_raw(DDL, "select distinct * from T [Range 3]", inputs, None, compat=compat)
     op = next(o for o in d.plan.operators if isinstance(o, RangeDistinctOp))
-    assert op.table.imap is None and len(op.table) == 0  # (all gone by 25)
+    assert not op.table.packing and len(op.table) == 0  # (all gone by 25)
+
+
+def _lr_like_events(seed: int, instants: int = 200, width: int = 60) -> list:
+    """Linear Road's VolSMV shape: per instant a few of `width` vehicles report (minute, vehicle,
+    segment) — a value arrives once or twice within half a minute and leaves a window later —
+    and now and then a vehicle is back after longer than the window (a gap: several stays)."""
+    r = np.random.default_rng(seed)
+    events = []
+    for t in range(instants):
+        for v in r.choice(width, 3, replace=False).tolist():
+            events.append((t, (t // 30, v, int(r.integers(0, 3)))))
+    return events
+
+
+def _regular_events(width: int = 12, instants: int = 150) -> list:
+    """Linear Road's reports: vehicle v every 5 instants, its segment changing every 10, the
+    minute every 30: a value (minute, vehicle, segment) arrives twice, 5 apart, and never again
+    — calls spanning many instants give each value one `+` and one `−`."""
+    return [(t, (t // 30, v, (t // 10 + v) % 3)) for t in range(instants) for v in range(width) if (t + v) % 5 == 0]
+
+
+@pytest.mark.parametrize("compat", [False, True])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_row_order_and_value_order_paths(seed, compat, monkeypatch):
+    """Calls whose values each have at most a `+` and a `−` (emitted in row order, no sort) and
+    calls with more (several stays of a value in one call, a stay ending at a re-arrival, or a
+    `+` and `−` one probe interval nets: emitted in value order) — both met, with and without
+    a probe, equal to the reference and to DistinctOp over the window at 1, 7 and all per push."""
+    calls = {"rows": 0, "values": 0}
+    rows, values = RangeDistinctOp._emit_rows, RangeDistinctOp._emit
+
+    def by_rows(self, ev, *a):
+        calls["rows"] += 1
+        return rows(self, ev, *a)
+
+    def by_values(self, ev, *a):
+        calls["values"] += len(ev.slot) > 0
+        return values(self, ev, *a)
+
+    monkeypatch.setattr(RangeDistinctOp, "_emit_rows", by_rows)
+    monkeypatch.setattr(RangeDistinctOp, "_emit", by_values)
+    inputs = _inputs(_lr_like_events(seed), [], [])
+    regular = _inputs(_regular_events(), [], [])
+    probe = _lr_like_events(seed + 10, width=4)
+    probes = [(t, (r[1] % 4, 0)) for t, r in probe if t % (30 if seed == 1 else 7) == 0]
+    probed = {"S": inputs["S"], "T": probes, "U": []}
+    probed_regular = {"S": regular["S"], "T": probes, "U": []}
+    for query, ins in [
+        ("select distinct * from S [Range 20]", inputs),
+        ("select distinct * from S [Range 3]", inputs),
+        ("select distinct * from S [Range 7]", regular),
+        (
+            "Rstream(select T.a, X.n from T [Now], "
+            "(select b, count(*) as n from (select distinct * from S [Range 7]) as D group by b) as X "
+            "where T.a = X.b)",
+            probed_regular,
+        ),
+        (
+            "Rstream(select T.a, X.n from T [Now], "
+            "(select b, count(*) as n from (select distinct * from S [Range 20]) as D group by b) as X "
+            "where T.a = X.b)",
+            probed,
+        ),
+    ]:
+        assert_same(
+            "register stream S (a int, b int, c int); register stream T (a int, b int);", query, ins, compat=compat
+        )
+        _same_as_distinct_over_the_window_ddl(
+            "register stream S (a int, b int, c int); register stream T (a int, b int);", query, ins, compat
+        )
+        for chunk in (1, 7, None):  # the operator's own output, element for element: as in value order
+            rows_first = _range_distinct_output(query, ins, chunk, compat)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(range_distinct_module, "_row_events", lambda *a: None)
+                assert _range_distinct_output(query, ins, chunk, compat) == rows_first, chunk
+    assert calls["rows"] > 0 and calls["values"] > 0, calls
+
+
+range_distinct_module = importlib.import_module("cqlstream.engine.operators.range_distinct")
+
+
+def _range_distinct_output(query: str, inputs: dict, chunk: int | None, compat: bool) -> list[tuple]:
+    """Every element (ids included) the RangeDistinctOp emits, in order."""
+    got: list = []
+    process = RangeDistinctOp.process
+
+    def recorded(self, ins, bound):
+        out = process(self, ins, bound)
+        got.append(out)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RangeDistinctOp, "process", recorded)
+        engine_raw(
+            "register stream S (a int, b int, c int); register stream T (a int, b int);",
+            query,
+            inputs,
+            chunk,
+            compat=compat,
+        )
+    return _elements_with_ids(got)
+
+
+def _same_as_distinct_over_the_window_ddl(ddl: str, query: str, inputs: dict, compat: bool) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        for chunk in (1, 7, None):
+            new, h, d = engine_raw(ddl, query, inputs, chunk, compat=compat)
+            assert _fused(d), h.explain()
+            mp.setattr(rule, "fused_window", lambda x: None)
+            old, _, _ = engine_raw(ddl, query, inputs, chunk, compat=compat)
+            mp.undo()
+            assert _elements_with_ids(new) == _elements_with_ids(old), f"chunk={chunk}\n{h.explain()}"
+
+
+@pytest.mark.parametrize("compat", [False, True])
+def test_keys_too_wide_to_pack_with_positions(compat):
+    """Values whose packed keys take 62 bits leave no room for the row positions beside them in
+    one int64: the carry and the batch are then sorted by a stable argsort (the table still packs)."""
+    big = 1 << 58  # (three of them: 60 bits, with the second column's 2: the layout's 62)
+    events = [(t, ((t % 3) * big, t % 2)) for t in range(0, 40)] + [(t, (big, 1)) for t in range(50, 60, 3)]
+    inputs = _inputs([], events, [])
+    assert_same(DDL, "select distinct * from T [Range 3]", inputs, compat=compat)
+    _same_as_distinct_over_the_window("select distinct * from T [Range 3]", inputs, compat)
+    _, _, d = engine_raw(DDL, "select distinct * from T [Range 3]", inputs, None, compat=compat)
+    op = next(o for o in d.plan.operators if isinstance(o, RangeDistinctOp))
+    assert op.table.packing and sum(op.table.layout.bits) + 2 > 63
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=40), st.lists(st.integers(0, 300), max_size=40), st.integers(0, 1 << 40))
+def test_merge_by_instant_is_the_stable_merge(d_at, i_at, shift):
+    """Both sequences sorted; at one instant the first's come first (narrow spans counted per
+    instant, wide ones — `shift` apart — by binary search)."""
+    from cqlstream.engine.operators.range_distinct import _merge_by_instant
+
+    d = np.sort(np.array(d_at, np.int64))
+    i = np.sort(np.array(i_at, np.int64)) + shift
+    to_i, to_d = _merge_by_instant(d, i)
+    merged = np.empty(len(d) + len(i), np.int64)
+    merged[to_i] = i
+    merged[to_d] = d
+    tagged = sorted([(x, 0, k) for k, x in enumerate(d.tolist())] + [(x, 1, k) for k, x in enumerate(i.tolist())])
+    assert merged.tolist() == [x for x, _, _ in tagged]
+    assert sorted(to_d.tolist()) == [p for p, (_, w, _) in enumerate(tagged) if w == 0]
+
+
+def test_a_checkpoint_of_the_hash_map_table_loads_as_the_carry():
+    """Session 17's table pickled its present values in a hash map (`imap`, per slot `pkey`):
+    loading it gives the same values, sorted by key, beside the same slots."""
+    from cqlstream.engine.operators.intmap import IntMap
+
+    d, _ = _register("select distinct * from T [Range 3]")
+    for t in range(10):
+        d.push("T", [(t % 4, 1), (t, 2)], ts=[t, t])
+        d.heartbeat("T", t)
+        d.run()
+    op = next(o for o in d.plan.operators if isinstance(o, RangeDistinctOp))
+    table = op.table
+    state = {k: v for k, v in table.__dict__.items() if k not in ("packing", "ckey", "cslot", "_runs")}
+    old = IntMap()
+    old.insert(table.ckey[::-1].copy(), table.cslot[::-1].copy())
+    state.update(imap=old, pkey=np.zeros(table.cap, np.int64))
+    loaded = type(table).__new__(type(table))
+    loaded.__setstate__(state)
+    assert loaded.packing and loaded.imap is None and "pkey" not in loaded.__dict__
+    assert loaded.ckey.tolist() == table.ckey.tolist() and loaded.cslot.tolist() == table.cslot.tolist()
+    assert len(loaded) == len(table) > 0

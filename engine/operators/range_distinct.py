@@ -22,12 +22,16 @@ within one probe interval are netted as DistinctOp does (probe_intervals.py).
 
 The value map holds the values present at the last bound only: a value enters it when it is
 still present at the end of the call it arrived in, and leaves when it expires (by its FIFO entry,
-or within a call), its slot then reused; so the state is the window's distinct live values.
+or within a call), its slot then reused; so the state is the window's distinct live values. While
+the values pack, the map is a sorted carry of their keys (`LastSeen`), merged by the call's one
+sort. A call whose values each have at most a `+` and a `−` (no probe netting them) makes its
+changes in row order and merges the two signs by instant (`_RowEvents`, `_emit_rows`): no sort of
+the output.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
@@ -37,8 +41,9 @@ from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, empty_column, splitmix64
 from cqlstream.engine.kernels import run_starts
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
-from cqlstream.engine.operators.probe_intervals import interval_ends
-from cqlstream.engine.operators.valuecount import ValueTable, _derived_ids
+from cqlstream.engine.operators.probe_intervals import interval_ends, interval_of
+from cqlstream.engine.operators.valuecount import Encoded, ValueTable, _derived_ids, _span, py_rows
+from cqlstream.engine.operators.valuekeys import KeyLayout, packable, ranges
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -50,21 +55,44 @@ _EMPTY_I = np.zeros(0, np.int64)
 
 
 class LastSeen(ValueTable):
-    """Value → slot (ValueTable's map: packed integer keys or a dict of row tuples, a new value's
-    slot and id drawn in first-arrival order) holding the values present at the last bound, and
-    per slot the value's last-seen instant, its changes so far (serials of its derived ids), its
-    map key (to forget it when it leaves without arriving) and, while it is present, the row and
-    arrival index of its first arrival at its last-seen instant (the row its `−` carries)."""
+    """Value → slot for the values present at the last bound, and per slot the value's last-seen
+    instant, its changes so far (serials of its derived ids) and, while it is present, the row and
+    arrival index of its first arrival at its last-seen instant (the row its `−` carries). A new
+    value's slot and id are drawn in first-arrival order (ValueTable's `_assign`).
+
+    While the values pack into int64 keys (valuekeys.py) the map is a *carry*: the present
+    values' keys, sorted, beside their slots. `encode` sorts it together with the batch's keys
+    (one sort gives the grouping by value and each arriving value's slot) and `settle` keeps, in
+    that sorted order, the values still present at the bound: no hash map to insert into and
+    delete from as values come and go. Values that do not pack use ValueTable's dict."""
 
     def __init__(self, types: list[DataType], ids: IdSource) -> None:
         super().__init__(types, ids)
+        self.imap = None  # (ValueTable's hash map: not used, the carry replaces it)
+        self.packing = True  # the map is the carry (else ValueTable's dict `index`)
+        self.ckey = _EMPTY_I  # the carry: present values' packed keys, ascending ...
+        self.cslot = _EMPTY_I  # ... and their slots
+        self._runs: tuple[np.ndarray, np.ndarray] | None = None  # last encode's (keys, slots), see settle
         self.last = np.zeros(0, np.int64)
         self.changes_ = np.zeros(0, np.int64)  # output changes of the value's current stay
         self.pos = np.zeros(0, np.int64)
-        self.pkey = np.zeros(0, np.int64)  # packed key while the map packs
-        self.tkey: list[tuple | None] = []  # row tuple once it does not (the dict's key)
+        self.tkey: list[tuple | None] = []  # row tuple in the dict (while not packing)
         self.vals = [empty_column(t) for t in types]
         self.vnull: list[np.ndarray | None] = [None] * len(types)
+
+    def __setstate__(self, state: dict) -> None:
+        """Checkpoints of before the carry hold a hash map (`imap`) and each slot's key (`pkey`)."""
+        super().__setstate__(state)
+        if "packing" not in state:
+            imap = state.get("imap")
+            self.packing = imap is not None
+            keys, slots = imap.items() if imap is not None else (_EMPTY_I, _EMPTY_I)
+            o = np.argsort(keys, kind="stable")
+            self.ckey, self.cslot, self._runs, self.imap = keys.take(o), slots.take(o), None, None
+            self.__dict__.pop("pkey", None)
+
+    def __len__(self) -> int:
+        return len(self.ckey) if self.packing else len(self.index)
 
     def _grow(self, need: int) -> None:
         old = self.cap
@@ -75,7 +103,6 @@ class LastSeen(ValueTable):
         self.last = np.concatenate([self.last, np.full(extra, _NEVER, np.int64)])
         self.changes_ = np.concatenate([self.changes_, np.zeros(extra, np.int64)])
         self.pos = np.concatenate([self.pos, np.zeros(extra, np.int64)])
-        self.pkey = np.concatenate([self.pkey, np.zeros(extra, np.int64)])
         self.tkey.extend([None] * extra)
         self.vals = [np.concatenate([v, _blank(v, extra)]) for v in self.vals]
         self.vnull = [None if m is None else np.concatenate([m, np.zeros(extra, bool)]) for m in self.vnull]
@@ -101,43 +128,128 @@ class LastSeen(ValueTable):
             self.changes_[slots] = 0
         return new
 
-    def _fit(self, b: Batch, rng: list[tuple[int, int] | None] | None) -> bool:
-        """ValueTable's, and when it re-packs the keys or moves them to the dict, the slots'
-        keys follow."""
-        before = self.imap
-        fits = super()._fit(b, rng)
-        if self.imap is not before:
-            if self.imap is not None:
-                keys, slots = self.imap.items()
-                self.pkey[slots] = keys
-            else:
-                for k, s in self.index.items():
-                    self.tkey[s] = k
-        return fits
+    # ------------------------------------------------------------ the carry
+    def encode(self, b: Batch) -> Encoded:
+        """ValueTable's (slots per value, the rows grouped by value); through the carry while the
+        values pack."""
+        if self.packing and self._fit_carry(b):
+            return self._encode_carry(b)
+        self._runs = None
+        return super().encode(b)
 
-    def remember(self, rows: np.ndarray | list[tuple], slots: np.ndarray) -> None:
-        """Put values (their packed keys or row tuples) into the map."""
-        if self.imap is not None:
-            assert isinstance(rows, np.ndarray)
-            self.imap.insert(rows, slots)
-            self.pkey[slots] = rows
-        elif len(slots):
+    def _fit_carry(self, b: Batch) -> bool:
+        """Make the key layout cover the batch's values, re-packing the carry when it must widen;
+        False, after moving the present values to the dict for good, when the values are not
+        integer-like or cannot fit 62 bits (as ValueTable._fit)."""
+        rng = ranges(b.cols, b.nulls) if packable(b.cols) else None
+        layout = self.layout
+        if rng is not None and layout is not None and layout.covers(rng):
+            return True
+        keys, slots = self.ckey, self.cslot
+        old_cols, old_nulls = layout.unpack(keys) if layout is not None else ([], [])
+        if rng is not None:
+            if layout is not None and len(keys):
+                rng = [_span(a, c) for a, c in zip(rng, ranges(old_cols, old_nulls))]
+            wider = KeyLayout.fit(rng)
+            if wider is not None:
+                self.layout = replace(wider, major_first=True)  # keys sort as the tuples
+                keys = self.layout.pack(old_cols, old_nulls, np.arange(len(keys)))
+                o = np.argsort(keys, kind="stable")
+                self.ckey, self.cslot = keys.take(o), slots.take(o)
+                return True
+        if len(keys):  # to the dict, as the Python tuples a batch of these columns gives
+            cast = [c.astype(bc.dtype) for c, bc in zip(old_cols, b.cols)]
+            rows = py_rows(cast, list(old_nulls), np.arange(len(keys)))
+            self.index = dict(zip(rows, slots.tolist()))
+            for r, s in zip(rows, slots.tolist()):
+                self.tkey[s] = r
+        self.packing, self.layout, self.ckey, self.cslot = False, None, _EMPTY_I, _EMPTY_I
+        return False
+
+    def _encode_carry(self, b: Batch) -> Encoded:
+        """`encode` through the carry: one sort of the carry's keys followed by the batch's
+        (each key shifted left past its position, so equal keys keep carry-then-row order)
+        groups the rows by value, and a value's run starts with its carry entry iff it is
+        present; the distinct keys and their slots are kept for `settle`. Only the carry's keys
+        within the batch's key range take part (the others cannot match: e.g. a value table's
+        keys of earlier minutes)."""
+        assert self.layout is not None
+        n = len(b)
+        bkeys = self.layout.pack_all(b.cols, b.nulls, n)
+        c0 = int(np.searchsorted(self.ckey, bkeys.min()))
+        c1 = int(np.searchsorted(self.ckey, bkeys.max(), side="right"))
+        ckey, cslot = self.ckey[c0:c1], self.cslot[c0:c1]
+        nc = len(ckey)
+        tot = n + nc
+        keys = np.concatenate([ckey, bkeys])
+        nb = max(tot - 1, 1).bit_length()
+        if sum(self.layout.bits) + nb <= 63:
+            keys <<= nb
+            keys |= np.arange(tot, dtype=np.int64)
+            keys.sort()
+            idx = keys & ((1 << nb) - 1)
+            keys >>= nb  # sorted
+        else:  # keys and positions exceed 63 bits together
+            idx = np.argsort(keys, kind="stable")
+            keys = keys.take(idx)
+        khead = np.empty(tot, bool)  # first of each distinct key
+        khead[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=khead[1:])
+        is_row = idx >= nc
+        rpos = np.flatnonzero(is_row)  # positions (sorted) of the batch's rows
+        order = idx.take(rpos)
+        order -= nc
+        vhead = khead.copy()  # a value's first row: a key's first, or after its carry entry
+        vhead[1:] |= ~is_row[:-1]
+        heads = vhead.take(rpos)
+        hix = np.flatnonzero(heads)
+        hpos = rpos.take(hix)  # each value's first row in the sorted keys
+        slot_of = np.full(len(hix), -1, np.int64)
+        held = np.flatnonzero(~khead.take(hpos))  # the values in the carry: after their entry
+        slot_of[held] = cslot.take(idx.take(hpos.take(held) - 1))
+        new = self._assign(slot_of, order.take(hix), n)
+        # the distinct keys: the carry's (slot from it) and the new values' (slot just given)
+        kix = np.flatnonzero(khead)
+        kslot = np.empty(len(kix), np.int64)
+        from_carry = idx.take(kix) < nc
+        fc = np.flatnonzero(from_carry)
+        kslot[fc] = cslot.take(idx.take(kix.take(fc)))
+        absent = np.ones(len(hix), bool)  # (the values not in the carry, in key order as their runs)
+        absent[held] = False
+        kslot[np.flatnonzero(~from_carry)] = slot_of.take(np.flatnonzero(absent))
+        keys = keys.take(kix)
+        if c0 or c1 < len(self.ckey):  # with the carry's keys below and above the batch's
+            keys = np.concatenate([self.ckey[:c0], keys, self.ckey[c1:]])
+            kslot = np.concatenate([self.cslot[:c0], kslot, self.cslot[c1:]])
+        self._runs = (keys, kslot)
+        return Encoded(None, order, slot_of, _EMPTY_I, new, True, None, heads, None)
+
+    def settle(self, bound: int, life: int) -> None:
+        """After a call: the carry becomes the values still present at `bound` (last-seen
+        instant + life beyond it; freed slots have _NEVER) among the carry and the call's new
+        values, kept in key order."""
+        if not self.packing:
+            return
+        keys, slots = self._runs if self._runs is not None else (self.ckey, self.cslot)
+        self._runs = None
+        keep = np.flatnonzero(self.last.take(slots) > bound - life)
+        if len(keep) < len(keys):
+            keys, slots = keys.take(keep), slots.take(keep)
+        self.ckey, self.cslot = keys, slots
+
+    def remember(self, rows: list[tuple], slots: np.ndarray) -> None:
+        """Put values (their row tuples) into the dict (the carry takes them in `settle`)."""
+        if not self.packing and len(slots):
             sl = slots.tolist()
             self.index.update(zip(rows, sl))
             for r, s in zip(rows, sl):
                 self.tkey[s] = r
 
-    def forget(self, slots: np.ndarray, cells: np.ndarray | None = None) -> None:
-        """Take values out of the map (by their cells when a lookup just gave them) and free
-        their slots."""
+    def forget(self, slots: np.ndarray) -> None:
+        """Take values out of the dict (the carry drops them in `settle`) and free their slots."""
         if not len(slots):
             return
-        if self.imap is not None:
-            if cells is not None:
-                self.imap.delete_cells(cells)
-            else:
-                self.imap.delete(self.pkey.take(slots))
-        else:
+        if not self.packing:
             idx, tkey = self.index, self.tkey
             for s in slots.tolist():
                 del idx[tkey[s]]
@@ -164,8 +276,8 @@ class LastSeen(ValueTable):
                 held[slots] = False
 
     def nbytes(self) -> int:
-        keys = 0 if self.imap is not None else 8 * len(self.tkey)
-        return super().nbytes() + self.cap * (32 + 8 * len(self.vals)) + keys
+        keys = 16 * len(self.ckey) if self.packing else 8 * len(self.tkey)
+        return super().nbytes() + self.cap * (24 + 8 * len(self.vals)) + keys
 
 
 def _blank(like: np.ndarray, n: int) -> np.ndarray:
@@ -221,20 +333,27 @@ class RangeDistinctOp(Operator):
         f_at, f_slot = self.fifo_at[:k], self.fifo_slot[:k]
         if k:
             self.fifo_at, self.fifo_slot = self.fifo_at[k:], self.fifo_slot[k:]
-        ev = self._arrivals(b, bound) if len(b) else _Events.empty()
+        probe_ts = inputs[1].ts if self.probed else None
+        ev = self._arrivals(b, bound, probe_ts) if len(b) else _Events.empty()
         lv_slot, lv_at = _EMPTY_I, _EMPTY_I
         if k:  # after the arrivals updated `last`: an entry is current iff its value did not arrive since
             cur = np.flatnonzero(t.last.take(f_slot) + life == f_at)
             if len(cur):
                 lv_slot, lv_at = f_slot.take(cur), f_at.take(cur)
-        out = self._emit(ev, lv_slot, lv_at, b, inputs[1].ts if self.probed else None)
+        if isinstance(ev, _RowEvents):
+            out = self._emit_rows(ev, lv_slot, lv_at, b)
+        else:
+            out = self._emit(ev, lv_slot, lv_at, b, probe_ts)
         t.forget(lv_slot)
+        t.settle(bound, life)
         self.arrived += len(b)
         return out
 
-    def _arrivals(self, b: Batch, bound: int) -> _Events:
-        """The changes of the values arriving in `b`, in (value, instant) order; updates their
-        slots (last-seen instant, kept row; the map) and queues the expiries beyond `bound`.
+    def _arrivals(self, b: Batch, bound: int, probe_ts: np.ndarray | None) -> _Events | _RowEvents:
+        """The changes of the values arriving in `b`, in (value, instant) order, or in row order
+        when each value has at most a `+` at its first row and a `−` at its last instant + life
+        that no probe interval nets (`_RowEvents`); updates their slots (last-seen instant,
+        kept row; the map) and queues the expiries beyond `bound`.
 
         Per value, its rows (ts order) split into runs at gaps (an arrival more than `life` after
         the previous one, or the first while absent): a run starting at a gap gives `+` at its
@@ -246,14 +365,10 @@ class RangeDistinctOp(Operator):
         n = len(b)
         enc = t.encode(b)
         order = enc.order
-        if enc.sorted_slot is not None and enc.heads is not None:
-            ss, heads = enc.sorted_slot, enc.heads
-        else:
-            ss = enc.slot.take(order)
-            heads = run_starts(ss)
+        heads = enc.heads if enc.heads is not None else run_starts(enc.slot.take(order))
         hix = np.flatnonzero(heads)  # sorted position of each value's first row
         nv = len(hix)
-        vslot = ss.take(hix)  # slot per value (value order)
+        vslot = enc.value_slot  # slot per value (value order)
         a0 = t.last.take(vslot)  # last-seen instant of a value present at the previous bound, else _NEVER
         base = (t.changes_.take(vslot) + 1) >> 1  # serial of the value's next `+`
         st = b.ts.take(order)
@@ -271,6 +386,18 @@ class RangeDistinctOp(Operator):
         head_gap = gap.take(hix)
         old = (a0 != _NEVER) & head_gap  # the stay from before the call ends within it
         inner = np.count_nonzero(gap) - np.count_nonzero(head_gap)  # gaps within values' rows
+        if not inner and not old.any():
+            rev = _row_events(order, hix, vend, first_at, head_gap, tail, base, vslot, n)
+            if rev is not None and probe_ts is not None:  # a value's `+` and `−` in one probe interval: netted
+                both = np.flatnonzero(head_gap & tail)
+                if len(both):
+                    k = interval_of(np.concatenate([st.take(hix.take(both)), q.take(both) + life]), probe_ts)
+                    if bool((k[: len(both)] == k[len(both) :]).any()):
+                        rev = None
+            if rev is not None:
+                t.changes_[vslot] += head_gap.view(np.int8) + tail.view(np.int8)
+                self._settle_values(b, bound, enc, order, vend, first_at, vslot, q, tail)
+                return rev
         if not inner:  # one run per value (e.g. a window long beside the value's re-arrivals)
             run_v = None
             rs, re, plus, minus, vfirst = hix, vend, head_gap, tail, None
@@ -345,7 +472,24 @@ class RangeDistinctOp(Operator):
             e_pos[at_o] = t.pos.take(vslot.take(ov))
         ev = _Events(e_slot, e_at, e_sign, e_serial, e_pos, e_row, e_kept)
         ev.per_value = (vslot, cnt if vfirst is None else np.add.reduceat(cnt, vfirst, dtype=np.int64))
-        # slots: last-seen instants; the kept row and a FIFO entry of each value still present
+        self._settle_values(b, bound, enc, order, vend, first_at, vslot, q, tail)
+        return ev
+
+    def _settle_values(
+        self,
+        b: Batch,
+        bound: int,
+        enc: Encoded,
+        order: np.ndarray,
+        vend: np.ndarray,
+        first_at: np.ndarray,
+        vslot: np.ndarray,
+        q: np.ndarray,
+        tail: np.ndarray,
+    ) -> None:
+        """After a call's arrivals: the values' last-seen instants `q`, the kept row and a FIFO
+        entry of each still present, and the map (values gone by `bound` leave it)."""
+        life, t, n, nv = self.life, self.table, len(b), len(vslot)
         t.last[vslot] = q
         stay = np.flatnonzero(~tail)
         if len(stay):
@@ -365,20 +509,77 @@ class RangeDistinctOp(Operator):
         is_new[enc.new] = True
         gone_old = np.flatnonzero(tail & ~is_new)
         if len(gone_old):
-            cells = None if enc.cells is None or not enc.packed else enc.cells.take(gone_old)
-            t.forget(vslot.take(gone_old), cells)
-        born = np.flatnonzero(is_new & ~tail)
-        if len(born):
-            if enc.packed:
-                assert isinstance(enc.rows, np.ndarray)
-                t.remember(enc.rows.take(born), vslot.take(born))
-            else:
+            t.forget(vslot.take(gone_old))
+        if not enc.packed:  # (the carry takes the new values present in `settle`)
+            born = np.flatnonzero(is_new & ~tail)
+            if len(born):
                 rows_t = enc.rows
                 t.remember([rows_t[i] for i in born.tolist()], vslot.take(born))
         gone_new = np.flatnonzero(is_new & tail)
         if len(gone_new):
             t.release_slots(vslot.take(gone_new))
-        return ev
+
+    def _emit_rows(self, ev: _RowEvents, lv_slot: np.ndarray, lv_at: np.ndarray, b: Batch) -> Batch:
+        """`_emit` of changes in row order (`_RowEvents`; their values' change counts advanced
+        already), without a sort: the `−` — those leaving through the FIFO (kept rows, older
+        than the batch's), then the batch's in row order — are in the window batch's order
+        (a `−` at t carries a row of t − life), and so are the `+`; the two merge by instant,
+        the `−` first at one instant (their rows are older)."""
+        t, n = self.table, len(b)
+        n_lv = len(lv_slot)
+        lv_serial = t.changes_.take(lv_slot) >> 1  # the copy they hold
+        t.changes_[lv_slot] += 1
+        i_at = b.ts.take(ev.i_rows)
+        d_at = b.ts.take(ev.d_rows)
+        d_at += self.life
+        d_slot, d_serial = ev.d_slot, ev.d_serial
+        if n_lv:
+            d_at = np.concatenate([lv_at, d_at])
+            d_slot = np.concatenate([lv_slot, d_slot])
+            d_serial = np.concatenate([lv_serial, d_serial])
+        ni, nd = len(i_at), len(d_at)
+        m = ni + nd
+        if not m:
+            return b.take(_EMPTY_I)
+        to_i, to_d = _merge_by_instant(d_at, i_at)
+        src = np.empty(m, np.int64)  # rows: of the batch, then the kept rows of those leaving
+        src[to_i] = ev.i_rows
+        if n_lv:
+            src[to_d[:n_lv]] = np.arange(n, n + n_lv, dtype=np.int64)
+            src[to_d[n_lv:]] = ev.d_rows
+        else:
+            src[to_d] = ev.d_rows
+        ts = np.empty(m, np.int64)
+        ts[to_i] = i_at
+        ts[to_d] = d_at
+        sign = np.ones(m, np.int8)
+        sign[to_d] = -1
+        slot = np.empty(m, np.int64)
+        slot[to_i] = ev.i_slot
+        slot[to_d] = d_slot
+        serial = np.empty(m, np.int64)
+        serial[to_i] = ev.i_serial
+        serial[to_d] = d_serial
+        ids = _derived_ids(t.vmix.take(slot), serial.view(np.uint64))
+        if not n_lv:
+            out = b.take(src)
+        else:
+            cols: list[np.ndarray] = []
+            nulls: list[np.ndarray | None] = []
+            for c, nm, v, vm in zip(b.cols, b.nulls, t.vals, t.vnull):
+                cols.append(np.concatenate([c, v.take(lv_slot)]).take(src))
+                if nm is None and vm is None:
+                    nulls.append(None)
+                else:
+                    a = np.zeros(len(c), bool) if nm is None else nm
+                    z = np.zeros(n_lv, bool) if vm is None else vm.take(lv_slot)
+                    mm = np.concatenate([a, z]).take(src)
+                    nulls.append(mm if mm.any() else None)
+            out = Batch(cols, nulls, ts, sign, ids)
+        out.ts = ts
+        out.sign = sign
+        out.id = ids
+        return out
 
     def _emit(
         self, ev: _Events, lv_slot: np.ndarray, lv_at: np.ndarray, b: Batch, probe_ts: np.ndarray | None
@@ -449,6 +650,66 @@ class RangeDistinctOp(Operator):
         return out
 
 
+def _row_events(
+    order: np.ndarray,
+    hix: np.ndarray,
+    vend: np.ndarray,
+    first_at: np.ndarray,
+    plus: np.ndarray,
+    minus: np.ndarray,
+    base: np.ndarray,
+    vslot: np.ndarray,
+    n: int,
+) -> _RowEvents | None:
+    """The changes in row order when each value has at most a `+` (`plus`: at its first row,
+    sorted position `hix`) and a `−` (`minus`: carrying the first row at its last instant,
+    `first_at[vend]`); serials as `_arrivals` gives them (the `+` starts copy `base`, a `−`
+    ends the copy before it or the one it started)."""
+    i_rows, i_v = _by_row(order.take(hix.take(np.flatnonzero(plus))), np.flatnonzero(plus), n)
+    dv = np.flatnonzero(minus)
+    d_rows, d_v = _by_row(order.take(first_at.take(vend.take(dv))), dv, n)
+    i_serial = base.take(i_v)
+    d_serial = base.take(d_v)
+    d_serial -= 1
+    d_serial += plus.take(d_v)
+    return _RowEvents(i_rows, vslot.take(i_v), i_serial, d_rows, vslot.take(d_v), d_serial)
+
+
+def _by_row(rows: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows (< n) in ascending order with their `vals`, by a presence table."""
+    present = np.zeros(n, bool)
+    present[rows] = True
+    where = np.empty(n, np.int64)
+    where[rows] = vals
+    r = np.flatnonzero(present)
+    return r, where.take(r)
+
+
+def _merge_by_instant(d_at: np.ndarray, i_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Output positions of two sequences sorted by instant merged by instant, the first's
+    (`d_at`) first at one instant: each goes after its own predecessors and the other's
+    elements before it — counted per instant over a narrow span, else by binary search."""
+    nd, ni = len(d_at), len(i_at)
+    if not nd or not ni:
+        return np.arange(ni, dtype=np.int64), np.arange(nd, dtype=np.int64)
+    a0 = min(int(d_at[0]), int(i_at[0]))
+    span = max(int(d_at[-1]), int(i_at[-1])) - a0 + 1
+    if span <= 4 * (nd + ni) + 64:
+        dc = np.bincount(d_at - a0, minlength=span)
+        ic = np.bincount(i_at - a0, minlength=span)
+        d_le = np.cumsum(dc)  # `−` at or before each instant
+        i_lt = np.cumsum(ic)
+        i_lt -= ic  # `+` before each instant
+        to_i = d_le.take(i_at - a0)
+        to_d = i_lt.take(d_at - a0)
+    else:
+        to_i = np.searchsorted(d_at, i_at, side="right")
+        to_d = np.searchsorted(i_at, d_at, side="left")
+    to_i += np.arange(ni, dtype=np.int64)
+    to_d += np.arange(nd, dtype=np.int64)
+    return to_i, to_d
+
+
 def _groups(slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and length of each run of equal slots."""
     heads = np.flatnonzero(run_starts(slot))
@@ -507,3 +768,16 @@ class _Events:
             self.row.take(i),
             self.kept.take(i),
         )
+
+
+@dataclass
+class _RowEvents:
+    """Changes of a call in row order: the `+` (batch rows, slots, serials of the copies they
+    start) and the `−` (batch rows carried, slots, serials of the copies they end)."""
+
+    i_rows: np.ndarray
+    i_slot: np.ndarray
+    i_serial: np.ndarray
+    d_rows: np.ndarray
+    d_slot: np.ndarray
+    d_serial: np.ndarray

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cqlstream.engine.batch import Batch, splitmix64
+from cqlstream.engine.batch import Batch, splitmix64, splitmix64_inplace
 from cqlstream.engine.kernels import combine_codes, dense_codes, row_codes, stable_order
 from cqlstream.engine.operators.intmap import IntMap
 from cqlstream.engine.operators.valuekeys import KeyLayout, packable, ranges
@@ -160,7 +160,9 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 def _derived_ids(vmix: np.ndarray, serial: np.ndarray) -> np.ndarray:
     """combine_ids(vkey, serial) (engine/batch.py) given vmix = splitmix64(vkey)."""
     with np.errstate(over="ignore"):
-        return splitmix64(vmix ^ (serial * _GOLDEN))
+        z = serial * _GOLDEN
+        z ^= vmix
+        return splitmix64_inplace(z)
 
 
 def seg_exclusive_cumsum(x: np.ndarray, slot_start: np.ndarray) -> np.ndarray:
