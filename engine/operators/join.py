@@ -509,8 +509,11 @@ def global_seqs(batches: Sequence[Batch]) -> tuple[list[np.ndarray], int]:
     order = ts.argsort(kind="stable")
     seq = np.empty(len(ts), np.int64)
     seq[order] = np.arange(len(ts))
-    cuts = np.cumsum([len(b) for b in batches])[:-1]
-    return np.split(seq, cuts), len(ts)
+    parts, at = [], 0
+    for b in batches:  # (slices, not np.split: its Python wrapper costs ~10 µs a call)
+        parts.append(seq[at : at + len(b)])
+        at += len(b)
+    return parts, len(ts)
 
 
 def gather_batch(
