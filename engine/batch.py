@@ -298,7 +298,7 @@ def combine_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _is_sorted(a: np.ndarray) -> bool:
-    return len(a) < 2 or bool(np.all(a[1:] >= a[:-1]))
+    return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
 
 
 def match_deletes(cand_ids: np.ndarray, del_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -309,9 +309,9 @@ def match_deletes(cand_ids: np.ndarray, del_ids: np.ndarray) -> tuple[np.ndarray
     cand_sorted = cand_ids[cand_order]
     del_order = np.arange(len(del_ids)) if _is_sorted(del_ids) else np.lexsort((np.arange(len(del_ids)), del_ids))
     dsorted = del_ids[del_order]
-    pos = np.searchsorted(cand_sorted, dsorted, side="left")
-    if len(dsorted) > 1 and not bool(np.all(dsorted[1:] != dsorted[:-1])):
-        pos = pos + (np.arange(len(dsorted)) - np.searchsorted(dsorted, dsorted, side="left"))
+    pos = cand_sorted.searchsorted(dsorted, side="left")
+    if len(dsorted) > 1 and not bool((dsorted[1:] != dsorted[:-1]).all()):
+        pos = pos + (np.arange(len(dsorted)) - dsorted.searchsorted(dsorted, side="left"))
     ok = pos < len(cand_sorted)
     ok[ok] = cand_sorted[pos[ok]] == dsorted[ok]
     return cand_order[pos[ok]], del_order[ok]

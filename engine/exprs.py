@@ -160,9 +160,37 @@ def _binary(ev: Evaluator, e: X.Op, b: Batch) -> tuple[np.ndarray, np.ndarray, n
     return a, c, _or_masks(am, cm)
 
 
+def _scalar(e: X.Expr, other: X.Expr) -> np.ndarray | None:
+    """A non-NULL numeric or boolean constant beside a non-constant operand, as a 0-d array of
+    its type: numpy broadcasts it with the same result dtype and values as the column of it that
+    `_Const` would build (one full array per call: `Dir * 100`, `Type = 0`, `Scd / 60`). None
+    for anything else (text constants: the object kernels zip their operands row by row)."""
+    if not isinstance(e, X.Const) or e.value is None or isinstance(other, X.Const):
+        return None
+    dt = dtype_of(e.type)
+    return None if dt is object else np.asarray(e.value, dt)
+
+
+def _binary_scalar(ev: Evaluator, e: X.Op, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """`_binary`, with a constant operand as a 0-d array (`_scalar`) for kernels that only
+    broadcast their operands (arithmetic, comparisons of non-text values)."""
+    x, y = e.args[0], e.args[1]
+    cy = _scalar(y, x)
+    if cy is not None:
+        a, am = ev.eval(x, b)
+        if a.dtype != object:
+            return a, cy, am
+    cx = _scalar(x, y)
+    if cx is not None:
+        c, cm = ev.eval(y, b)
+        if c.dtype != object:
+            return cx, c, cm
+    return _binary(ev, e, b)
+
+
 def _arith(fn: np.ufunc) -> OpKernel:
     def k(ev: Evaluator, e: X.Op, b: Batch) -> Col:
-        a, c, m = _binary(ev, e, b)
+        a, c, m = _binary_scalar(ev, e, b)
         with np.errstate(over="ignore", invalid="ignore"):
             out = fn(a.astype(dtype_of(e.type), copy=False), c.astype(dtype_of(e.type), copy=False))
         return out, m
@@ -171,6 +199,19 @@ def _arith(fn: np.ufunc) -> OpKernel:
 
 
 def _div(ev: Evaluator, e: X.Op, b: Batch) -> Col:
+    d = _scalar(e.args[1], e.args[0])
+    if d is not None and d != 0:  # a constant divisor (`Scd / 60`): no zero test, no safe copy
+        a, m = ev.eval(e.args[0], b)
+        if e.op == "div":  # integer division truncating toward zero
+            a = a.astype(np.int64, copy=False)
+            dv = d.astype(np.int64)
+            q = a // dv
+            neg = q < 0
+            if neg.any():  # floor → truncation where the quotient is negative and inexact
+                q = q + (neg & (q * dv != a))
+            return q, m
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return a.astype(np.float64) / d.astype(np.float64), m
     a, c, m = _binary(ev, e, b)
     zero = c == 0
     safe = np.where(zero, 1, c)
@@ -196,7 +237,7 @@ def _mod(ev: Evaluator, e: X.Op, b: Batch) -> Col:
 
 def _compare(fn: Callable[[Any, Any], Any]) -> OpKernel:
     def k(ev: Evaluator, e: X.Op, b: Batch) -> Col:
-        a, c, m = _binary(ev, e, b)
+        a, c, m = _binary_scalar(ev, e, b)
         if a.dtype == object or c.dtype == object:
             out = (
                 np.fromiter((fn(x, y) for x, y in zip(a.tolist(), c.tolist())), bool, len(a))

@@ -48,9 +48,9 @@ def _order(key: np.ndarray, lo: int | None, hi: int | None, keys: bool) -> tuple
         return _packed_sort(key, lo, nb, np.uint32, keys)
     if span < 1 << 16 and n >= 4096 and 4 * span < n:  # measured: where the radix sort wins
         k = key - lo if lo else key
-        return np.argsort(k.astype(np.uint16), kind="stable"), None
+        return (k.astype(np.uint16)).argsort(kind="stable"), None
     if span.bit_length() + nb > 62:
-        return np.argsort(key, kind="stable"), None
+        return key.argsort(kind="stable"), None
     return _packed_sort(key, lo, nb, np.int64, keys)
 
 
@@ -87,10 +87,30 @@ def starts_to_ends(starts: np.ndarray) -> np.ndarray:
 
 def run_starts(x: np.ndarray) -> np.ndarray:
     """Mask of the first element of every run of equal adjacent values of `x`."""
-    first = np.ones(len(x), bool)
-    if len(x) > 1:
+    first = np.empty(len(x), bool)
+    if len(x):
+        first[0] = True
         np.not_equal(x[1:], x[:-1], out=first[1:])
     return first
+
+
+def run_lengths(first: np.ndarray, n: int) -> np.ndarray:
+    """Lengths of the runs of an array of `n` elements that start at the ascending positions
+    `first` (first[0] = 0): `np.diff(np.append(first, n))` without its two wrappers (~4 µs of
+    Python a call, paid by every small operator call)."""
+    sizes = np.empty(len(first), np.int64)
+    if len(first):
+        np.subtract(first[1:], first[:-1], out=sizes[:-1])
+        sizes[-1] = n - first[-1]
+    return sizes
+
+
+def filled(n: int, value: object, dtype: type | np.dtype) -> np.ndarray:
+    """`np.full(n, value, dtype)` (also `np.ones`) without its Python wrapper: an operator call
+    on a few rows makes dozens of these, and the wrapper costs more than the filling."""
+    out = np.empty(n, dtype)
+    out.fill(value)
+    return out
 
 
 def run_ends(x: np.ndarray) -> np.ndarray:
@@ -99,14 +119,14 @@ def run_ends(x: np.ndarray) -> np.ndarray:
     if len(x):
         np.not_equal(x[1:], x[:-1], out=ends[:-1])
         ends[-1] = True
-    return np.flatnonzero(ends)
+    return ends.nonzero()[0]
 
 
 def seg_cumsum(d: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Cumulative sum of `d` restarting at every True of `starts` (starts[0] must be True)."""
-    cs = np.cumsum(d)
+    cs = d.cumsum()
     base = (cs - d)[starts]
-    return cs - np.repeat(base, np.diff(np.append(np.flatnonzero(starts), len(d))))
+    return cs - base.repeat(run_lengths(starts.nonzero()[0], len(d)))
 
 
 # ---------------------------------------------------------------- range expansion
@@ -120,18 +140,18 @@ def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return _EMPTY_I
     keep = lens > 0
     lo, lens = lo[keep], lens[keep]
-    starts = np.cumsum(lens) - lens
-    return np.repeat(lo - starts, lens) + np.arange(total, dtype=np.int64)
+    starts = lens.cumsum() - lens
+    return (lo - starts).repeat(lens) + np.arange(total, dtype=np.int64)
 
 
 def expand(start: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pairs (i, start[i] + k) for k < cnt[i], in order of i then k: returns (rep, pos)."""
     cnt = np.maximum(cnt, 0)
     tot = int(cnt.sum()) if len(cnt) else 0
-    rep = np.repeat(np.arange(len(cnt)), cnt)
+    rep = (np.arange(len(cnt))).repeat(cnt)
     if not tot:
         return rep, rep.copy()
-    first = np.cumsum(cnt) - cnt
+    first = cnt.cumsum() - cnt
     pos = start[rep] + (np.arange(tot) - first[rep])
     return rep, pos
 
@@ -142,11 +162,11 @@ def expand_pairs(p: np.ndarray, rows: np.ndarray, start: np.ndarray, cnt: np.nda
     tot = int(cnt.sum())
     if not tot:
         return p[:0], rows[:0]
-    first = np.cumsum(cnt)
+    first = cnt.cumsum()
     first -= cnt
-    pos = np.repeat(start - first, cnt)
+    pos = (start - first).repeat(cnt)
     pos += np.arange(tot)
-    return np.repeat(p, cnt), rows[pos]
+    return p.repeat(cnt), rows[pos]
 
 
 # ---------------------------------------------------------------- key factorising
@@ -172,12 +192,12 @@ def unique_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
         k = x - lo if lo else x
         present = np.zeros(span + 1, bool)
         present[k] = True
-        rank = np.cumsum(present, dtype=np.int64)
+        rank = present.cumsum(dtype=np.int64)
         rank -= 1
         inv = rank[k]
         last = np.empty(int(rank[-1]) + 1, np.int64)
         last[inv] = np.arange(n, dtype=np.int64)  # (numpy writes in order: the last row wins)
-        return np.flatnonzero(present) + lo, inv, last
+        return present.nonzero()[0] + lo, inv, last
     nb = (n - 1).bit_length()
     if span.bit_length() + nb > 62:
         return None
@@ -191,10 +211,10 @@ def unique_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
     new[0] = True
     np.not_equal(packed[1:], packed[:-1], out=new[1:])
     inv = np.empty(n, np.int64)
-    rank = np.cumsum(new)
+    rank = new.cumsum()
     rank -= 1
     inv[pos] = rank
-    starts = np.flatnonzero(new)  # positions, not the mask: a mask gather is ~2x slower
+    starts = new.nonzero()[0]  # positions, not the mask: a mask gather is ~2x slower
     uniq = packed.take(starts)
     uniq += lo
     ends = starts[1:] - 1  # a run's last word: its largest row
@@ -223,7 +243,7 @@ def dense_codes(key: np.ndarray, width: int) -> tuple[np.ndarray, int]:
     if width <= 4 * n + 1024:  # small key range: a presence table instead of a sort
         present = np.zeros(width, bool)
         present[key] = True
-        rank = np.cumsum(present) - 1
+        rank = present.cumsum() - 1
         return rank[key], int(rank[-1]) + 1 if width else 0
     got = unique_inverse(key.astype(np.int64, copy=False))
     uniq, inv = got if got is not None else np.unique(key, return_inverse=True)

@@ -35,7 +35,16 @@ if TYPE_CHECKING:
     from cqlstream.engine.dsms import Dsms, QueryHandle
 
 RESERVE_MIN = 1 << 20  # allocations below this are left to the check after the call
-_running = threading.local()  # the guard of the run under way in this thread (`reserve` reads it)
+
+
+class _ThreadGuard(threading.local):
+    """The guard of the run under way on this thread (`reserve` reads it at every join call);
+    a class default, so reading it raises nothing when no run set it."""
+
+    guard: LimitGuard | None = None
+
+
+_running = _ThreadGuard()
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,7 @@ def reserve(op: object, rows: int, like: Sequence[Batch]) -> None:
 
 def current() -> LimitGuard | None:
     """The guard of the run under way on this thread (None: no run checks limits)."""
-    return getattr(_running, "guard", None)
+    return _running.guard
 
 
 @contextmanager

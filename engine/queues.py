@@ -13,8 +13,6 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-import numpy as np
-
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
 
@@ -222,7 +220,7 @@ class Reader:
     def _take(self, bound: int) -> list[Batch]:
         parts = []
         if self.prefix is not None:
-            k = int(np.searchsorted(self.prefix.ts, bound, side="right"))
+            k = int(self.prefix.ts.searchsorted(bound, side="right"))
             if k:
                 parts.append(self.prefix.slice(0, k))
             self.prefix = self.prefix.slice(k, len(self.prefix)) if k < len(self.prefix) else None
@@ -240,7 +238,7 @@ class Reader:
                 i += 1
                 self.row = 0
                 continue
-            k = int(np.searchsorted(ts, bound, side="right"))  # > self.row - 1: rows before it were taken
+            k = int(ts.searchsorted(bound, side="right"))  # > self.row - 1: rows before it were taken
             if k > self.row:
                 parts.append(b.slice(self.row, k))
                 self.row = k

@@ -162,7 +162,7 @@ class WindowStore(Synopsis):
             return
         if self.mode == "range":
             low = min(p - w.window.extent() for w, p in progress)  # keep τ > low
-            k = int(np.searchsorted(self.buf.ts, low, side="right"))
+            k = int(self.buf.ts.searchsorted(low, side="right"))
         else:
             # keep j ≥ low: a member needs the N before what it consumed; a view reader the N
             # before the count at its progress
@@ -186,16 +186,16 @@ class WindowStore(Synopsis):
         ts = self.buf.ts
         if self.mode == "range":
             L = op.window.extent()
-            lo = 0 if p is None else int(np.searchsorted(ts, p, side="right"))
-            hi = int(np.searchsorted(ts, bound, side="right"))
-            dlo = 0 if p is None else int(np.searchsorted(ts, p - L, side="right"))
-            dhi = int(np.searchsorted(ts, bound - L, side="right"))
+            lo = 0 if p is None else int(ts.searchsorted(p, side="right"))
+            hi = int(ts.searchsorted(bound, side="right"))
+            dlo = 0 if p is None else int(ts.searchsorted(p - L, side="right"))
+            dhi = int(ts.searchsorted(bound - L, side="right"))
             dels = self.buf.slice(dlo, dhi)
             out = emit(self.buf.slice(lo, hi), dels, dels.ts + L, sorted_sides=True)
         else:
             n = op.window.extent()
             c0 = self.done.get(id(op), 0)
-            c1 = self.first + int(np.searchsorted(ts, bound, side="right"))
+            c1 = self.first + int(ts.searchsorted(bound, side="right"))
             ins = self.buf.slice(c0 - self.first, c1 - self.first)
             j0, j1 = max(c0 - n, self.first), max(c1 - n, self.first)
             dels = self.buf.slice(j0 - self.first, j1 - self.first)
@@ -207,7 +207,7 @@ class WindowStore(Synopsis):
 
     def count_through(self, t: int) -> int:
         """Global index one past the last element with ts ≤ t."""
-        return self.first + int(np.searchsorted(self.buf.ts, t, side="right"))
+        return self.first + int(self.buf.ts.searchsorted(t, side="right"))
 
     def contents(self, op: WindowOp, t: int | None = None) -> Batch | None:
         """The elements in op's window at instant t (default: its last processed instant), with
@@ -217,8 +217,8 @@ class WindowStore(Synopsis):
             return None
         ts = self.buf.ts
         if self.mode == "range":
-            lo = int(np.searchsorted(ts, t - op.window.extent(), side="right"))
-            hi = int(np.searchsorted(ts, t, side="right"))
+            lo = int(ts.searchsorted(t - op.window.extent(), side="right"))
+            hi = int(ts.searchsorted(t, side="right"))
             return self.buf.slice(lo, hi)
         c = self.count_through(t)
         return self.buf.slice(max(c - op.window.extent() - self.first, 0), c - self.first)

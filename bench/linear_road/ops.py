@@ -1,6 +1,7 @@
 """Per-operator CPU of a Linear Road run, and one join's calls replayed alone.
 
-`python -m bench.linear_road.ops --source-dir DIR [--no-band] [--no-range-distinct] [--replay N] [--joins]` runs
+`python -m bench.linear_road.ops --source-dir DIR [--no-band] [--no-range-distinct] [--replay N] [--joins]
+[--per-call KINDS]` runs
 `linearroad.cql` under `--stream-compat --threads 1` in this process (the dest files go to a
 temporary directory) with every operator's `process` timed by thread CPU (nested calls counted
 once), and prints the operators' CPU by kind and the largest ones (`--joins`: every join, with
@@ -10,7 +11,9 @@ under VolSMV's DISTINCT (DistinctOp over it). `--replay N` also records the call
 `--no-band`, of the window feeding it) and replays them N times on copies of the operators taken
 before their first call, printing the best replay's CPU; `--op EID` replays that operator instead
 (e.g. `--op op:49`, the VolSMV DISTINCT reading its window's stream, op:50 while it read the window;
-eids as the list of the largest operators prints them).
+eids as the list of the largest operators prints them). `--per-call StreamJoinOp,JoinOp` replays
+every operator of those classes alone and prints per class its CPU and the Python function calls
+per operator call (the fixed cost of Linear Road's ~2,500 small calls; session 18).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ def _all_operator_classes() -> list[type[Operator]]:
 
 MATCH = ["Seg <>"]  # the replayed join: a part of its predicate (--match)
 OP: list[str | None] = [None]  # the replayed operator's eid (--op), instead of the join
+KINDS: set[str] = set()  # operator classes whose calls --per-call replays, each operator alone
 
 
 def _is_self_join(op: Operator) -> bool:
@@ -72,6 +76,8 @@ class Recorder:
     def wants(self, op: Operator) -> bool:
         if not self.replay:
             return False
+        if KINDS:
+            return type(op).__name__ in KINDS
         if OP[0] is not None:
             return op.eid == OP[0]
         if _is_self_join(op):
@@ -140,9 +146,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--joins", action="store_true", help="also list every join operator's CPU and calls")
     ap.add_argument("--match", default=MATCH[0], help="replay the join whose predicate holds this text")
     ap.add_argument("--op", default=None, help="replay this operator (its eid, e.g. op:49) instead of the join")
+    ap.add_argument(
+        "--per-call",
+        default="",
+        metavar="KINDS",
+        help="replay every operator of these classes alone (comma-separated, e.g. StreamJoinOp,JoinOp) and print "
+        "per class the best replay's CPU and the Python function calls per operator call (cProfile of one more "
+        "replay): the fixed cost of small calls. Not for WindowOp over a shared window store (its calls read "
+        "the store, which the replay does not refill)",
+    )
     args = ap.parse_args(argv)
     MATCH[0] = args.match
     OP[0] = args.op
+    KINDS.update(k for k in args.per_call.split(",") if k)
+    if KINDS and not args.replay:
+        args.replay = 3
     if args.no_band:
         rule = importlib.import_module("cqlstream.cql.logical.rewrites.stream_join")
         rule.band_window = lambda x: None
@@ -185,7 +203,9 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"  {v:6.3f} s  {op.kind:<12} {op.eid:<7} {rec.calls_of[k]:>4} calls  {'' if pred is None else pred.sql()[:60]}"
             )
-    if args.replay:
+    if KINDS:
+        _per_call(rec, args.replay)
+    elif args.replay:
         best = float("inf")
         rec.depth = 1  # the copies' calls are neither timed nor recorded by the wrapper
         for _ in range(args.replay):
@@ -212,6 +232,40 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"  {rec.ops[k].kind}: {rec.cpu[k]:.3f} s in the run; widths {getattr(rec.ops[k], 'widths', None)}; {rec.ops[k].counters.extra}"
             )
+
+
+def _per_call(rec: Recorder, n: int) -> None:
+    """Each recorded operator's calls replayed alone (best of `n`, thread CPU), and the Python
+    function calls of one more replay under cProfile; summed per operator class."""
+    import cProfile
+    import pstats
+
+    rec.depth = 1  # the copies' calls are neither timed nor recorded by the wrapper
+    cpu: dict[str, float] = defaultdict(float)
+    pycalls: dict[str, int] = defaultdict(int)
+    calls: dict[str, int] = defaultdict(int)
+    for k, first in rec.first.items():
+        best = float("inf")
+        for _ in range(n):
+            op = copy.deepcopy(first)
+            t = time.thread_time()
+            for inputs, bound in rec.calls[k]:
+                op.process(inputs, bound)
+            best = min(best, time.thread_time() - t)
+        op = copy.deepcopy(first)
+        with cProfile.Profile() as prof:
+            for inputs, bound in rec.calls[k]:
+                op.process(inputs, bound)
+        kind = type(first).__name__
+        cpu[kind] += best
+        pycalls[kind] += pstats.Stats(prof).total_calls  # type: ignore[attr-defined]
+        calls[kind] += len(rec.calls[k])
+    print(f"replayed alone, best of {n} (thread CPU), and Python function calls per operator call:")
+    for kind in sorted(cpu, key=lambda c: -cpu[c]):
+        c = max(calls[kind], 1)
+        print(
+            f"  {kind:<16} {calls[kind]:5d} calls {cpu[kind] * 1e3:8.2f} ms {cpu[kind] / c * 1e6:8.1f} µs/call {pycalls[kind] / c:7.0f} py calls/call"
+        )
 
 
 if __name__ == "__main__":

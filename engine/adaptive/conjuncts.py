@@ -361,12 +361,21 @@ class AdaptiveOrder:
 
 def _at(b: Batch, idx: np.ndarray, cols: Sequence[int]) -> Batch:
     """The rows of `b` at positions `idx` with only columns `cols` gathered; the others are
-    empty placeholders (a conjunct reads only its own columns: `X.columns`)."""
+    empty placeholders (a conjunct reads only its own columns: `X.columns`). Expressions read
+    no timestamp, sign or id (only the batch's length), so those are zero-stride stand-ins of
+    the right length, not three gathers per conjunct."""
     keep = set(cols)
+    n = len(idx)
     return Batch(
         [c[idx] if k in keep else c[:0] for k, c in enumerate(b.cols)],
         [None if m is None or k not in keep else m[idx] for k, m in enumerate(b.nulls)],
-        b.ts[idx],
-        b.sign[idx],
-        b.id[idx],
+        _TS[:n],
+        _SIGN[:n],
+        _ID[:n],
     )
+
+
+# read-only zero-stride stand-ins for `_at`'s timestamps, signs and ids (a slice costs ~0.2 µs)
+_TS = np.broadcast_to(np.zeros(1, np.int64), (1 << 40,))
+_SIGN = np.broadcast_to(np.ones(1, np.int8), (1 << 40,))
+_ID = np.broadcast_to(np.zeros(1, np.uint64), (1 << 40,))

@@ -33,7 +33,7 @@ import numpy as np
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
-from cqlstream.engine.kernels import expand_pairs, run_starts, stable_order
+from cqlstream.engine.kernels import expand_pairs, filled, run_lengths, run_starts, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import IdSource
 from cqlstream.engine.operators.stream_join import StreamJoinOp, _distinct_sorted, _ranks
@@ -97,7 +97,7 @@ class BandJoinOp(StreamJoinOp):
         xs = self.state
         x = self._x_view(xs, xn)
         # what can be alive at the instant `bound` or later: τ + life > bound
-        cut = int(np.searchsorted(x.ts, bound - self.life, side="right"))
+        cut = int(x.ts.searchsorted(bound - self.life, side="right"))
         self.state = _kept(xs, xn, cut, self.input_types[self.rel])
         self.counters.extra["state_tuples"] = len(self.state)
         if not len(s) or not len(x) or not self._const_ok():
@@ -109,7 +109,7 @@ class BandJoinOp(StreamJoinOp):
         p, rows = self._band_pairs(s, x, own, skip)
         if self.theta_pred is not None and len(p):
             keep = self.ev.predicate(self.theta_pred, self._gather(s, x, p, rows, self.theta_cols))
-            at = np.flatnonzero(keep)  # (positions: numpy's mask indexing is ~5× slower at this size)
+            at = keep.nonzero()[0]  # (positions: numpy's mask indexing is ~5× slower at this size)
             p, rows = p.take(at), rows.take(at)
         if len(p) and self.compat and self._final(bound):
             keep = s.ts[p] < bound  # STREAM 0.6: no Rstream output at the last instant
@@ -167,14 +167,14 @@ class BandJoinOp(StreamJoinOp):
             uts = _distinct_sorted(x.ts)
             nr = len(uts) + 1
             xrank = _ranks(x.ts, uts)
-        valid = np.flatnonzero(xv) if not xv.all() else None
+        valid = xv.nonzero()[0] if not xv.all() else None
         if valid is not None:
             xk, xrank = xk[valid], xrank[valid]
         order = stable_order(xk) if self.equi else np.arange(len(xk))  # (a packed sort: ~8× argsort)
         ks = xk[order]
         first = run_starts(ks)
-        keys = ks.take(np.flatnonzero(first))  # ~1 key in 5 rows: positions beat the mask
-        krank = np.cumsum(first) - 1
+        keys = ks.take(first.nonzero()[0])  # ~1 key in 5 rows: positions beat the mask
+        krank = first.cumsum() - 1
         comp = krank * nr + xrank[order]
         # each S tuple's key rank, whether X holds its key at all, and its band in `comp`; over
         # a large X the searches run over S in (key, ts) order (binary searches for sorted
@@ -182,20 +182,20 @@ class BandJoinOp(StreamJoinOp):
         # ended) and their results are put back in S's order
         if own is not None:  # S in (key, ts) order is X's order restricted to S's rows
             rows = order if valid is None else valid[order]
-            mine = np.flatnonzero(rows >= own)  # (positions: numpy's mask indexing is ~8× slower)
+            mine = (rows >= own).nonzero()[0]  # (positions: numpy's mask indexing is ~8× slower)
             so, pos = rows.take(mine) - own, krank.take(mine)
-            hit = np.ones(len(so), bool)
+            hit = filled(len(so), True, bool)
         else:
-            so = np.flatnonzero(sv)
+            so = sv.nonzero()[0]
             if self.equi and len(comp) >= SORTED_NEEDLES:
                 so = so[stable_order(sk[so])]
             sks = sk[so]
-            pos = np.searchsorted(keys, sks)
+            pos = keys.searchsorted(sks)
             hit = pos < len(keys)
-            hin = np.flatnonzero(hit)
+            hin = hit.nonzero()[0]
             hit[hin] = keys[pos.take(hin)] == sks.take(hin)
             if not hit.all():  # only the S tuples whose key X holds search on
-                at = np.flatnonzero(hit)
+                at = hit.nonzero()[0]
                 so, pos = so.take(at), pos.take(at)
         if uts is None:  # the band's ends as ts − tmin, kept inside [0, nr − 1] (X's span and one past)
             t = s.ts.take(so) - tmin
@@ -209,13 +209,13 @@ class BandJoinOp(StreamJoinOp):
         if own is not None:  # the band ends at the row itself or later: step back from it
             lo[so] = _band_start(comp, base + lo_r, mine)
         else:
-            lo[so] = np.searchsorted(comp, base + lo_r)
+            lo[so] = comp.searchsorted(base + lo_r)
         if own is not None:  # an S row's band ends where the run of its own (key, ts) ends
             starts = run_starts(comp)
-            ends = np.append(np.flatnonzero(starts)[1:], len(comp))
-            hi[so] = ends[(np.cumsum(starts) - 1).take(mine)]
+            ends = np.append(starts.nonzero()[0][1:], len(comp))
+            hi[so] = ends[(starts.cumsum() - 1).take(mine)]
         else:
-            hi[so] = np.searchsorted(comp, base + hi_r)
+            hi[so] = comp.searchsorted(base + hi_r)
         counts = hi - lo  # (0 for the S tuples left out)
         self.counters.extra["candidate_pairs"] += int(counts.sum())
         if skip:  # a self-join (own is set): each S tuple's band holds itself, at `mine` in `order`
@@ -234,13 +234,13 @@ class BandJoinOp(StreamJoinOp):
         S, or per tuple when only a few of S's tuples search."""
         if 4 * len(so) < len(ts):
             t = ts.take(so)
-            return np.searchsorted(uts, t - (self.life - 1), side="left"), np.searchsorted(uts, t, side="right")
-        firsts = np.flatnonzero(run_starts(ts))
-        sizes = np.diff(np.append(firsts, len(ts)))
+            return uts.searchsorted(t - (self.life - 1), side="left"), uts.searchsorted(t, side="right")
+        firsts = run_starts(ts).nonzero()[0]
+        sizes = run_lengths(firsts, len(ts))
         t = ts[firsts]
-        lo = np.searchsorted(uts, t - (self.life - 1), side="left")
-        hi = np.searchsorted(uts, t, side="right")
-        return np.repeat(lo, sizes).take(so), np.repeat(hi, sizes).take(so)
+        lo = uts.searchsorted(t - (self.life - 1), side="left")
+        hi = uts.searchsorted(t, side="right")
+        return lo.repeat(sizes).take(so), hi.repeat(sizes).take(so)
 
 
 def _kept(xs: Batch, xn: Batch, cut: int, types: Sequence[DataType]) -> Batch:
@@ -259,11 +259,11 @@ def _band_start(comp: np.ndarray, needle: np.ndarray, at: np.ndarray) -> np.ndar
     self-join): the answer is `at` unless the row before it is in the band too, which one gather
     checks; only those rows (a vehicle's earlier reports in the window) search."""
     prev = comp.take(np.maximum(at - 1, 0))
-    back = np.flatnonzero((prev >= needle) & (at > 0))
+    back = ((prev >= needle) & (at > 0)).nonzero()[0]
     if not len(back):
         return at
     got = at.copy()
-    got[back] = np.searchsorted(comp, needle.take(back))
+    got[back] = comp.searchsorted(needle.take(back))
     return got
 
 
@@ -277,16 +277,16 @@ def _pairs_but_self(
     cnt[so] = counts.take(so) - 1
     me = np.zeros(len(counts), np.int64)
     me[so] = mine
-    p = np.flatnonzero(cnt > 0)
+    p = (cnt > 0).nonzero()[0]
     if not len(p):
         return p, p
     c = cnt.take(p)
-    first = np.cumsum(c)
+    first = c.cumsum()
     first -= c
-    pos = np.repeat(lo.take(p) - first, c)
+    pos = (lo.take(p) - first).repeat(c)
     pos += np.arange(int(first[-1] + c[-1]))
-    pos += pos >= np.repeat(me.take(p), c)  # past the row itself
-    return np.repeat(p, c), pos
+    pos += pos >= (me.take(p)).repeat(c)  # past the row itself
+    return p.repeat(c), pos
 
 
 def _late_last(p: np.ndarray, rows: np.ndarray, s_ts: np.ndarray, x_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -300,7 +300,7 @@ def _late_last(p: np.ndarray, rows: np.ndarray, s_ts: np.ndarray, x_ts: np.ndarr
     # (the instants holding a late pair by a sort, not np.unique, whose first call imports numpy.ma)
     lt = np.sort(t[late])
     touched = np.isin(t, _distinct_sorted(lt))
-    idx = np.flatnonzero(touched)
+    idx = touched.nonzero()[0]
     sp, sr, sl = p[idx], rows[idx], late[idx]
     major = np.where(sl, sr, sp)
     minor = np.where(sl, sp, sr)
@@ -313,4 +313,4 @@ def _late_last(p: np.ndarray, rows: np.ndarray, s_ts: np.ndarray, x_ts: np.ndarr
 def _same_rows(s: Batch, xn: Batch) -> bool:
     """Whether the two inputs' tuples of a call are the same elements (checked, not assumed: the
     plan says both read one stream)."""
-    return len(s) == len(xn) and (s.id is xn.id or bool(np.array_equal(s.id, xn.id)))
+    return len(s) == len(xn) and (s.id is xn.id or bool((s.id == xn.id).all()))

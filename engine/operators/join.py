@@ -48,7 +48,7 @@ from cqlstream.engine.adaptive.cache_config import CACHING_KNOBS
 from cqlstream.engine.adaptive.config import MJOIN_KNOBS, AdaptiveConfig
 from cqlstream.engine.batch import Batch, BlankedBatch, combine_ids, concat, empty_column, placeholder
 from cqlstream.engine.errors import KnobError
-from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, joint_dense, stable_order
+from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, filled, joint_dense, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
 from cqlstream.engine.operators.join_summary import JOIN_SUMMARIES, ReservoirJoin, private_state, stores_empty
@@ -157,17 +157,17 @@ class Table:
             # (most calls of Linear Road's joins carry a few events against a larger state)
             self.inst = self.survivors = np.arange(n)
             self.lo = seq
-            self.hi = np.full(n, INF, np.int64)
+            self.hi = filled(n, INF, np.int64)
             self.ev = self.inst[ns:]
             return
         dead = np.zeros(n, bool)
-        is_ins = np.ones(n, bool)
+        is_ins = filled(n, True, bool)
         is_ins[ns:] = ev_ins
-        ins = np.flatnonzero(is_ins)
-        dels = np.flatnonzero(~is_ins)
+        ins = is_ins.nonzero()[0]
+        dels = (~is_ins).nonzero()[0]
         lo = self.seq[ins]
-        hi = np.full(len(ins), INF, np.int64)
-        keep = np.ones(len(ins), bool)
+        hi = filled(len(ins), INF, np.int64)
+        keep = filled(len(ins), True, bool)
         if len(dels):
             x, dels_o = self._match(self.b.id, ins, dels)  # index into `ins`, matched delete rows
             d = self.seq[dels_o]
@@ -183,7 +183,7 @@ class Table:
         self.lo = lo[keep]
         self.hi = hi[keep]
         self.survivors = self.inst[self.hi == INF]
-        self.ev = np.flatnonzero(~dead[ns:]) + ns  # the event rows that act (probe, count)
+        self.ev = (~dead[ns:]).nonzero()[0] + ns  # the event rows that act (probe, count)
 
     def _match(self, ids: np.ndarray, ins: np.ndarray, dels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position in `ins` of the insert each matched delete retracts, the matched delete rows):
@@ -197,20 +197,20 @@ class Table:
         iid = ids[ins]
         did = ids[dels]
         nd = len(did)
-        if nd <= len(iid) and np.array_equal(iid[:nd], did):
+        if nd <= len(iid) and bool((iid[:nd] == did).all()):
             return np.arange(nd), dels
         # rows are in seq order, so a stable sort by id sorts by (id, seq)
         # (ids usually arrive in increasing order: then no sort is needed, io/do = identity)
-        io = None if is_sorted(iid) else np.argsort(iid, kind="stable")
+        io = None if is_sorted(iid) else iid.argsort(kind="stable")
         if io is not None:
             iid = iid[io]
-        do = None if is_sorted(did) else np.argsort(did, kind="stable")
+        do = None if is_sorted(did) else did.argsort(kind="stable")
         dels_o = dels if do is None else dels[do]
         if do is not None:
             did = did[do]
-        pos = np.searchsorted(iid, did, side="left")
-        if len(did) > 1 and not bool(np.all(did[1:] != did[:-1])):
-            pos += np.arange(len(did)) - np.searchsorted(did, did, side="left")
+        pos = iid.searchsorted(did, side="left")
+        if len(did) > 1 and not bool((did[1:] != did[:-1]).all()):
+            pos += np.arange(len(did)) - did.searchsorted(did, side="left")
         ok = pos < len(iid)
         ok[ok] = iid[pos[ok]] == did[ok]
         n_ok = int(ok.sum())
@@ -258,8 +258,8 @@ def combine_keys(inst_parts: list[Keyed], probe_parts: list[Keyed]) -> tuple[Key
         return inst_parts[0], probe_parts[0]
     ik = np.zeros(len(inst_parts[0][0]), np.int64)
     pk = np.zeros(len(probe_parts[0][0]), np.int64)
-    iv = np.ones(len(ik), bool)
-    pv = np.ones(len(pk), bool)
+    iv = filled(len(ik), True, bool)
+    pv = filled(len(pk), True, bool)
     size = 1
     for (ic, ivc), (pc, pvc) in zip(inst_parts, probe_parts):
         (di, dp), n = _offset_codes(ic, pc, size)
@@ -288,7 +288,7 @@ def _offset_codes(ic: np.ndarray, pc: np.ndarray, size: int) -> tuple[list[np.nd
 
 
 def is_sorted(a: np.ndarray) -> bool:
-    return len(a) < 2 or bool(np.all(a[1:] >= a[:-1]))
+    return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
 
 
 class StabIndex:
@@ -304,7 +304,7 @@ class StabIndex:
         or "dyadic" (everything in the dyadic index): a synopsis-structure choice that never
         changes results (STREAM let power users pick a join's synopsis type the same way)."""
         self.m = m
-        if len(lo) > 1 and bool(np.all(lo[1:] >= lo[:-1])):
+        if len(lo) > 1 and bool((lo[1:] >= lo[:-1]).all()):
             # the usual case (rows in table order): a stable sort by key gives (key, lo) order;
             # ties of lo are carried rows only, their hi order just makes fewer chains
             order = stable_order(key)
@@ -316,7 +316,7 @@ class StabIndex:
             new = np.empty(n, bool)
             new[0] = True
             np.not_equal(key[1:], key[:-1], out=new[1:])
-            rank = np.cumsum(new) - 1
+            rank = new.cumsum() - 1
             self.uniq = key[new]
         else:
             rank = np.zeros(0, np.int64)
@@ -335,7 +335,7 @@ class StabIndex:
             alive_end = hi == INF
             if alive_end.any():
                 self.chains.append((rows[alive_end], c_lo[alive_end], c_hi[alive_end]))
-            rest = np.flatnonzero(~alive_end)
+            rest = (~alive_end).nonzero()[0]
         for _ in range(MAX_CHAIN_ROUNDS if mode == "chains" else 0):
             if not len(rest):
                 break
@@ -362,7 +362,7 @@ class StabIndex:
         if len(key) > 64:
             # binary searches run much faster on sorted needles (cache locality, numpy reuses
             # bounds): the valid probes in (key, seq, position) order, by one packed sort
-            p = np.flatnonzero(valid)
+            p = valid.nonzero()[0]
             if 256 * len(u) < len(p):  # very few indexed keys: drop the probes missing them before sorting
                 p = p[_member(key[p], u)]
             if len(p):
@@ -374,7 +374,7 @@ class StabIndex:
                     comp += seq[p]
                     p = p[stable_order(comp, 0, span)]
                     skey = key[p]
-                    r = np.searchsorted(u, skey)
+                    r = u.searchsorted(skey)
                     rc = np.minimum(r, len(u) - 1)
                     found = u[rc] == skey
                     if not found.all():
@@ -382,15 +382,15 @@ class StabIndex:
                     target = r * m + seq[p] + 1
                     return self._stab(p, target)
         # binary searches run much faster on sorted needles (cache locality, numpy reuses bounds)
-        by_key = np.argsort(key, kind="stable") if len(key) > 64 else None
+        by_key = key.argsort(kind="stable") if len(key) > 64 else None
         skey = key if by_key is None else key[by_key]
-        r = np.searchsorted(u, skey)
+        r = u.searchsorted(skey)
         rc = np.minimum(r, len(u) - 1)
         found = (valid if by_key is None else valid[by_key]) & (u[rc] == skey)
-        p = np.flatnonzero(found)
+        p = found.nonzero()[0]
         target = r[p] * self.m + (seq if by_key is None else seq[by_key])[p] + 1
         if by_key is not None:
-            o = np.argsort(target, kind="stable")
+            o = target.argsort(kind="stable")
             p, target = by_key[p[o]], target[o]
         return self._stab(p, target)
 
@@ -398,8 +398,8 @@ class StabIndex:
         ps: list[np.ndarray] = []
         rs: list[np.ndarray] = []
         for rows, c_lo, c_hi in self.chains:
-            start = np.searchsorted(c_hi, target, side="right")
-            end = np.searchsorted(c_lo, target, side="left")
+            start = c_hi.searchsorted(target, side="right")
+            end = c_lo.searchsorted(target, side="left")
             pp, rr = expand_pairs(p, rows, start, end - start)
             self.examined += len(pp)
             ps.append(pp)
@@ -409,8 +409,8 @@ class StabIndex:
             seq_p = target - 1 - r * self.m
         for level, rows, comp in self.levels:
             t = r * self.m + (seq_p >> level)
-            start = np.searchsorted(comp, t, side="left")
-            end = np.searchsorted(comp, t, side="right")
+            start = comp.searchsorted(t, side="left")
+            end = comp.searchsorted(t, side="right")
             rep, pos = expand(start, end - start)
             self.examined += len(pos)
             ps.append(p[rep])
@@ -424,7 +424,7 @@ def _member(x: np.ndarray, sorted_u: np.ndarray) -> np.ndarray:
     """Mask of the values of `x` found in the sorted distinct values `sorted_u`."""
     if not len(sorted_u):
         return np.zeros(len(x), bool)
-    r = np.searchsorted(sorted_u, x)
+    r = sorted_u.searchsorted(x)
     np.minimum(r, len(sorted_u) - 1, out=r)
     return sorted_u[r] == x
 
@@ -445,7 +445,7 @@ def scan_pairs(
     the pairs examined; None when that would examine more than a few times the instances (then
     an index is cheaper; `total`: the instances to weigh that against, when `ikey` holds only
     those a probe can meet). Pairs come in (key, seq) order of the probes, then instance order."""
-    p = np.flatnonzero(pvalid)
+    p = pvalid.nonzero()[0]
     if not len(p) or not len(ikey):
         z = np.zeros(0, np.int64)
         return z, z
@@ -453,12 +453,12 @@ def scan_pairs(
     p = p[np.lexsort((seq[p], pk))]
     pk = pkey[p]
     distinct = pk[np.concatenate(([True], pk[1:] != pk[:-1]))]  # pk is sorted: no np.unique pass
-    cand = np.flatnonzero(ivalid & _member(ikey, distinct))
+    cand = (ivalid & _member(ikey, distinct)).nonzero()[0]
     ck = ikey[cand]
     o = stable_order(ck)
     cand, ck = cand[o], ck[o]
-    start = np.searchsorted(ck, pk, side="left")
-    cnt = np.searchsorted(ck, pk, side="right") - start
+    start = ck.searchsorted(pk, side="left")
+    cnt = ck.searchsorted(pk, side="right") - start
     if int(cnt.sum()) > 4 * (len(ikey) if total is None else total) + 1024:
         return None
     pp, at = expand_pairs(p, cand, start, cnt)
@@ -494,7 +494,7 @@ def _dyadic(
         sel = np.concatenate(parts_i)
         if len(sel):
             comp = rank[sel] * m + np.concatenate(parts_n)
-            o = np.argsort(comp, kind="stable")
+            o = comp.argsort(kind="stable")
             out.append((level, rows[sel[o]], comp[o]))
         l, r = l >> 1, r >> 1
         go = l < r
@@ -506,11 +506,14 @@ def _dyadic(
 def global_seqs(batches: Sequence[Batch]) -> tuple[list[np.ndarray], int]:
     """Positions of every event in the (ts, input index, arrival) order of the call."""
     ts = np.concatenate([b.ts for b in batches])
-    order = np.argsort(ts, kind="stable")
+    order = ts.argsort(kind="stable")
     seq = np.empty(len(ts), np.int64)
     seq[order] = np.arange(len(ts))
-    cuts = np.cumsum([len(b) for b in batches])[:-1]
-    return np.split(seq, cuts), len(ts)
+    parts, at = [], 0
+    for b in batches:  # (slices, not np.split: its Python wrapper costs ~10 µs a call)
+        parts.append(seq[at : at + len(b)])
+        at += len(b)
+    return parts, len(ts)
 
 
 def gather_batch(
@@ -838,7 +841,7 @@ class JoinOp(Operator):
                 if len(b):
                     keep = self.ev.predicate(c, b)
                     b = b.take(keep)
-                    pos = np.flatnonzero(keep) if pos is None else pos[keep]
+                    pos = keep.nonzero()[0] if pos is None else pos[keep]
             evs.append(self._narrowed(k, b))
             kept_at.append(pos)
         if self.join_order == "rates" and self.ordering is not None:
@@ -991,9 +994,9 @@ class JoinOp(Operator):
             else:
                 cache_key = (j, ())
                 ikey = np.zeros(len(tj.inst), np.int64)
-                ivalid = np.ones(len(tj.inst), bool)
+                ivalid = filled(len(tj.inst), True, bool)
                 pkey = np.zeros(len(seq), np.int64)
-                pvalid = np.ones(len(seq), bool)
+                pvalid = filled(len(seq), True, bool)
             index = self._indexes.get(cache_key) if cache_key is not None else None
             scanned = None
             n_inst = len(ikey) + self._dropped[j]  # as if no unreachable state had been left out

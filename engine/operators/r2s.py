@@ -31,7 +31,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
-from cqlstream.engine.kernels import expand
+from cqlstream.engine.kernels import expand, filled
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.valuecount import instant_value_groups
 from cqlstream.engine.queues import Queue
@@ -98,14 +98,14 @@ class RelToStreamOp(Operator):
         # so Istream/Dstream need no carried counts: group by (instant, value) within the batch.
         n = len(b)
         order, brk = instant_value_groups(b.ts, b.cols, b.nulls)
-        starts = np.flatnonzero(brk)
+        starts = brk.nonzero()[0]
         sizes = np.empty_like(starts)
         sizes[:-1] = starts[1:] - starts[:-1]
         sizes[-1] = n - starts[-1]
         want = b.sign[order] > 0 if self.op == "istream" else b.sign[order] < 0
         c = np.empty(n + 1, np.int64)  # c[i]: wanted (insert/delete) rows before offset i
         c[0] = 0
-        np.cumsum(want, out=c[1:])
+        want.cumsum(out=c[1:])
         c_start = c[starts]
         c_end = np.empty_like(c_start)
         c_end[:-1] = c_start[1:]
@@ -118,16 +118,16 @@ class RelToStreamOp(Operator):
         # Both in the order they came (positions in the ts-sorted batch, so ts order); over a
         # window that is the reference's order: newest/oldest occurrences in arrival order.
         if self.op == "istream":  # the wanted row at offset i is among the newest `copies`
-            thr = np.repeat(c_end - copies, sizes)
+            thr = (c_end - copies).repeat(sizes)
             chosen = c[1:] > thr
         else:  # among the oldest `copies`
-            thr = np.repeat(c_start + copies, sizes)
+            thr = (c_start + copies).repeat(sizes)
             chosen = c[1:] <= thr
         chosen &= want
         keep = np.empty(n, bool)  # chosen rows back in batch (ts, arrival) order
         keep[order] = chosen
-        out = b.take(np.flatnonzero(keep))
-        out.sign = np.ones(len(out), np.int8)
+        out = b.take(keep.nonzero()[0])
+        out.sign = filled(len(out), 1, np.int8)
         out.id = self.ids.take(len(out))
         return out
 
@@ -138,10 +138,10 @@ class RelToStreamOp(Operator):
         readers of one queue share them). Istream over a stream's Unbounded window (a STREAM
         script's stream views in compat mode, where the rewrite removing it does not apply)
         always takes this path."""
-        n = int(np.searchsorted(b.ts, bound, side="left")) if final else len(b)
+        n = int(b.ts.searchsorted(bound, side="left")) if final else len(b)
         if n < len(b):  # STREAM 0.6: no output at the last instant
             b = b.slice(0, n)
-        return Batch(list(b.cols), list(b.nulls), b.ts, np.ones(n, np.int8), self.ids.take(n))
+        return Batch(list(b.cols), list(b.nulls), b.ts, filled(n, 1, np.int8), self.ids.take(n))
 
     def _rstream(self, b: Batch, bound: int, final: bool) -> Batch:
         """Every live element, at every instant of its lifetime within [lo, hi], instants in

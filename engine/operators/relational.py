@@ -133,7 +133,7 @@ def _net_per_interval(ch: Changes, delta: np.ndarray, probe_ts: np.ndarray) -> n
     exact at every probe instant and at the end of the call; a value inserted in the interval is
     inserted at its last real change, as without the probe, and one that leaves and returns keeps
     its earlier row (cql/logical/probe_aggregates.py: the order within an instant can differ)."""
-    real = np.flatnonzero(delta)
+    real = delta.nonzero()[0]
     if not len(real):
         return delta
     ends = interval_ends(ch.slot[real], ch.ts[real], probe_ts)
@@ -231,7 +231,7 @@ class SetOpOp(Operator):
         side = np.zeros(n, np.int64)
         side[nl:] = 1
         if nl and n > nl:
-            order = np.argsort(b.ts, kind="stable")  # merge the two ts-sorted sides
+            order = b.ts.argsort(kind="stable")  # merge the two ts-sorted sides
             b, side = b.take(order), side[order]
         deltas = np.zeros((2, n), np.int64)
         deltas[side, np.arange(n)] = b.sign
@@ -256,5 +256,5 @@ class SetOpOp(Operator):
                 parts.append(Batch(b.cols, b.nulls, b.ts, b.sign, combine_ids(b.id, np.full(len(b), salt))))
         out = concat(parts, self.types)
         if len(parts) == 2:
-            out = out.take(np.argsort(out.ts, kind="stable"))
+            out = out.take(out.ts.argsort(kind="stable"))
         return out

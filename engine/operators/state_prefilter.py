@@ -42,7 +42,7 @@ def _in_sorted(x: np.ndarray, sorted_u: np.ndarray) -> np.ndarray:
     sort is enough, and much cheaper than np.unique's hash table on ids that are all distinct)."""
     if not len(sorted_u) or not len(x):
         return np.zeros(len(x), bool)
-    r = np.searchsorted(sorted_u, x)
+    r = sorted_u.searchsorted(x)
     np.minimum(r, len(sorted_u) - 1, out=r)
     return sorted_u[r] == x
 
@@ -126,25 +126,25 @@ def reachable_rows(
             vs = (vs[0].take(pos), None if vs[1] is None else vs[1].take(pos))
         (cs, oks, _), (cp, okp, _) = key_codes([vs, ev.eval(ep, probes)])
         keep = oks & _members(cs, cp if okp.all() else cp[okp])
-        at = np.flatnonzero(keep)
+        at = keep.nonzero()[0]
         pos = at if pos is None else pos.take(at)
         if not len(pos):
             break
     assert pos is not None
     if len(deleted):
         ids = state.id
-        if len(ids) < 2 or bool(np.all(ids[1:] >= ids[:-1])):  # ids in insertion order: search them
+        if len(ids) < 2 or bool((ids[1:] >= ids[:-1]).all()):  # ids in insertion order: search them
             g = np.sort(deleted)
-            lo = np.searchsorted(ids, g, side="left")
-            hi = np.searchsorted(ids, g, side="right")
-            hit = np.flatnonzero(hi > lo)
+            lo = ids.searchsorted(g, side="left")
+            hi = ids.searchsorted(g, side="right")
+            hit = (hi > lo).nonzero()[0]
             gone = concat_ranges(lo.take(hit), hi.take(hit)) if len(hit) else None
         else:
-            gone = np.flatnonzero(_in_sorted(ids, np.sort(deleted)))
+            gone = (_in_sorted(ids, np.sort(deleted))).nonzero()[0]
         if gone is not None and len(gone):
             # (a mask, not np.union1d: that one imports numpy.ma on its first call, ~10 ms)
             mask = np.zeros(len(ids), bool)
             mask[pos] = True
             mask[gone] = True
-            pos = np.flatnonzero(mask)
+            pos = mask.nonzero()[0]
     return None if len(pos) == len(state) else pos

@@ -37,7 +37,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, BlankedBatch, concat, placeholder
-from cqlstream.engine.kernels import run_starts, stable_order
+from cqlstream.engine.kernels import filled, run_lengths, run_starts, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.join import (
@@ -186,7 +186,7 @@ class StreamJoinOp(Operator):
         p, rows = self._pairs(s, s_rank * 2 + 2, table, 2 * len(inst) + 4)
         if self.theta_pred is not None and len(p):
             keep = self.ev.predicate(self.theta_pred, self._gather(s, table.b, p, rows, self.theta_cols))
-            at = np.flatnonzero(keep)  # (positions: numpy's mask indexing is ~5× slower at this size)
+            at = keep.nonzero()[0]  # (positions: numpy's mask indexing is ~5× slower at this size)
             p, rows = p.take(at), rows.take(at)
         if len(p) and self.compat and self._final(bound):
             keep = s.ts[p] < bound  # STREAM 0.6: no Rstream output at the last instant
@@ -219,12 +219,12 @@ class StreamJoinOp(Operator):
         (insertion order, as the whole table's survivors would be)."""
         n = table.n_state
         surv = table.survivors
-        cut = int(np.searchsorted(surv, n))  # survivors ascend: carried rows first
+        cut = int(surv.searchsorted(n))  # survivors ascend: carried rows first
         kept = self.state
         if cut != n:
-            dead = np.ones(n, bool)
+            dead = filled(n, True, bool)
             dead[surv[:cut]] = False
-            alive = np.ones(len(self.state), bool)
+            alive = filled(len(self.state), True, bool)
             alive[reach[dead]] = False
             kept = self.state.take(alive)
         if cut == len(surv):
@@ -242,7 +242,7 @@ class StreamJoinOp(Operator):
             if got is not None:
                 self.counters.extra["candidate_pairs"] += len(got[0])
                 return got[0], inst[got[1]]
-        iv = np.flatnonzero(ivalid)  # one position array for the four gathers
+        iv = ivalid.nonzero()[0]  # one position array for the four gathers
         index = StabIndex(inst.take(iv), ikey.take(iv), table.lo.take(iv), table.hi.take(iv), m)
         p, rows = index.probe(pkey, pvalid, seq)
         self.counters.extra["candidate_pairs"] += index.examined
@@ -252,7 +252,7 @@ class StreamJoinOp(Operator):
         """(X rows' keys, valid, S keys, valid): one int64 code per row for all equi conjuncts."""
         if not self.equi:
             n, k = len(xb), len(s)
-            return np.zeros(n, np.int64), np.ones(n, bool), np.zeros(k, np.int64), np.ones(k, bool)
+            return np.zeros(n, np.int64), filled(n, True, bool), np.zeros(k, np.int64), filled(k, True, bool)
         xs: list[Keyed] = []
         ss: list[Keyed] = []
         for e in self.equi:
@@ -323,8 +323,8 @@ class StreamJoinOp(Operator):
                 nulls.append(msk if msk is not None and msk.any() else None)
         if out is not None and len(out) < len(cols):
             blank = frozenset(range(len(cols))) - out
-            return BlankedBatch(cols, nulls, s.ts[p], np.ones(n, np.int8), np.zeros(n, np.uint64), blank)
-        return Batch(cols, nulls, s.ts[p], np.ones(n, np.int8), np.zeros(n, np.uint64))
+            return BlankedBatch(cols, nulls, s.ts[p], filled(n, 1, np.int8), np.zeros(n, np.uint64), blank)
+        return Batch(cols, nulls, s.ts[p], filled(n, 1, np.int8), np.zeros(n, np.uint64))
 
 
 class _Split:
@@ -339,8 +339,8 @@ class _Split:
             self.r0, self.r1 = rows, rows - n0
         else:
             first = rows < n0
-            self.at0 = np.flatnonzero(first)
-            self.at1 = np.flatnonzero(~first)
+            self.at0 = first.nonzero()[0]
+            self.at1 = (~first).nonzero()[0]
             self.r0, self.r1 = rows.take(self.at0), rows.take(self.at1) - n0
 
     def take(self, parts: tuple[Batch, Batch], c: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -371,9 +371,8 @@ def _distinct_sorted(ts: np.ndarray) -> np.ndarray:
 def _ranks(ts: np.ndarray, inst: np.ndarray) -> np.ndarray:
     """Each element's position in `inst` (sorted, holding every value of the sorted `ts`): the
     distinct values are looked up, and repeated over their runs."""
-    first = np.flatnonzero(run_starts(ts))
-    sizes = np.diff(np.append(first, len(ts)))
-    return np.repeat(np.searchsorted(inst, ts[first]).astype(np.int64), sizes)
+    first = run_starts(ts).nonzero()[0]
+    return inst.searchsorted(ts.take(first)).astype(np.int64, copy=False).repeat(run_lengths(first, len(ts)))
 
 
 def _instants(a: np.ndarray, b: np.ndarray) -> np.ndarray:

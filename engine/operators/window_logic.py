@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from cqlstream.engine.batch import Batch, concat
-from cqlstream.engine.kernels import row_codes, stable_order
+from cqlstream.engine.kernels import filled, row_codes, stable_order
 
 Lifetimes = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -28,14 +28,14 @@ def emit(
     `sorted_sides`: each side is in ts order already (a window store's slices), so whether the
     concatenation is in order is one comparison, not a pass over it."""
     ins = ins if ins_ts is None else Batch(ins.cols, ins.nulls, ins_ts, ins.sign, ins.id)
-    dels = Batch(dels.cols, dels.nulls, del_ts.astype(np.int64, copy=False), np.full(len(dels), -1, np.int8), dels.id)
+    dels = Batch(dels.cols, dels.nulls, del_ts.astype(np.int64, copy=False), filled(len(dels), -1, np.int8), dels.id)
     out = concat([dels, ins], None) if (len(ins) or len(dels)) else ins
     if sorted_sides:
         merge = len(ins) > 0 and len(dels) > 0 and int(dels.ts[-1]) > int(ins.ts[0])
     else:
-        merge = len(out) > 0 and not bool(np.all(out.ts[1:] >= out.ts[:-1]))
+        merge = len(out) > 0 and not bool((out.ts[1:] >= out.ts[:-1]).all())
     if merge:
-        out = out.take(np.argsort(out.ts, kind="stable"))
+        out = out.take(out.ts.argsort(kind="stable"))
     return out
 
 
@@ -91,7 +91,7 @@ class TimeWindowLogic(WindowLogic):
         t_in, t_out = self.lifetimes(b.ts)
         # each mask turned into positions once, shared by the batch and the lifetime arrays
         # (Batch.take would convert it anyway; the arrays' own mask indexing was a second scan)
-        keep = np.flatnonzero(t_in < t_out)
+        keep = (t_in < t_out).nonzero()[0]
         if self.buf is None:
             buf = b.take(keep)
             self.t_in, self.t_out = t_in.take(keep), t_out.take(keep)
@@ -103,7 +103,7 @@ class TimeWindowLogic(WindowLogic):
             self.entered = np.concatenate([self.entered, np.zeros(len(keep), bool)])
         enter_m = ~self.entered & (self.t_in <= bound)
         leave_m = self.t_out <= bound
-        enter, leave, stay = np.flatnonzero(enter_m), np.flatnonzero(leave_m), np.flatnonzero(~leave_m)
+        enter, leave, stay = enter_m.nonzero()[0], leave_m.nonzero()[0], (~leave_m).nonzero()[0]
         out = emit(buf.take(enter), buf.take(leave), self.t_out.take(leave), self.t_in.take(enter))
         self.entered |= enter_m
         self.buf = buf.take(stay)
@@ -196,7 +196,7 @@ class PartitionLogic(WindowLogic):
         # sorted position i dies if the row n places later is of its partition; the positions
         # with such a row are a prefix, so slices, and the dead ones as positions
         h = max(len(comb) - n, 0)
-        dead = np.flatnonzero(sp[n:] == sp[:h])
+        dead = (sp[n:] == sp[:h]).nonzero()[0]
         dead_sorted = order.take(dead)
         dead_ts = comb.ts.take(order.take(dead + n))
         out = emit(b, comb.take(dead_sorted), dead_ts)
