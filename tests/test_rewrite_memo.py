@@ -173,3 +173,19 @@ def test_a_dsms_registers_the_same_plans_with_its_memo(tmp_path):
             plans.append([repr(q.compiled.plan) for q in d.queries.values()])
             explains.append(d.explain_plan())
         assert plans[0] == plans[1] and explains[0] == explains[1], script_path
+
+
+def test_walk_is_the_recursive_pre_order(linear_road_plans):
+    """`nodes.walk` (a stack, not nested generators) yields the nodes of the recursive pre-order,
+    in its order, on Linear Road's deep query plans and on their rewritten forms."""
+    from cqlstream.cql.logical.nodes import walk
+
+    def recursive(node: Plan):
+        yield node
+        for i in node.inputs:
+            yield from recursive(i)
+
+    for plan in linear_road_plans:
+        for p in (plan, rewrites.optimize(plan)):
+            got = [id(n) for n in walk(p)]
+            assert got == [id(n) for n in recursive(p)] and len(got) > 10
