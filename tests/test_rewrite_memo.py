@@ -189,3 +189,18 @@ def test_walk_is_the_recursive_pre_order(linear_road_plans):
         for p in (plan, rewrites.optimize(plan)):
             got = [id(n) for n in walk(p)]
             assert got == [id(n) for n in recursive(p)] and len(got) > 10
+
+
+def test_a_memo_entry_serves_only_its_own_node(linear_road_plans):
+    """An entry is used for the very node it was made for: an id met again on another object (ids
+    are reused once a node is gone) is not taken for it; and a copied or pickled memo starts empty."""
+    import copy
+    import pickle
+
+    memo = rewrites.RewriteMemo()
+    plan, other = linear_road_plans[0], linear_road_plans[1]
+    memo.table(rewrites.RULES)[id(plan)] = (other, other)  # as if `plan` reused a dead node's id
+    memo.note(1)
+    assert repr(rewrites.optimize(plan, rewrites.RULES, memo=memo)) == repr(_plain(plan, rewrites.RULES))
+    for twin in (copy.copy(memo), copy.deepcopy(memo), pickle.loads(pickle.dumps(memo))):
+        assert twin.limit == memo.limit and twin.table(rewrites.RULES) == {}

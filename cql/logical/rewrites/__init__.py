@@ -46,13 +46,15 @@ class RewriteMemo:
     """What `optimize`'s passes made of plan nodes, kept between its calls (a Dsms keeps one).
 
     A view inlined into several queries is the same node object in each (Linear Road's 3 queries
-    read CommonInputStr's views many times: 1,819 pass visits per registration, 958 with a memo):
+    read CommonInputStr's views many times: 1,819 pass visits per registration, ~990 with a memo):
     its rewriting in the first query serves the others. Keyed by the node's identity (the node is
     kept alive with its entry), and by the rules, as a pass's `done`; a rule sees only its node and
     that node's inputs, so an earlier call's result for the very same node is this call's. At most
-    `limit` entries: a fuller memo is emptied (a long-lived engine registers query after query)."""
+    `limit` entries: a fuller memo is emptied (a long-lived engine registers query after query,
+    and the entries keep their plans alive; Linear Road's script makes ~1,000). Not copied: a
+    pickled or copied memo starts empty (its keys are identities of this process's nodes)."""
 
-    def __init__(self, limit: int = 50_000) -> None:
+    def __init__(self, limit: int = 10_000) -> None:
         self.limit = limit
         self._by_rules: dict[tuple[Rule, ...], dict[int, tuple[Plan, Plan]]] = {}
         self._size = 0
@@ -66,6 +68,13 @@ class RewriteMemo:
 
     def note(self, added: int) -> None:
         self._size += added
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"limit": self.limit}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        limit = state.get("limit")
+        self.__init__(limit if isinstance(limit, int) else 10_000)  # type: ignore[misc]
 
 
 def optimize(
@@ -111,7 +120,7 @@ def _pass(
         return out
     if seen is not None:
         hit = seen.get(id(node))
-        if hit is not None:
+        if hit is not None and hit[0] is node:  # the very node (an id is only unique while its node lives)
             done[node] = hit[1]
             return hit[1]
     kids = tuple(_pass(i, rules, done, seen) for i in node.inputs)
