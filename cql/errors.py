@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,8 @@ def close_matches(word: str, candidates: Iterable[str], n: int = 1) -> list[str]
         by_lower.setdefault(c.lower(), c)
     if word.lower() in by_lower:
         return []
+    import difflib  # only for a hint (a run without errors does without it)
+
     return [by_lower[m] for m in difflib.get_close_matches(word.lower(), list(by_lower), n=n, cutoff=HINT_CUTOFF)]
 
 

@@ -11,7 +11,7 @@ from cqlstream.cql.catalog import Catalog
 from cqlstream.cql.errors import CqlError
 from cqlstream.cql.logical.explain import explain_plan
 from cqlstream.cql.logical.nodes import Attribute, Plan
-from cqlstream.cql.logical.rewrites import optimize
+from cqlstream.cql.logical.rewrites import RewriteMemo, optimize
 from cqlstream.cql.parser import parse_query
 from cqlstream.cql.printer import to_cql
 
@@ -55,14 +55,21 @@ def _indent(text: str) -> str:
 
 
 def compile_query(
-    query: str | ast.Query, catalog: Catalog, *, options: AnalyzeOptions | None = None, final: bool = True
+    query: str | ast.Query,
+    catalog: Catalog,
+    *,
+    options: AnalyzeOptions | None = None,
+    final: bool = True,
+    memo: RewriteMemo | None = None,
 ) -> CompiledQuery:
     """Parse (if text), analyze and optimize one query. Raises CqlError only. `final=False` leaves
-    out the final rewrites (`rewrites.FINAL_RULES`): static approximation runs before them."""
+    out the final rewrites (`rewrites.FINAL_RULES`): static approximation runs before them.
+    `memo`: the rewrites' results for nodes earlier queries had too (`rewrites.RewriteMemo`)."""
     text = query if isinstance(query, str) else None
     q = parse_query(query) if isinstance(query, str) else query
     analyzed = analyze(q, catalog, text=text, options=options)
-    return CompiledQuery(analyzed, optimize(analyzed.plan, compat=bool(options and options.stream_compat), final=final))
+    plan = optimize(analyzed.plan, compat=bool(options and options.stream_compat), final=final, memo=memo)
+    return CompiledQuery(analyzed, plan)
 
 
 def explain(query: str, catalog: Catalog, *, options: AnalyzeOptions | None = None) -> str:

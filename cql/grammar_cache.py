@@ -30,7 +30,7 @@ from lark import Lark
 
 from cqlstream.cql.cache_files import cache_dir, read_private, write_atomic
 
-_MAGIC = b"cqlstream-lalr-1\n"  # the file format (bump to orphan every older file)
+_MAGIC = b"cqlstream-lalr-2\n"  # the file format (bump to orphan every older file)
 
 
 def cache_key(grammar: str, options: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 from cqlstream.cql import ast
 
-_MAGIC = b"cqlstream-parsed-2\n"  # the file format (bump to orphan every older file)
+_MAGIC = b"cqlstream-parsed-3\n"  # the file format (bump to orphan every older file)
 _MAX_TEXTS = 5_000  # beyond this a save keeps only the statements this process used
 _SOURCES = ("parser.py", "lark_tree.py", "ast.py", "errors.py", "nesting.py")  # cql/ modules that make an AST of a text
 
@@ -46,12 +46,11 @@ parsed = 0  # statements this process parsed and added (a save is due when > 0)
 
 def cache_key() -> str:
     """Hex digest of what decides a text's AST: the grammar, the tree-building code, lark, Python."""
-    import hashlib
-
+    from cqlstream.cql.cache_files import hasher
     from cqlstream.cql.parser import _grammar_path
 
     here = Path(__file__).resolve().parent
-    h = hashlib.sha256()
+    h = hasher()
     for part in (_MAGIC, sys.version.encode(), _lark_version(), _grammar_path().read_bytes()):
         h.update(part)
         h.update(b"\0")

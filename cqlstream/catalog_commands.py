@@ -5,7 +5,6 @@ stdin) and `cqlstream drop`."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +58,8 @@ def cmd_streams(args: argparse.Namespace) -> int:
     def body(c: Any) -> int:
         sources = c.streams()
         if args.json:
+            import json
+
             print(json.dumps(sources, indent=2))
             return 0
         rows = [
@@ -104,6 +105,8 @@ def cmd_queries(args: argparse.Namespace) -> int:
             second = first
         queries = c.queries()
         if args.json:
+            import json
+
             print(json.dumps([{**q, "results_per_second": rates.get(q["id"])} for q in queries], indent=2))
             return 0
         rows = []

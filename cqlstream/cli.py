@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cqlstream.catalog_commands import add_parsers as add_catalog_parsers
-from cqlstream.limit_options import add_limit_options, limit_settings
 from cqlstream.scale_out_commands import add_parsers as add_scale_out_parsers
-from cqlstream.server.settings import TICK_MAX, TICK_MIN, Settings, check_tick
 from cqlstream.spark_commands import add_parsers as add_spark_parsers
 from cqlstream.spark_commands import add_source_options
 
@@ -34,6 +31,8 @@ def _read_ddl(args: argparse.Namespace) -> str:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     # the compiler is imported by the commands that use it: `--help` and `run` need none of this
+    import json
+
     from cqlstream.cql.analyzer import AnalyzeOptions
     from cqlstream.cql.catalog import Catalog
     from cqlstream.cql.ddl import catalog_from_ddl
@@ -309,6 +308,8 @@ def durability_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def tick_seconds(text: str) -> float:
     """`serve --tick`: seconds within the settings' bounds."""
+    from cqlstream.server.settings import check_tick
+
     try:
         return check_tick(float(text))
     except ValueError as e:
@@ -347,8 +348,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from cqlstream.cql.errors import CqlError
     from cqlstream.engine.errors import EngineError
+    from cqlstream.limit_options import limit_settings
     from cqlstream.server.app import create_app
     from cqlstream.server.problems import ProblemError
+    from cqlstream.server.settings import Settings
     from cqlstream.spark_commands import specs_of
 
     if args.data_dir:
@@ -419,6 +422,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print the global plan of a running server (text, or the JSON graph)."""
+    import json
+
     import httpx
 
     from cqlstream.client import Client, CqlstreamError
@@ -545,9 +550,40 @@ def _format_labels(kind: str) -> str:
     return ", ".join(f.label for f in (INGEST_FORMATS if kind == "ingest" else RESULT_FORMATS))
 
 
+def _columns() -> int:
+    """The terminal's width as `shutil.get_terminal_size().columns` gives it ($COLUMNS, else the
+    terminal of stdout, else 80), without importing shutil: argparse makes a help formatter at
+    every `add_argument`, and its own call imports shutil with bz2, lzma and zlib (~2.5 ms of every
+    start, for a width only help and errors use)."""
+    import os
+
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, its width read by `_columns` (the same width, no shutil)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
 class _Parser(argparse.ArgumentParser):
     """A subcommand's parser: `{ingest formats}` / `{result formats}` in its description are filled
-    from the format tables when its help is shown (commands that never show it never load them)."""
+    from the format tables when its help is shown (commands that never show it never load them).
+    Its help formatter is `_Formatter`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def format_help(self) -> str:
         if self.description:
@@ -596,6 +632,102 @@ class _OnlyCommand:
         return self.sub.add_parser(name, **kwargs)
 
 
+def _add_serve_options(sv: argparse.ArgumentParser) -> None:
+    """`serve`'s options (their defaults and bounds come from the server's Settings, imported here:
+    the other commands' parsers, `run`'s among them, do without that module)."""
+    from cqlstream.limit_options import add_limit_options
+    from cqlstream.server.settings import TICK_MAX, TICK_MIN, Settings
+
+    sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sv.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="persist everything here (a write-ahead log of every change, checkpoints, plan.json): a restart "
+        "with the same DIR, even after a crash, brings back every acknowledged push, the queries' state and ids",
+    )
+    sv.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="require this key (header X-API-Key) on every mutating request (or set CQLSTREAM_API_KEY)",
+    )
+    sv.add_argument("--max-body-mb", type=int, default=256, metavar="MB", help="largest request body (default 256)")
+    sv.add_argument(
+        "--subscriber-buffer",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="result elements buffered per subscriber before it is disconnected as lagging",
+    )
+    sv.add_argument(
+        "--result-history",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="published result elements kept per query for subscribers resuming with from=T (default 100000)",
+    )
+    sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    sv.add_argument("--access-log", action="store_true", help="log every request")
+    sv.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
+    sv.add_argument(
+        "--demo",
+        action="store_true",
+        help="also run the live demo shop: register its streams, relation and queries through the "
+        "API, feed orders and clicks 4 times a second through Spark Structured Streaming (CSV files "
+        "under DATA_DIR/demo-shop, else a temp folder) and print the big orders as they happen",
+    )
+    sv.add_argument(
+        "--no-spark",
+        action="store_true",
+        help="with --demo: push the demo's orders and clicks over HTTP instead, without starting Spark",
+    )
+    sv.add_argument(
+        "--tick",
+        type=tick_seconds,
+        default=Settings.tick_interval,
+        metavar="S",
+        help=f"seconds between clock ticks, {TICK_MIN:g} to {TICK_MAX:g} (default {Settings.tick_interval:g}): a tick "
+        "closes the instants of system-timestamped streams, so their results wait for it (half a tick on "
+        "average) and --tick 0.001 makes them flow within a millisecond; a tick that would move no stream's "
+        "time is skipped. Event-time results never wait for a tick: the push or heartbeat that makes "
+        "an instant final publishes its results at once",
+    )
+    sv.add_argument(
+        "--silence-timeout",
+        type=float,
+        metavar="S",
+        help="a source silent for S seconds has its time advanced to the other sources' (so an idle "
+        "stream does not hold joins and windows back); default: never",
+    )
+    sv.add_argument(
+        "--ddl",
+        action="append",
+        default=[],
+        metavar="DDL",
+        help="register these streams, relations or views at start (;-separated; kept when --data-dir has them)",
+    )
+    sv.add_argument(
+        "--synopsis-joins",
+        choices=["on", "off"],
+        default="on",
+        help=_SYNOPSIS_HELP
+        + "; the engine knob synopsis_joins changes it for later queries, a query's own knob for it",
+    )
+    sv.add_argument(
+        "--engine-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="threads the engine runs operators on (default 1, or $CQLSTREAM_ENGINE_THREADS): 2 or more start "
+        "it on the 'parallel' scheduler, operators that do not feed each other side by side; results are the "
+        "same at every count. With query limits (on by default) a pass runs by levels of its operator graph "
+        "and checks the limits between levels, before any operator reads a level's output",
+    )
+    add_source_options(sv)
+    add_durability_options(sv)
+    add_limit_options(sv)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
     return _build_parser(None)[0]
@@ -606,6 +738,7 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
     command's line the same parse, help and errors), and whether there is such a subcommand."""
     p = argparse.ArgumentParser(
         prog="cqlstream",
+        formatter_class=_Formatter,
         description="cqlstream: continuous CQL queries over data streams. "
         "Subcommands: explain (analyze a query), run (a STREAM script), demo, serve "
         "(the HTTP server), query (a query on a running server), plan (a running "
@@ -723,94 +856,8 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
         "input ({ingest formats}), stream results ({result formats}), control tables, /metrics, "
         "OpenAPI docs at /docs.",
     )
-    sv.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    sv.add_argument(
-        "--data-dir",
-        metavar="DIR",
-        help="persist everything here (a write-ahead log of every change, checkpoints, plan.json): a restart "
-        "with the same DIR, even after a crash, brings back every acknowledged push, the queries' state and ids",
-    )
-    sv.add_argument(
-        "--api-key",
-        metavar="KEY",
-        help="require this key (header X-API-Key) on every mutating request (or set CQLSTREAM_API_KEY)",
-    )
-    sv.add_argument("--max-body-mb", type=int, default=256, metavar="MB", help="largest request body (default 256)")
-    sv.add_argument(
-        "--subscriber-buffer",
-        type=int,
-        default=1_000_000,
-        metavar="N",
-        help="result elements buffered per subscriber before it is disconnected as lagging",
-    )
-    sv.add_argument(
-        "--result-history",
-        type=int,
-        default=100_000,
-        metavar="N",
-        help="published result elements kept per query for subscribers resuming with from=T (default 100000)",
-    )
-    sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    sv.add_argument("--access-log", action="store_true", help="log every request")
-    sv.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
-    sv.add_argument(
-        "--demo",
-        action="store_true",
-        help="also run the live demo shop: register its streams, relation and queries through the "
-        "API, feed orders and clicks 4 times a second through Spark Structured Streaming (CSV files "
-        "under DATA_DIR/demo-shop, else a temp folder) and print the big orders as they happen",
-    )
-    sv.add_argument(
-        "--no-spark",
-        action="store_true",
-        help="with --demo: push the demo's orders and clicks over HTTP instead, without starting Spark",
-    )
-    sv.add_argument(
-        "--tick",
-        type=tick_seconds,
-        default=Settings.tick_interval,
-        metavar="S",
-        help=f"seconds between clock ticks, {TICK_MIN:g} to {TICK_MAX:g} (default {Settings.tick_interval:g}): a tick "
-        "closes the instants of system-timestamped streams, so their results wait for it (half a tick on "
-        "average) and --tick 0.001 makes them flow within a millisecond; a tick that would move no stream's "
-        "time is skipped. Event-time results never wait for a tick: the push or heartbeat that makes "
-        "an instant final publishes its results at once",
-    )
-    sv.add_argument(
-        "--silence-timeout",
-        type=float,
-        metavar="S",
-        help="a source silent for S seconds has its time advanced to the other sources' (so an idle "
-        "stream does not hold joins and windows back); default: never",
-    )
-    sv.add_argument(
-        "--ddl",
-        action="append",
-        default=[],
-        metavar="DDL",
-        help="register these streams, relations or views at start (;-separated; kept when --data-dir has them)",
-    )
-    sv.add_argument(
-        "--synopsis-joins",
-        choices=["on", "off"],
-        default="on",
-        help=_SYNOPSIS_HELP
-        + "; the engine knob synopsis_joins changes it for later queries, a query's own knob for it",
-    )
-    sv.add_argument(
-        "--engine-threads",
-        type=int,
-        default=None,
-        metavar="N",
-        help="threads the engine runs operators on (default 1, or $CQLSTREAM_ENGINE_THREADS): 2 or more start "
-        "it on the 'parallel' scheduler, operators that do not feed each other side by side; results are the "
-        "same at every count. With query limits (on by default) a pass runs by levels of its operator graph "
-        "and checks the limits between levels, before any operator reads a level's output",
-    )
-    add_source_options(sv)
-    add_durability_options(sv)
-    add_limit_options(sv)
+    if not isinstance(sv, _Skipped):  # its options read the server's settings: built for `serve` only
+        _add_serve_options(sv)
     sv.set_defaults(func=cmd_serve)
 
     qy = sub.add_parser(

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-_MAGIC = b"cqlstream-dataclass-code-2\n"  # the file format (bump to orphan every older file)
+_MAGIC = b"cqlstream-dataclass-code-3\n"  # the file format (bump to orphan every older file)
 _MAX_TEXTS = 20_000  # beyond this a save keeps only what this process used
 
 _table: dict[str, bytes] | None = None  # text → its code's marshal, as in the file (loaded on first use)
@@ -41,10 +41,10 @@ compiled = 0  # texts this process had to compile (a save is due when > 0)
 
 def cache_key() -> str:
     """Hex digest naming the interpreter whose bytecode the file holds."""
-    import hashlib
+    from cqlstream.cql.cache_files import digest
 
     parts = (_MAGIC.decode(), sys.version, str(sys.implementation.cache_tag), str(sys.flags.optimize))
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return digest("\0".join(parts).encode())
 
 
 def cache_path() -> Path:

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from typing import Any
 
 from cqlstream.spark_commands import SOURCE_HELP, SOURCES_HELP
@@ -94,6 +92,9 @@ def _run(args: argparse.Namespace, plan: Any, specs: list[Any]) -> int:
             print(f"cqlstream spark-run: {e}", file=sys.stderr)
             return 2
     runtime = SparkRuntime(args.spark_master, app_name="cqlstream-spark-run", say=lambda s: print(s, flush=True))
+    import signal  # here: every other command's start does without it
+    import threading
+
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

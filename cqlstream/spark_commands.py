@@ -5,7 +5,6 @@ Spark sources with their states and counters)."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
@@ -81,6 +80,8 @@ def cmd_feed(args: argparse.Namespace) -> int:
     runtime = SparkRuntime(args.spark_master, app_name="cqlstream-feed", say=lambda s: print(s, flush=True))
     root = args.checkpoint_dir or tempfile.mkdtemp(prefix="cqlstream-feed-")
     sources = SparkSources(sink, runtime, root)
+    import signal  # here: every other command's start does without it
+
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     rc = 0

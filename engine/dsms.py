@@ -28,6 +28,7 @@ from cqlstream.cql.functions import FunctionRegistry
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.explain import explain_partitioning, explain_plan
 from cqlstream.cql.logical.partitioning import Partitioning, partitioning
+from cqlstream.cql.logical.rewrites import RewriteMemo
 from cqlstream.cql.parser import parse_query, parse_script
 from cqlstream.cql.printer import to_cql
 from cqlstream.engine import column_pruning
@@ -273,6 +274,9 @@ class Dsms:
         self._last_seen: dict[str, float] = {}
         self.catalog = Catalog(functions)
         self.compat = compat
+        # the rewrites' results per plan node, kept between queries: a view read by several
+        # queries is the same node in each and is rewritten once (cql/logical/rewrites)
+        self._rewrites = RewriteMemo()
         self.share = share
         self.ids = IdSource()
         options = EngineOptions(
@@ -415,7 +419,9 @@ class Dsms:
         self._save()
 
     def compile(self, query: str | ast.Query) -> CompiledQuery:
-        return compile_query(query, self.catalog, options=AnalyzeOptions(stream_compat=self.compat))
+        return compile_query(
+            query, self.catalog, options=AnalyzeOptions(stream_compat=self.compat), memo=self._rewrites
+        )
 
     def register_query(
         self,
@@ -438,7 +444,7 @@ class Dsms:
         try:
             spec = ApproxSpec.parse(approximate)
             options = AnalyzeOptions(stream_compat=self.compat)
-            compiled = compile_query(tree, self.catalog, options=options, final=not spec.static)
+            compiled = compile_query(tree, self.catalog, options=options, final=not spec.static, memo=self._rewrites)
             if spec.static:
                 from cqlstream.cql.approx.static import approximate_query  # its rules load when approved
 

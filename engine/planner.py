@@ -200,9 +200,12 @@ class PhysicalPlan:
                 self.source_readers.pop(key, None)
 
     # ------------------------------------------------------------ building
-    def build(self, node: L.Plan, user: User | None = None, *, share: bool = True) -> PNode:
-        """The physical node computing `node` for query `user`, creating what is not present."""
-        key: object = share_key(node)
+    def build(self, node: L.Plan, user: User | None = None, *, share: bool = True, skey: L.Plan | None = None) -> PNode:
+        """The physical node computing `node` for query `user`, creating what is not present.
+        `skey`: `share_key(node)` when the caller has it (a node's key holds its inputs' keys:
+        computing each input's key again walked every subtree once per level above it)."""
+        plain = share_key(node) if skey is None else skey
+        key: object = plain
         if isinstance(node, (L.StreamSource, L.RelationSource)):
             pn = self.nodes.get(key)
             if pn is None:
@@ -216,14 +219,14 @@ class PhysicalPlan:
             reason = self._unshare_reason(pn, node, user)
             if reason:  # cost-aware sharing (CIDR §3.2): this join is better left unshared
                 key = ("unshared", user, key)
-                fresh = self.nodes.get(key) or self._create(node, key, user, share)
+                fresh = self.nodes.get(key) or self._create(node, key, user, share, plain)
                 fresh.note = reason
                 self._use(fresh, user)
                 return fresh
         if pn is not None:
             self._use(pn, user)
             return pn
-        return self._create(node, key, user, share)
+        return self._create(node, key, user, share, plain)
 
     def _unshare_reason(self, pn: PNode, node: L.Plan, user: User | None) -> str | None:
         """Why `user` must not share the existing node pn, or None: it is closed to the user (a
@@ -234,8 +237,14 @@ class PhysicalPlan:
             reason = self.share_policy(pn, user)
         return reason
 
-    def _create(self, node: L.Plan, key: object, user: User | None, share: bool) -> PNode:
-        kids = [self.attachable(self.build(i, user, share=share), user, share) for i in node.inputs]
+    def _create(self, node: L.Plan, key: object, user: User | None, share: bool, skey: L.Plan | None = None) -> PNode:
+        # the inputs' share keys are the inputs of `skey` (share_key rebuilds a node over its inputs' keys)
+        subkeys: tuple[L.Plan | None, ...] = (
+            skey.inputs if skey is not None and len(skey.inputs) == len(node.inputs) else (None,) * len(node.inputs)
+        )
+        kids = [
+            self.attachable(self.build(i, user, share=share, skey=k), user, share) for i, k in zip(node.inputs, subkeys)
+        ]
         if isinstance(node, L.Join) and self.options.binary_joins and len(kids) > 2:
             pn = self._binary_tree(node, key, kids, user, share)
         else:

@@ -82,13 +82,28 @@ def lift_filters(node: L.Plan) -> L.Plan:
     """Move selections above time-based windows (the inverse of push_selections there): a
     window is state, a selection is a cheap stateless pass, so queries that differ only in their
     selections share one window (and its store) instead of each holding a filtered copy."""
-    kids = tuple(lift_filters(i) for i in node.inputs)
+    return _lift(node, {})
+
+
+def _lift(node: L.Plan, seen: dict[int, tuple[L.Plan, L.Plan]]) -> L.Plan:
+    """`lift_filters`, each node done once per call: a view inlined at several places of a query
+    is the same node object at each (Linear Road's queries: 85 distinct of 209 nodes)."""
+    hit = seen.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    out = _lift_node(node, seen)
+    seen[id(node)] = (node, out)
+    return out
+
+
+def _lift_node(node: L.Plan, seen: dict[int, tuple[L.Plan, L.Plan]]) -> L.Plan:
+    kids = tuple(_lift(i, seen) for i in node.inputs)
     if kids != node.inputs:
         node = L.with_inputs(node, kids)
     if isinstance(node, L.Window) and node.spec.time_based and isinstance(node.input, L.Filter):
         inner = node.input
         lifted = L.Filter(replace(node, input=inner.input), inner.predicate)
-        return lift_filters(lifted) if isinstance(inner.input, L.Filter) else lifted
+        return _lift(lifted, seen) if isinstance(inner.input, L.Filter) else lifted
     if isinstance(node, L.Filter) and isinstance(node.input, L.Filter):
         return L.Filter(
             node.input.input, X.conjunction(X.conjuncts(node.input.predicate) + X.conjuncts(node.predicate))

@@ -105,7 +105,6 @@ def synopsis_plan(plan: L.Plan) -> L.Plan | None:
     (no constants, no repeats); a synopsis aggregate in place of an aggregate (under projections
     and a relation-to-stream operator) that `bounded_aggregate.strategy` accepts, on counts or on
     representatives as it says."""
-    from cqlstream.engine.bounded_aggregate import strategy
     from cqlstream.engine.bounded_synopsis import applicable
 
     q = applicable(plan)
@@ -115,10 +114,14 @@ def synopsis_plan(plan: L.Plan) -> L.Plan | None:
     while isinstance(node, (L.RelToStream, L.Project)):
         above.append(node)
         node = node.input
-    got = strategy(node) if isinstance(node, L.Aggregate) else None
+    if not isinstance(node, L.Aggregate):
+        return None
+    # only under an aggregate: a query without one does without the module
+    from cqlstream.engine.bounded_aggregate import strategy
+
+    got = strategy(node)
     if got is None:
         return None
-    assert isinstance(node, L.Aggregate)
     out: L.Plan = SynopsisAggregatePlan(node, _sources(node), got[1])
     for n in reversed(above):
         out = L.with_inputs(n, (out,))

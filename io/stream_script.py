@@ -124,13 +124,17 @@ class Script:
         return [QueryDecl(s.text, s.paired_file, s.line) for s in self.steps if s.kind == "query"]
 
 
+# what can start or end a quote, a comment or the statement: everything else is skipped at C speed
+_SPECIAL = re.compile(r"[;'\"`/-]")
+
+
 def _statement_end(text: str, state: dict[str, str | bool | None]) -> int:
     """Index of the `;` ending a statement in `text` (one line), or -1. `state` carries quotes and
-    block comments across lines. CQL: '...' strings, "..." and `...` names, -- and /* */ comments."""
+    block comments across lines. CQL: '...' strings, "..." and `...` names, -- and /* */ comments.
+    Jumps from one character that matters to the next (a loop over every character was ~3 ms of
+    Linear Road's check)."""
     i, n = 0, len(text)
     while i < n:
-        q = state.get("quote")
-        c = text[i]
         if state.get("block"):
             j = text.find("*/", i)
             if j < 0:
@@ -138,14 +142,24 @@ def _statement_end(text: str, state: dict[str, str | bool | None]) -> int:
             state["block"] = False
             i = j + 2
             continue
-        if q:
-            if c == q:
-                if i + 1 < n and text[i + 1] == q:  # doubled quote inside a string
-                    i += 2
-                    continue
-                state["quote"] = None
-            i += 1
+        q = state.get("quote")
+        if isinstance(q, str) and q:
+            j = text.find(q, i)
+            if j < 0:
+                return -1
+            if j + 1 < n and text[j + 1] == q:  # doubled quote inside a string
+                i = j + 2
+                continue
+            state["quote"] = None
+            i = j + 1
             continue
+        m = _SPECIAL.search(text, i)
+        if m is None:
+            return -1
+        i = m.start()
+        c = text[i]
+        if c == ";":
+            return i
         if c in "'\"`":
             state["quote"] = c
         elif c == "-" and text.startswith("--", i):
@@ -154,8 +168,6 @@ def _statement_end(text: str, state: dict[str, str | bool | None]) -> int:
             state["block"] = True
             i += 2
             continue
-        elif c == ";":
-            return i
         i += 1
     return -1
 

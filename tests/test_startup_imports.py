@@ -35,9 +35,29 @@ OPTIONAL = [
 ]
 
 
+# what `cqlstream run` does without since session 18 (bench/README.md, "session 18, start-up
+# imports"): the CLI's JSON output and the server's settings (other commands'), argparse's
+# terminal width through shutil (with bz2, lzma, zlib), difflib (a name's hint in an error),
+# hashlib (OpenSSL: the caches' digests come from _blake2)
+LAZY_IN_A_RUN = [
+    "json",
+    "cqlstream.server.settings",
+    "cqlstream.limit_options",
+    "shutil",
+    "bz2",
+    "lzma",
+    "difflib",
+    "hashlib",
+    "_hashlib",
+]
+
+
 def _modules_after(code: str) -> set[str]:
     """sys.modules of a fresh interpreter after running `code`."""
-    prog = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+    prog = (
+        code
+        + "\nimport sys\n_loaded = sorted(sys.modules)  # before json, which prints them\nimport json\nprint(json.dumps(_loaded))\n"
+    )
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return set(json.loads(r.stdout.strip().splitlines()[-1]))
@@ -142,6 +162,7 @@ def test_a_cli_run_with_its_caches_loads_only_what_it_uses(tmp_path: Path):
         "tempfile",
         "ctypes.util",
         "logging",
+        *LAZY_IN_A_RUN,
         *OPTIONAL,
     }
     first = _modules_after(code)
@@ -198,3 +219,31 @@ def test_the_kmon_strategy_loads_only_for_a_join_a_constraint_applies_to():
     """)
     loaded = _modules_after(code)
     assert {"cqlstream.engine.kconstraints.strategy", "cqlstream.engine.kconstraints.config"} <= loaded
+
+
+def test_a_run_without_an_aggregate_does_not_load_the_bounded_aggregate(tmp_path: Path):
+    """The synopsis choice loads `engine/bounded_aggregate.py` (~1 ms) only for a query with an
+    aggregate under its projections: Linear Road's three queries (a window, two joins) have none."""
+    (tmp_path / "s.dat").write_text("i,i,i\n1,1,2\n2,2,3\n")
+    (tmp_path / "t.dat").write_text("i,i,i\n1,1,5\n2,2,6\n")
+    (tmp_path / "run.cql").write_text(
+        "table : register stream S (A integer, B integer);\nsource : s.dat\n"
+        "table : register stream T (A integer, C integer);\nsource : t.dat\n"
+        "query : select S.A, C from S [Rows 5], T [Rows 5] where S.A = T.A;\ndest : out\n"
+        "query : select A, Sum(B) from S group by A;\ndest : out2\n"
+    )
+    script = tmp_path / "run.cql"
+    join_only = textwrap.dedent("""
+        from cqlstream.engine.dsms import Dsms
+        d = Dsms()
+        d.register_source("register stream S (A integer, B integer)")
+        d.register_source("register stream T (A integer, C integer)")
+        d.register_query("select S.A, C from S [Rows 5], T [Rows 5] where S.A = T.A")
+    """)
+    assert "cqlstream.engine.bounded_aggregate" not in _modules_after(join_only)
+    code = textwrap.dedent(f"""
+        from cqlstream.io.script_runner import run_script
+        counts = run_script({str(script)!r}, out_dir={str(tmp_path / "o")!r}, threads=1)
+        assert sum(counts.values()) > 0, counts
+    """)
+    assert "cqlstream.engine.bounded_aggregate" in _modules_after(code)  # an aggregate still loads it

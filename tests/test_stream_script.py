@@ -586,3 +586,60 @@ def test_sources_starting_and_ending_at_different_times(tmp_path):
         run_script(script, out_dir=tmp_path / f"o{rows}", batch_rows=rows)
         for name, lines in want.items():
             assert net_lines((tmp_path / f"o{rows}" / name).read_text()) == lines, (rows, name)
+
+
+# ---------------------------------------------------------------- the statement scanner
+
+
+def _statement_end_by_char(text: str, state: dict) -> int:
+    """The scanner as it was, one character at a time: the reference for `_statement_end`."""
+    i, n = 0, len(text)
+    while i < n:
+        q = state.get("quote")
+        c = text[i]
+        if state.get("block"):
+            j = text.find("*/", i)
+            if j < 0:
+                return -1
+            state["block"] = False
+            i = j + 2
+            continue
+        if q:
+            if c == q:
+                if i + 1 < n and text[i + 1] == q:
+                    i += 2
+                    continue
+                state["quote"] = None
+            i += 1
+            continue
+        if c in "'\"`":
+            state["quote"] = c
+        elif c == "-" and text.startswith("--", i):
+            return -1
+        elif c == "/" and text.startswith("/*", i):
+            state["block"] = True
+            i += 2
+            continue
+        elif c == ";":
+            return i
+        i += 1
+    return -1
+
+
+def test_the_statement_scanner_is_the_character_loop():
+    """`_statement_end` jumps between the characters that matter; on random lines of quotes,
+    comments, slashes, dashes, stars and semicolons (state carried from line to line, as a
+    statement spanning lines carries it) it finds the same ends and leaves the same state."""
+    import random
+
+    from cqlstream.io.stream_script import _statement_end
+
+    rng = random.Random(18)
+    alphabet = ["a", " ", ";", "'", '"', "`", "-", "/", "*", "''", "--", "/*", "*/", "x;y"]
+    for _ in range(3000):
+        got_state: dict = {}
+        want_state: dict = {}
+        for _ in range(rng.randint(1, 4)):
+            line = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+            assert _statement_end(line, got_state) == _statement_end_by_char(line, want_state), repr(line)
+            assert {k: v for k, v in got_state.items() if v} == {k: v for k, v in want_state.items() if v}, repr(line)

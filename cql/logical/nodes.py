@@ -575,10 +575,13 @@ def with_inputs(node: Plan, new: tuple[Plan, ...]) -> Plan:
 
 
 def walk(node: Plan) -> Iterator[Plan]:
-    """Pre-order traversal."""
-    yield node
-    for i in node.inputs:
-        yield from walk(i)
+    """Pre-order traversal. With a stack, not nested generators: those passed each node up through
+    one generator per level, and Linear Road's views inlined into its queries are deep."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.inputs))
 
 
 P = TypeVar("P", bound=type[Plan])
