@@ -79,9 +79,12 @@ def test_writer_threads_remove_the_padding_without_the_gil(tmp_path, monkeypatch
     monkeypatch.setattr(stream_text, "_unpad", spy)
     n = 100_000
     a = np.arange(n) * 7 - 5000
+    text = np.array([f"k{v % 13}" if v % 5 else "" for v in a.tolist()], dtype=object)
     rnd = [
         (0, _batch([a, a % 100], ts=np.arange(n) // 3, sign=np.where(a % 3 == 0, 1, -1))),
         (0, _batch([a], ts=[n] * n)),
+        (0, _batch([text, a * 0.25], ts=n + np.arange(n), nulls=[a % 7 == 0, a % 11 == 0])),  # text, floats, NULLs
+        (0, _batch([a[:0]], ts=[])),  # an empty result
     ]
     out = []
     for workers in (0, 1):
@@ -89,9 +92,9 @@ def test_writer_threads_remove_the_padding_without_the_gil(tmp_path, monkeypatch
         with open(path, "wb") as f:
             w = ResultWriter([f], workers=workers)
             w.write(rnd)
-            w.write(rnd[1:])
+            w.write(rnd[1:])  # a second round
             w.close()
         out.append(path.read_bytes())
-    assert out[0] == out[1] and out[0].count(b"\n") == 3 * n
+    assert out[0] == out[1] and out[0].count(b"\n") == 5 * n and b"null" in out[0]
     assert {g for name, g in seen if name.startswith("cqlstream-writer")} == {True}
     assert {g for name, g in seen if name == threading.current_thread().name} == {False}
