@@ -35,11 +35,14 @@ if TYPE_CHECKING:
 
 Round = list[tuple[int, Batch]]  # (dest index, results) in production order
 
-# How writer threads remove the line padding: False, `bytes.translate` as inline (it holds the GIL
-# ~1 ms per 64k-line chunk), rather than np.compress (releases it, ~50% more CPU). Measured on
-# Q2/Q4 at 1M rows, 2 threads (bench/README.md, session 15): the main thread's time blocked was
-# no higher (medians 0.05-0.08 s a run against 0.06-0.13) and the writer's CPU ~0.1 s lower.
-WRITER_NOGIL = False
+# How writer threads remove the line padding: True, a boolean-mask selection that releases the GIL
+# (~20% more CPU than `bytes.translate`, which with its `tobytes` copy holds the GIL ~1.3 ms per
+# 64k-line chunk, ~0.085 s over Q4's 3.6M lines, while the engine's thread waits for it).
+# Measured on Q2/Q4 at 1M rows, 2 threads (bench/README.md, session 18): the main thread's time
+# blocked 0.07-0.12 -> 0.01-0.04 s (medians), its own CPU +0.02-0.03 s, wall - run-queue 0.015-0.09 s
+# shorter in A/B runs (nothing measurable at load 4-7); the writer's CPU no higher. (Session 15
+# kept `translate` against np.compress, which costs ~50% more CPU than it.)
+WRITER_NOGIL = True
 
 
 def write_text(f: IO[bytes], batch: Batch, nogil: bool = False) -> None:
