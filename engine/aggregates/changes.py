@@ -27,6 +27,9 @@ class Changes:
     same: np.ndarray  # the cell's group is the previous cell's
     em: np.ndarray | None  # probe: the compared cells among all cells (None: cells cut per probe interval)
     rows: np.ndarray  # the ROWS total at every cell (all cells)
-    chg: np.ndarray  # cells whose group's row changes
+    chg: np.ndarray  # cells whose group's row changes (or all cells, with `unchanged` among them)
     del_mask: np.ndarray  # per changed cell: a row existed before (a `−`)
     ins_mask: np.ndarray  # per changed cell: a row exists after (a `+`)
+    # when nearly every cell changes, `chg` is all cells (no gathers by it) and these few, whose
+    # row stays, are among them with neither mask set (they emit nothing); else None
+    unchanged: np.ndarray | None = None

@@ -240,6 +240,8 @@ class AggregateOp(Operator):
             an = [np.concatenate([np.zeros(1, bool), m]) for m in an]
             nulls_in = [True] * len(an)
 
+        for q in [q for q in state.rows_counts if nulls_in[q.ai]]:  # a NULL x: count(x) leaves the rows'
+            state.unshare(q)
         skip = self.sum_bound.skip(len(b), av, an, nulls_in, state)  # float shadows no cell needs
         ev = StepEvents(gid, ts, sign, tuple(av), tuple(an), tuple(nulls_in), skip, probe_ts)
         cuts = self._cuts(gid, n)
@@ -361,22 +363,43 @@ class AggregateOp(Operator):
             d |= nl != pn
             d &= exists
             changed |= d
-        chg = np.flatnonzero(changed)
-        if len(chg) == ncells:  # every cell changes (a window's groups, mostly): no gathers
-            del_mask, ins_mask = prev_exists, exists
+        k = np.count_nonzero(changed)
+        unchanged = None
+        if k == ncells:  # every cell changes (a window's groups, mostly): no gathers
+            chg, del_mask, ins_mask = np.arange(ncells, dtype=np.int64), prev_exists, exists
+        elif 8 * (ncells - k) <= ncells:  # nearly every cell: all kept, the others emit no row
+            unchanged = np.flatnonzero(~changed)  # (their ids: `_old_ids`)
+            chg, del_mask, ins_mask = np.arange(ncells, dtype=np.int64), prev_exists & changed, exists & changed
         else:
+            chg = np.flatnonzero(changed)
             del_mask, ins_mask = prev_exists.take(chg), exists.take(chg)
-        return Changes(cx, cell_g, cell_ts, exists, prev_exists, outs, prevs, same, em, rows, chg, del_mask, ins_mask)
+        return Changes(
+            cx, cell_g, cell_ts, exists, prev_exists, outs, prevs, same, em, rows, chg, del_mask, ins_mask, unchanged
+        )
 
     def _old_ids(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
         """Per changed cell, the id of the row it deletes: the carried row's, or the row the
-        group's previous changed cell inserted (new ids `nid`)."""
-        cg = ch.cell_g if len(ch.chg) == len(ch.cell_g) else ch.cell_g.take(ch.chg)
+        group's previous changed cell inserted (new ids `nid`). Where unchanged cells are among
+        them (`ch.unchanged`), a cell after one takes the id that cell kept (its own old id)."""
+        every = len(ch.chg) == len(ch.cell_g)
+        cg = ch.cell_g if every else ch.cell_g.take(ch.chg)
         old_id = self.state.row_id.take(cg)
         if len(ch.chg) > 1:
-            same = np.zeros(len(cg), bool)
-            np.equal(cg[1:], cg[:-1], out=same[1:])
+            if every:  # the cells' own `same`
+                same = ch.same
+            else:
+                same = np.zeros(len(cg), bool)
+                np.equal(cg[1:], cg[:-1], out=same[1:])
             _Follow(same).copy(old_id, nid)
+            if ch.unchanged is not None and len(ch.unchanged):
+                nxt = ch.unchanged + 1
+                nxt = nxt[nxt < len(cg)]
+                fix = nxt[same.take(nxt)]  # the cells right after an unchanged cell of their group
+                while len(fix):  # runs of unchanged cells: one pass per cell of the longest run
+                    src = old_id.take(fix - 1)
+                    if np.array_equal(old_id.take(fix), src):
+                        break
+                    old_id[fix] = src
         return old_id
 
     def _carry(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
