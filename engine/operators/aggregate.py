@@ -355,7 +355,21 @@ class AggregateOp(Operator):
             chg = np.flatnonzero(changed)
             del_mask, ins_mask = prev_exists.take(chg), exists.take(chg)
         return Changes(
-            cx, cell_g, cell_ts, exists, prev_exists, outs, prevs, same, follow, em, rows, chg, del_mask, ins_mask, unchanged
+            cx,
+            cell_g,
+            cell_ts,
+            exists,
+            prev_exists,
+            outs,
+            prevs,
+            same,
+            follow,
+            em,
+            rows,
+            chg,
+            del_mask,
+            ins_mask,
+            unchanged,
         )
 
     def _old_ids(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
