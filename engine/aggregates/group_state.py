@@ -128,14 +128,15 @@ class GroupState:
                 self.totals[q][G] = val.take(lastc)
 
     def reset(self, g: np.ndarray) -> None:
-        """Groups `g` (empty now) back to the state of a group never seen, so their ids can be
-        handed out again (key values are stored anew when they are)."""
-        self.exists[g] = False
-        self.row_id[g] = 0
+        """Groups `g` (empty now) back to the totals of a group never seen, so their ids can be
+        handed out again (key values are stored anew when they are). Their carried row needs no
+        reset: an empty group's `exists` is already False (carried from its last cell), and the
+        values, NULL flags and id of a row that does not exist are never read (a cell's previous
+        row is only emitted, or compared, where it existed). Text values are dropped all the same,
+        so the strings are not kept alive."""
         for a in self.out_vals:
-            a[g] = "" if a.dtype == object else 0
-        for a in self.out_nulls:
-            a[g] = True
+            if a.dtype == object:
+                a[g] = ""
         for a in self.totals.values():
             a[g] = 0
         for a in (*self.fsum_hi.values(), *self.fsum_lo.values()):

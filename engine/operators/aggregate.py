@@ -234,7 +234,7 @@ class AggregateOp(Operator):
         nid[ins] = self.ids.take(len(ins))
         old_id = self._old_ids(ch, nid)
         out = self._emit(ch, old_id, nid)
-        self._forget(self._carry(ch, nid))
+        self._forget(self._carry(ch, nid, ins))
         return out
 
     def _cuts(self, gid: np.ndarray, n: int) -> list[tuple[int, int]] | None:
@@ -398,9 +398,9 @@ class AggregateOp(Operator):
                     old_id[fix] = src
         return old_id
 
-    def _carry(self, ch: Changes, nid: np.ndarray) -> np.ndarray:
+    def _carry(self, ch: Changes, nid: np.ndarray, ins: np.ndarray | None = None) -> np.ndarray:
         """7. Carry the state of every touched group (its last cell); returns the touched
-        groups that are empty now."""
+        groups that are empty now. `ins`: the changed cells with a `+` (found if not given)."""
         state, cell_g = self.state, ch.cell_g
         lastc = run_ends(cell_g)  # each touched group's last cell
         G = cell_g.take(lastc)
@@ -408,7 +408,8 @@ class AggregateOp(Operator):
         for (v, nl), ov, on in zip(ch.outs, state.out_vals, state.out_nulls):
             ov[G] = v.take(lastc)
             on[G] = nl.take(lastc)
-        ins = np.flatnonzero(ch.ins_mask)  # positions: cheaper than the mixed mask, used twice
+        if ins is None:
+            ins = np.flatnonzero(ch.ins_mask)  # positions: cheaper than the mixed mask, used twice
         if len(ins):
             ig = cell_g.take(ins if len(ch.chg) == len(cell_g) else ch.chg.take(ins))  # every cell changes: same
             last_ins = run_ends(ig)
