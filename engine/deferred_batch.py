@@ -184,7 +184,8 @@ class ChangeRows:
     old values, `old_id`) and inserts a new one (`ins`: `+`, new values, `new_id`), its group key
     (`keys`/`key_nulls`) and its position `cell` in the operator's value arrays `old`/`new` (over
     all of its cells: gathered here rather than by the operator). The rows are in ts order
-    (stable: per instant in the cells' order), each cell's `−` before its `+`."""
+    (stable: per instant in the cells' order), each cell's `−` before its `+`; a cell with
+    neither flag (an unchanged cell the operator kept rather than gathered out) has no row."""
 
     ts: np.ndarray  # int64, minus tmin
     tmin: int

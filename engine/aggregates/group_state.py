@@ -4,6 +4,8 @@ Per group: its key values (stored once, when the group is first seen), its curre
 (whether it exists, the id it was inserted with, the aggregate values and their NULL flags) and
 the running totals of the additive quantities its aggregates read (int64, or a compensated
 (hi, lo) float pair). Arrays grow on demand and are renumbered when dead groups are compacted.
+A count(x) whose argument was never NULL has the row count's totals: it keeps no array of its
+own until a NULL of x comes (`rows_counts`, `unshare`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import cast
 import numpy as np
 from numpy.typing import DTypeLike
 
-from cqlstream.engine.aggregates.quantities import Quantity, Totals
+from cqlstream.engine.aggregates.quantities import ROWS, Quantity, Totals
 from cqlstream.engine.batch import Batch
 
 Fill = Callable[[np.ndarray, object], np.ndarray]
@@ -43,7 +45,10 @@ class GroupState:
         self.null_keys = [False] * len(key_dtypes)
         self.out_vals = [_filled(dt, 0, 0) for dt in out_dtypes]
         self.out_nulls = [_filled(np.bool_, True, 0) for _ in out_dtypes]
-        self.totals = {q: _filled(np.int64, 0, 0) for q in quantities if not q.floating}
+        # count(x) (not DISTINCT) while no NULL x was counted: its totals are the row count's, so it
+        # has no array here (one gather and one scatter of the carried totals less per batch)
+        self.rows_counts = {q for q in quantities if q.measure == "count" and not q.distinct}
+        self.totals = {q: _filled(np.int64, 0, 0) for q in quantities if not q.floating and q not in self.rows_counts}
         self.fsum_hi = {q: _filled(np.float64, 0.0, 0) for q in quantities if q.floating}
         self.fsum_lo = {q: _filled(np.float64, 0.0, 0) for q in quantities if q.floating}
         self.ensure(1)
@@ -101,10 +106,19 @@ class GroupState:
     def nbytes(self) -> int:
         return sum(a.nbytes if a.dtype != object else 8 * len(a) for a in self._arrays())
 
+    def unshare(self, q: Quantity) -> None:
+        """count(x) `q` is about to count a NULL x: from now on its totals are its own, starting
+        from the row count's (equal to them up to now)."""
+        if q in self.rows_counts:
+            self.rows_counts.discard(q)
+            self.totals[q] = self.totals[ROWS].copy()
+
     def carry_totals(self, totals: dict[Quantity, Totals], lastc: np.ndarray, G: np.ndarray) -> None:
         """Store the per-cell `totals` of cells `lastc` (each touched group's last cell) as the
         carried totals of their groups `G`."""
         for q, val in totals.items():
+            if q in self.rows_counts:  # the row count's, carried once
+                continue
             if isinstance(val, tuple):
                 hi, lo = val[0].take(lastc), val[1].take(lastc)
                 empty = cast(np.ndarray, totals[q.count]).take(lastc) <= 0
@@ -114,14 +128,15 @@ class GroupState:
                 self.totals[q][G] = val.take(lastc)
 
     def reset(self, g: np.ndarray) -> None:
-        """Groups `g` (empty now) back to the state of a group never seen, so their ids can be
-        handed out again (key values are stored anew when they are)."""
-        self.exists[g] = False
-        self.row_id[g] = 0
+        """Groups `g` (empty now) back to the totals of a group never seen, so their ids can be
+        handed out again (key values are stored anew when they are). Their carried row needs no
+        reset: an empty group's `exists` is already False (carried from its last cell), and the
+        values, NULL flags and id of a row that does not exist are never read (a cell's previous
+        row is only emitted, or compared, where it existed). Text values are dropped all the same,
+        so the strings are not kept alive."""
         for a in self.out_vals:
-            a[g] = "" if a.dtype == object else 0
-        for a in self.out_nulls:
-            a[g] = True
+            if a.dtype == object:
+                a[g] = ""
         for a in self.totals.values():
             a[g] = 0
         for a in (*self.fsum_hi.values(), *self.fsum_lo.values()):
@@ -149,8 +164,11 @@ class GroupState:
         return m if m.any() else None
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        """A checkpoint taken before `null_keys` existed: every column may hold NULL keys."""
+        """A checkpoint taken before `null_keys` existed: every column may hold NULL keys; before
+        `rows_counts`: every count has its own totals."""
         self.__dict__.update(state)
+        if "rows_counts" not in state:  # every quantity with an array of its own
+            self.rows_counts = set()
         if "null_keys" not in state:
             self.null_keys = [True] * len(self.key_vals)
 

@@ -81,6 +81,9 @@ def cell_totals(
     for q in quantities:
         if q in skip:
             continue
+        if q in state.rows_counts:  # no NULL x ever counted: the row count's totals (GroupState)
+            cx.totals[q] = cx.totals[ROWS]
+            continue
         if q.measure == "count" and not q.distinct and not cx.ev.nulls_in[q.ai]:
             deltas[q] = deltas[ROWS]  # no NULLs in this batch: same change as the rows
             cx.totals[q] = tot = state.totals[q].take(cg)

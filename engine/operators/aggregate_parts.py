@@ -202,7 +202,7 @@ def _finish(
             out.cols[j][pos_d] = pv.take(cd)
             out.cols[j][pos_i] = v.take(ca)
             out.put_nulls(j, pos_d, pn.take(cd), pos_i, nl.take(ca))
-    return op._carry(ch, nid)
+    return op._carry(ch, nid, ins)
 
 
 def run_parts(op: AggregateOp, cuts: list[tuple[int, int]], ev: StepEvents) -> Batch:
