@@ -51,7 +51,9 @@ from cqlstream.engine.operators.join import (
     key_codes,
     scan_pairs,
 )
+from cqlstream.engine.operators import tiny_pairs as TP
 from cqlstream.engine.operators.state_prefilter import reachable_rows
+from cqlstream.engine.operators.tiny_pairs import tiny_pairs
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -237,6 +239,12 @@ class StreamJoinOp(Operator):
         ikey, ivalid, pkey, pvalid = self._keys(s, table.b)
         inst = table.inst
         ikey, ivalid = ikey[inst], ivalid[inst]
+        if len(s) * len(inst) <= TP.TINY_CELLS:
+            # a few S tuples: one probes × instances table (tiny_pairs.py); `_ordered` sorts the
+            # pairs fully, so the order they come in here never shows
+            p, at, matched = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
+            self.counters.extra["candidate_pairs"] += matched
+            return p, inst.take(at)
         if SCAN_RATIO * len(s) < len(inst):
             got = scan_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
             if got is not None:
