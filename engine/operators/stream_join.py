@@ -39,6 +39,7 @@ from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, BlankedBatch, concat, placeholder
 from cqlstream.engine.kernels import filled, run_lengths, run_starts, stable_order
 from cqlstream.engine.limits import reserve
+from cqlstream.engine.operators import tiny_pairs as TP
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.join import (
     SCAN_RATIO,
@@ -51,7 +52,6 @@ from cqlstream.engine.operators.join import (
     key_codes,
     scan_pairs,
 )
-from cqlstream.engine.operators import tiny_pairs as TP
 from cqlstream.engine.operators.state_prefilter import reachable_rows
 from cqlstream.engine.operators.tiny_pairs import tiny_pairs
 from cqlstream.engine.queues import Queue
@@ -242,8 +242,8 @@ class StreamJoinOp(Operator):
         if len(s) * len(inst) <= TP.TINY_CELLS:
             # a few S tuples: one probes × instances table (tiny_pairs.py); `_ordered` sorts the
             # pairs fully, so the order they come in here never shows
-            p, at, matched = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
-            self.counters.extra["candidate_pairs"] += matched
+            p, at, _ = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
+            self.counters.extra["candidate_pairs"] += len(p)
             return p, inst.take(at)
         if SCAN_RATIO * len(s) < len(inst):
             got = scan_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
