@@ -36,16 +36,17 @@ def tiny_pairs(
     counts as candidate pairs)."""
     if order is not None:
         pkey, pvalid, seq = pkey.take(order), pvalid.take(order), seq.take(order)
-    pk = pkey[:, None]
-    hit = pk == ikey
-    hit &= ivalid
-    hit &= pvalid[:, None]
-    matched = int(np.count_nonzero(hit))
-    if matched:
-        sq = seq[:, None]
-        hit &= lo < sq
-        hit &= sq < hi
-    p, at = hit.nonzero()
+    # only the key comparison is done on the whole table; validity and liveness are tested on
+    # the (few) pairs of equal keys, in the table's row-major order
+    p, at = (pkey[:, None] == ikey).nonzero()
+    ok = ivalid.take(at)
+    ok &= pvalid.take(p)
+    matched = int(np.count_nonzero(ok))
+    s = seq.take(p)
+    ok &= lo.take(at) < s
+    ok &= s < hi.take(at)
+    sel = ok.nonzero()[0]
+    p, at = p.take(sel), at.take(sel)
     if order is not None:
         p = order.take(p)
     return p, at, matched
