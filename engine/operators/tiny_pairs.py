@@ -3,10 +3,10 @@
 The joins' general pairing paths (`scan_pairs`, `StabIndex` in join.py) sort, group and
 binary-search: ~20-60 numpy calls whatever the sizes. Linear Road's joins run once per round with
 a handful of probes (a few S tuples, a few relation events) against a few hundred or thousand
-instances, where those fixed calls are most of the cost. Here every probe is compared with every
-instance at once (a probes × instances boolean table: equal valid keys, instance alive at the
-probe's seq) and the pairs are its true cells: ~8 numpy calls. Used when probes × instances is at
-most `TINY_CELLS` (read at call time, so tests can force either path).
+instances, where those fixed calls are most of the cost. Here every probe's key is compared with
+every instance's at once (a probes × instances boolean table) and validity and liveness are
+tested on the equal-key cells only: ~12 numpy calls, the pairs in row-major order. Used when
+probes × instances is at most `TINY_CELLS` (read at call time, so tests can force either path).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 # largest probes × instances table the broadcast path builds: measured on Linear Road's replayed
 # calls (bench/README.md, session 18 "joins with few rows"); above it the general paths' sorts
 # cost less than the table's cells
-TINY_CELLS = 1 << 14
+TINY_CELLS = 1 << 15
 
 
 def tiny_pairs(
