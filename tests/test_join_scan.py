@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cqlstream.engine.operators import join as J
+from cqlstream.engine.operators import tiny_pairs as TP
 from tests import strategies
 from tests.engine_harness import assert_same
 
@@ -49,10 +50,13 @@ def test_few_probes_many_instances(kind, q, data):
     s = data.draw(strategies.stream_events(n=4, first=vals))
     ratio = J.SCAN_RATIO
     J.SCAN_RATIO = data.draw(st.sampled_from([0, 1, 2]))  # the scan path at every batch size
+    cells = TP.TINY_CELLS
+    TP.TINY_CELLS = data.draw(st.sampled_from([-1, cells]))  # the scan itself, or tiny_pairs before it
     try:
         assert_same(ddl(kind), q, {"S": s, "R": r}, float_digits=9 if kind == "float" else None)
     finally:
         J.SCAN_RATIO = ratio
+        TP.TINY_CELLS = cells
 
 
 def test_scan_path_is_taken_and_agrees(monkeypatch):
@@ -67,6 +71,7 @@ def test_scan_path_is_taken_and_agrees(monkeypatch):
         return got
 
     monkeypatch.setattr(J, "scan_pairs", spy)
+    monkeypatch.setattr(TP, "TINY_CELLS", -1)  # (a few probes: tiny_pairs.py would pair them)
     rng = np.random.default_rng(5)
     r, live = [], []
     for t in range(1, 40):

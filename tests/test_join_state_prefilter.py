@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.operators import join as J
 from cqlstream.engine.operators import state_prefilter as P
+from cqlstream.engine.operators import tiny_pairs as TP
 from tests import strategies
 from tests.engine_harness import _merge_events, assert_same
 from tests.test_join_scan import KEYS, QUERIES, ddl
@@ -32,10 +33,13 @@ def test_narrowed_join_matches_reference(kind, q, data):
     s = data.draw(strategies.stream_events(n=5, first=vals))
     ratio = J.SCAN_RATIO
     J.SCAN_RATIO = data.draw(st.sampled_from([0, 1, 2]))  # narrowing at every batch size
+    cells = TP.TINY_CELLS
+    TP.TINY_CELLS = data.draw(st.sampled_from([-1, cells]))  # the scan itself, or tiny_pairs before it
     try:
         assert_same(ddl(kind), q, {"S": s, "R": r}, float_digits=9 if kind == "float" else None)
     finally:
         J.SCAN_RATIO = ratio
+        TP.TINY_CELLS = cells
 
 
 def _workload(seed: int, hot: bool):

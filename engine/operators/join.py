@@ -50,10 +50,12 @@ from cqlstream.engine.batch import Batch, BlankedBatch, combine_ids, concat, emp
 from cqlstream.engine.errors import KnobError
 from cqlstream.engine.kernels import expand, expand_pairs, factorize_objects, filled, joint_dense, stable_order
 from cqlstream.engine.limits import reserve
+from cqlstream.engine.operators import tiny_pairs as TP
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, held_state
 from cqlstream.engine.operators.join_summary import JOIN_SUMMARIES, ReservoirJoin, private_state, stores_empty
 from cqlstream.engine.operators.state_prefilter import narrow_state, should_narrow
 from cqlstream.engine.operators.summary_mode import DEFAULT_BYTES, SUMMARY_KNOBS, summary_line
+from cqlstream.engine.operators.tiny_pairs import tiny_pairs
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -465,6 +467,25 @@ def scan_pairs(
     s = seq[pp]
     alive = (lo[at] < s) & (s < hi[at])
     return pp[alive], at[alive]
+
+
+def _tiny_scan(
+    pkey: np.ndarray,
+    pvalid: np.ndarray,
+    seq: np.ndarray,
+    ikey: np.ndarray,
+    ivalid: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    total: int,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """`scan_pairs`' result (the same pairs in the same order: probes by (key, seq, position),
+    then instance order) for a few probes, by `tiny_pairs`; None where the scan declines."""
+    order = np.lexsort((seq, pkey)) if len(seq) > 1 else None
+    p, at, matched = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, lo, hi, order)
+    if matched > 4 * total + 1024:  # (the scan's own limit)
+        return None
+    return p, at
 
 
 def _dyadic(
@@ -1002,11 +1023,28 @@ class JoinOp(Operator):
             n_inst = len(ikey) + self._dropped[j]  # as if no unreachable state had been left out
             if index is None and SCAN_RATIO * len(seq) < n_inst:
                 # few probes against many instances (a [Now] window against a relation): no index
-                # over all of them, only the instances whose key some probe has, paired directly
-                scanned = scan_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi, n_inst)
+                # over all of them, only the instances whose key some probe has, paired directly;
+                # very few: by one probes × instances table, in the scan's pair order
+                if len(seq) * len(ikey) <= TP.TINY_CELLS:
+                    scanned = _tiny_scan(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi, n_inst)
+                if scanned is None:
+                    scanned = scan_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi, n_inst)
                 if scanned is None and self._dropped[j]:
                     self._declined = True  # an index over narrowed state: run on the full state
                     return None
+            elif (
+                index is None
+                and self.index_mode == "chains"
+                and len(tj.survivors) == len(tj.inst)
+                and len(seq) * len(ikey) <= TP.TINY_CELLS
+            ):
+                # a few probes against instances all alive through the call: the index would be
+                # one chain in (key, row) order, its pairs by probe (in position order, past 64
+                # probes in (key, seq, position) order: StabIndex.probe), then row; made by one
+                # probes × instances table instead
+                order = np.lexsort((seq, pkey)) if len(seq) > 64 else None
+                p, at, _ = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi, order)
+                scanned = p, at
             if scanned is not None:
                 p, at = scanned
                 rows = tj.inst[at]

@@ -39,6 +39,7 @@ from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, BlankedBatch, concat, placeholder
 from cqlstream.engine.kernels import filled, run_lengths, run_starts, stable_order
 from cqlstream.engine.limits import reserve
+from cqlstream.engine.operators import tiny_pairs as TP
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.join import (
     SCAN_RATIO,
@@ -52,6 +53,7 @@ from cqlstream.engine.operators.join import (
     scan_pairs,
 )
 from cqlstream.engine.operators.state_prefilter import reachable_rows
+from cqlstream.engine.operators.tiny_pairs import tiny_pairs
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -183,7 +185,7 @@ class StreamJoinOp(Operator):
         self.counters.extra["state_tuples"] = len(self.state)
         if not len(s) or not len(table.inst) or not self._const_ok():
             return Batch.empty(self.out_types)
-        p, rows = self._pairs(s, s_rank * 2 + 2, table, 2 * len(inst) + 4)
+        p, rows, in_order = self._pairs(s, s_rank * 2 + 2, table, 2 * len(inst) + 4)
         if self.theta_pred is not None and len(p):
             keep = self.ev.predicate(self.theta_pred, self._gather(s, table.b, p, rows, self.theta_cols))
             at = keep.nonzero()[0]  # (positions: numpy's mask indexing is ~5× slower at this size)
@@ -193,7 +195,7 @@ class StreamJoinOp(Operator):
             p, rows = p[keep], rows[keep]
         if not len(p):
             return Batch.empty(self.out_types)
-        p, rows = self._ordered(p, rows, s_rank, table.seq)
+        p, rows = self._ordered(p, rows, s_rank, table.seq, in_order)
         reserve(self, len(p), [s, table.b])  # over a memory limit: stop here
         out = self._gather(s, table.b, p, rows)
         out.id = self.ids.take(len(p))
@@ -231,22 +233,29 @@ class StreamJoinOp(Operator):
             return kept
         return concat([kept, table.b.take(surv[cut:])], self.input_types[self.rel])
 
-    def _pairs(self, s: Batch, seq: np.ndarray, table: Table, m: int) -> tuple[np.ndarray, np.ndarray]:
+    def _pairs(self, s: Batch, seq: np.ndarray, table: Table, m: int) -> tuple[np.ndarray, np.ndarray, bool]:
         """(S row, X table row) of every S tuple with each X instance alive at its instant whose
-        equi keys equal its own."""
+        equi keys equal its own, and whether they come in (S row, X row) order."""
         ikey, ivalid, pkey, pvalid = self._keys(s, table.b)
         inst = table.inst
         ikey, ivalid = ikey[inst], ivalid[inst]
+        if len(s) * len(inst) <= TP.TINY_CELLS:
+            # a few S tuples: one probes × instances table (tiny_pairs.py), its pairs in (S row,
+            # X row) order (`inst` ascends); `_ordered` sorts other paths' pairs fully, so the
+            # order they come in never shows
+            p, at, _ = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
+            self.counters.extra["candidate_pairs"] += len(p)
+            return p, inst.take(at), True
         if SCAN_RATIO * len(s) < len(inst):
             got = scan_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
             if got is not None:
                 self.counters.extra["candidate_pairs"] += len(got[0])
-                return got[0], inst[got[1]]
+                return got[0], inst[got[1]], False
         iv = ivalid.nonzero()[0]  # one position array for the four gathers
         index = StabIndex(inst.take(iv), ikey.take(iv), table.lo.take(iv), table.hi.take(iv), m)
         p, rows = index.probe(pkey, pvalid, seq)
         self.counters.extra["candidate_pairs"] += index.examined
-        return p, rows
+        return p, rows, False
 
     def _keys(self, s: Batch, xb: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(X rows' keys, valid, S keys, valid): one int64 code per row for all equi conjuncts."""
@@ -264,15 +273,18 @@ class StreamJoinOp(Operator):
         return ik, iv, pk, pv
 
     def _ordered(
-        self, p: np.ndarray, rows: np.ndarray, s_rank: np.ndarray, x_seq: np.ndarray
+        self, p: np.ndarray, rows: np.ndarray, s_rank: np.ndarray, x_seq: np.ndarray, in_order: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """The pairs in the Rstream-of-the-join order (module docstring): by instant; with S
         first, pairs of X rows inserted before the instant by (S row, X row), then those of rows
         inserted at it by (X row, S row); with S second all by (S row, X row). S rows are in
-        (instant, arrival) order and X table rows in insertion order."""
+        (instant, arrival) order and X table rows in insertion order. `in_order`: the pairs
+        already come in (S row, X row) order (then only late pairs need a sort)."""
         nr = max(len(x_seq), 1)
         late = (x_seq[rows] == s_rank[p] * 2 + 1) if self.now == 0 else None
         if late is None or not late.any():
+            if in_order:
+                return p, rows
             comp = p.astype(np.int64) * nr + rows
             o = stable_order(comp)  # (a packed sort: ~8× a stable argsort)
         else:
