@@ -33,7 +33,7 @@ from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.kernels import expand, filled
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
-from cqlstream.engine.operators.valuecount import instant_value_groups
+from cqlstream.engine.operators.valuecount import instant_value_order
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -95,41 +95,78 @@ class RelToStreamOp(Operator):
         if self.ONE_SIDED and bool((b.sign > 0).all() if self.op == "istream" else (b.sign < 0).all()):
             return self._all_of(b, bound, final)
         # m_v(t) − m_v(t−1) is the net sign of v's elements at t (a batch holds whole instants),
-        # so Istream/Dstream need no carried counts: group by (instant, value) within the batch.
+        # so Istream/Dstream need no carried counts: group by (instant, value) within the batch,
+        # the wanted rows (Istream's inserts, Dstream's deletes) last in each group.
         n = len(b)
-        order, brk = instant_value_groups(b.ts, b.cols, b.nulls)
+        wanted = b.sign > 0 if self.op == "istream" else b.sign < 0
+        order, skey = instant_value_order(b.ts, b.cols, b.nulls, wanted)
+        if self.SINGLES and not (skey[1:] == skey[:-1]).any():
+            chosen = self._singles(skey)
+        else:
+            chosen = self._copies(skey)
+        keep = np.empty(n, bool)  # chosen rows back in batch (ts, arrival) order
+        keep[order] = chosen
+        idx = keep.nonzero()[0]
+        if final:  # STREAM 0.6: no output at the last instant (ts sorted; whole groups go)
+            idx = idx[: int(idx.searchsorted(b.ts.searchsorted(bound, side="left"), side="left"))]
+        k = len(idx)
+        if type(b) is not Batch:  # (a BlankedBatch's take keeps its placeholders)
+            out = b.take(idx)
+            out.sign, out.id = filled(k, 1, np.int8), self.ids.take(k)
+            return out
+        # sign and id are new: gather the columns and ts only
+        return Batch(
+            [c.take(idx) for c in b.cols],
+            [None if m is None else m.take(idx) for m in b.nulls],
+            b.ts.take(idx),
+            filled(k, 1, np.int8),
+            self.ids.take(k),
+        )
+
+    SINGLES = True  # the shortcut for batches whose (instant, value) groups hold one row of each sign at most
+
+    @staticmethod
+    def _singles(skey: np.ndarray) -> np.ndarray:
+        """Every (instant, value) group holds at most one wanted and one unwanted row (no two
+        sorted keys equal), so copies = 1 exactly for a wanted row alone in its group, which is
+        then its first row (the unwanted row sorts first): wanted and starting its group."""
+        chosen = np.empty(len(skey), bool)
+        chosen[0] = True
+        grp = skey >> 1
+        np.not_equal(grp[1:], grp[:-1], out=chosen[1:])
+        chosen &= (skey & 1).astype(bool)
+        return chosen
+
+    def _copies(self, skey: np.ndarray) -> np.ndarray:
+        """The general case: per (instant, value) group, copies = max(0, #wanted − #unwanted) of
+        its wanted rows — Istream the newest, Dstream the oldest (wanted rows are the group's tail,
+        positions ascending)."""
+        n = len(skey)
+        grp = skey >> 1
+        brk = np.empty(n, bool)
+        brk[0] = True
+        np.not_equal(grp[1:], grp[:-1], out=brk[1:])
         starts = brk.nonzero()[0]
         sizes = np.empty_like(starts)
         sizes[:-1] = starts[1:] - starts[:-1]
         sizes[-1] = n - starts[-1]
-        want = b.sign[order] > 0 if self.op == "istream" else b.sign[order] < 0
-        c = np.empty(n + 1, np.int64)  # c[i]: wanted (insert/delete) rows before offset i
+        c = np.empty(n + 1, np.int64)  # c[i]: wanted rows before offset i
         c[0] = 0
-        want.cumsum(out=c[1:])
+        (skey & 1).cumsum(out=c[1:])
         c_start = c[starts]
         c_end = np.empty_like(c_start)
         c_end[:-1] = c_start[1:]
         c_end[-1] = c[n]
-        copies = (c_end - c_start) * 2 - sizes  # Istream: #ins − #del; Dstream: #del − #ins
+        copies = (c_end - c_start) * 2 - sizes  # #wanted − #unwanted
         np.maximum(copies, 0, out=copies)
-        if final:
-            copies[b.ts[order[starts]] >= bound] = 0  # STREAM 0.6: no output at the last instant
-        # Istream: the newest inserts of each value at the instant; Dstream: its oldest deletes.
-        # Both in the order they came (positions in the ts-sorted batch, so ts order); over a
-        # window that is the reference's order: newest/oldest occurrences in arrival order.
         if self.op == "istream":  # the wanted row at offset i is among the newest `copies`
             thr = (c_end - copies).repeat(sizes)
             chosen = c[1:] > thr
         else:  # among the oldest `copies`
             thr = (c_start + copies).repeat(sizes)
             chosen = c[1:] <= thr
-        chosen &= want
-        keep = np.empty(n, bool)  # chosen rows back in batch (ts, arrival) order
-        keep[order] = chosen
-        out = b.take(keep.nonzero()[0])
-        out.sign = filled(len(out), 1, np.int8)
-        out.id = self.ids.take(len(out))
-        return out
+        chosen &= (skey & 1).astype(bool)
+        return chosen
 
     def _all_of(self, b: Batch, bound: int, final: bool) -> Batch:
         """A batch of inserts only (Istream) or deletes only (Dstream): every (instant, value)
