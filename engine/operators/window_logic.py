@@ -39,6 +39,28 @@ def emit(
     return out
 
 
+def emit_slices(buf: Batch, lo: int, hi: int, dlo: int, dhi: int, del_ts: np.ndarray) -> Batch:
+    """`emit(buf[lo:hi], buf[dlo:dhi], del_ts, sorted_sides=True)` for two ts-sorted slices of
+    one buffer (a window store's): when they interleave, every array is gathered once from the
+    buffer by the merge order, not concatenated and then gathered (sign from the side, ts from
+    the merged keys)."""
+    nd = dhi - dlo
+    if type(buf) is not Batch or not nd or hi <= lo or int(del_ts[-1]) <= int(buf.ts[lo]):
+        return emit(buf.slice(lo, hi), buf.slice(dlo, dhi), del_ts, sorted_sides=True)
+    keys = np.concatenate([del_ts.astype(np.int64, copy=False), buf.ts[lo:hi]])
+    perm = keys.argsort(kind="stable")  # two sorted runs: timsort merges them
+    is_del = perm < nd
+    src = np.where(is_del, dlo, lo - nd)  # a delete at perm p is buf[dlo + p], an insert buf[lo + p − nd]
+    src += perm
+    return Batch(
+        [c.take(src) for c in buf.cols],
+        [None if m is None else m.take(src) for m in buf.nulls],
+        keys.take(perm),
+        np.where(is_del, np.int8(-1), np.int8(1)),
+        buf.id.take(src),
+    )
+
+
 def partition_ids(b: Batch, keys: Sequence[int]) -> np.ndarray:
     """Dense int64 partition id per row for the key columns (NULL is a value of its own)."""
     return row_codes([b.cols[k] for k in keys], [b.nulls[k] for k in keys], len(b))[0]
