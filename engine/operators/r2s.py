@@ -9,8 +9,10 @@ whole-tuple value, NULL equal to NULL; m_v(t0 − 1) = 0):
 
 Istream/Dstream only look at the (value, instant) pairs a batch touches: m_v(t) − m_v(t−1) is the
 net sign of v's elements at t and a batch holds whole instants, so no counts are carried between
-calls (one sort of the batch by (instant, value), `instant_value_groups`); the copies emitted are the value's newest inserts (Istream) / oldest deletes (Dstream) at that
-instant, in arrival order, which is the reference's tie order over windows.
+calls (one sort of the batch by (instant, value, wanted sign), `instant_value_order`); the copies
+emitted are the value's newest inserts (Istream) / oldest deletes (Dstream) at that instant, in
+arrival order, which is the reference's tie order over windows. When no (instant, value) holds two
+rows of one sign, a wanted row is emitted iff it is alone in its group (`_singles`).
 
 Rstream keeps the live elements in insertion order (the reference lists R(t) in that order, which
 matters to a Rows window over the Rstream). A call covering the instants (last_done, bound] gives
