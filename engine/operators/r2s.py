@@ -131,30 +131,36 @@ class RelToStreamOp(Operator):
     def _singles(skey: np.ndarray) -> np.ndarray:
         """Every (instant, value) group holds at most one wanted and one unwanted row (no two
         sorted keys equal), so copies = 1 exactly for a wanted row alone in its group, which is
-        then its first row (the unwanted row sorts first): wanted and starting its group."""
-        chosen = np.empty(len(skey), bool)
+        then its first row (the unwanted row sorts first): wanted and starting its group.
+        Shifts `skey` (the caller's, not read after) in place: no fresh 8-byte-per-row arrays."""
+        n = len(skey)
+        wanted = np.empty(n, bool)
+        np.bitwise_and(skey, 1, out=wanted, casting="unsafe")
+        skey >>= 1  # the (instant, value) group
+        chosen = np.empty(n, bool)
         chosen[0] = True
-        grp = skey >> 1
-        np.not_equal(grp[1:], grp[:-1], out=chosen[1:])
-        chosen &= (skey & 1).astype(bool)
+        np.not_equal(skey[1:], skey[:-1], out=chosen[1:])
+        chosen &= wanted
         return chosen
 
     def _copies(self, skey: np.ndarray) -> np.ndarray:
         """The general case: per (instant, value) group, copies = max(0, #wanted − #unwanted) of
         its wanted rows — Istream the newest, Dstream the oldest (wanted rows are the group's tail,
-        positions ascending)."""
+        positions ascending). Shifts `skey` in place, as `_singles`."""
         n = len(skey)
-        grp = skey >> 1
+        wanted = np.empty(n, bool)
+        np.bitwise_and(skey, 1, out=wanted, casting="unsafe")
+        skey >>= 1  # the (instant, value) group
         brk = np.empty(n, bool)
         brk[0] = True
-        np.not_equal(grp[1:], grp[:-1], out=brk[1:])
+        np.not_equal(skey[1:], skey[:-1], out=brk[1:])
         starts = brk.nonzero()[0]
         sizes = np.empty_like(starts)
         sizes[:-1] = starts[1:] - starts[:-1]
         sizes[-1] = n - starts[-1]
         c = np.empty(n + 1, np.int64)  # c[i]: wanted rows before offset i
         c[0] = 0
-        (skey & 1).cumsum(out=c[1:])
+        wanted.cumsum(out=c[1:])
         c_start = c[starts]
         c_end = np.empty_like(c_start)
         c_end[:-1] = c_start[1:]
@@ -167,7 +173,7 @@ class RelToStreamOp(Operator):
         else:  # among the oldest `copies`
             thr = (c_start + copies).repeat(sizes)
             chosen = c[1:] <= thr
-        chosen &= (skey & 1).astype(bool)
+        chosen &= wanted
         return chosen
 
     def _all_of(self, b: Batch, bound: int, final: bool) -> Batch:

@@ -79,16 +79,20 @@ def instant_value_order(
     extra = 0 if low is None else 1
     if width >= 1 << (62 - nb - extra):
         key, width = dense_codes(key, width)
+    # `key` is this function's own array (made above, or by combine_codes / dense_codes), so
+    # it is shifted and packed in place: no fresh 8-byte-per-row arrays for the steps
     if low is not None:
-        key = key << 1  # (a new array: combine_codes may return its input)
+        key <<= 1
         key |= low
         width *= 2
     if width < 1 << (62 - nb):
-        packed = key << nb
+        packed = key
+        packed <<= nb
         packed |= np.arange(n, dtype=np.int64)
         _sort_by_instants(packed, ts)
         order = packed & ((1 << nb) - 1)
-        skey = packed >> nb
+        packed >>= nb
+        skey = packed
     else:  # pragma: no cover - over 2^31 rows in one batch
         order = np.argsort(key, kind="stable")
         skey = key[order]
