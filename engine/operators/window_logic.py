@@ -50,12 +50,16 @@ def emit_slices(buf: Batch, lo: int, hi: int, dlo: int, dhi: int, del_ts: np.nda
     keys = np.concatenate([del_ts.astype(np.int64, copy=False), buf.ts[lo:hi]])
     perm = keys.argsort(kind="stable")  # two sorted runs: timsort merges them
     is_del = perm < nd
-    src = np.where(is_del, dlo, lo - nd)  # a delete at perm p is buf[dlo + p], an insert buf[lo + p − nd]
-    src += perm
+    ts = keys.take(perm)
+    # a delete at perm p is buf[dlo + p], an insert buf[lo + p − nd]: perm becomes the buffer
+    # positions in place (a fresh array of 8 bytes a row costs its page faults)
+    src = perm
+    src += lo - nd
+    np.add(src, dlo - (lo - nd), out=src, where=is_del)
     return Batch(
         [c.take(src) for c in buf.cols],
         [None if m is None else m.take(src) for m in buf.nulls],
-        keys.take(perm),
+        ts,
         np.where(is_del, np.int8(-1), np.int8(1)),
         buf.id.take(src),
     )
