@@ -191,7 +191,7 @@ class WindowStore(Synopsis):
             hi = int(ts.searchsorted(bound, side="right"))
             dlo = 0 if p is None else int(ts.searchsorted(p - L, side="right"))
             dhi = int(ts.searchsorted(bound - L, side="right"))
-            out = emit_slices(self.buf, lo, hi, dlo, dhi, ts[dlo:dhi] + L)
+            out = emit_slices(self.buf, lo, hi, dlo, dhi, ts[dlo:dhi], L)
         else:
             n = op.window.extent()
             c0 = self.done.get(id(op), 0)

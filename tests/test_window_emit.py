@@ -82,4 +82,6 @@ def test_emit_slices_of_one_buffer(seed: int) -> None:
         dlo, dhi = sorted(int(x) for x in rng.integers(0, n + 1, 2))
         dels = buf.slice(dlo, dhi)
         del_ts = dels.ts + life
-        _same(emit_slices(buf, lo, hi, dlo, dhi, del_ts), _reference(buf.slice(lo, hi), dels, del_ts, None))
+        ref = _reference(buf.slice(lo, hi), dels, del_ts, None)
+        _same(emit_slices(buf, lo, hi, dlo, dhi, del_ts), ref)
+        _same(emit_slices(buf, lo, hi, dlo, dhi, dels.ts, life), ref)  # the shift while writing the keys

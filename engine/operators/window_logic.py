@@ -39,15 +39,17 @@ def emit(
     return out
 
 
-def emit_slices(buf: Batch, lo: int, hi: int, dlo: int, dhi: int, del_ts: np.ndarray) -> Batch:
-    """`emit(buf[lo:hi], buf[dlo:dhi], del_ts, sorted_sides=True)` for two ts-sorted slices of
-    one buffer (a window store's): when they interleave, every array is gathered once from the
-    buffer by the merge order, not concatenated and then gathered (sign from the side, ts from
-    the merged keys)."""
+def emit_slices(buf: Batch, lo: int, hi: int, dlo: int, dhi: int, del_ts: np.ndarray, shift: int = 0) -> Batch:
+    """`emit(buf[lo:hi], buf[dlo:dhi], del_ts + shift, sorted_sides=True)` for two ts-sorted
+    slices of one buffer (a window store's): when they interleave, every array is gathered once
+    from the buffer by the merge order, not concatenated and then gathered (sign from the side,
+    ts from the merged keys). `shift` is added while the keys are written (no array for it)."""
     nd = dhi - dlo
-    if type(buf) is not Batch or not nd or hi <= lo or int(del_ts[-1]) <= int(buf.ts[lo]):
-        return emit(buf.slice(lo, hi), buf.slice(dlo, dhi), del_ts, sorted_sides=True)
-    keys = np.concatenate([del_ts.astype(np.int64, copy=False), buf.ts[lo:hi]])
+    if type(buf) is not Batch or not nd or hi <= lo or int(del_ts[-1]) + shift <= int(buf.ts[lo]):
+        return emit(buf.slice(lo, hi), buf.slice(dlo, dhi), del_ts + shift, sorted_sides=True)
+    keys = np.empty(nd + hi - lo, np.int64)
+    np.add(del_ts, shift, out=keys[:nd], casting="unsafe")
+    keys[nd:] = buf.ts[lo:hi]
     perm = keys.argsort(kind="stable")  # two sorted runs: timsort merges them
     is_del = perm < nd
     ts = keys.take(perm)
