@@ -12,7 +12,8 @@ import numpy as np
 
 from cqlstream.engine.batch import Batch
 from cqlstream.engine.operators.base import Operator
-from cqlstream.engine.operators.window import WindowOp, emit
+from cqlstream.engine.operators.window import WindowOp
+from cqlstream.engine.operators.window_logic import emit_slices
 from cqlstream.engine.queues import Queue
 from cqlstream.engine.synopses import Synopsis
 
@@ -190,16 +191,14 @@ class WindowStore(Synopsis):
             hi = int(ts.searchsorted(bound, side="right"))
             dlo = 0 if p is None else int(ts.searchsorted(p - L, side="right"))
             dhi = int(ts.searchsorted(bound - L, side="right"))
-            dels = self.buf.slice(dlo, dhi)
-            out = emit(self.buf.slice(lo, hi), dels, dels.ts + L, sorted_sides=True)
+            out = emit_slices(self.buf, lo, hi, dlo, dhi, ts[dlo:dhi], L)
         else:
             n = op.window.extent()
             c0 = self.done.get(id(op), 0)
             c1 = self.first + int(ts.searchsorted(bound, side="right"))
-            ins = self.buf.slice(c0 - self.first, c1 - self.first)
             j0, j1 = max(c0 - n, self.first), max(c1 - n, self.first)
-            dels = self.buf.slice(j0 - self.first, j1 - self.first)
-            out = emit(ins, dels, ts[j0 + n - self.first : j1 + n - self.first], sorted_sides=True)
+            f = self.first
+            out = emit_slices(self.buf, c0 - f, c1 - f, j0 - f, j1 - f, ts[j0 + n - f : j1 + n - f])
             self.done[id(op)] = c1
         op.done_through = bound  # (step sets it too) the purge below must see this member's progress
         self._purge()

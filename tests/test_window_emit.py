@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cqlstream.engine.batch import Batch, concat
-from cqlstream.engine.operators.window_logic import emit
+from cqlstream.engine.operators.window_logic import emit, emit_slices
 
 
 def _reference(ins: Batch, dels: Batch, del_ts: np.ndarray, ins_ts: np.ndarray | None) -> Batch:
@@ -66,3 +66,22 @@ def test_emit_all_deletes_first_and_one_side_alone() -> None:
     _same(emit(ins.slice(0, 0), dels, dels.ts), _reference(ins.slice(0, 0), dels, dels.ts, None))
     back = ins.ts[::-1].copy()
     _same(emit(ins, no, no.ts, back), _reference(ins, no, no.ts, back))  # one unsorted side: sorted
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_emit_slices_of_one_buffer(seed: int) -> None:
+    """A window store's deltas: two ts-sorted slices of one buffer gathered once by the merge
+    order (`emit_slices`), against the concatenation and stable sort, at sizes 0, 1, 7 and more,
+    slices disjoint, touching or overlapping (a call longer than the window), with NULLs."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([1, 7, 40, 300]))
+    buf = _side(rng, n, int(rng.choice([1, 3, 40, 1000])), seed % 2 == 0, 5)
+    life = int(rng.integers(0, 6))
+    for _ in range(6):
+        lo, hi = sorted(int(x) for x in rng.integers(0, n + 1, 2))
+        dlo, dhi = sorted(int(x) for x in rng.integers(0, n + 1, 2))
+        dels = buf.slice(dlo, dhi)
+        del_ts = dels.ts + life
+        ref = _reference(buf.slice(lo, hi), dels, del_ts, None)
+        _same(emit_slices(buf, lo, hi, dlo, dhi, del_ts), ref)
+        _same(emit_slices(buf, lo, hi, dlo, dhi, dels.ts, life), ref)  # the shift while writing the keys

@@ -9,8 +9,10 @@ whole-tuple value, NULL equal to NULL; m_v(t0 − 1) = 0):
 
 Istream/Dstream only look at the (value, instant) pairs a batch touches: m_v(t) − m_v(t−1) is the
 net sign of v's elements at t and a batch holds whole instants, so no counts are carried between
-calls (one sort of the batch by (instant, value), `instant_value_groups`); the copies emitted are the value's newest inserts (Istream) / oldest deletes (Dstream) at that
-instant, in arrival order, which is the reference's tie order over windows.
+calls (one sort of the batch by (instant, value, wanted sign), `instant_value_order`); the copies
+emitted are the value's newest inserts (Istream) / oldest deletes (Dstream) at that instant, in
+arrival order, which is the reference's tie order over windows. When no (instant, value) holds two
+rows of one sign, a wanted row is emitted iff it is alone in its group (`_singles`).
 
 Rstream keeps the live elements in insertion order (the reference lists R(t) in that order, which
 matters to a Rows window over the Rstream). A call covering the instants (last_done, bound] gives
@@ -33,7 +35,7 @@ from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
 from cqlstream.engine.kernels import expand, filled
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
-from cqlstream.engine.operators.valuecount import instant_value_groups
+from cqlstream.engine.operators.valuecount import instant_value_order
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -95,41 +97,84 @@ class RelToStreamOp(Operator):
         if self.ONE_SIDED and bool((b.sign > 0).all() if self.op == "istream" else (b.sign < 0).all()):
             return self._all_of(b, bound, final)
         # m_v(t) − m_v(t−1) is the net sign of v's elements at t (a batch holds whole instants),
-        # so Istream/Dstream need no carried counts: group by (instant, value) within the batch.
+        # so Istream/Dstream need no carried counts: group by (instant, value) within the batch,
+        # the wanted rows (Istream's inserts, Dstream's deletes) last in each group.
         n = len(b)
-        order, brk = instant_value_groups(b.ts, b.cols, b.nulls)
+        wanted = b.sign > 0 if self.op == "istream" else b.sign < 0
+        order, skey = instant_value_order(b.ts, b.cols, b.nulls, wanted)
+        if self.SINGLES and not (skey[1:] == skey[:-1]).any():
+            chosen = self._singles(skey)
+        else:
+            chosen = self._copies(skey)
+        keep = np.empty(n, bool)  # chosen rows back in batch (ts, arrival) order
+        keep[order] = chosen
+        idx = keep.nonzero()[0]
+        if final:  # STREAM 0.6: no output at the last instant (ts sorted; whole groups go)
+            idx = idx[: int(idx.searchsorted(b.ts.searchsorted(bound, side="left"), side="left"))]
+        k = len(idx)
+        if type(b) is not Batch:  # (a BlankedBatch's take keeps its placeholders)
+            out = b.take(idx)
+            out.sign, out.id = filled(k, 1, np.int8), self.ids.take(k)
+            return out
+        # sign and id are new: gather the columns and ts only
+        return Batch(
+            [c.take(idx) for c in b.cols],
+            [None if m is None else m.take(idx) for m in b.nulls],
+            b.ts.take(idx),
+            filled(k, 1, np.int8),
+            self.ids.take(k),
+        )
+
+    SINGLES = True  # the shortcut for batches whose (instant, value) groups hold one row of each sign at most
+
+    @staticmethod
+    def _singles(skey: np.ndarray) -> np.ndarray:
+        """Every (instant, value) group holds at most one wanted and one unwanted row (no two
+        sorted keys equal), so copies = 1 exactly for a wanted row alone in its group, which is
+        then its first row (the unwanted row sorts first): wanted and starting its group.
+        Shifts `skey` (the caller's, not read after) in place: no fresh 8-byte-per-row arrays."""
+        n = len(skey)
+        wanted = np.empty(n, bool)
+        np.bitwise_and(skey, 1, out=wanted, casting="unsafe")
+        skey >>= 1  # the (instant, value) group
+        chosen = np.empty(n, bool)
+        chosen[0] = True
+        np.not_equal(skey[1:], skey[:-1], out=chosen[1:])
+        chosen &= wanted
+        return chosen
+
+    def _copies(self, skey: np.ndarray) -> np.ndarray:
+        """The general case: per (instant, value) group, copies = max(0, #wanted − #unwanted) of
+        its wanted rows — Istream the newest, Dstream the oldest (wanted rows are the group's tail,
+        positions ascending). Shifts `skey` in place, as `_singles`."""
+        n = len(skey)
+        wanted = np.empty(n, bool)
+        np.bitwise_and(skey, 1, out=wanted, casting="unsafe")
+        skey >>= 1  # the (instant, value) group
+        brk = np.empty(n, bool)
+        brk[0] = True
+        np.not_equal(skey[1:], skey[:-1], out=brk[1:])
         starts = brk.nonzero()[0]
         sizes = np.empty_like(starts)
         sizes[:-1] = starts[1:] - starts[:-1]
         sizes[-1] = n - starts[-1]
-        want = b.sign[order] > 0 if self.op == "istream" else b.sign[order] < 0
-        c = np.empty(n + 1, np.int64)  # c[i]: wanted (insert/delete) rows before offset i
+        c = np.empty(n + 1, np.int64)  # c[i]: wanted rows before offset i
         c[0] = 0
-        want.cumsum(out=c[1:])
+        wanted.cumsum(out=c[1:])
         c_start = c[starts]
         c_end = np.empty_like(c_start)
         c_end[:-1] = c_start[1:]
         c_end[-1] = c[n]
-        copies = (c_end - c_start) * 2 - sizes  # Istream: #ins − #del; Dstream: #del − #ins
+        copies = (c_end - c_start) * 2 - sizes  # #wanted − #unwanted
         np.maximum(copies, 0, out=copies)
-        if final:
-            copies[b.ts[order[starts]] >= bound] = 0  # STREAM 0.6: no output at the last instant
-        # Istream: the newest inserts of each value at the instant; Dstream: its oldest deletes.
-        # Both in the order they came (positions in the ts-sorted batch, so ts order); over a
-        # window that is the reference's order: newest/oldest occurrences in arrival order.
         if self.op == "istream":  # the wanted row at offset i is among the newest `copies`
             thr = (c_end - copies).repeat(sizes)
             chosen = c[1:] > thr
         else:  # among the oldest `copies`
             thr = (c_start + copies).repeat(sizes)
             chosen = c[1:] <= thr
-        chosen &= want
-        keep = np.empty(n, bool)  # chosen rows back in batch (ts, arrival) order
-        keep[order] = chosen
-        out = b.take(keep.nonzero()[0])
-        out.sign = filled(len(out), 1, np.int8)
-        out.id = self.ids.take(len(out))
-        return out
+        chosen &= wanted
+        return chosen
 
     def _all_of(self, b: Batch, bound: int, final: bool) -> Batch:
         """A batch of inserts only (Istream) or deletes only (Dstream): every (instant, value)

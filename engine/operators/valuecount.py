@@ -49,6 +49,21 @@ def instant_value_groups(
     `order` the row positions, groups in ts order and positions ascending within a group, and
     brk[i] True where order[i] starts a group. One np.sort of int64 keys with the position in the
     low bits (SIMD-fast, unlike argsort); no Python per value and no carried state."""
+    order, skey = instant_value_order(ts, cols, nulls)
+    brk = np.empty(len(ts), bool)
+    brk[0] = True
+    np.not_equal(skey[1:], skey[:-1], out=brk[1:])
+    return order, brk
+
+
+def instant_value_order(
+    ts: np.ndarray, cols: list[np.ndarray], nulls: list[np.ndarray | None], low: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (ts non-decreasing, at least one) sorted by (instant, whole-tuple value[, low]):
+    (order, skey) with `order` the row positions and skey[i] the sort key of row order[i]
+    (equal keys ↔ equal (instant, value[, low])), positions ascending among equal keys. `low`
+    (bool per row) is the key's lowest bit: skey >> 1 is then the (instant, value) group, its
+    rows with low False first."""
     n = len(ts)
     t0, t1 = int(ts[0]), int(ts[-1])
     if t1 - t0 <= 4 * n + 1024:
@@ -61,21 +76,46 @@ def instant_value_groups(
         width = int(key[-1]) + 1
     key, width = combine_codes(cols, nulls, key, width)
     nb = max(n - 1, 1).bit_length()
-    if width >= 1 << (62 - nb):
+    extra = 0 if low is None else 1
+    if width >= 1 << (62 - nb - extra):
         key, width = dense_codes(key, width)
+    # `key` is this function's own array (made above, or by combine_codes / dense_codes), so
+    # it is shifted and packed in place: no fresh 8-byte-per-row arrays for the steps
+    if low is not None:
+        key <<= 1
+        key |= low
+        width *= 2
     if width < 1 << (62 - nb):
-        packed = key << nb
+        packed = key
+        packed <<= nb
         packed |= np.arange(n, dtype=np.int64)
-        packed.sort()
+        _sort_by_instants(packed, ts)
         order = packed & ((1 << nb) - 1)
-        skey = packed >> nb
+        packed >>= nb
+        skey = packed
     else:  # pragma: no cover - over 2^31 rows in one batch
         order = np.argsort(key, kind="stable")
         skey = key[order]
-    brk = np.empty(n, bool)
-    brk[0] = True
-    np.not_equal(skey[1:], skey[:-1], out=brk[1:])
-    return order, brk
+    return order, skey
+
+
+SORT_CHUNK = 2048  # rows per separately sorted run of whole instants (0: one sort)
+
+
+def _sort_by_instants(packed: np.ndarray, ts: np.ndarray) -> None:
+    """Sort keys whose major part is the row's instant (rows in ts order) in place: the rows of
+    each run of whole instants stay in their run, so runs of ~SORT_CHUNK rows are sorted alone
+    (the same result; ~15 % fewer cycles than one sort of 50k keys, cache-sized runs)."""
+    c = SORT_CHUNK
+    if not c or len(packed) <= 2 * c:
+        packed.sort()
+        return
+    s = 0
+    for e in ts.searchsorted(ts[c::c], side="left").tolist():
+        if e > s:
+            packed[s:e].sort()
+            s = e
+    packed[s:].sort()
 
 
 def _span(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:

@@ -39,6 +39,34 @@ def emit(
     return out
 
 
+def emit_slices(buf: Batch, lo: int, hi: int, dlo: int, dhi: int, del_ts: np.ndarray, shift: int = 0) -> Batch:
+    """`emit(buf[lo:hi], buf[dlo:dhi], del_ts + shift, sorted_sides=True)` for two ts-sorted
+    slices of one buffer (a window store's): when they interleave, every array is gathered once
+    from the buffer by the merge order, not concatenated and then gathered (sign from the side,
+    ts from the merged keys). `shift` is added while the keys are written (no array for it)."""
+    nd = dhi - dlo
+    if type(buf) is not Batch or not nd or hi <= lo or int(del_ts[-1]) + shift <= int(buf.ts[lo]):
+        return emit(buf.slice(lo, hi), buf.slice(dlo, dhi), del_ts + shift, sorted_sides=True)
+    keys = np.empty(nd + hi - lo, np.int64)
+    np.add(del_ts, shift, out=keys[:nd], casting="unsafe")
+    keys[nd:] = buf.ts[lo:hi]
+    perm = keys.argsort(kind="stable")  # two sorted runs: timsort merges them
+    is_del = perm < nd
+    ts = keys.take(perm)
+    # a delete at perm p is buf[dlo + p], an insert buf[lo + p − nd]: perm becomes the buffer
+    # positions in place (a fresh array of 8 bytes a row costs its page faults)
+    src = perm
+    src += lo - nd
+    np.add(src, dlo - (lo - nd), out=src, where=is_del)
+    return Batch(
+        [c.take(src) for c in buf.cols],
+        [None if m is None else m.take(src) for m in buf.nulls],
+        ts,
+        np.where(is_del, np.int8(-1), np.int8(1)),
+        buf.id.take(src),
+    )
+
+
 def partition_ids(b: Batch, keys: Sequence[int]) -> np.ndarray:
     """Dense int64 partition id per row for the key columns (NULL is a value of its own)."""
     return row_codes([b.cols[k] for k in keys], [b.nulls[k] for k in keys], len(b))[0]
