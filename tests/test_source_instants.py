@@ -190,3 +190,16 @@ def test_blocks_are_taken_whole(tmp_path, monkeypatch):
     for threads in (1, 2):
         run_script(script, threads=threads, block_size=200, batch_rows=1 << 30)
     assert joined == []
+
+
+@pytest.mark.parametrize("block", [7, 150, 400, 1000])
+def test_long_lines(block, tmp_path):
+    """Rows longer than the tail window first looked at (64 bytes a row): the carried text still
+    starts at its first row's start."""
+    rng = np.random.default_rng(block)
+    counts = list(rng.integers(1, 4, 60))
+    lines = [
+        f"{r.split(',')[0]},{r.split(',')[1]},{' ' * int(w)}{r.split(',')[2]}"
+        for r, w in zip(_lines(counts), rng.integers(0, 300, 200))
+    ]
+    _check(_write(tmp_path / "s.dat", lines), block)
