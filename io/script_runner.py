@@ -398,7 +398,11 @@ def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain: Callable[[], 
             # the source's next instant, when known: what was pushed is complete through the one
             # before it (after a whole block: its last instant, taken in this round, not the next)
             nxt = (
-                int(f.buf.ts[f.pos]) if f.buf is not None and f.pos < len(f.buf) else None if f.buf is None else f.next_ts
+                int(f.buf.ts[f.pos])
+                if f.buf is not None and f.pos < len(f.buf)
+                else None
+                if f.buf is None
+                else f.next_ts
             )
             if nxt is not None:
                 if f.max_ts is None or nxt > f.max_ts:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import tempfile
 import threading
 import time
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
             on_registered=lambda: (registered(), gc.enable()),
         )
         cpu, wall = time.thread_time() - t, time.perf_counter() - w
-    print(f"engine's thread: CPU {cpu:.3f} s, wall {wall:.3f} s (load {open('/proc/loadavg').read().split()[0]})")
+    print(f"engine's thread: CPU {cpu:.3f} s, wall {wall:.3f} s (load {os.getloadavg()[0]:.2f})")
     print(
         f"Reader.take: {acc['takes']} calls, {acc['take'] * 1e3:.1f} ms; of it concatenations of parts "
         f"{acc['concats']}, {acc['concat'] * 1e3:.1f} ms"
