@@ -5,7 +5,7 @@ thread waited in it for a block, the first one after registration on its own), a
 whole CPU.
 
 Run it with the interpreter of the tree to measure (its path, not `-m`, so that another tree's
-venv can run the same file): `.venv/bin/python bench/linear_road/input_path.py --source-dir IN`.
+venv can run the same file): `.venv/bin/python bench/linear_road/input_path.py --source-dir IN` (or `--script` with another script).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ SCRIPT = Path(__file__).resolve().parent / "linearroad.cql"
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source-dir", required=True)
+    ap.add_argument("--source-dir", help="Linear Road's inputs (the script's own sources when not given)")
+    ap.add_argument("--script", default=str(SCRIPT), help="another script (e.g. bench.stream_queries' Q4)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
 
@@ -84,9 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as out:
         t, w = time.thread_time(), time.perf_counter()
         script_runner.run_script(
-            SCRIPT,
+            args.script,
             out_dir=out,
-            compat=True,
+            compat=Path(args.script) == SCRIPT,
             source_dir=args.source_dir,
             threads=args.threads,
             on_registered=lambda: (registered(), gc.enable()),
