@@ -356,7 +356,10 @@ def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain: Callable[[], 
 
     A round's cut T is the smallest last-buffered timestamp over sources that may still have more
     rows; every source pushes its rows with ts ≤ T, or, when that is more than `batch_rows` rows,
-    exactly `batch_rows` rows in timestamp order (the rows of one instant may then span rounds). Sources with nothing to push get a heartbeat (at their next timestamp, or at T once
+    exactly `batch_rows` rows in timestamp order (the rows of one instant may then span rounds).
+    Blocks come in whole instants (SourceReader.instants): a source whose block is all pushed gets a
+    heartbeat at its next block's first instant, so the block's last instant is taken in this round,
+    whole, rather than joined with the next block's rows in the next. Sources with nothing to push get a heartbeat (at their next timestamp, or at T once
     exhausted) so operators reading several inputs never wait on them — without changing results:
     a heartbeat never goes beyond an instant some source really has."""
     while True:
