@@ -29,6 +29,7 @@ from cqlstream.io.line_blocks import line_blocks
 LETTER_DESC = "i integer, f float, b byte, cN char(N)"
 
 _LETTER = re.compile(r"^(i|f|b|c(\d+))$")
+_LINE = re.compile(rb"[^\r\n]+")  # a row's text: pyarrow ends rows at LF, CR or CRLF and skips empty lines
 
 
 def _letter_for(t: DataType) -> str | None:
@@ -125,6 +126,20 @@ def _numbers(arr: pa.Array, dtype: type[np.generic]) -> np.ndarray:
     return np.frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * np.dtype(dtype).itemsize)
 
 
+def _tail_start(data: bytes, m: int) -> int:
+    """Byte offset of the first of the last `m` rows (non-empty lines) of `data` (which holds
+    more than m rows and starts at a line's start), found from the end: a window of the tail
+    grown until it holds a line more than m (its first match may be a line's cut end)."""
+    size = len(data)
+    w = 64 * (m + 1)
+    while True:
+        lo = max(size - w, 0)
+        starts = [x.start() for x in _LINE.finditer(data, lo)]
+        if len(starts) > m or lo == 0:
+            return starts[-m]
+        w *= 4
+
+
 class _RowError(Exception):
     def __init__(self, row: int, reason: str):
         super().__init__(reason)
@@ -198,6 +213,41 @@ class SourceReader:
                 raise ScriptError(self.path, self.line_of_row(e.row), e.reason) from None
             self.rows += len(b)
             yield b
+
+    def instants(self) -> Iterator[tuple[Batch, int | None]]:
+        """The file's rows as (batch, next_ts): each batch holds whole instants and `next_ts` is the
+        instant the next batch starts with, so a consumer knows the batch's last instant complete
+        without waiting for the next one (None: the last batch, or one instant longer than a block,
+        which may continue in the next batch). The rows of a parse block's last instant are not
+        converted twice but parsed again: their text is carried into the next parse block, so no
+        batch is ever copied together from parts (this runs on the reader's thread; the engine's
+        thread takes each batch whole). The same rows, checks and error lines as iterating."""
+        _, first_len = _read_first_line(self.path)
+        blocks = line_blocks(self.path, first_len, self.block_size)
+        data = next(blocks, None)
+        while data is not None:
+            nxt = next(blocks, None)
+            try:
+                rb = self._parse_block(data)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                raise self._locate_parse_error(str(e)) from None
+            if rb is None:
+                data = nxt
+                continue
+            try:
+                b = self._to_batch(rb)  # checks every row, the carried ones too (rows before them: delivered)
+            except _RowError as e:
+                raise ScriptError(self.path, self.line_of_row(e.row), e.reason) from None
+            n = len(b)
+            k = int(b.ts.searchsorted(b.ts[-1], side="left"))  # where the block's last instant starts
+            if nxt is None or k == 0:  # the file's end, or a block of one instant: delivered as it is
+                self.rows += n
+                yield b, None
+                data = nxt
+                continue
+            self.rows += k
+            data = data[_tail_start(data, n - k) :] + nxt
+            yield b.slice(0, k), int(b.ts[k])
 
     def read_all(self) -> Batch:
         """The whole file as one Batch."""

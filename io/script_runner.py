@@ -200,11 +200,12 @@ def _run(
     # the rest of the script, registering and planning it. What a reader finds wrong in its input
     # is raised only when the feed takes that block, after the whole script was checked and
     # registered: a script error is always reported first, as at --threads 1.
-    early: dict[int, tuple[SourceDef, SourceReader, Prefetch[Batch]]] = {}  # id(step) → reader started
+    early: dict[int, tuple[SourceDef, SourceReader, Prefetch[Block]]] = {}  # id(step) → reader started
 
     def start_reading(step: Step, src: SourceDef) -> None:
         r = SourceReader(step.paired_file, src, block_size=block)
-        early[id(step)] = (src, r, Prefetch(r, _READ_AHEAD, f"cqlstream-read-{src.name}", _READ_AHEAD_EARLY))
+        it = Prefetch(r.instants(), _READ_AHEAD, f"cqlstream-read-{src.name}", _READ_AHEAD_EARLY)
+        early[id(step)] = (src, r, it)
 
     outs: list[tuple[str, IO[bytes], Subscription]] = []  # (dest path, file, subscription)
     counts: dict[str, int] = {}
@@ -276,8 +277,10 @@ def _run(
             if started is not None:
                 started[2].close()
             r = SourceReader(step.paired_file, src, block_size=block)
-            it: Iterator[Batch] = (
-                iter(r) if threads == 1 else Prefetch(r, _READ_AHEAD, f"cqlstream-read-{src.name}", _READ_AHEAD_EARLY)
+            it: Iterator[Block] = (
+                r.instants()
+                if threads == 1
+                else Prefetch(r.instants(), _READ_AHEAD, f"cqlstream-read-{src.name}", _READ_AHEAD_EARLY)
             )
             feeds.append(_Feed(src.name, r, it))
         _feed_all(d, feeds, batch_rows, drain)
@@ -313,12 +316,18 @@ def _open_dest(dest: Path, keep: bool) -> IO[bytes]:
     return os.fdopen(os.open(dest, os.O_WRONLY | os.O_CREAT, 0o666), "wb")
 
 
+# a source's parsed rows in whole instants, and the instant its next rows start with
+# (SourceReader.instants; None: the file's end or an instant that may continue)
+Block = tuple[Batch, "int | None"]
+
+
 class _Feed:
-    def __init__(self, name: str, reader: SourceReader, it: Iterator[Batch]) -> None:
+    def __init__(self, name: str, reader: SourceReader, it: Iterator[Block]) -> None:
         self.name = name
         self.reader = reader
         self.it = it
         self.buf: Batch | None = None
+        self.next_ts: int | None = None  # the instant after buf's last (known complete once buf is pushed)
         self.pos = 0  # rows of buf already pushed
         self.done = False  # the iterator is exhausted
         self.pushed = 0  # rows pushed so far (to name the file line of a rejected row)
@@ -327,9 +336,9 @@ class _Feed:
     def fill(self) -> None:
         while not self.done and (self.buf is None or self.pos >= len(self.buf)):
             try:
-                self.buf, self.pos = next(self.it), 0
+                (self.buf, self.next_ts), self.pos = next(self.it), 0
             except StopIteration:
-                self.buf, self.pos, self.done = None, 0, True
+                self.buf, self.next_ts, self.pos, self.done = None, None, 0, True
 
     @property
     def batch(self) -> Batch:
@@ -347,7 +356,10 @@ def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain: Callable[[], 
 
     A round's cut T is the smallest last-buffered timestamp over sources that may still have more
     rows; every source pushes its rows with ts ≤ T, or, when that is more than `batch_rows` rows,
-    exactly `batch_rows` rows in timestamp order (the rows of one instant may then span rounds). Sources with nothing to push get a heartbeat (at their next timestamp, or at T once
+    exactly `batch_rows` rows in timestamp order (the rows of one instant may then span rounds).
+    Blocks come in whole instants (SourceReader.instants): a source whose block is all pushed gets a
+    heartbeat at its next block's first instant, so the block's last instant is taken in this round,
+    whole, rather than joined with the next block's rows in the next. Sources with nothing to push get a heartbeat (at their next timestamp, or at T once
     exhausted) so operators reading several inputs never wait on them — without changing results:
     a heartbeat never goes beyond an instant some source really has."""
     while True:
@@ -386,8 +398,16 @@ def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain: Callable[[], 
             f.pushed += c
             f.max_ts = int(part.ts[-1])
         for f in feeds:
-            if f.buf is not None and f.pos < len(f.buf):
-                nxt = int(f.buf.ts[f.pos])
+            # the source's next instant, when known: what was pushed is complete through the one
+            # before it (after a whole block: its last instant, taken in this round, not the next)
+            nxt = (
+                int(f.buf.ts[f.pos])
+                if f.buf is not None and f.pos < len(f.buf)
+                else None
+                if f.buf is None
+                else f.next_ts
+            )
+            if nxt is not None:
                 if f.max_ts is None or nxt > f.max_ts:
                     d.heartbeat(f.name, nxt)
                     f.max_ts = nxt

@@ -3,8 +3,8 @@ changes nothing a user can see. Dest files are the same bytes at every thread co
 suite's queries, a multi-dest script over a stream, a relation and a view); a bad source row, an
 input the engine rejects and a full disk give the same error at every thread count, with the same
 partial output; no worker thread outlives a run. Source files are read in blocks that give the
-same batches as pyarrow's streaming CSV reader did (so rounds, and output order within an
-instant, are as before) without reading the whole file ahead."""
+same batches as pyarrow's streaming CSV reader did (a run takes them cut at instants,
+tests/test_source_instants.py) without reading the whole file ahead."""
 
 from __future__ import annotations
 
