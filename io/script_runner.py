@@ -19,6 +19,9 @@ import numpy as np
 from cqlstream.cql.catalog import SourceDef
 from cqlstream.engine import parallel
 from cqlstream.engine.batch import Batch
+from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
+from cqlstream.engine.inputs import InputError
+from cqlstream.engine.scheduler import for_threads
 from cqlstream.io.dat_source import SourceReader
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.prefetch import Prefetch
@@ -26,7 +29,6 @@ from cqlstream.io.result_writer import ResultWriter, Round, empty_file
 from cqlstream.io.stream_script import Registrar, Step, parse_script
 
 if TYPE_CHECKING:  # imported by a run that writes in processes (it brings subprocess)
-    from cqlstream.engine.dsms import Dsms, Subscription
     from cqlstream.io.writer_process import WriterProcess
 
 # where `cqlstream run --threads N` (N ≥ 2) formats and writes results
@@ -218,11 +220,6 @@ def _run(
         script = parse_script(
             path, compat=compat, source_dir=source_dir, on_source=start_reading if threads > 1 else None
         )
-        # the engine is imported once the check has started the sources' readers (on_source): its
-        # ~45 % of the run's imports then overlap their parsing, which releases the GIL
-        from cqlstream.engine.dsms import Dsms, QueryHandle
-        from cqlstream.engine.scheduler import for_threads
-
         d = Dsms(
             compat=compat,
             synopsis_joins=synopsis_joins,
@@ -362,12 +359,9 @@ def _feed_all(d: Dsms, feeds: list[_Feed], batch_rows: int, drain: Callable[[], 
     exactly `batch_rows` rows in timestamp order (the rows of one instant may then span rounds).
     Blocks come in whole instants (SourceReader.instants): a source whose block is all pushed gets a
     heartbeat at its next block's first instant, so the block's last instant is taken in this round,
-    whole, rather than joined with the next block's rows in the next. Sources with nothing to push
-    get a heartbeat (at their next timestamp, or at T once exhausted) so operators reading several
-    inputs never wait on them — without changing results: a heartbeat never goes beyond an instant
-    some source really has."""
-    from cqlstream.engine.inputs import InputError
-
+    whole, rather than joined with the next block's rows in the next. Sources with nothing to push get a heartbeat (at their next timestamp, or at T once
+    exhausted) so operators reading several inputs never wait on them — without changing results:
+    a heartbeat never goes beyond an instant some source really has."""
     while True:
         for f in feeds:
             f.fill()

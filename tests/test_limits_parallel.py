@@ -370,7 +370,7 @@ def test_linear_road_under_limits_byte_identical_at_1_and_2_engine_threads(tmp_p
 
     from bench.linear_road import gen
     from bench.linear_road.bench import DESTS, SCRIPTS
-    from cqlstream.engine import dsms
+    from cqlstream.io import script_runner
     from cqlstream.io.script_runner import run_script
 
     src = tmp_path / "in"
@@ -380,8 +380,7 @@ def test_linear_road_under_limits_byte_identical_at_1_and_2_engine_threads(tmp_p
     outs = {"plain": tmp_path / "plain"}
     run_script(script, out_dir=outs["plain"], compat=True, source_dir=src, batch_rows=2000, engine_threads=2)
     checked = count_checked_passes(monkeypatch)
-    # a run imports the engine when it registers (io/script_runner.py): patched at its source
-    monkeypatch.setattr(dsms, "Dsms", partial(Dsms, query_memory_limit=1 << 40))
+    monkeypatch.setattr(script_runner, "Dsms", partial(Dsms, query_memory_limit=1 << 40))
     for name, n in (("t1", 1), ("t2", 2)):
         outs[name] = tmp_path / name
         run_script(script, out_dir=outs[name], compat=True, source_dir=src, batch_rows=2000, engine_threads=n)

@@ -17,10 +17,10 @@ from bench.linear_road.bench import DESTS, SCRIPTS
 from cqlstream.cql.types import INT
 from cqlstream.engine import control, parallel
 from cqlstream.engine import parallel_pass as PP
-from cqlstream.engine import scheduler as scheduler_module
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.queues import Queue, lock_of
 from cqlstream.engine.scheduler import Parallel, RoundRobin
+from cqlstream.io import script_runner
 from cqlstream.io.script_runner import run_script
 from tests.engine_harness import _merge_events, assert_same, feed, run_reference
 from tests.test_differential import DDL as DIFF_DDL
@@ -249,7 +249,7 @@ def test_linear_road_dests_byte_identical_at_1_and_2_engine_threads(tmp_path, mo
         outs[name] = tmp_path / name
         run_script(script, out_dir=outs[name], compat=True, source_dir=src, batch_rows=2000, engine_threads=n)
     # the sequential scheduler, with the engine's two threads (for the aggregate's parts)
-    monkeypatch.setattr(scheduler_module, "for_threads", lambda threads, budget=None: RoundRobin(budget))
+    monkeypatch.setattr(script_runner, "for_threads", lambda threads, budget=None: RoundRobin(budget))
     outs["rr"] = tmp_path / "rr"
     run_script(script, out_dir=outs["rr"], compat=True, source_dir=src, batch_rows=2000, engine_threads=2)
     for dest in DESTS:

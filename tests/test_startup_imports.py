@@ -247,31 +247,3 @@ def test_a_run_without_an_aggregate_does_not_load_the_bounded_aggregate(tmp_path
         assert sum(counts.values()) > 0, counts
     """)
     assert "cqlstream.engine.bounded_aggregate" in _modules_after(code)  # an aggregate still loads it
-
-
-def test_a_threaded_run_starts_its_readers_before_importing_the_engine(tmp_path: Path):
-    """With threads, a source's reader starts when the script's check reaches its table; the
-    engine (about half of a run's imports) is imported after that, while the reader parses
-    (pyarrow releases the GIL), not before (io/script_runner.py `_run`)."""
-    (tmp_path / "s.dat").write_text("i,i,i\n" + "".join(f"{i // 10 + 1},{i % 100},{i % 7}\n" for i in range(2000)))
-    (tmp_path / "run.cql").write_text(
-        "table : register stream S (A integer, B integer);\nsource : s.dat\n"
-        "query : select B, Sum(A) from S [Rows 50] group by B;\ndest : out\n"
-    )
-    code = textwrap.dedent(f"""
-        import sys
-        from cqlstream.io import prefetch
-        seen = []
-        class Watched(prefetch.Prefetch):
-            def __init__(self, *a, **k):
-                seen.append(sorted(m for m in ("cqlstream.engine.dsms", "cqlstream.engine.planner") if m in sys.modules))
-                super().__init__(*a, **k)
-        prefetch.Prefetch = Watched
-        from cqlstream.io import script_runner
-        script_runner.Prefetch = Watched
-        counts = script_runner.run_script({str(tmp_path / "run.cql")!r}, out_dir={str(tmp_path / "o")!r}, threads=2)
-        assert sum(counts.values()) > 0, counts
-        assert seen == [[]], seen
-        assert "cqlstream.engine.dsms" in sys.modules
-    """)
-    _modules_after(code)

@@ -50,15 +50,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.query_memory_limit is not None:
         from functools import partial
 
-        from cqlstream.engine import dsms as _dsms
+        from cqlstream.engine.dsms import Dsms as _Dsms
+        from cqlstream.io import script_runner as _sr
 
-        # the run imports the engine when it registers (io/script_runner.py): patch it at its source
-        _dsms.Dsms = partial(_dsms.Dsms, query_memory_limit=args.query_memory_limit)  # type: ignore[misc]
+        _sr.Dsms = partial(_Dsms, query_memory_limit=args.query_memory_limit)  # type: ignore[misc]
     if args.round_robin:
-        from cqlstream.engine import scheduler
         from cqlstream.engine.scheduler import RoundRobin
+        from cqlstream.io import script_runner
 
-        scheduler.for_threads = lambda threads, budget=None: RoundRobin(budget)  # type: ignore[assignment]
+        script_runner.for_threads = lambda threads, budget=None: RoundRobin(budget)  # type: ignore[assignment]
 
     from cqlstream.engine import parallel_pass as PP
     from cqlstream.engine.dsms import Dsms
