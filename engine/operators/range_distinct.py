@@ -31,7 +31,7 @@ the output.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
@@ -42,8 +42,8 @@ from cqlstream.engine.batch import Batch, empty_column, splitmix64
 from cqlstream.engine.kernels import run_starts
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
 from cqlstream.engine.operators.probe_intervals import interval_ends, interval_of
-from cqlstream.engine.operators.valuecount import Encoded, ValueTable, _derived_ids, _span, py_rows
-from cqlstream.engine.operators.valuekeys import KeyLayout, packable, ranges
+from cqlstream.engine.operators.valuecount import Encoded, ValueTable, _derived_ids, unpacked_rows, widened
+from cqlstream.engine.operators.valuekeys import packable, ranges
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -146,23 +146,16 @@ class LastSeen(ValueTable):
         if rng is not None and layout is not None and layout.covers(rng):
             return True
         keys, slots = self.ckey, self.cslot
-        old_cols, old_nulls = layout.unpack(keys) if layout is not None else ([], [])
-        if rng is not None:
-            if layout is not None and len(keys):
-                rng = [_span(a, c) for a, c in zip(rng, ranges(old_cols, old_nulls))]
-            wider = KeyLayout.fit(rng)
-            if wider is not None:
-                self.layout = replace(wider, major_first=True)  # keys sort as the tuples
-                keys = self.layout.pack(old_cols, old_nulls, np.arange(len(keys)))
-                o = np.argsort(keys, kind="stable")
-                self.ckey, self.cslot = keys.take(o), slots.take(o)
-                return True
-        if len(keys):  # to the dict, as the Python tuples a batch of these columns gives
-            cast = [c.astype(bc.dtype) for c, bc in zip(old_cols, b.cols)]
-            rows = py_rows(cast, list(old_nulls), np.arange(len(keys)))
-            self.index = dict(zip(rows, slots.tolist()))
-            for r, s in zip(rows, slots.tolist()):
-                self.tkey[s] = r
+        wider = widened(layout, keys, rng)
+        if wider is not None:
+            self.layout, keys = wider
+            o = np.argsort(keys, kind="stable")
+            self.ckey, self.cslot = keys.take(o), slots.take(o)
+            return True
+        rows = unpacked_rows(layout, keys, b)
+        self.index = dict(zip(rows, slots.tolist()))
+        for r, s in zip(rows, slots.tolist()):
+            self.tkey[s] = r
         self.packing, self.layout, self.ckey, self.cslot = False, None, _EMPTY_I, _EMPTY_I
         return False
 

@@ -125,6 +125,35 @@ def _span(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, in
     return min(a[0], b[0]), max(a[1], b[1])
 
 
+def widened(
+    layout: KeyLayout | None, keys: np.ndarray, rng: list[tuple[int, int] | None] | None
+) -> tuple[KeyLayout, np.ndarray] | None:
+    """The key layout covering both the per-column ranges `rng` of new values and the values
+    `keys` packed in `layout`, with `keys` re-packed in it (same order); None when the values do
+    not pack (`rng` None: not integer-like) or cannot fit 62 bits. Its keys sort as the value
+    tuples do (`major_first`), as row_codes' codes and sorted carries expect."""
+    if rng is None:
+        return None
+    old_cols, old_nulls = layout.unpack(keys) if layout is not None else ([], [])
+    if layout is not None and len(keys):
+        rng = [_span(a, c) for a, c in zip(rng, ranges(old_cols, old_nulls))]
+    wider = KeyLayout.fit(rng)
+    if wider is None:
+        return None
+    wider = replace(wider, major_first=True)
+    return wider, wider.pack(old_cols, old_nulls, np.arange(len(keys)))
+
+
+def unpacked_rows(layout: KeyLayout | None, keys: np.ndarray, b: Batch) -> list[tuple]:
+    """The values `keys` packed in `layout` as the Python tuples a batch of `b`'s columns gives
+    (for a table leaving packed keys for a dict for good)."""
+    if layout is None or not len(keys):
+        return []
+    old_cols, old_nulls = layout.unpack(keys)
+    cast = [c.astype(bc.dtype) for c, bc in zip(old_cols, b.cols)]
+    return py_rows(cast, list(old_nulls), np.arange(len(keys)))
+
+
 def py_rows(cols: list[np.ndarray], nulls: list[np.ndarray | None], idx: np.ndarray) -> list[tuple]:
     """Python tuples (None for NULL) of the rows at `idx`; one tuple per distinct value only."""
     lists = []
@@ -369,20 +398,14 @@ class ValueTable:
         if rng is not None and layout is not None and layout.covers(rng):
             return True
         keys, slots = imap.items()
-        old_cols, old_nulls = layout.unpack(keys) if layout is not None else ([], [])
-        if rng is not None:
-            if layout is not None and len(keys):
-                rng = [_span(a, c) for a, c in zip(rng, ranges(old_cols, old_nulls))]
-            wider = KeyLayout.fit(rng)
-            if wider is not None:
-                wider = replace(wider, major_first=True)  # keys sort as row_codes' codes (encode)
-                self.layout = wider
-                self.imap = IntMap(4 * len(keys))
-                self.imap.insert(wider.pack(old_cols, old_nulls, np.arange(len(keys))), slots)
-                return True
+        wider = widened(layout, keys, rng)
+        if wider is not None:
+            self.layout, packed = wider
+            self.imap = IntMap(4 * len(keys))
+            self.imap.insert(packed, slots)
+            return True
         if len(keys):  # to the dict, as the Python tuples a batch of these columns gives
-            cast = [c.astype(bc.dtype) for c, bc in zip(old_cols, b.cols)]
-            self.index = dict(zip(py_rows(cast, list(old_nulls), np.arange(len(keys))), slots.tolist()))
+            self.index = dict(zip(unpacked_rows(layout, keys, b), slots.tolist()))
         self.imap = self.layout = None
         return False
 
