@@ -13,8 +13,8 @@ LAYERS = ["cql", "engine", "io", "server", "spark_bridge"]
 
 def _packages() -> tuple[list[str], dict[str, str]]:
     packages, package_dir = (
-        ["cqlstream", "cqlstream.grammar"],
-        {"cqlstream": "cqlstream", "cqlstream.grammar": "grammar"},
+        ["cqlstream", "cqlstream.grammar", "cqlstream.demo"],
+        {"cqlstream": "cqlstream", "cqlstream.grammar": "grammar", "cqlstream.demo": "demo"},
     )
     for top in LAYERS:
         for pkg in find_packages(where=".", include=[top, f"{top}.*"]):

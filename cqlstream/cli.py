@@ -205,18 +205,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
+# demo/ beside the package in a source checkout; cqlstream/demo inside an installed one (package data)
+_CHECKOUT_DEMO = Path(__file__).resolve().parent.parent / "demo"
+DEMO_DIR = _CHECKOUT_DEMO if (_CHECKOUT_DEMO / "shop.cql").is_file() else Path(__file__).resolve().parent / "demo"
 DEMO_SCRIPT = DEMO_DIR / "shop.cql"
+# where results go without --out-dir: demo/out in a checkout, never inside site-packages
+DEMO_OUT = DEMO_DIR / "out" if DEMO_DIR == _CHECKOUT_DEMO else Path("cqlstream-demo-out")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if not DEMO_SCRIPT.is_file():
-        print(
-            f"cqlstream demo: the demo script {DEMO_SCRIPT} is missing (the demo runs from a source checkout)",
-            file=sys.stderr,
-        )
+        print(f"cqlstream demo: the demo script {DEMO_SCRIPT} is missing (a broken install?)", file=sys.stderr)
         return 2
-    out_dir = Path(args.out_dir) if args.out_dir else DEMO_DIR / "out"
+    out_dir = Path(args.out_dir) if args.out_dir else DEMO_OUT
     print(f"Running {DEMO_SCRIPT} (results in {out_dir})\n")
     print(_demo_queries(DEMO_SCRIPT))
     counts, err = _run(DEMO_SCRIPT, out_dir, args.stream_compat, 100_000)
@@ -841,10 +842,14 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
         "the first lines of each result; `serve --demo` runs it live",
         description="Run demo/shop.cql: two streams (Orders, Clicks) and a relation (Items) with a "
         "filter, a windowed aggregate, a windowed join, an Istream of a partitioned "
-        "window and a view; write the results to demo/out/ (or --out-dir) and print "
-        "the first lines of each.",
+        "window and a view; write the results to demo/out/ in a source checkout, to "
+        "./cqlstream-demo-out/ from an installed package (or to --out-dir), and print the first lines of each.",
     )
-    dm.add_argument("--out-dir", metavar="DIR", help="write the results here instead of demo/out/")
+    dm.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        help="write the results here (default: demo/out/ in a source checkout, ./cqlstream-demo-out/ otherwise)",
+    )
     dm.add_argument("--lines", type=int, default=8, metavar="N", help="lines to show per result (default 8)")
     dm.add_argument("--stream-compat", action="store_true", help=_COMPAT_HELP)
     dm.set_defaults(func=cmd_demo)

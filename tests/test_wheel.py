@@ -208,3 +208,18 @@ def test_serve_demo_starts_from_the_wheel(venv: tuple[Path, set[str]], tmp_path:
         queries = httpx.get(f"{url}/queries", timeout=10).json()
         assert {q["name"] for q in queries} == {"big_orders", "sales_last_10s", "clicks_then_orders", "engine_load"}
         assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+
+
+def test_offline_demo_runs_from_the_wheel(venv: tuple[Path, set[str]], tmp_path: Path) -> None:
+    """`cqlstream demo` from an installed wheel: its script and recorded files are package data, its
+    results go to ./cqlstream-demo-out (never into site-packages) and equal the source checkout's."""
+    bin_dir, _ = venv
+    env = clean_env(bin_dir)
+    site = Path(run([str(bin_dir / "python"), "-c", PURELIB], cwd=tmp_path, env=env).stdout.strip())
+    run([str(bin_dir / "cqlstream"), "demo", "--lines", "2"], cwd=tmp_path, env=env)
+    installed = {p.name: p.read_text() for p in (tmp_path / "cqlstream-demo-out").iterdir()}
+    assert not (site / "cqlstream" / "demo" / "out").exists()
+    checkout = tmp_path / "checkout-out"
+    run([sys.executable, "-m", "cqlstream", "demo", "--out-dir", str(checkout)], cwd=ROOT)
+    expected = {p.name: p.read_text() for p in checkout.iterdir()}
+    assert installed == expected and len(expected) >= 4 and all(expected.values())
