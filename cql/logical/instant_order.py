@@ -14,7 +14,12 @@ rounds. Istream/Dstream/Rstream therefore emit an instant's rows
   column, NULL first (NaN after the other floats, text by code point); equal tuples are
   interchangeable.
 
-The engine (engine/operators/r2s.py) and the reference evaluator both read this rule.
+One exception: `Rstream` over a binary join with a `[Now]` window input keeps the join's order
+(each S element of t in arrival order with its matches), because the stream-join rewrite
+(rewrites/stream_join.py) computes that plan with the stream–relation join, which gives that
+order; by value, the two plans of one query would write different bytes.
+
+The engine (engine/operators/r2s.py) and the reference evaluator both read this rule (`by_value`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,25 @@ from cqlstream.cql.logical import nodes as L
 
 # relation nodes whose elements keep their input's order, row by row
 _ROWWISE = (L.Filter, L.Project)
+
+
+def by_value(node: L.RelToStream) -> bool:
+    """True when the relation-to-stream operator `node` emits an instant's rows by value."""
+    if arrival_ordered(node.input):
+        return False
+    return not (node.op == "rstream" and _now_join(node.input))
+
+
+def _now_join(node: L.Plan) -> bool:
+    """The shape the stream-join rewrite takes: row-wise operators over a binary join with a
+    `[Now]` window input."""
+    while isinstance(node, _ROWWISE):
+        node = node.input
+    return (
+        isinstance(node, L.Join)
+        and len(node.inputs_) == 2
+        and any(isinstance(i, L.Window) and i.spec == L.RangeSpec(0) for i in node.inputs_)
+    )
 
 
 def arrival_ordered(node: L.Plan) -> bool:

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
+from cqlstream.cql.logical import instant_order
 from cqlstream.cql.logical import nodes as L
-from cqlstream.cql.logical.instant_order import arrival_ordered
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
@@ -82,8 +82,9 @@ class RelToStreamOp(Operator):
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.RelToStream)
-        by_value = not arrival_ordered(node.input)
-        return cls(ctx.inputs, ctx.output, ctx.ids, node.op, compat=ctx.options.compat, by_value=by_value)
+        return cls(
+            ctx.inputs, ctx.output, ctx.ids, node.op, compat=ctx.options.compat, by_value=instant_order.by_value(node)
+        )
 
     def complete_from(self, cf: float) -> float:
         return cf if self.op == "rstream" else cf + 1  # Istream/Dstream at t compare R(t) with R(t-1)

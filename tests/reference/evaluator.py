@@ -35,7 +35,7 @@ import math
 from collections import Counter
 
 from cqlstream.cql.logical import nodes as L
-from cqlstream.cql.logical.instant_order import arrival_ordered
+from cqlstream.cql.logical.instant_order import by_value
 
 from .exprs import ExprEval, conform
 
@@ -149,28 +149,34 @@ class _Reference:
         if isinstance(n, L.Sample):
             return [el for i, el in enumerate(self.stream(n.input)) if sample_keeps(i, n.percent)]
         if isinstance(n, L.RelToStream):
-            out = []
-            start = self.t0_of(n.input)
-            for t in range(start if start is not None else self.L + 1, self.L + 1):
-                if self.compat and t == self.L:
-                    break  # STREAM 0.6: nothing at the last instant
-                now, before = self.relation(n.input, t), self.relation(n.input, t - 1)
-                if n.op == "istream":  # R(t) − R(t−1): the newest occurrences of each surplus tuple
-                    emitted = _last_occurrences(now, Counter(now) - Counter(before))
-                elif n.op == "dstream":  # R(t−1) − R(t): the oldest occurrences leave
-                    emitted = _first_occurrences(before, Counter(before) - Counter(now))
-                else:
-                    emitted = now
-                if not arrival_ordered(n.input):  # within an instant by value (instant_order.py)
-                    emitted = sorted(emitted, key=value_order_key)
-                out.extend((t, row) for row in emitted)
-            return out
+            return self._rel_to_stream(n.op, n.input, by_value=by_value(n))
         if isinstance(n, L.StreamJoin):  # by definition: Rstream(S [Now] ⋈ X)
             now = L.Window(n.inputs_[n.now], L.RangeSpec(0))
             x = n.relation_input  # a band join's stream read as its window
             join = L.Join(tuple(now if k == n.now else x for k in range(2)), n.predicate)
-            return self.stream(L.RelToStream("rstream", join))
+            # (the order of the join's list, S's elements in arrival order: not by value)
+            return self._rel_to_stream("rstream", join, by_value=False)
         raise TypeError(f"{type(n).__name__} is not a stream operator")
+
+    def _rel_to_stream(self, op: str, rel, by_value: bool) -> list[tuple[int, tuple]]:
+        """Istream/Dstream/Rstream of the relation `rel`, each instant's rows in R's list order or,
+        `by_value`, sorted by value (cql/logical/instant_order.py)."""
+        out = []
+        start = self.t0_of(rel)
+        for t in range(start if start is not None else self.L + 1, self.L + 1):
+            if self.compat and t == self.L:
+                break  # STREAM 0.6: nothing at the last instant
+            now, before = self.relation(rel, t), self.relation(rel, t - 1)
+            if op == "istream":  # R(t) − R(t−1): the newest occurrences of each surplus tuple
+                emitted = _last_occurrences(now, Counter(now) - Counter(before))
+            elif op == "dstream":  # R(t−1) − R(t): the oldest occurrences leave
+                emitted = _first_occurrences(before, Counter(before) - Counter(now))
+            else:
+                emitted = now
+            if by_value:
+                emitted = sorted(emitted, key=value_order_key)
+            out.extend((t, row) for row in emitted)
+        return out
 
     @staticmethod
     def _row(row, attrs, name) -> tuple:
