@@ -14,6 +14,11 @@ emitted are the value's newest inserts (Istream) / oldest deletes (Dstream) at t
 arrival order, which is the reference's tie order over windows. When no (instant, value) holds two
 rows of one sign, a wanted row is emitted iff it is alone in its group (`_singles`).
 
+Order within an instant (cql/logical/instant_order.py): arrival (batch) order over windows and
+stored relations; `by_value` for every other input, whose own order within an instant follows the
+rounds: the chosen rows are taken in the sort's (instant, value) order, and Rstream sorts each
+instant by value, so the bytes never depend on how the input was cut.
+
 Rstream keeps the live elements in insertion order (the reference lists R(t) in that order, which
 matters to a Rows window over the Rstream). A call covering the instants (last_done, bound] gives
 every element a lifetime [max(insert, lo), delete) and expands lifetimes × instants with
@@ -47,6 +52,7 @@ INF = np.iinfo(np.int64).max
 
 class RelToStreamOp(Operator):
     ONE_SIDED = True  # the fast path for batches of inserts (Istream) or deletes (Dstream) only
+    by_value = False  # (set per operator; a checkpoint pickled before it existed keeps arrival order)
 
     def __init__(
         self,
