@@ -51,7 +51,7 @@ class _Ids:
 
 def _op(kind: str, final: bool) -> RelToStreamOp:
     op = object.__new__(RelToStreamOp)
-    op.op, op.compat, op.ids = kind, final, _Ids()
+    op.op, op.compat, op.ids, op.by_value = kind, final, _Ids(), False
     op._final = lambda bound: final  # type: ignore[method-assign]
     return op
 

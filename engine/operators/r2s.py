@@ -14,6 +14,11 @@ emitted are the value's newest inserts (Istream) / oldest deletes (Dstream) at t
 arrival order, which is the reference's tie order over windows. When no (instant, value) holds two
 rows of one sign, a wanted row is emitted iff it is alone in its group (`_singles`).
 
+Order within an instant (cql/logical/instant_order.py): arrival (batch) order over windows and
+stored relations; `by_value` for every other input, whose own order within an instant follows the
+rounds: the chosen rows are taken in the sort's (instant, value) order, and Rstream sorts each
+instant by value, so the bytes never depend on how the input was cut.
+
 Rstream keeps the live elements in insertion order (the reference lists R(t) in that order, which
 matters to a Rows window over the Rstream). A call covering the instants (last_done, bound] gives
 every element a lifetime [max(insert, lo), delete) and expands lifetimes × instants with
@@ -29,11 +34,12 @@ from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
+from cqlstream.cql.logical import instant_order
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine.batch import Batch, concat, match_deletes
 from cqlstream.engine.errors import EngineError
-from cqlstream.engine.kernels import expand, filled
+from cqlstream.engine.kernels import expand, filled, row_codes
 from cqlstream.engine.operators.base import BuildContext, IdSource, Operator
 from cqlstream.engine.operators.valuecount import instant_value_order
 from cqlstream.engine.queues import Queue
@@ -46,6 +52,7 @@ INF = np.iinfo(np.int64).max
 
 class RelToStreamOp(Operator):
     ONE_SIDED = True  # the fast path for batches of inserts (Istream) or deletes (Dstream) only
+    by_value = False  # (set per operator; a checkpoint pickled before it existed keeps arrival order)
 
     def __init__(
         self,
@@ -55,6 +62,7 @@ class RelToStreamOp(Operator):
         op: str,
         compat: bool = False,
         options: EngineOptions | None = None,
+        by_value: bool = False,
     ) -> None:
         super().__init__(inputs, output, ids, options)
         if op not in ("istream", "dstream", "rstream"):
@@ -63,6 +71,9 @@ class RelToStreamOp(Operator):
         self.kind = op
         self.quiet_on_empty = op != "rstream"  # Istream/Dstream of no elements: none, and no state
         self.compat = compat
+        # an instant's rows by value, not in arrival order (cql/logical/instant_order.py): the
+        # input relation's own order within an instant depends on where rounds were cut
+        self.by_value = by_value
         self.types = list(output.types)
         # Istream/Dstream carry no state between calls (see process)
         # Rstream: the live elements of the relation, in insertion order (seq)
@@ -77,7 +88,9 @@ class RelToStreamOp(Operator):
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
         assert isinstance(node, L.RelToStream)
-        return cls(ctx.inputs, ctx.output, ctx.ids, node.op, compat=ctx.options.compat)
+        return cls(
+            ctx.inputs, ctx.output, ctx.ids, node.op, compat=ctx.options.compat, by_value=instant_order.by_value(node)
+        )
 
     def complete_from(self, cf: float) -> float:
         return cf if self.op == "rstream" else cf + 1  # Istream/Dstream at t compare R(t) with R(t-1)
@@ -94,7 +107,8 @@ class RelToStreamOp(Operator):
             return self._rstream(b, bound, final)
         if not len(b):
             return b
-        if self.ONE_SIDED and bool((b.sign > 0).all() if self.op == "istream" else (b.sign < 0).all()):
+        one_sided = self.ONE_SIDED and bool((b.sign > 0).all() if self.op == "istream" else (b.sign < 0).all())
+        if one_sided and not self.by_value:
             return self._all_of(b, bound, final)
         # m_v(t) − m_v(t−1) is the net sign of v's elements at t (a batch holds whole instants),
         # so Istream/Dstream need no carried counts: group by (instant, value) within the batch,
@@ -102,15 +116,25 @@ class RelToStreamOp(Operator):
         n = len(b)
         wanted = b.sign > 0 if self.op == "istream" else b.sign < 0
         order, skey = instant_value_order(b.ts, b.cols, b.nulls, wanted)
-        if self.SINGLES and not (skey[1:] == skey[:-1]).any():
-            chosen = self._singles(skey)
+        if one_sided:  # (by value) every row is emitted, in the sort's order
+            idx = order
         else:
-            chosen = self._copies(skey)
-        keep = np.empty(n, bool)  # chosen rows back in batch (ts, arrival) order
-        keep[order] = chosen
-        idx = keep.nonzero()[0]
-        if final:  # STREAM 0.6: no output at the last instant (ts sorted; whole groups go)
-            idx = idx[: int(idx.searchsorted(b.ts.searchsorted(bound, side="left"), side="left"))]
+            if self.SINGLES and not (skey[1:] == skey[:-1]).any():
+                chosen = self._singles(skey)
+            else:
+                chosen = self._copies(skey)
+            if self.by_value:  # the chosen rows in the sort's (instant, value) order
+                idx = order.take(np.flatnonzero(chosen))
+            else:  # chosen rows back in batch (ts, arrival) order
+                keep = np.empty(n, bool)
+                keep[order] = chosen
+                idx = keep.nonzero()[0]
+        if final:  # STREAM 0.6: no output at the last instant (whole groups go)
+            # rows of instants before the bound are the positions below `last`; in either order
+            # they are a prefix of idx (ts sorted, and the sort's major key is the instant), so
+            # `idx < last` is monotone along idx and a binary search finds the cut
+            last = int(b.ts.searchsorted(bound, side="left"))
+            idx = idx[: int(idx.searchsorted(last, side="left"))]
         k = len(idx)
         if type(b) is not Batch:  # (a BlankedBatch's take keeps its placeholders)
             out = b.take(idx)
@@ -128,32 +152,34 @@ class RelToStreamOp(Operator):
     SINGLES = True  # the shortcut for batches whose (instant, value) groups hold one row of each sign at most
 
     @staticmethod
-    def _singles(skey: np.ndarray) -> np.ndarray:
-        """Every (instant, value) group holds at most one wanted and one unwanted row (no two
-        sorted keys equal), so copies = 1 exactly for a wanted row alone in its group, which is
-        then its first row (the unwanted row sorts first): wanted and starting its group.
-        Shifts `skey` (the caller's, not read after) in place: no fresh 8-byte-per-row arrays."""
+    def _groups(skey: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(wanted, starts) of the sorted keys: each row's wanted bit (the key's lowest) and True
+        where a row starts its (instant, value) group. Shifts `skey` (the caller's, not read
+        after) to the groups in place: no fresh 8-byte-per-row arrays."""
         n = len(skey)
         wanted = np.empty(n, bool)
         np.bitwise_and(skey, 1, out=wanted, casting="unsafe")
         skey >>= 1  # the (instant, value) group
-        chosen = np.empty(n, bool)
-        chosen[0] = True
-        np.not_equal(skey[1:], skey[:-1], out=chosen[1:])
+        starts = np.empty(n, bool)
+        starts[0] = True
+        np.not_equal(skey[1:], skey[:-1], out=starts[1:])
+        return wanted, starts
+
+    @staticmethod
+    def _singles(skey: np.ndarray) -> np.ndarray:
+        """Every (instant, value) group holds at most one wanted and one unwanted row (no two
+        sorted keys equal), so copies = 1 exactly for a wanted row alone in its group, which is
+        then its first row (the unwanted row sorts first): wanted and starting its group."""
+        wanted, chosen = RelToStreamOp._groups(skey)
         chosen &= wanted
         return chosen
 
     def _copies(self, skey: np.ndarray) -> np.ndarray:
         """The general case: per (instant, value) group, copies = max(0, #wanted − #unwanted) of
         its wanted rows — Istream the newest, Dstream the oldest (wanted rows are the group's tail,
-        positions ascending). Shifts `skey` in place, as `_singles`."""
+        positions ascending)."""
         n = len(skey)
-        wanted = np.empty(n, bool)
-        np.bitwise_and(skey, 1, out=wanted, casting="unsafe")
-        skey >>= 1  # the (instant, value) group
-        brk = np.empty(n, bool)
-        brk[0] = True
-        np.not_equal(skey[1:], skey[:-1], out=brk[1:])
+        wanted, brk = self._groups(skey)
         starts = brk.nonzero()[0]
         sizes = np.empty_like(starts)
         sizes[:-1] = starts[1:] - starts[:-1]
@@ -218,7 +244,11 @@ class RelToStreamOp(Operator):
         if total == 0:
             return Batch.empty(self.types)
         el, inst = expand(s, n_inst)  # every candidate's instants s..e
-        order = np.lexsort((seq[el], inst))
+        if self.by_value:  # within an instant by value (equal values in insertion order)
+            code = row_codes(cand.cols, cand.nulls, len(cand))[0]
+            order = np.lexsort((seq[el], code[el], inst))
+        else:
+            order = np.lexsort((seq[el], inst))
         out = cand.take(el[order])
         out.ts = inst[order]
         out.sign = np.ones(total, np.int8)

@@ -16,22 +16,26 @@ evaluated. The result maps each instant with a change to the net change at it: f
 the elements with that timestamp (all positive), for a relation plan R(t) − R(t−1), R(t0−1) = ∅.
 
 Tie order. Rows/Partition windows and Sample over a *derived* stream (an Istream/Dstream/Rstream
-output) see the order of the elements emitted at one instant, which the semantics leaves open. The
-reference keeps each relation as an ordered bag (a list with one entry per occurrence) in a
-provenance order: a window lists its elements in arrival order; Filter, Project and SemiJoin keep
-their input's order; a Join is nested loops with the first input outermost; Aggregate and Distinct
-list groups/tuples by first appearance; the bag UNION is left then right. Istream emits, for each
-surplus tuple, its newest (last) occurrences; Dstream the oldest (first) occurrences of R(t−1);
-Rstream all of R(t); each in list order. So Istream over an Unbounded window, and Rstream over
-Now, emit elements in the underlying stream's arrival order, as the equivalent rewritten plans do.
+output) see the order of the elements emitted at one instant; that order is defined by
+cql/logical/instant_order.py (docs/semantics.md, "Stream output order"). The reference keeps each
+relation as an ordered bag (a list with one entry per occurrence) in a provenance order: a window
+lists its elements in arrival order (a Partition window partition by partition); Filter, Project
+and SemiJoin keep their input's order; a Join is nested loops with the first input outermost;
+Aggregate and Distinct list groups/tuples by first appearance; the bag UNION is left then right. Istream emits, for each surplus tuple, its newest (last) occurrences; Dstream the
+oldest (first) occurrences of R(t−1); Rstream all of R(t); each in list order when the relation is
+arrival-ordered (a Range/Rows window's contents or a stored relation, filtered or projected), else sorted by
+value (`value_order_key`). So Istream over an Unbounded window, and Rstream over Now, emit elements
+in the underlying stream's arrival order, as the equivalent rewritten plans do.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 
 from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.instant_order import by_value
 
 from .exprs import ExprEval, conform
 
@@ -145,26 +149,34 @@ class _Reference:
         if isinstance(n, L.Sample):
             return [el for i, el in enumerate(self.stream(n.input)) if sample_keeps(i, n.percent)]
         if isinstance(n, L.RelToStream):
-            out = []
-            start = self.t0_of(n.input)
-            for t in range(start if start is not None else self.L + 1, self.L + 1):
-                if self.compat and t == self.L:
-                    break  # STREAM 0.6: nothing at the last instant
-                now, before = self.relation(n.input, t), self.relation(n.input, t - 1)
-                if n.op == "istream":  # R(t) − R(t−1): the newest occurrences of each surplus tuple
-                    emitted = _last_occurrences(now, Counter(now) - Counter(before))
-                elif n.op == "dstream":  # R(t−1) − R(t): the oldest occurrences leave
-                    emitted = _first_occurrences(before, Counter(before) - Counter(now))
-                else:
-                    emitted = now
-                out.extend((t, row) for row in emitted)
-            return out
+            return self._rel_to_stream(n.op, n.input, by_value=by_value(n))
         if isinstance(n, L.StreamJoin):  # by definition: Rstream(S [Now] ⋈ X)
             now = L.Window(n.inputs_[n.now], L.RangeSpec(0))
             x = n.relation_input  # a band join's stream read as its window
             join = L.Join(tuple(now if k == n.now else x for k in range(2)), n.predicate)
-            return self.stream(L.RelToStream("rstream", join))
+            # (the order of the join's list, S's elements in arrival order: not by value)
+            return self._rel_to_stream("rstream", join, by_value=False)
         raise TypeError(f"{type(n).__name__} is not a stream operator")
+
+    def _rel_to_stream(self, op: str, rel, by_value: bool) -> list[tuple[int, tuple]]:
+        """Istream/Dstream/Rstream of the relation `rel`, each instant's rows in R's list order or,
+        `by_value`, sorted by value (cql/logical/instant_order.py)."""
+        out = []
+        start = self.t0_of(rel)
+        for t in range(start if start is not None else self.L + 1, self.L + 1):
+            if self.compat and t == self.L:
+                break  # STREAM 0.6: nothing at the last instant
+            now, before = self.relation(rel, t), self.relation(rel, t - 1)
+            if op == "istream":  # R(t) − R(t−1): the newest occurrences of each surplus tuple
+                emitted = _last_occurrences(now, Counter(now) - Counter(before))
+            elif op == "dstream":  # R(t−1) − R(t): the oldest occurrences leave
+                emitted = _first_occurrences(before, Counter(before) - Counter(now))
+            else:
+                emitted = now
+            if by_value:
+                emitted = sorted(emitted, key=value_order_key)
+            out.extend((t, row) for row in emitted)
+        return out
 
     @staticmethod
     def _row(row, attrs, name) -> tuple:
@@ -323,6 +335,14 @@ class _Reference:
         raise KeyError(f"unknown aggregate {a.func}() (the reference knows count, sum, avg, min, max)")
 
 
+def value_order_key(row: tuple) -> tuple:
+    """Sort key of a tuple in the value order of relation-to-stream output (instant_order.py):
+    column by column ascending, NULL first, NaN after every other float."""
+    return tuple(
+        (0,) if v is None else (1, 1, 0.0) if isinstance(v, float) and math.isnan(v) else (1, 0, v) for v in row
+    )
+
+
 def _first_occurrences(rows: list[tuple], counts: Counter) -> list[tuple]:
     """For each tuple value r, its first counts[r] occurrences in `rows`, in list order."""
     left, out = Counter(counts), []
@@ -352,8 +372,6 @@ def _skip_first(rows: list[tuple], counts: Counter) -> list[tuple]:
 def _exact_sum(vals):
     """Sum: exact for ints, NULL when that is outside int64 (an INTEGER cannot hold it); for floats
     the correctly rounded sum (math.fsum), independent of order."""
-    import math
-
     if all(isinstance(v, int) for v in vals):
         total = sum(vals)
         return total if -(1 << 63) <= total < (1 << 63) else None
