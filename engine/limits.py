@@ -139,6 +139,10 @@ class LimitGuard:
     # weighs while operators of the level run on other threads; None: live sizes (a class default:
     # guards of older checkpoints have it too)
     _frozen: dict[int, int] | None = None
+    # a parallel pass checking per call (engine/parallel_pass.py) weighs a reservation against the
+    # sizes round robin's would read (engine/limits_ledger.py): True when it decided (it raises
+    # Overdraft itself), False when the calling thread runs no call of it (a class default)
+    reserve_hook: Callable[[object, int], bool] | None = None
 
     def __init__(self, d: Dsms) -> None:
         self.d = d
@@ -215,6 +219,9 @@ class LimitGuard:
     def reserve(self, op: object, nbytes: int) -> None:
         """Raise Overdraft when `nbytes` more for `op` would put every query using it over its
         memory limit (a query sharing `op` gets its share of the bytes)."""
+        hook = self.reserve_hook
+        if hook is not None and hook(op, nbytes):
+            return
         frozen = self._frozen
         users, over = 0, []
         for qid, entries in self._entries().items():
