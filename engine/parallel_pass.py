@@ -245,17 +245,16 @@ class Pass:
         self.reports: list[Report | None] = [None] * n
         self.results: list[tuple[int, BaseException | None] | None] = [None] * n
         self.cp = 0  # calls committed: positions < cp
-        self.gated = [False] * n  # an operator whose output leaves the plan: starts once cp reaches it
-        if ledger is not None:
-            owned = ledger.reader_owner
-            for i, op in enumerate(g.ops):
-                self.gated[i] = any(id(r) not in owned for q in outputs(op) for r in q.readers)
+        self.gated = [False] * n  # (test hook) an operator that starts only once cp reaches it
         self.gated_wait: list[int] = []
         # a call that may reserve memory waits there for the calls before it to be committed; so
-        # that they all can end, it starts only once every operator before it has started
+        # that they all can end, at most threads - 1 such calls run while an operator before them
+        # has not started ("unsafe": one thread at least stays free to start it)
         self.reserves = [ledger is not None and reserving(op) for op in g.ops]
         self.begun = [False] * n
         self.low = 0  # the lowest position not started yet
+        self.unsafe: set[int] = set()
+        self.room = parallel.threads() - 1
         self.reserving = 0  # calls waiting in `reserve`: helper threads take any call meanwhile
         self.over: list[limits.Overrun] = []  # queries found over a limit, in the order found
         self.commit_stop = False  # a call raised: nothing after it is committed (round robin raised there)
@@ -298,12 +297,14 @@ class Pass:
                     if self.left == 0 or self.broken or self.halted:
                         return
                     ready = [i for i in self.ready if self.big(i)] if helper and not self.reserving else self.ready
-                    if self.ledger is not None:
+                    if self.ledger is not None and len(self.unsafe) >= self.room:
                         ready = [i for i in ready if not self.reserves[i] or self.low >= i]
                     if ready:
                         i = pick(ready, self.level)
                         self.ready.remove(i)
                         self.running.add(i)
+                        if self.reserves[i] and self.low < i:
+                            self.unsafe.add(i)
                         self.begun[i] = True
                         while self.low < len(self.begun) and self.begun[self.low]:
                             self.low += 1
@@ -312,6 +313,7 @@ class Pass:
             n, err = self.call(i)
             with cv:
                 self.running.discard(i)
+                self.unsafe.discard(i)
                 self.out.done += n
                 self.level_done += n
                 self.results[i] = (n, err)
@@ -370,8 +372,6 @@ class Pass:
         if not op.active or i > self.stop:
             return 0, None
         led = self.ledger
-        if led is not None and self.gated[i] and led.gone(op):
-            return 0, None  # its queries were found over a limit before it: their output stops there
         held = op.held_error
         if held is not None:  # its call in an earlier pass failed after the one raised then
             op.held_error = None

@@ -132,31 +132,43 @@ def test_the_ledger_reads_what_the_live_check_reads(monkeypatch):
     assert compared[0] > 100
 
 
-def test_a_call_after_an_over_check_is_never_a_stopped_querys_output(monkeypatch):
-    """Calls run as a graph: operators of higher plan position than the call whose check finds a
-    query over may have run already; none of them emits that query's output (an operator whose
-    output leaves the plan starts only once every call before it has been checked)."""
+def test_calls_run_ahead_of_the_checks_and_reservations_wait_for_them(monkeypatch):
+    """The pass is a graph: calls start while calls before them in plan order are not checked yet.
+    A reservation decides only once every call before its own is checked (committed)."""
     monkeypatch.setattr(PP, "MIN_ROWS", 0)
+    before = parallel.threads()
     parallel.set_threads(2)
-    starts: list[tuple[int, int, bool]] = []
+    starts: list[tuple[int, int]] = []
+    decided: list[tuple[int, int]] = []
     lock = threading.Lock()
-    call = PP.Pass.call
+    call, reserve = PP.Pass.call, PP.Pass.reserve
 
     def call_(self, i):
         with lock:
             if self.ledger is not None:
-                starts.append((id(self), i, self.gated[i], self.cp))
+                starts.append((i, self.cp))
         return call(self, i)
 
+    def reserve_(self, op, nbytes):
+        try:
+            return reserve(self, op, nbytes)
+        finally:
+            decided.append((PP._at.pos[1], self.cp))
+
     monkeypatch.setattr(PP.Pass, "call", call_)
+    monkeypatch.setattr(PP.Pass, "reserve", reserve_)
     try:
-        _, _, states, _ = scenario(Parallel(), CASES["two_sharing"], 7)
+        _, _, states, _ = scenario(Parallel(), CASES["two_sharing"], 1000)
+        d = Dsms(query_memory_limit=4 << 20, scheduler=Parallel())
+        d.execute(CROSS_DDL)
+        d.subscribe(d.register_query(BIG_CROSS).id)
+        cross_feed(d)
+        d.run()
     finally:
-        parallel.set_threads(1)
+        parallel.set_threads(before)
     assert any(s == "suspended" for s, _ in states)
-    gated = [(i, cp) for _, i, g, cp in starts if g]
-    assert gated and all(cp >= i for i, cp in gated)
-    assert any(cp < i for _, i, g, cp in starts if not g), "nothing ran ahead of the checks: not a graph"
+    assert any(cp < i for i, cp in starts), "nothing ran ahead of the checks: not a graph"
+    assert decided and all(cp == i for i, cp in decided)
 
 
 def test_reserve_on_a_worker_as_a_graph(threads):
