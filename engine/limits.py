@@ -16,10 +16,11 @@ its limit with those bytes, the call is abandoned (`Overdraft`) and the run susp
 before the allocation happens. An operator shared with a query that would stay within its limit
 goes on (the check after the call then suspends the others).
 
-On the `parallel` scheduler (engine/parallel_pass.py) a pass with a check runs level by level: the
-check follows each level of the pass graph, when no operator runs, and a worker calling `reserve`
-sees the run's guard (`running`), which weighs the bytes against what each query held when the
-level began (`freeze`): what a thread reads never depends on how far another thread has got.
+On the `parallel` scheduler (engine/parallel_pass.py) a pass runs as a graph and checks where round
+robin checks, after each call, on a ledger of the sizes the calls before it in plan order left
+(engine/limits_ledger.py); a reservation on a worker waits for those calls to be checked and weighs
+against the ledger (`reserve_hook`). A pass given another check runs by levels, and `reserve` then
+weighs against what each query held when the level began (`freeze`).
 """
 
 from __future__ import annotations

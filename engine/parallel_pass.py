@@ -26,15 +26,22 @@ Why nothing depends on which thread ran what (the invariants this module keeps):
    from an overflow range fixed by its plan position (high ids, [2^62, 2^63)). So ids, and what
    hashes them (load shedding, sampled summaries), are the same at every thread count and in any
    interleaving; `pick`, a test hook, runs the ready operators in another order.
-4. Limits. A pass with a limit check (engine/limits.py) runs by levels of the DAG (an operator's
-   level: one more than its producers' and state sharers' highest): the operators of a level run
-   side by side, none of the next starts before they all ended and the check found no query over
-   a limit, else the pass ends there and the run suspends the queries before anything downstream
-   reads the output. So the check sees the same state at every thread count and in any order.
-   Each thread calls its operators under the run's guard (`reserve` finds it), which weighs an
-   allocation against what the queries held when the level began (`LimitGuard.freeze`). A call
-   abandoned that way (`Overdraft`) does not stop its level's other calls, so every call of the
-   level that would pass a limit is found at any thread count; the pass halts after the level.
+4. Limits. A pass with the run's limit check (engine/limits.py) still runs as a graph, and checks
+   where round robin checks: after every call that did work, on the state the calls before it in
+   plan order left. Each call reports, on its thread right after it, the sizes it changed (the
+   pass graph keeps every other operator sharing them from running then), and the pass commits
+   the reports in plan order into a ledger (engine/limits_ledger.py); the check after call c
+   reads the ledger when c is committed, whatever ran meanwhile. Queries found over a limit are
+   dropped from the ledger as their suspension drops them and the pass goes on, as round robin's
+   run goes on after suspending them; the run suspends them when the pass ends. A call of a
+   query found over that ran ahead of the check changed only what the suspension releases: its
+   rows are never delivered (the suspension closes the query's subscriptions before anything is
+   polled). A call reserving memory (`reserve`) waits until every call before it is committed and
+   weighs the bytes against the ledger plus what it has left so far, as round robin's reservation
+   weighs them against the live state; so that those calls can all end, at most threads − 1 calls
+   that may reserve run while an operator before them has not started. Other checks (a test's
+   callable, `by_levels`) run the pass by levels of the DAG as before session 19: the check after
+   each level, when no operator runs.
 5. Errors. After an operator's call raises, operators of higher plan position are not started;
    those of lower position still run (a sequential pass would have run them), so the error raised
    at the end of the pass, the first in plan order, is the one a sequential pass raises. Operators
@@ -433,12 +440,12 @@ class Pass:
                 self.ready.extend(self.gated_wait)  # (they start nothing: after the error)
                 self.gated_wait = []
                 break
+            self.cp = i + 1
+            if gone:  # round robin never calls it again (its queries were suspended): what it did
+                continue  # to shared state the next sharer's report brings in
             rep = self.reports[i]
             if rep is not None:
                 led.commit(rep)
-            self.cp = i + 1
-            if gone:  # round robin never calls it again: its queries were suspended
-                continue
             if isinstance(err, limits.Overdraft):  # the call was abandoned: its queries stop here
                 self._over([o for o in err.overruns if o.query_id not in led.suspended])
             elif n and led.armed():
