@@ -121,9 +121,9 @@ class Ledger:
         for k, s in enumerate(self.slots):  # stores changed by the operators that use them
             if s.kind == "store":
                 for u in list(getattr(s.obj, "users", ()) or ()):
-                    i = pos.get(id(u))
-                    if i is not None and k not in self.touch[i]:
-                        self.touch[i].append(k)
+                    at = pos.get(id(u))
+                    if at is not None and k not in self.touch[at]:
+                        self.touch[at].append(k)
         # id(reader) → positions of the operators whose calls may move it: an operator's and its
         # members' readers, and the readers of the stores it shares (a window store reads its queue)
         self.reader_owner: dict[int, set[int]] = {}
@@ -146,7 +146,9 @@ class Ledger:
             if m is None:
                 m = model_of[id(q)] = len(self.models)
                 self.models.append(
-                    QueueModel(q, q.base, [b.nbytes() for b in q.batches], {id(r): r.batch for r in q.readers}, bool(q.readers))
+                    QueueModel(
+                        q, q.base, [b.nbytes() for b in q.batches], {id(r): r.batch for r in q.readers}, bool(q.readers)
+                    )
                 )
                 for r in q.readers:
                     for i in self.reader_owner.get(id(r), ()):
@@ -159,18 +161,18 @@ class Ledger:
                 if m is not None:
                     self.writes[i].append(m)
         self.ops = list(ops)
-        for k, s in enumerate(self.slots):
+        for s in self.slots:
             if s.kind == "operator":
                 s.size = s.obj.state_bytes()
                 s.cpu = s.obj.counters.cpu
             elif s.kind == "store":
                 s.size = s.obj.nbytes()
-        for m in self.models:
-            n = m.nbytes()
-            for k in m.slots:
+        for qm in self.models:
+            n = qm.nbytes()
+            for k in qm.slots:
                 self.slots[k].size = n
         self.limited = list(self.index)
-        self.held = {qid: self._sum(qid) for qid in self.limited}
+        self.held: dict[int, float] = {qid: self._sum(qid) for qid in self.limited}
         self.cpu = {qid: self._cpu(qid) for qid in self.limited}
         self.run_start = {qid: guard._run_start.get(qid, 0.0) for qid in self.limited}
         self.dirty: set[int] = set(self.limited)  # the first check of a pass reads every query
@@ -286,7 +288,9 @@ class Ledger:
         return int(sum(self.slots[k].size / self.share[k] for k in self.index.get(qid, ())))
 
     def _cpu(self, qid: int) -> float:
-        return sum(self.slots[k].cpu / self.share[k] for k in self.index.get(qid, ()) if self.slots[k].kind == "operator")
+        return sum(
+            self.slots[k].cpu / self.share[k] for k in self.index.get(qid, ()) if self.slots[k].kind == "operator"
+        )
 
     def armed(self) -> bool:
         return any(q not in self.suspended for q in self.limited)
@@ -329,7 +333,9 @@ class Ledger:
             s.users = s.users - qids
             self.share[k] = len(s.users)
         self.gone_ops |= gone_ops
-        gone_readers = {rid for rid, ps in self.reader_owner.items() if all(id(self.ops[i]) in self.gone_ops for i in ps)}
+        gone_readers = {
+            rid for rid, ps in self.reader_owner.items() if all(id(self.ops[i]) in self.gone_ops for i in ps)
+        }
         for qid in qids:
             h = self.queries.get(qid)
             for sub in getattr(h, "subscriptions", ()) or ():

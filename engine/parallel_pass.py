@@ -514,7 +514,8 @@ def run_pass(
     leases = refill(g, ids)
     guard = limits.current() if check is not None else None
     ledger = None
-    if guard is not None and getattr(check, "__self__", None) is guard and not by_levels:
+    own = guard is not None and getattr(check, "__self__", None) is guard
+    if guard is not None and own and not by_levels:
         ledger = Ledger(guard, g.ops)  # the run's own check: as a graph, checked per call
         p = Pass(g, budget, level, leases, None, guard, ledger)
         guard.reserve_hook = p.reserve
@@ -564,9 +565,7 @@ def _ledger_outcome(p: Pass, ledger: Ledger, g: Graph) -> tuple[int, bool]:
     assert p.guard is not None
     p.guard.checks += ledger.checks
     errors = {
-        i: e
-        for i, e in p.out.errors.items()
-        if not isinstance(e, limits.Overdraft) and not ledger.gone(g.ops[i])
+        i: e for i, e in p.out.errors.items() if not isinstance(e, limits.Overdraft) and not ledger.gone(g.ops[i])
     }
     if p.over:
         p.guard.over = p.over

@@ -42,7 +42,7 @@ def test_several_queries_over_an_engine_limit_suspended_alike_at_one_and_two_thr
         server = make_server(engine_threads=n, query_cpu_limit=None, query_memory_limit=3 << 10)
         got[n] = _run(server, chunk)
         server.stop()
-    out, states = got[1]
+    states = got[1][1]
     suspended = [s for s in states if s[0] == "suspended"]
     assert len(suspended) >= 2 and all(r.startswith("memory: query ") for _, r in suspended), states
     assert any(s == ("active", None) for s in states), states
