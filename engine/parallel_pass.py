@@ -230,9 +230,10 @@ Check = Callable[[], bool]  # the run's limit check: True stops it (engine/sched
 
 
 class Pass:
-    """The state of one pass, shared by the threads running it (all under `cv`). With a `check`
-    the pass goes level by level (`gate`: the level running; operators of the next wait in
-    `parked`) and checks between levels; `halted` when the check stopped it."""
+    """The state of one pass, shared by the threads running it (all under `cv`). With a `ledger`
+    the calls are committed in plan order and checked per call (`_commit`); with a `check` the
+    pass goes level by level (`gate`: the level running; operators of the next wait in `parked`)
+    and checks between levels; `halted` when the check stopped it."""
 
     def __init__(
         self,
@@ -509,8 +510,10 @@ def run_pass(
     g: Graph, budget: int | None, ids: IdSource, level: list[float], check: Check | None = None
 ) -> tuple[int, bool]:
     """Call every operator once (producers first), on up to `parallel.threads()` threads: the
-    elements consumed, and whether `check` (called after each level that did work) stopped the
-    pass. The error of the first failing operator in plan order is raised."""
+    elements consumed, and whether the limit check found a query over a limit (the run's own
+    check, `LimitGuard.check`: per call on a ledger, the queries found in `guard.over`; another
+    callable: after each level that did work, stopping the pass). The error of the first failing
+    operator in plan order is raised."""
     leases = refill(g, ids)
     guard = limits.current() if check is not None else None
     ledger = None
