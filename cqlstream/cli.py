@@ -721,8 +721,8 @@ def _add_serve_options(sv: argparse.ArgumentParser) -> None:
         metavar="N",
         help="threads the engine runs operators on (default 1, or $CQLSTREAM_ENGINE_THREADS): 2 or more start "
         "it on the 'parallel' scheduler, operators that do not feed each other side by side; results are the "
-        "same at every count. With query limits (on by default) a pass runs by levels of its operator graph "
-        "and checks the limits between levels, before any operator reads a level's output",
+        "same at every count. With query limits (on by default) a pass still runs as a graph and checks the "
+        "limits after every operator call, as one thread does: the same queries are suspended alike",
     )
     add_source_options(sv)
     add_durability_options(sv)

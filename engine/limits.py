@@ -16,10 +16,11 @@ its limit with those bytes, the call is abandoned (`Overdraft`) and the run susp
 before the allocation happens. An operator shared with a query that would stay within its limit
 goes on (the check after the call then suspends the others).
 
-On the `parallel` scheduler (engine/parallel_pass.py) a pass with a check runs level by level: the
-check follows each level of the pass graph, when no operator runs, and a worker calling `reserve`
-sees the run's guard (`running`), which weighs the bytes against what each query held when the
-level began (`freeze`): what a thread reads never depends on how far another thread has got.
+On the `parallel` scheduler (engine/parallel_pass.py) a pass runs as a graph and checks where round
+robin checks, after each call, on a ledger of the sizes the calls before it in plan order left
+(engine/limits_ledger.py); a reservation on a worker waits for those calls to be checked and weighs
+against the ledger (`reserve_hook`). A pass given another check runs by levels, and `reserve` then
+weighs against what each query held when the level began (`freeze`).
 """
 
 from __future__ import annotations
@@ -139,6 +140,10 @@ class LimitGuard:
     # weighs while operators of the level run on other threads; None: live sizes (a class default:
     # guards of older checkpoints have it too)
     _frozen: dict[int, int] | None = None
+    # a parallel pass checking per call (engine/parallel_pass.py) weighs a reservation against the
+    # sizes round robin's would read (engine/limits_ledger.py): True when it decided (it raises
+    # Overdraft itself), False when the calling thread runs no call of it (a class default)
+    reserve_hook: Callable[[object, int], bool] | None = None
 
     def __init__(self, d: Dsms) -> None:
         self.d = d
@@ -215,6 +220,9 @@ class LimitGuard:
     def reserve(self, op: object, nbytes: int) -> None:
         """Raise Overdraft when `nbytes` more for `op` would put every query using it over its
         memory limit (a query sharing `op` gets its share of the bytes)."""
+        hook = self.reserve_hook
+        if hook is not None and hook(op, nbytes):
+            return
         frozen = self._frozen
         users, over = 0, []
         for qid, entries in self._entries().items():

@@ -26,15 +26,22 @@ Why nothing depends on which thread ran what (the invariants this module keeps):
    from an overflow range fixed by its plan position (high ids, [2^62, 2^63)). So ids, and what
    hashes them (load shedding, sampled summaries), are the same at every thread count and in any
    interleaving; `pick`, a test hook, runs the ready operators in another order.
-4. Limits. A pass with a limit check (engine/limits.py) runs by levels of the DAG (an operator's
-   level: one more than its producers' and state sharers' highest): the operators of a level run
-   side by side, none of the next starts before they all ended and the check found no query over
-   a limit, else the pass ends there and the run suspends the queries before anything downstream
-   reads the output. So the check sees the same state at every thread count and in any order.
-   Each thread calls its operators under the run's guard (`reserve` finds it), which weighs an
-   allocation against what the queries held when the level began (`LimitGuard.freeze`). A call
-   abandoned that way (`Overdraft`) does not stop its level's other calls, so every call of the
-   level that would pass a limit is found at any thread count; the pass halts after the level.
+4. Limits. A pass with the run's limit check (engine/limits.py) still runs as a graph, and checks
+   where round robin checks: after every call that did work, on the state the calls before it in
+   plan order left. Each call reports, on its thread right after it, the sizes it changed (the
+   pass graph keeps every other operator sharing them from running then), and the pass commits
+   the reports in plan order into a ledger (engine/limits_ledger.py); the check after call c
+   reads the ledger when c is committed, whatever ran meanwhile. Queries found over a limit are
+   dropped from the ledger as their suspension drops them and the pass goes on, as round robin's
+   run goes on after suspending them; the run suspends them when the pass ends. A call of a
+   query found over that ran ahead of the check changed only what the suspension releases: its
+   rows are never delivered (the suspension closes the query's subscriptions before anything is
+   polled). A call reserving memory (`reserve`) waits until every call before it is committed and
+   weighs the bytes against the ledger plus what it has left so far, as round robin's reservation
+   weighs them against the live state; so that those calls can all end, at most threads − 1 calls
+   that may reserve run while an operator before them has not started. Other checks (a test's
+   callable, `by_levels`) run the pass by levels of the DAG as before session 19: the check after
+   each level, when no operator runs.
 5. Errors. After an operator's call raises, operators of higher plan position are not started;
    those of lower position still run (a sequential pass would have run them), so the error raised
    at the end of the pass, the first in plan order, is the one a sequential pass raises. Operators
@@ -50,11 +57,13 @@ Why nothing depends on which thread ran what (the invariants this module keeps):
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from cqlstream.engine import limits, parallel
+from cqlstream.engine.limits_ledger import Ledger, Report
 from cqlstream.engine.operators.base import IdSource, Lease, Operator, leased
 from cqlstream.engine.queues import Queue, lock_of
 
@@ -202,6 +211,14 @@ def first_ready(ready: list[int], level: list[float]) -> int:
     return max(ready, key=lambda i: (level[i], -i))
 
 
+_at = threading.local()  # .pos: (the pass, the position) of the call this thread runs
+
+
+def reserving(op: Operator) -> bool:
+    """Whether `op`'s calls may reserve memory (`limits.reserve`: its class's module uses it)."""
+    return getattr(sys.modules.get(type(op).__module__), "reserve", None) is limits.reserve
+
+
 pick: Callable[[list[int], list[float]], int] = first_ready
 """Test hook: which ready operator a free thread runs (results must not care)."""
 
@@ -213,9 +230,10 @@ Check = Callable[[], bool]  # the run's limit check: True stops it (engine/sched
 
 
 class Pass:
-    """The state of one pass, shared by the threads running it (all under `cv`). With a `check`
-    the pass goes level by level (`gate`: the level running; operators of the next wait in
-    `parked`) and checks between levels; `halted` when the check stopped it."""
+    """The state of one pass, shared by the threads running it (all under `cv`). With a `ledger`
+    the calls are committed in plan order and checked per call (`_commit`); with a `check` the
+    pass goes level by level (`gate`: the level running; operators of the next wait in `parked`)
+    and checks between levels; `halted` when the check stopped it."""
 
     def __init__(
         self,
@@ -225,12 +243,33 @@ class Pass:
         leases: list[Lease],
         check: Check | None = None,
         guard: limits.LimitGuard | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.g, self.budget, self.level, self.leases = g, budget, level, leases
         self.check, self.guard = check, guard
+        n = len(g.ops)
+        # the limits as a graph (`ledger`): calls committed in plan order, checked at each commit
+        self.ledger = ledger
+        self.reports: list[Report | None] = [None] * n
+        self.results: list[tuple[int, BaseException | None] | None] = [None] * n
+        self.cp = 0  # calls committed: positions < cp
+        self.gated = [False] * n  # (test hook) an operator that starts only once cp reaches it
+        self.gated_wait: list[int] = []
+        # a call that may reserve memory waits there for the calls before it to be committed; so
+        # that they all can end, at most threads - 1 such calls run while an operator before them
+        # has not started ("unsafe": one thread at least stays free to start it)
+        self.reserves = [ledger is not None and reserving(op) for op in g.ops]
+        self.begun = [False] * n
+        self.low = 0  # the lowest position not started yet
+        self.unsafe: set[int] = set()
+        self.room = parallel.threads() - 1
+        self.reserving = 0  # calls waiting in `reserve`: helper threads take any call meanwhile
+        self.over: list[limits.Overrun] = []  # queries found over a limit, in the order found
+        self.commit_stop = False  # a call raised: nothing after it is committed (round robin raised there)
         self.cv = threading.Condition()
         self.waiting = [len(d) for d in g.deps]
-        self.ready = [i for i, n in enumerate(self.waiting) if n == 0]
+        self.ready = [i for i, k in enumerate(self.waiting) if k == 0 and not self._gated(i)]
+        self.gated_wait = [i for i, k in enumerate(self.waiting) if k == 0 and self._gated(i)]
         self.left = len(g.ops)
         self.gate = 0 if check is not None else len(g.ops)  # operators above this level wait
         self.parked: list[int] = []
@@ -265,21 +304,32 @@ class Pass:
                 while True:
                     if self.left == 0 or self.broken or self.halted:
                         return
-                    ready = [i for i in self.ready if self.big(i)] if helper else self.ready
+                    ready = [i for i in self.ready if self.big(i)] if helper and not self.reserving else self.ready
+                    if self.ledger is not None and len(self.unsafe) >= self.room:
+                        ready = [i for i in ready if not self.reserves[i] or self.low >= i]
                     if ready:
                         i = pick(ready, self.level)
                         self.ready.remove(i)
                         self.running.add(i)
+                        if self.reserves[i] and self.low < i:
+                            self.unsafe.add(i)
+                        self.begun[i] = True
+                        while self.low < len(self.begun) and self.begun[self.low]:
+                            self.low += 1
                         break
                     cv.wait()
             n, err = self.call(i)
             with cv:
                 self.running.discard(i)
+                self.unsafe.discard(i)
                 self.out.done += n
                 self.level_done += n
+                self.results[i] = (n, err)
                 if err is not None:
                     self._failed(i, err)
                 self._finished(i)
+                if self.ledger is not None:
+                    self._commit()
                 cv.notify_all()
 
     def in_order(self) -> None:
@@ -287,6 +337,17 @@ class Pass:
         on one thread: an operator's dependencies all have lower positions), stopping at the
         first error. With a check: level by level (plan order within a level), as `loop`."""
         order: Sequence[int] = range(len(self.g.ops))
+        if self.ledger is not None:
+            for i in order:
+                n, err = self.call(i)
+                self.out.done += n
+                self.results[i] = (n, err)
+                if err is not None:
+                    self._failed(i, err)
+                self._commit()
+                if self.commit_stop:
+                    return
+            return
         if self.check is not None:
             order = sorted(order, key=lambda i: (self.g.depth[i], i))
         for i in order:
@@ -318,10 +379,13 @@ class Pass:
         op = self.g.ops[i]
         if not op.active or i > self.stop:
             return 0, None
+        led = self.ledger
         held = op.held_error
         if held is not None:  # its call in an earlier pass failed after the one raised then
             op.held_error = None
             return 0, held
+        at = getattr(_at, "pos", None)
+        _at.pos = (self, i)
         try:
             with leased(self.leases[i]):
                 if self.guard is None:
@@ -330,12 +394,82 @@ class Pass:
                     return op.step(self.budget), None
         except BaseException as e:  # raised by the scheduler after the pass, first in plan order
             return 0, e
+        finally:
+            _at.pos = at
+            if led is not None:  # what the call left, before any operator sharing it starts
+                self.reports[i] = led.measure(i)
+
+    def reserve(self, op: object, nbytes: int) -> bool:
+        """`LimitGuard.reserve` from a call of this pass: once every call before it is committed,
+        weigh `nbytes` against the ledger plus what the call left so far, as round robin's
+        reservation weighs them against the live state (False: not a call of this pass)."""
+        at = getattr(_at, "pos", None)
+        if at is None or at[0] is not self or self.ledger is None:
+            return False
+        i = at[1]
+        with self.cv:
+            self.reserving += 1
+            self.cv.notify_all()
+            try:
+                while self.cp < i and not self.broken and not self.commit_stop:
+                    self.cv.wait()
+            finally:
+                self.reserving -= 1
+            over = self.ledger.reserve(self.g.ops[i], nbytes, self.ledger.measure(i)) if self.cp >= i else []
+        if over:
+            raise limits.Overdraft(over)
+        return True
+
+    def _gated(self, i: int) -> bool:
+        return self.gated[i] and self.cp < i
+
+    def _commit(self) -> None:
+        """Commit the calls ended, in plan order (under `cv`, or on the one thread): each one's
+        report into the ledger, then round robin's check after a call that did work. Queries
+        found over a limit are dropped from the ledger and the pass goes on for the others, as
+        round robin's run goes on after suspending them (the scheduler returns at the pass's
+        end, and the run suspends them before anything else runs)."""
+        led = self.ledger
+        assert led is not None
+        ops, results = self.g.ops, self.results
+        while self.cp < len(ops) and not self.commit_stop and (res := results[self.cp]) is not None:
+            i = self.cp
+            n, err = res
+            gone = led.gone(ops[i])
+            if err is not None and not gone and not isinstance(err, limits.Overdraft):
+                self.commit_stop = True  # round robin raises here: no check, nothing after
+                self.ready.extend(self.gated_wait)  # (they start nothing: after the error)
+                self.gated_wait = []
+                break
+            self.cp = i + 1
+            if gone:  # round robin never calls it again (its queries were suspended): what it did
+                continue  # to shared state the next sharer's report brings in
+            rep = self.reports[i]
+            if rep is not None:
+                led.commit(rep)
+            if isinstance(err, limits.Overdraft):  # the call was abandoned: its queries stop here
+                self._over([o for o in err.overruns if o.query_id not in led.suspended])
+            elif n and led.armed():
+                self._over(led.check())
+        if self.gated_wait:
+            opened = [j for j in self.gated_wait if j <= self.cp]
+            if opened:
+                self.gated_wait = [j for j in self.gated_wait if j > self.cp]
+                self.ready.extend(opened)
+
+    def _over(self, found: list[limits.Overrun]) -> None:
+        if found:
+            self.over.extend(found)
+            assert self.ledger is not None
+            self.ledger.suspend({o.query_id for o in found})
 
     def _failed(self, i: int, err: BaseException) -> None:
         """Operator `i`'s call raised `err`. No operator after it in plan order starts, except after
         an Overdraft in a pass checking limits: its level ends (every call abandoned over a limit
         in the level is found whatever the threads) and the pass halts there."""
         self.out.errors[i] = err
+        if self.ledger is not None and isinstance(err, limits.Overdraft):
+            return  # committed in plan order as a check that found its queries over
         if self.check is not None and isinstance(err, limits.Overdraft):
             self.overdrawn = True
         else:
@@ -347,7 +481,10 @@ class Pass:
         for s in self.g.succ[i]:
             self.waiting[s] -= 1
             if self.waiting[s] == 0:
-                (self.ready if self.g.depth[s] <= gate else self.parked).append(s)
+                if self._gated(s):
+                    self.gated_wait.append(s)
+                else:
+                    (self.ready if self.g.depth[s] <= gate else self.parked).append(s)
         if self.check is not None:
             self._level_end(i)
 
@@ -373,14 +510,23 @@ def run_pass(
     g: Graph, budget: int | None, ids: IdSource, level: list[float], check: Check | None = None
 ) -> tuple[int, bool]:
     """Call every operator once (producers first), on up to `parallel.threads()` threads: the
-    elements consumed, and whether `check` (called after each level that did work) stopped the
-    pass. The error of the first failing operator in plan order is raised."""
+    elements consumed, and whether the limit check found a query over a limit (the run's own
+    check, `LimitGuard.check`: per call on a ledger, the queries found in `guard.over`; another
+    callable: after each level that did work, stopping the pass). The error of the first failing
+    operator in plan order is raised."""
     leases = refill(g, ids)
     guard = limits.current() if check is not None else None
-    p = Pass(g, budget, level, leases, check, guard)
+    ledger = None
+    own = guard is not None and getattr(check, "__self__", None) is guard
+    if guard is not None and own and not by_levels:
+        ledger = Ledger(guard, g.ops)  # the run's own check: as a graph, checked per call
+        p = Pass(g, budget, level, leases, None, guard, ledger)
+        guard.reserve_hook = p.reserve
+    else:
+        p = Pass(g, budget, level, leases, check, guard)
+        if guard is not None:
+            guard.freeze()
     passes.append(p)
-    if guard is not None:
-        guard.freeze()
     try:
         helpers = min(parallel.threads(), max(len(g.ops), 1)) - 1
         if helpers == 0 and pick is first_ready:  # one thread: plan order, no hand-over machinery
@@ -393,6 +539,9 @@ def run_pass(
         settle(leases, ids)
         if guard is not None:
             guard.thaw()
+            guard.reserve_hook = None
+    if ledger is not None:
+        return _ledger_outcome(p, ledger, g)
     if p.out.errors:
         first = min(p.out.errors)
         err = p.out.errors[first]
@@ -408,6 +557,35 @@ def run_pass(
                 g.ops[i].held_error = e
         raise err
     return p.out.done, p.halted
+
+
+def _ledger_outcome(p: Pass, ledger: Ledger, g: Graph) -> tuple[int, bool]:
+    """The end of a pass checked per call: the queries found over a limit go to the guard (the
+    run suspends them, `Dsms.run`); an error is raised as round robin raises it, first in plan
+    order, unless a query was found over before it (round robin suspended it and met the error in
+    the run after: the operator raises it at its next call). Errors and overdrafts of operators
+    only suspended queries used vanish with them."""
+    assert p.guard is not None
+    p.guard.checks += ledger.checks
+    errors = {
+        i: e for i, e in p.out.errors.items() if not isinstance(e, limits.Overdraft) and not ledger.gone(g.ops[i])
+    }
+    if p.over:
+        p.guard.over = p.over
+        for i, e in errors.items():
+            g.ops[i].held_error = e
+        return p.out.done, True
+    if errors:
+        first = min(errors)
+        for i, e in errors.items():
+            if i != first:
+                g.ops[i].held_error = e
+        raise errors[first]
+    return p.out.done, False
+
+
+by_levels = False
+"""Test hook and fallback: a pass with the run's limit check runs by levels (sessions 16-18)."""
 
 
 __all__ = ["Graph", "graph", "priorities", "run_pass"]

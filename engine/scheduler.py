@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from cqlstream.engine.operators.base import Operator
 
 Weights = Callable[[], dict[int, float]]  # → {id(operator): weight}
-# called after each operator call that did work (Parallel: after each level of its pass that did
-# work); True stops the run
+# called after each operator call that did work (Parallel: the guard's own check runs on its pass's
+# ledger; another callable after each level of its pass that did work); True stops the run
 Check = Callable[[], bool]
 
 
@@ -51,8 +51,9 @@ class Parallel(RoundRobin):
     """Round robin's passes with operators that do not feed each other run side by side on the
     engine's threads (engine/parallel.py; the pass and why it is safe: engine/parallel_pass.py). The
     same ids and results at every thread count, 1 included (then all on the calling thread). A
-    run with a limit check (engine/limits.py) goes level by level, checking after each level that
-    did work and stopping there when a query is over a limit, before its output is read."""
+    run with the limit check (engine/limits.py) checks after each call that did work, as round
+    robin, on a ledger of the sizes the calls before it in plan order left
+    (engine/limits_ledger.py), and returns after the pass that found a query over a limit."""
 
     name = "parallel"
     _graph: tuple[tuple[tuple[int, ...], ...], PP.Graph] | None = None  # (plan key, its pass graph)

@@ -1,5 +1,7 @@
 """Per-query limits on the `parallel` scheduler (engine/parallel_pass.py, engine/limits.py): the
-pass runs level by level with the check between levels, so at 1 and 2 engine threads, and in any
+pass runs as a graph checked per call on a ledger (tests/test_limits_graph.py), or by levels with
+the check between levels for a check of its own (the level test below), so at 1 and 2 engine
+threads, and in any
 order of the ready operators, the same query is suspended for the same reason after the same
 results, the others' results are those of an engine without it, and nothing downstream of a call
 that put a query over its limit runs before the check; a join on a worker thread still abandons
