@@ -7,7 +7,6 @@ same output, as round robin's check after each call suspends them."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,6 +15,7 @@ from cqlstream.engine import parallel_pass as PP
 from cqlstream.engine.dsms import Dsms
 from cqlstream.engine.limits_ledger import Ledger
 from cqlstream.engine.scheduler import Parallel, RoundRobin
+from tests import test_limits_parallel as limits_parallel
 from tests.engine_harness import _merge_events, feed
 from tests.test_limits_reserve import CROSS as BIG_CROSS
 from tests.test_limits_reserve import DDL as CROSS_DDL
@@ -43,17 +43,8 @@ CASES = {
 }
 
 
-@pytest.fixture(params=[1, 2], ids=["threads1", "threads2"])
-def threads(request, monkeypatch) -> Iterator[int]:
-    monkeypatch.setattr(PP, "MIN_ROWS", 0)  # the second thread takes calls of any size
-    before = parallel.threads()
-    parallel.set_threads(request.param)
-    yield request.param
-    parallel.set_threads(before)
-
-
-def last_first(ready: list[int], level: list[float]) -> int:
-    return max(ready)
+threads = limits_parallel.threads  # the fixture: 1 and 2 engine threads, any call on the second
+last_first = limits_parallel.last_first  # the worst order of ready operators
 
 
 def scenario(scheduler, limits: dict[int, int], chunk: int = 7, default: int | None = None):
