@@ -47,7 +47,8 @@ the cells). Each such cell ends at the same event, so its totals and values are 
 
 With a HAVING predicate (`Aggregate.having`, cql/logical/rewrites/having_in_aggregate.py: a
 selection over the output moved in), emission keeps only the rows the predicate holds for — the
-old row of a `−`, the new row of a `+` — evaluated once per batch over those rows (`_having`);
+old row of a `−`, the new row of a `+` — evaluated once per batch over those rows (`_having`; when
+it only compares numeric columns, over every cell's old and new row at once: `having_whole`);
 ids and the carried state are as without it, so the output is the selection's, element for element.
 
 With more than one engine thread (engine/parallel.py), a grouped batch of at least PARALLEL_MIN
