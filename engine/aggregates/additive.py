@@ -23,6 +23,7 @@ class Count(AggregateStrategy):
     """count(*) (the group's row count), count(x) and count(DISTINCT x): never NULL."""
 
     interval_cells = True
+    never_null = True
 
     def __init__(self, call: AggCall, ai: int):
         super().__init__(call, ai)
@@ -90,6 +91,18 @@ class Avg(Sum):
         out, hi = self._outside_int64(cx, tot)
         if out is not None and hi is not None and out.any():
             tot = np.where(out, hi, tot)
+        if tot.dtype.kind == "i":
+            return as_dtype(_int_avg(tot, cnt, null), self.dt), null
         val = np.zeros(len(cnt), np.float64)  # 0 under NULL; one division elsewhere (float64 / float64)
         np.divide(tot, cnt, out=val, where=~null, casting="unsafe")
         return as_dtype(val, self.dt), null
+
+
+def _int_avg(tot: np.ndarray, cnt: np.ndarray, null: np.ndarray) -> np.ndarray:
+    """tot / cnt as float64 where the count is > 0, exactly 0.0 under NULL (`null`: cnt ≤ 0), for
+    int64 totals: the same float64 division as `np.divide(tot, cnt, where=~null)` into zeros, with
+    no masked loop (numpy's `where=` and masked selects are ~10x slower than the division on a
+    mask without pattern: SMVAvgRel's ~45k cells a call). A NULL cell divides 0 by 1: +0.0."""
+    num = tot * ~null  # int64 × bool: the total, or 0 under NULL (exact, no branch)
+    den = np.maximum(cnt, 1)
+    return np.divide(num, den)

@@ -5,7 +5,9 @@ Per group: its key values (stored once, when the group is first seen), its curre
 the running totals of the additive quantities its aggregates read (int64, or a compensated
 (hi, lo) float pair). Arrays grow on demand and are renumbered when dead groups are compacted.
 A count(x) whose argument was never NULL has the row count's totals: it keeps no array of its
-own until a NULL of x comes (`rows_counts`, `unshare`).
+own until a NULL of x comes (`rows_counts`, `unshare`). An aggregate value that is never NULL
+(count) has its NULL flags neither written nor read (`null_free`): one gather, one copy, two
+comparisons and one scatter less per batch.
 """
 
 from __future__ import annotations
@@ -34,9 +36,16 @@ class GroupState:
     """Per-group arrays (see the module docstring); `cap` is their common length."""
 
     def __init__(
-        self, key_dtypes: Sequence[DTypeLike], out_dtypes: Sequence[DTypeLike], quantities: Sequence[Quantity]
+        self,
+        key_dtypes: Sequence[DTypeLike],
+        out_dtypes: Sequence[DTypeLike],
+        quantities: Sequence[Quantity],
+        null_free: Sequence[bool] = (),
     ) -> None:
         self.cap = 0
+        # per aggregate value: never NULL, so its `out_nulls` entries are stale (not carried) and
+        # read as all False (False for all without the argument: every flag carried)
+        self.null_free = list(null_free) or [False] * len(out_dtypes)
         self.exists = _filled(np.bool_, False, 0)  # the group has an output row
         self.row_id = _filled(np.uint64, 0, 0)  # the id its output row was inserted with
         self.key_vals = [_filled(dt, 0, 0) for dt in key_dtypes]
@@ -165,8 +174,11 @@ class GroupState:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         """A checkpoint taken before `null_keys` existed: every column may hold NULL keys; before
-        `rows_counts`: every count has its own totals."""
+        `rows_counts`: every count has its own totals; before `null_free`: every value's NULL flags
+        are carried (so they stay carried: the checkpoint's flags are the truth)."""
         self.__dict__.update(state)
+        if "null_free" not in state:
+            self.null_free = [False] * len(self.out_vals)
         if "rows_counts" not in state:  # every quantity with an array of its own
             self.rows_counts = set()
         if "null_keys" not in state:
@@ -176,9 +188,10 @@ class GroupState:
         """Every existing group's output row (keys, then aggregate values) as `+` at `at`."""
         live = np.flatnonzero(self.exists)
         cols, nulls = [], []
-        for v, m in zip(self.key_vals + self.out_vals, self.key_nulls + self.out_nulls):
+        free = [False] * len(self.key_vals) + self.null_free
+        for v, m, f in zip(self.key_vals + self.out_vals, self.key_nulls + self.out_nulls, free):
             cols.append(v[live])
-            ml = m[live]
-            nulls.append(ml if ml.any() else None)
+            ml = None if f else m[live]
+            nulls.append(ml if ml is not None and ml.any() else None)
         n = len(live)
         return Batch(cols, nulls, np.full(n, at, np.int64), np.ones(n, np.int8), self.row_id[live].copy())

@@ -31,6 +31,8 @@ class AggregateStrategy(ABC):
     # its value at a cell is read off the quantities' totals there alone (not the cells before it
     # in the batch), so a probed operator may make a cell of a group's whole probe interval
     interval_cells = False
+    # its value is never NULL (count): its NULL flags are neither read nor carried (GroupState.null_free)
+    never_null = False
 
     def __init__(self, call: AggCall, ai: int):
         self.call = call

@@ -47,7 +47,8 @@ the cells). Each such cell ends at the same event, so its totals and values are 
 
 With a HAVING predicate (`Aggregate.having`, cql/logical/rewrites/having_in_aggregate.py: a
 selection over the output moved in), emission keeps only the rows the predicate holds for — the
-old row of a `−`, the new row of a `+` — evaluated once per batch over those rows (`_having`);
+old row of a `−`, the new row of a `+` — evaluated once per batch over those rows (`_having`; when
+it only compares numeric columns, over every cell's old and new row at once: `having_whole`);
 ids and the carried state are as without it, so the output is the selection's, element for element.
 
 With more than one engine thread (engine/parallel.py), a grouped batch of at least PARALLEL_MIN
@@ -58,12 +59,13 @@ rows and ids merged back to exactly the sequential output.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import TYPE_CHECKING, Self, cast
 
 import numpy as np
 
 from cqlstream.cql.logical import nodes as L
-from cqlstream.cql.logical.expr import AggCall, Expr, columns
+from cqlstream.cql.logical.expr import COMPARISONS, AggCall, ColRef, Const, Expr, Op, columns
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.engine import parallel
 from cqlstream.engine.aggregates.cells import Cells
@@ -91,6 +93,8 @@ if TYPE_CHECKING:
 
 
 _HAVING_META = ((np.int64, 0), (np.int8, 1), (np.uint64, 0))  # ts, sign, id of the rows HAVING reads
+_WHOLE_OPS = frozenset({"and", "or", "not", "is_null", "in"})  # with COMPARISONS: `AggregateOp.having_whole`
+_WHOLE_KINDS = frozenset({"int", "float", "bool", "timestamp"})  # ... over columns of these types
 
 
 class AggregateOp(Operator):
@@ -165,7 +169,12 @@ class AggregateOp(Operator):
         return self.args.index(e)
 
     def _new_state(self) -> GroupState:
-        return GroupState([dtype_of(t) for t in self.key_types], [dtype_of(a.type) for a in self.aggs], self.quantities)
+        return GroupState(
+            [dtype_of(t) for t in self.key_types],
+            [dtype_of(a.type) for a in self.aggs],
+            self.quantities,
+            [s.never_null for s in self.strategies],
+        )
 
     def state_bytes(self) -> int:
         n = self.gkeys.nbytes() + sum(m.nbytes() for m in self.ms.values()) + self.state.nbytes()
@@ -333,15 +342,18 @@ class AggregateOp(Operator):
         follow.copy(prev_exists, exists)
         changed = exists != prev_exists
         prevs = []
-        for (v, nl), ov, on in zip(outs, state.out_vals, state.out_nulls):
+        for free, (v, nl), ov, on in zip(state.null_free, outs, state.out_vals, state.out_nulls):
             pv = ov.take(cell_g)
-            pn = on.take(cell_g)
             follow.copy(pv, v)
-            follow.copy(pn, nl)
-            prevs.append((pv, pn))
             d = np.asarray(v != pv, bool)
-            d &= ~nl
-            d |= nl != pn
+            if free:  # never NULL: its flags all False, before and after (GroupState.null_free)
+                pn = nl
+            else:
+                pn = on.take(cell_g)
+                follow.copy(pn, nl)
+                d &= ~nl
+                d |= nl != pn
+            prevs.append((pv, pn))
             d &= exists
             changed |= d
         k = np.count_nonzero(changed)
@@ -405,15 +417,17 @@ class AggregateOp(Operator):
         lastc = run_ends(cell_g)  # each touched group's last cell
         G = cell_g.take(lastc)
         state.exists[G] = ch.exists.take(lastc)
-        for (v, nl), ov, on in zip(ch.outs, state.out_vals, state.out_nulls):
+        for free, (v, nl), ov, on in zip(state.null_free, ch.outs, state.out_vals, state.out_nulls):
             ov[G] = v.take(lastc)
-            on[G] = nl.take(lastc)
+            if not free:  # (a never-NULL value's flags are neither read nor kept: GroupState.null_free)
+                on[G] = nl.take(lastc)
         if ins is None:
             ins = np.flatnonzero(ch.ins_mask)  # positions: cheaper than the mixed mask, used twice
         if len(ins):
             ig = cell_g.take(ins if len(ch.chg) == len(cell_g) else ch.chg.take(ins))  # every cell changes: same
-            last_ins = run_ends(ig)
-            state.row_id[ig.take(last_ins)] = nid.take(ins.take(last_ins))
+            # a group's last `+` wins: a 1-D scatter writes in order (as kernels.unique_rows relies on),
+            # so no run ends of `ig` and no gathers at them
+            state.row_id[ig] = nid.take(ins)
         full_last = lastc if ch.em is None else ch.em.take(lastc)  # the same cells, numbered among all cells
         state.carry_totals(ch.cx.totals, full_last, G)
         return np.compress(ch.rows.take(full_last) <= 0, G)
@@ -472,6 +486,28 @@ class AggregateOp(Operator):
         )
         return change_batch(rec)  # laid out in ts order when first read: by the writer thread, if any
 
+    @cached_property
+    def having_whole(self) -> bool:
+        """The HAVING predicate may be evaluated over every cell's old and new row, emitted or not
+        (`_having_whole`): it only compares numeric or boolean columns and constants (no function,
+        no arithmetic, no text), so a row that is never emitted — a junk old row of a group that
+        did not exist — can neither raise nor run user code. (A cached property: an operator
+        pickled before it existed computes it on first use.)"""
+        if self.having is None:
+            return False
+        types = self.out_types
+
+        def total(e: Expr) -> bool:
+            if isinstance(e, Const):
+                return True
+            if isinstance(e, ColRef):
+                return types[e.index].kind in _WHOLE_KINDS
+            if isinstance(e, Op) and (e.op in COMPARISONS or e.op in _WHOLE_OPS):
+                return all(total(a) for a in e.args)
+            return False
+
+        return total(self.having)
+
     def _having(self, ch: Changes) -> tuple[np.ndarray, np.ndarray]:
         """`ch.del_mask` and `ch.ins_mask` kept only where the HAVING predicate is TRUE of the row
         (NULL: false, as a selection): evaluated once, vectorized, over the rows that would be
@@ -480,6 +516,8 @@ class AggregateOp(Operator):
         of VehPos's in Linear Road, against 48 kept — cost one or two columns, not a whole row."""
         assert self.having is not None
         cell_g, chg, del_mask, ins_mask, outs, prevs = ch.cell_g, ch.chg, ch.del_mask, ch.ins_mask, ch.outs, ch.prevs
+        if len(chg) == len(cell_g) and self.having_whole:
+            return self._having_whole(ch)
         di, ii = np.flatnonzero(del_mask), np.flatnonzero(ins_mask)
         dc, ic = (di, ii) if len(chg) == len(cell_g) else (chg.take(di), chg.take(ii))  # every cell changes: same
         if not (len(dc) + len(ic)):
@@ -504,6 +542,30 @@ class AggregateOp(Operator):
         del_mask[di] = keep[: len(dc)]
         ins_mask[ii] = keep[len(dc) :]
         return del_mask, ins_mask
+
+    def _having_whole(self, ch: Changes) -> tuple[np.ndarray, np.ndarray]:
+        """`_having` when every compared cell is kept (`ch.chg` is all cells) and the predicate
+        may see any row (`having_whole`): evaluated over every cell's old row and every cell's new
+        row as they are — the cells' own arrays, no positions found, no gathers of the rows to be
+        emitted, no scatters back — then and-ed with the masks (VehPos: ~57k cells a call, nearly
+        all a `−` or a `+`). Row for row the same predicate on the same values: the same masks."""
+        assert self.having is not None
+        read = self.having_cols
+        n = len(ch.cell_g)
+        st = self.state
+        nk = len(st.key_vals)
+        g = ch.cell_g if any(j < nk for j in read) else ch.cell_g[:0]  # keys: one gather for old and new rows
+        kcols = [kv.take(g) if j in read else kv[:0] for j, kv in enumerate(st.key_vals)]
+        knulls = [st.key_null(j, g) if j in read else None for j in range(nk)]
+        meta = [np.broadcast_to(dt(v), (n,)) for dt, v in _HAVING_META]
+
+        def holds(rows: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+            cols = kcols + [v if j in read else v[:0] for j, (v, _) in enumerate(rows, nk)]
+            nulls = knulls + [nl if j in read and nl.any() else None for j, (_, nl) in enumerate(rows, nk)]
+            assert self.having is not None
+            return self.ev.predicate(self.having, Batch(cols, nulls, *meta))
+
+        return np.logical_and(ch.del_mask, holds(ch.prevs)), np.logical_and(ch.ins_mask, holds(ch.outs))
 
     # ------------------------------------------------------------ dead groups: reuse, compaction
     def _release(self, dead: np.ndarray) -> None:
