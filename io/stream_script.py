@@ -242,6 +242,12 @@ def _resolve(folder: Path, name: str) -> Path:
     return p if p.is_absolute() else folder / p
 
 
+def source_file(folder: Path, name: str, source_dir: str | os.PathLike[str] | None) -> Path:
+    """The file a `source : name` line of a script in `folder` reads (from `source_dir` when
+    given, under the same file name)."""
+    return _resolve(folder, name) if source_dir is None else Path(source_dir) / Path(name).name
+
+
 def parse_script(
     path: str | os.PathLike[str],
     *,
@@ -281,7 +287,7 @@ def parse_script(
                     path, pending.line, f"'{what}' must be followed by '{expected} :' (found '{kw} :' on line {line})"
                 )
             if kw == "source":
-                pending.file = _resolve(folder, body) if source_dir is None else Path(source_dir) / Path(body).name
+                pending.file = source_file(folder, body, source_dir)
                 pending.file_line = line
                 if not pending.file.is_file():
                     why = "is a folder" if pending.file.is_dir() else "not found"
