@@ -100,7 +100,7 @@ def _first_pass(path: Path, source_dir: str | os.PathLike[str] | None, block_siz
     from cqlstream.cql import ast, ddl
     from cqlstream.cql.catalog import Catalog
     from cqlstream.cql.parser import parse_statement
-    from cqlstream.io.stream_script import _read_items, source_file
+    from cqlstream.io.script_items import _read_items, source_file
 
     items = _read_items(path, path.read_text(encoding="utf-8"))
     catalog = Catalog()  # as the check's: a bare catalog, the tables registered in order
