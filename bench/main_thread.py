@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import importlib.abc
+import importlib.util
 import json
 import os
 import resource
@@ -23,7 +25,9 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,35 +73,65 @@ def _count_ends() -> None:
     threading.Thread.run = counted  # type: ignore[method-assign]
 
 
+def _when_loaded(name: str, patch: Callable[[ModuleType], None]) -> None:
+    """Call `patch(module)` once the module `name` is loaded (imported as the program does, not
+    before: importing the engine ahead of the run would change what its start-up overlaps)."""
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+            if fullname != name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(fullname)
+            loader = spec.loader if spec is not None else None
+            if loader is None:
+                return spec
+            execute = loader.exec_module
+
+            def exec_module(module: ModuleType) -> None:
+                execute(module)
+                patch(module)
+
+            loader.exec_module = exec_module  # type: ignore[method-assign]
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
 def one(script: str, threads: int) -> int:
     """One `cqlstream run` in this process, as the program, with the main thread's clocks
-    (wrapping the operators' `step` and `ResultWriter.write`), printed to stderr at exit."""
-    from cqlstream.engine.operators.base import Operator
-    from cqlstream.io.result_writer import ResultWriter
-
+    (wrapping the operators' `step` and `ResultWriter.write` once their modules load), printed
+    to stderr at exit."""
     began = time.perf_counter()
     steps: dict[str, float] = defaultdict(float)
     first: dict[str, float] = {}
-    step = Operator.step
-
-    def timed_step(self: Operator, budget: int | None = None) -> int:
-        if not first:
-            first.update(cpu=time.thread_time(), wall=time.perf_counter() - began, faults=_faults())
-            first.update({f"{k}_startup": v for k, v in _others().items()})
-        c = time.thread_time()
-        try:
-            return step(self, budget)
-        finally:
-            steps[type(self).__name__] += time.thread_time() - c
-
-    write = ResultWriter.write
     w = {"cpu": 0.0, "wall": 0.0}
 
-    def timed_write(self: ResultWriter, rnd: Any) -> None:
-        c, t = time.thread_time(), time.perf_counter()
-        write(self, rnd)
-        w["cpu"] += time.thread_time() - c
-        w["wall"] += time.perf_counter() - t
+    def patch_step(module: ModuleType) -> None:
+        step = module.Operator.step
+
+        def timed_step(self: Any, budget: int | None = None) -> int:
+            if not first:
+                first.update(cpu=time.thread_time(), wall=time.perf_counter() - began, faults=_faults())
+                first.update({f"{k}_startup": v for k, v in _others().items()})
+            c = time.thread_time()
+            try:
+                return step(self, budget)
+            finally:
+                steps[type(self).__name__] += time.thread_time() - c
+
+        module.Operator.step = timed_step
+
+    def patch_write(module: ModuleType) -> None:
+        write = module.ResultWriter.write
+
+        def timed_write(self: Any, rnd: Any) -> None:
+            c, t = time.thread_time(), time.perf_counter()
+            write(self, rnd)
+            w["cpu"] += time.thread_time() - c
+            w["wall"] += time.perf_counter() - t
+
+        module.ResultWriter.write = timed_write
 
     def report() -> None:  # at exit: a run as the program ends in os._exit after the exit handlers
         cpu, faults = time.thread_time(), _faults()
@@ -118,8 +152,8 @@ def one(script: str, threads: int) -> int:
         print(MARK, json.dumps(out), file=sys.stderr, flush=True)
 
     _count_ends()
-    Operator.step = timed_step  # type: ignore[method-assign]
-    ResultWriter.write = timed_write  # type: ignore[method-assign]
+    _when_loaded("cqlstream.engine.operators.base", patch_step)
+    _when_loaded("cqlstream.io.result_writer", patch_write)
     atexit.register(report)
     from cqlstream.cli import main as cli_main
 

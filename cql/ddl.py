@@ -1,21 +1,24 @@
 """DDL execution: check `register stream|relation|view` statements and store their definitions in
 a catalog. Views are analyzed here (their plan is what readers inline), so this module, not the
-catalog, depends on the analyzer."""
+catalog, depends on the analyzer — imported by the first view registered: `cqlstream run` reads its
+sources' `register` statements before the rest of the compiler is loaded (io/early_readers.py)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cqlstream.cql import ast
 from cqlstream.cql import types as T
-from cqlstream.cql.analyzer import AnalyzeOptions, analyze
 from cqlstream.cql.catalog import Catalog, SourceDef, ViewDef
 from cqlstream.cql.errors import CqlError, Pos
 from cqlstream.cql.functions import FunctionRegistry
 from cqlstream.cql.logical.expr import ColRef
 from cqlstream.cql.logical.nodes import Attribute, Plan, Project
 from cqlstream.cql.parser import _UNIT_CANON, parse_script
+
+if TYPE_CHECKING:
+    from cqlstream.cql.analyzer import AnalyzeOptions
 
 
 # option name → (SourceDef field, validator returning the normalized value or raising ValueError)
@@ -136,7 +139,11 @@ def register_view(
     for c in stmt.columns or ():
         check_name(c, "column", stmt.pos)
     catalog.claim(stmt.name, stmt.pos)
-    plan = analyzed if analyzed is not None else analyze(stmt.query, catalog, text=text, options=options).plan
+    if analyzed is None:
+        from cqlstream.cql.analyzer import analyze
+
+        analyzed = analyze(stmt.query, catalog, text=text, options=options).plan
+    plan = analyzed
     if stmt.columns is not None:
         if len(stmt.columns) != len(plan.schema):
             raise CqlError(

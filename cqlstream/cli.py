@@ -96,15 +96,24 @@ def _run(
     engine_threads: int | None = None,
     column_pruning: bool = True,
 ) -> tuple[dict[str, int] | None, str | None]:
-    """run_script with user errors turned into (message, exit code 2)."""
+    """run_script with user errors turned into (message, exit code 2).
+
+    With threads, the sources' readers start before the engine is imported (io/early_readers.py):
+    they parse while the main thread imports, checks and plans."""
     from cqlstream import run_process
     from cqlstream.cql import parse_cache
+    from cqlstream.io import run_settings
+    from cqlstream.io.early_readers import EarlyReaders, start_early_readers
     from cqlstream.io.errors import ScriptError
-    from cqlstream.io.script_runner import run_script
 
     parse_cache.enable()  # the script's statements parsed by an earlier run are not parsed again
-
+    early: EarlyReaders | None = None
     try:
+        if (run_settings.default_threads() if threads is None else threads) > 1 and batch_rows >= 1:
+            run_settings.tune_malloc()  # before the readers' first blocks
+            early = start_early_readers(script, source_dir, run_settings.block_bytes(batch_rows))
+        from cqlstream.io.script_runner import run_script  # the engine: imported while they read
+
         return (
             run_script(
                 script,
@@ -119,6 +128,7 @@ def _run(
                 engine_threads=engine_threads,
                 on_registered=run_process.resume_gc,  # after `main`'s pause_gc (a no-op without it)
                 column_pruning=column_pruning,
+                early=early,
             ),
             None,
         )
@@ -128,6 +138,8 @@ def _run(
         where = f" {e.filename}" if getattr(e, "filename", None) else ""
         return None, f"cannot write{where}: {e.strerror or e}"
     finally:
+        if early is not None:
+            early.close()  # (run_script stopped them already, unless it was never reached)
         run_process.resume_gc()  # a run that failed before its script was registered
 
 
@@ -135,7 +147,7 @@ def _one_malloc_arena() -> None:
     """One glibc heap for every thread of a run, set before numpy starts its own threads (set
     later, a thread created meanwhile has its own arena and the engine's worker shares it: Q2 at
     1M rows peaked at 267 MB against 187 MB with the engine's work on one thread). What else
-    `cqlstream run` tunes in malloc is io/script_runner.py `_tune_malloc`."""
+    `cqlstream run` tunes in malloc is io/run_settings.py `tune_malloc`."""
     import os
 
     if os.environ.get("CQLSTREAM_MALLOC_TUNE", "1") == "0":
@@ -170,7 +182,7 @@ def _one_blas_thread() -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     _one_malloc_arena()
     _one_blas_thread()
-    from cqlstream.io.script_runner import DEFAULT_BATCH_ROWS
+    from cqlstream.io.run_settings import DEFAULT_BATCH_ROWS  # (the engine is imported once reading started)
 
     if args.batch_rows is None:
         args.batch_rows = DEFAULT_BATCH_ROWS

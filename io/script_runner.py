@@ -23,9 +23,11 @@ from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
 from cqlstream.engine.scheduler import for_threads
 from cqlstream.io.dat_source import SourceReader
+from cqlstream.io.early_readers import Block, EarlyReaders, start_early_readers, start_reader
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.prefetch import Prefetch
 from cqlstream.io.result_writer import ResultWriter, Round, empty_file
+from cqlstream.io.run_settings import DEFAULT_BATCH_ROWS, block_bytes, default_threads, tune_malloc
 from cqlstream.io.stream_script import Registrar, Step, parse_script
 
 if TYPE_CHECKING:  # imported by a run that writes in processes (it brings subprocess)
@@ -39,18 +41,8 @@ def _dest_path(step: Step, out_dir: str | os.PathLike[str] | None) -> Path:
     return Path(out_dir) / step.paired_file.name if out_dir is not None else step.paired_file
 
 
-# Rows pushed per round. Measured on the 5M-row benchmarks: 100k keeps peak memory near 0.2-0.3 GB at
-# the same CPU time as 1M for filters and aggregates, while joins (work per round grows faster than
-# linearly with the round's size) took 20 s at 100k against minutes and 9 GB at 1M.
-DEFAULT_BATCH_ROWS = 100_000
+# (DEFAULT_BATCH_ROWS, default_threads, the blocks' size and read-ahead: io/run_settings.py)
 
-# Parsed blocks read ahead per source when reading runs in its own thread: 2 while the engine runs
-# (memory: a few blocks), 8 before its first block is taken (~13 MB of text at the default block
-# size): a reader started while the script is registered parses most of a 1M-row source then, while
-# the other core is idle (Q2/Q4 at 2 threads, bench/README.md, session 16), and the extra blocks are
-# gone before the run's state grows (Linear Road at 3M: peak RSS 284 MB with 8 blocks throughout).
-_READ_AHEAD = 2
-_READ_AHEAD_EARLY = 8
 # Rounds of results waiting per writer thread: one keeps the writer busy (formatting a round takes
 # a fraction of the engine's time for it) and holds the least memory (Q2: ~15 MB per round).
 _WRITE_AHEAD = 1
@@ -60,46 +52,6 @@ _WRITE_AHEAD = 1
 # threads took 16-29% more engine CPU on Linear Road with no wall gain measurable (bench/README.md,
 # session 14); 2 is for a quiet machine once measured there.
 DEFAULT_ENGINE_THREADS = 1
-
-
-def default_threads() -> int:
-    """Threads for a run: 2 where the process may use two or more CPUs (reading and writing then
-    overlap the engine), else 1. More writer threads pay only with many dests and more cores."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return 2 if cpus >= 2 else 1
-
-
-_malloc_tuned = False
-
-
-def _tune_malloc() -> None:
-    """Keep freed memory in the process (glibc): every round allocates and frees many arrays of
-    a few MB, which glibc otherwise maps and unmaps each time — page faults on every first touch
-    (measured on Q4 at 5M rows: 89k → 51k minor faults, 0.2-0.3 s of CPU). What is kept is
-    reused by the next round. The trim threshold bounds it: at 512 MB, Linear Road at 3M rows
-    with reader and writer threads on a loaded machine peaked at 1.3 GB (324 MB untuned, ~300 MB
-    live); at 64 MB it peaks at 324 MB with the same CPU (and Q2/Q4's CPU unchanged).
-    A no-op where mallopt is not available."""
-    global _malloc_tuned
-    if _malloc_tuned or os.environ.get("CQLSTREAM_MALLOC_TUNE", "1") == "0":
-        return
-    _malloc_tuned = True
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)  # the process's own symbols, libc's among them (no ldconfig run)
-        M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -2, -3, -8
-        libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)  # arrays up to 32 MB come from the heap
-        libc.mallopt(M_TRIM_THRESHOLD, 64 << 20)  # give memory back only past 64 MB free at the top
-        libc.mallopt(M_TOP_PAD, 64 << 20)
-        # one heap for the reader and writer threads too: each thread's own arena would keep its
-        # freed blocks apart (measured on Q2 at 2 threads: peak RSS 276 → 260 MB, same CPU)
-        libc.mallopt(M_ARENA_MAX, 1)
-    except (OSError, AttributeError, TypeError):  # not glibc
-        pass
 
 
 def run_script(
@@ -116,6 +68,7 @@ def run_script(
     engine_threads: int | None = None,
     on_registered: Callable[[], None] | None = None,
     column_pruning: bool = True,
+    early: EarlyReaders | None = None,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -138,46 +91,61 @@ def run_script(
     CLI resumes garbage collection there, cqlstream/run_process.py).
     `column_pruning`: operators fill only the columns something above them reads
     (engine/column_pruning.py); False: every column (the same bytes either way).
+    `early`: readers a first pass over this script already started (io/early_readers.py; the CLI
+    starts them before it imports the engine); a threaded run takes those whose table its check
+    accepts and stops the rest when it ends. Without, a threaded run makes that pass itself.
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
-    if batch_rows < 1:
-        raise ValueError("batch_rows must be at least 1")
-    threads = default_threads() if threads is None else threads
-    if threads < 1:
-        raise ValueError("threads must be at least 1")
-    if writer not in WRITERS:
-        raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
-    if engine_threads is None:  # see DEFAULT_ENGINE_THREADS; `threads` 1 means all on one thread
-        engine_threads = 1 if threads == 1 else min(DEFAULT_ENGINE_THREADS, default_threads())
-    if engine_threads < 1:
-        raise ValueError("engine_threads must be at least 1")
-    _tune_malloc()
-    # writer processes start first: their start-up overlaps parsing and registering the script
-    procs: list[WriterProcess] = []
-    if threads > 1 and writer == "process":
-        from cqlstream.io.writer_process import WriterProcess
-
-        procs = [WriterProcess.spawn() for _ in range(threads - 1)]
-    before = parallel.threads()
     try:
-        parallel.set_threads(engine_threads)
-        return _run(
-            path,
-            out_dir,
-            compat,
-            batch_rows,
-            source_dir,
-            threads,
-            block_size,
-            approximate,
-            synopsis_joins,
-            procs,
-            on_registered,
-            column_pruning,
-        )
+        if batch_rows < 1:
+            raise ValueError("batch_rows must be at least 1")
+        threads = default_threads() if threads is None else threads
+        if threads < 1:
+            raise ValueError("threads must be at least 1")
+        if writer not in WRITERS:
+            raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
+        if engine_threads is None:  # see DEFAULT_ENGINE_THREADS; `threads` 1 means all on one thread
+            engine_threads = 1 if threads == 1 else min(DEFAULT_ENGINE_THREADS, default_threads())
+        if engine_threads < 1:
+            raise ValueError("engine_threads must be at least 1")
+        tune_malloc()
+        block = block_bytes(batch_rows, block_size)
+        if threads == 1 and early is not None:
+            early.close()  # one thread reads on the engine's thread, in turn
+        elif threads > 1 and early is None:
+            # each source starts being read before the rest of the script is checked (the check's
+            # queries and views, the registration and planning overlap the reading)
+            early = start_early_readers(path, source_dir, block)
+        # writer processes start first: their start-up overlaps parsing and registering the script
+        procs: list[WriterProcess] = []
+        if threads > 1 and writer == "process":
+            from cqlstream.io.writer_process import WriterProcess
+
+            procs = [WriterProcess.spawn() for _ in range(threads - 1)]
+        before = parallel.threads()
+        try:
+            parallel.set_threads(engine_threads)
+            return _run(
+                path,
+                out_dir,
+                compat,
+                batch_rows,
+                source_dir,
+                threads,
+                block,
+                approximate,
+                synopsis_joins,
+                procs,
+                on_registered,
+                column_pruning,
+                early,
+            )
+        finally:
+            parallel.set_threads(before)
+            for p in procs:
+                p.abort()  # a no-op for a process that finished; else the run failed before handing over
     finally:
-        parallel.set_threads(before)
-        for p in procs:
-            p.abort()  # a no-op for a process that finished; else the run failed before handing over
+        if early is not None:
+            early.close()  # the readers the run's check did not take (none were read from)
 
 
 def _run(
@@ -187,24 +155,25 @@ def _run(
     batch_rows: int,
     source_dir: str | os.PathLike[str] | None,
     threads: int,
-    block_size: int | None,
+    block: int,
     approximate: str | None,
     synopsis_joins: bool,
     procs: list[WriterProcess],
     on_registered: Callable[[], None] | None = None,
     column_pruning: bool = True,
+    early_readers: EarlyReaders | None = None,
 ) -> dict[str, int]:
-    block = block_size or int(min(64 << 20, max(1 << 20, batch_rows * 16)))
-    # With threads, each source starts being read and parsed as soon as the script's check has
-    # passed its table (parse_script's on_source), so reading the first blocks overlaps checking
-    # the rest of the script, registering and planning it. What a reader finds wrong in its input
-    # is raised only when the feed takes that block, after the whole script was checked and
-    # registered: a script error is always reported first, as at --threads 1.
+    # With threads, each source is being read and parsed by the time the script's check passes its
+    # table (parse_script's on_source): started by the first pass (`early_readers`), else there;
+    # so reading the first blocks overlaps checking the rest of the script, registering and
+    # planning it. What a reader finds wrong in its input is raised only when the feed takes that
+    # block, after the whole script was checked and registered: a script error is always reported
+    # first, as at --threads 1.
     early: dict[int, tuple[SourceDef, SourceReader, Prefetch[Block]]] = {}  # id(step) → reader started
 
     def start_reading(step: Step, src: SourceDef) -> None:
-        r = SourceReader(step.paired_file, src, block_size=block)
-        it = Prefetch(r.instants(), _READ_AHEAD, f"cqlstream-read-{src.name}", _READ_AHEAD_EARLY)
+        started = early_readers.take(step.paired_file, src, block) if early_readers is not None else None
+        r, it = started if started is not None else start_reader(step.paired_file, src, block)
         early[id(step)] = (src, r, it)
 
     outs: list[tuple[str, IO[bytes], Subscription]] = []  # (dest path, file, subscription)
@@ -276,13 +245,11 @@ def _run(
                 continue
             if started is not None:
                 started[2].close()
-            r = SourceReader(step.paired_file, src, block_size=block)
-            it: Iterator[Block] = (
-                r.instants()
-                if threads == 1
-                else Prefetch(r.instants(), _READ_AHEAD, f"cqlstream-read-{src.name}", _READ_AHEAD_EARLY)
-            )
-            feeds.append(_Feed(src.name, r, it))
+            if threads == 1:
+                r = SourceReader(step.paired_file, src, block_size=block)
+                feeds.append(_Feed(src.name, r, r.instants()))
+            else:
+                feeds.append(_Feed(src.name, *start_reader(step.paired_file, src, block)))
         _feed_all(d, feeds, batch_rows, drain)
         d.end()
         drain()
@@ -314,11 +281,6 @@ def _open_dest(dest: Path, keep: bool) -> IO[bytes]:
     if not keep:
         return open(dest, "wb")  # closed when the run ends (several dests stay open)
     return os.fdopen(os.open(dest, os.O_WRONLY | os.O_CREAT, 0o666), "wb")
-
-
-# a source's parsed rows in whole instants, and the instant its next rows start with
-# (SourceReader.instants; None: the file's end or an instant that may continue)
-Block = tuple[Batch, "int | None"]
 
 
 class _Feed:

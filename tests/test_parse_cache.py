@@ -23,7 +23,7 @@ import pytest
 from bench.linear_road.bench import SCRIPTS
 from cqlstream.cql import parse_cache
 from cqlstream.cql.errors import CqlError
-from cqlstream.io.stream_script import _read_items
+from cqlstream.io.script_items import _read_items
 from tests.test_corpus import _blocks
 from tests.test_explain_golden import CASES as GOLDEN
 from tests.test_explain_golden import load as load_golden

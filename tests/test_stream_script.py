@@ -632,7 +632,7 @@ def test_the_statement_scanner_is_the_character_loop():
     statement spanning lines carries it) it finds the same ends and leaves the same state."""
     import random
 
-    from cqlstream.io.stream_script import _statement_end
+    from cqlstream.io.script_items import _statement_end
 
     rng = random.Random(18)
     alphabet = ["a", " ", ";", "'", '"', "`", "-", "/", "*", "''", "--", "/*", "*/", "x;y"]
