@@ -140,19 +140,32 @@ class Table:
 
     `seq` per row (−1 for state rows), `ev` the live event rows, `inst`/`lo`/`hi` the instances (rows
     with their alive interval), `survivors` the rows alive at the end of the call (= the
-    instances with hi = INF, in row order).
+    instances with hi = INF, in row order), `retracted` the insert rows a delete of the call
+    retracts (those that do not survive).
     """
 
     def __init__(self, state: Batch, events: Batch, ev_seq: np.ndarray, types: Sequence[DataType]) -> None:
-        ns = len(state)
         self.b = concat([state, events], types) if len(events) else state
+        self._instances(self.b.id, len(state), events.sign, ev_seq)
+
+    @classmethod
+    def of_ids(cls, state_ids: np.ndarray, events: Batch, ev_seq: np.ndarray) -> Table:
+        """The instances of carried rows known by their ids alone (their columns are kept
+        elsewhere: the stream join's LiveRows) and the call's events; `b` is not set."""
+        t = cls.__new__(cls)
+        ids = np.concatenate([state_ids, events.id]) if len(events) else state_ids
+        t._instances(ids, len(state_ids), events.sign, ev_seq)
+        return t
+
+    def _instances(self, ids: np.ndarray, ns: int, ev_sign: np.ndarray, ev_seq: np.ndarray) -> None:
+        """Rows: `ns` carried ones (inserts), then events with signs `ev_sign` at `ev_seq`."""
         self.n_state = ns
-        n = len(self.b)
+        n = len(ids)
         self.seq = seq = np.empty(n, np.int64)
         seq[:ns] = -1
         seq[ns:] = ev_seq
         self.unmatched_deletes = 0
-        ev_ins = events.sign > 0
+        ev_ins = ev_sign > 0
         if ev_ins.all():
             # no deletes (state rows are all inserts): every row is an instance alive from its seq
             # through the call, and every event acts — the general path's result in a few calls
@@ -161,6 +174,7 @@ class Table:
             self.lo = seq
             self.hi = filled(n, INF, np.int64)
             self.ev = self.inst[ns:]
+            self.retracted = self.inst[:0]
             return
         dead = np.zeros(n, bool)
         is_ins = filled(n, True, bool)
@@ -170,8 +184,10 @@ class Table:
         lo = self.seq[ins]
         hi = filled(len(ins), INF, np.int64)
         keep = filled(len(ins), True, bool)
+        self.retracted = ins[:0]
         if len(dels):
-            x, dels_o = self._match(self.b.id, ins, dels)  # index into `ins`, matched delete rows
+            x, dels_o = self._match(ids, ins, dels)  # index into `ins`, matched delete rows
+            self.retracted = ins.take(x)
             d = self.seq[dels_o]
             hi[x] = d
             empty = d <= lo[x]
