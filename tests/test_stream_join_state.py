@@ -189,3 +189,18 @@ def test_a_checkpoint_with_dead_rows_continues_exactly(tmp_path):
     # the copy left behind the dead rows of the warm-up steps the join had processed (t = 0..3:
     # an instant's events are processed once time passes it)
     assert dead[1] > 0 and dead[0] - dead[1] == 4 * 4
+
+
+def test_a_key_below_the_last_held_ends_the_searches(monkeypatch):
+    """Keys 5, 6, 7 held, then 1 arrives alone in a later call: the rows no longer ascend, and the
+    S tuple probing 1 must still meet it (a binary search over 5, 6, 7, 1 would miss it)."""
+    inputs = {
+        "S": [(1, (5, 0, 1)), (2, (6, 0, 2)), (3, (1, 0, 3)), (4, (7, 0, 4)), (5, (1, 0, 5))],
+        "T": [],
+        "R": [(0, 1, (5, 50)), (0, 1, (6, 60)), (0, 1, (7, 70)), (2, 1, (1, 10)), (4, 1, (8, 80))],
+    }
+    monkeypatch.setattr(SJ, "NARROW_MIN", 0)
+    monkeypatch.setattr(SJ, "NARROW_RATIO", 0)
+    assert_same(DDL, QUERIES[0], inputs)
+    new, _, d = engine_raw(DDL, QUERIES[0], inputs, 1)
+    assert (3, 1, (1, 3, 10)) in elements_of(new) and _op(d).ascending == [False]
