@@ -54,7 +54,7 @@ from cqlstream.engine.operators.join import (
 )
 from cqlstream.engine.operators.live_rows import LiveRows
 from cqlstream.engine.operators.state_prefilter import reachable_rows
-from cqlstream.engine.operators.tiny_pairs import tiny_pairs
+from cqlstream.engine.operators.tiny_pairs import Pairing, tiny_pairs
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -323,11 +323,11 @@ class StreamJoinOp(Operator):
             # a few S tuples: one probes × instances table (tiny_pairs.py), its pairs in (S row,
             # X row) order (`inst` ascends); `_ordered` sorts other paths' pairs fully, so the
             # order they come in never shows
-            p, at, _ = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
+            p, at, _ = tiny_pairs(Pairing(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi))
             self.counters.extra["candidate_pairs"] += len(p)
             return p, inst.take(at), True
         if SCAN_RATIO * len(s) < len(inst):
-            got = scan_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
+            got = scan_pairs(Pairing(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi))
             if got is not None:
                 self.counters.extra["candidate_pairs"] += len(got[0])
                 return got[0], inst[got[1]], False
