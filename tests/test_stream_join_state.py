@@ -204,3 +204,25 @@ def test_a_key_below_the_last_held_ends_the_searches(monkeypatch):
     assert_same(DDL, QUERIES[0], inputs)
     new, _, d = engine_raw(DDL, QUERIES[0], inputs, 1)
     assert (3, 1, (1, 3, 10)) in elements_of(new) and _op(d).ascending == [False]
+
+
+def test_checkpoints_of_before_load_their_state():
+    """A checkpoint of before LiveRows holds X's live rows as one batch (`state`), and the band
+    join's as `state` too: both load, and the joins continue from those rows."""
+    d = Dsms()
+    d.execute(DDL)
+    d.register_query(QUERIES[0])
+    d.register_query(QUERIES[4])  # a band join (S [Range 2] read as its stream)
+    d.push("R", [(1, 10), (2, 20)], ts=[0, 0])
+    d.push("S", [(1, 0, 5), (2, 1, 6)], ts=[1, 1])
+    for src in ("S", "T", "R"):
+        d.heartbeat(src, 2)
+    d.run()
+    for op in [o for o in d.plan.operators if isinstance(o, SJ.StreamJoinOp)]:
+        rows = op.state
+        old = {k: v for k, v in op.__dict__.items() if k not in ("held", "ascending", "last_key", "tuples")}
+        old["state"] = rows
+        back = type(op).__new__(type(op))
+        back.__setstate__(old)
+        assert back.state.rows() == rows.rows() and back.state.id.tolist() == rows.id.tolist()
+        assert len(rows) > 0 and back.ascending == [None] * len(back.equi)

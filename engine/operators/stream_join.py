@@ -112,13 +112,13 @@ class StreamJoinOp(Operator):
         """Checkpoints of before LiveRows hold X's live rows as one batch (`state`)."""
         old = state.pop("state", None) if "held" not in state else None
         self.__dict__.update(state)
+        if "ascending" not in state:
+            self.ascending, self.last_key = [None] * len(self.equi), [None] * len(self.equi)
         if old is not None:
             self._restore_rows(old)
 
     def _restore_rows(self, rows: Batch) -> None:
         self.held = LiveRows(self.input_types[self.rel])
-        self.ascending = [None] * len(self.equi)
-        self.last_key = [None] * len(self.equi)
         self.held.append(rows)
 
     @classmethod
