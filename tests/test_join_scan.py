@@ -94,6 +94,7 @@ def test_scan_pairs_falls_back_when_pairs_explode():
     n = 5000
     key = np.zeros(n, np.int64)
     ok = np.ones(n, bool)
-    assert J.scan_pairs(key[:300], ok[:300], np.arange(300), key, ok, np.full(n, -1), np.full(n, J.INF)) is None
-    p, at = J.scan_pairs(key[:1], ok[:1], np.zeros(1, np.int64), key, ok, np.full(n, -1), np.full(n, J.INF))
+    lo, hi = np.full(n, -1), np.full(n, J.INF)
+    assert J.scan_pairs(TP.Pairing(key[:300], ok[:300], np.arange(300), key, ok, lo, hi)) is None
+    p, at = J.scan_pairs(TP.Pairing(key[:1], ok[:1], np.zeros(1, np.int64), key, ok, lo, hi))
     assert len(p) == n and at.tolist() == list(range(n))

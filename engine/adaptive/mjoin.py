@@ -449,6 +449,7 @@ def edge_pairs(
     seq: the join's own step, on a few rows (scanned, or through an index the join already built
     in this call)."""
     from cqlstream.engine.operators.join import StabIndex, scan_pairs
+    from cqlstream.engine.operators.tiny_pairs import Pairing
 
     tj = tables[j]
     (ikey, ivalid), (pkey, pvalid) = inst, probe
@@ -457,7 +458,7 @@ def edge_pairs(
         return z, z
     index = op._indexes.get(cache_key) if cache_key is not None else None
     if index is None:
-        got = scan_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi)
+        got = scan_pairs(Pairing(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi))
         if got is not None:
             return got[0], tj.inst[got[1]]
         index = StabIndex(tj.inst[ivalid], ikey[ivalid], tj.lo[ivalid], tj.hi[ivalid], m, op.index_mode)

@@ -36,6 +36,7 @@ from cqlstream.engine.batch import Batch, concat
 from cqlstream.engine.kernels import expand_pairs, filled, run_lengths, run_starts, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators.base import IdSource
+from cqlstream.engine.operators.live_rows import LiveRows
 from cqlstream.engine.operators.stream_join import StreamJoinOp, _distinct_sorted, _ranks
 from cqlstream.engine.queues import Queue
 
@@ -78,6 +79,7 @@ class BandJoinOp(StreamJoinOp):
         assert life >= 1
         self.life = life
         self.same = same and self.local[0] == self.local[1]  # a self-join (class docstring)
+        self.tuples: Batch = Batch.empty(self.input_types[self.rel])  # `state`: arrival order
         # the columns of S' the pairing reads (equi keys, two-side conjuncts): only these are
         # put together from the carried and the new tuples; the output takes the others from
         # each part for its pairs alone (LR's self-join: 2 of 15 columns, ~31k rows a call)
@@ -87,6 +89,18 @@ class BandJoinOp(StreamJoinOp):
             c - lo for c in self.theta_cols if lo <= c < lo + self.widths[self.rel]
         )
 
+    @property
+    def state(self) -> Batch:
+        """The S' tuples that can still be alive at a later instant (arrival order)."""
+        return self.tuples
+
+    def state_bytes(self) -> int:
+        return self.tuples.nbytes()
+
+    def _restore_rows(self, rows: Batch) -> None:
+        self.tuples = rows
+        self.held = LiveRows(self.input_types[self.rel])
+
     def complete_from(self, cf: float) -> float:
         """Exact once every tuple alive in X arrived after `cf`: what the window's own bound is."""
         return cf + self.life - 1
@@ -94,12 +108,12 @@ class BandJoinOp(StreamJoinOp):
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         s = self._filtered(self.now, inputs[self.now])
         xn = self._filtered(self.rel, inputs[self.rel])
-        xs = self.state
+        xs = self.tuples
         x = self._x_view(xs, xn)
         # what can be alive at the instant `bound` or later: τ + life > bound
         cut = int(x.ts.searchsorted(bound - self.life, side="right"))
-        self.state = _kept(xs, xn, cut, self.input_types[self.rel])
-        self.counters.extra["state_tuples"] = len(self.state)
+        self.tuples = _kept(xs, xn, cut, self.input_types[self.rel])
+        self.counters.extra["state_tuples"] = len(self.tuples)
         if not len(s) or not len(x) or not self._const_ok():
             return Batch.empty(self.out_types)
         own = len(x) - len(xn) if self.same and _same_rows(s, xn) else None

@@ -55,7 +55,7 @@ from cqlstream.engine.operators.base import BuildContext, IdSource, Operator, he
 from cqlstream.engine.operators.join_summary import JOIN_SUMMARIES, ReservoirJoin, private_state, stores_empty
 from cqlstream.engine.operators.state_prefilter import narrow_state, should_narrow
 from cqlstream.engine.operators.summary_mode import DEFAULT_BYTES, SUMMARY_KNOBS, summary_line
-from cqlstream.engine.operators.tiny_pairs import tiny_pairs
+from cqlstream.engine.operators.tiny_pairs import Pairing, tiny_pairs
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -140,19 +140,32 @@ class Table:
 
     `seq` per row (−1 for state rows), `ev` the live event rows, `inst`/`lo`/`hi` the instances (rows
     with their alive interval), `survivors` the rows alive at the end of the call (= the
-    instances with hi = INF, in row order).
+    instances with hi = INF, in row order), `retracted` the insert rows a delete of the call
+    retracts (those that do not survive).
     """
 
     def __init__(self, state: Batch, events: Batch, ev_seq: np.ndarray, types: Sequence[DataType]) -> None:
-        ns = len(state)
         self.b = concat([state, events], types) if len(events) else state
+        self._instances(self.b.id, len(state), events.sign, ev_seq)
+
+    @classmethod
+    def of_ids(cls, state_ids: np.ndarray, events: Batch, ev_seq: np.ndarray) -> Table:
+        """The instances of carried rows known by their ids alone (their columns are kept
+        elsewhere: the stream join's LiveRows) and the call's events; `b` is not set."""
+        t = cls.__new__(cls)
+        ids = np.concatenate([state_ids, events.id]) if len(events) else state_ids
+        t._instances(ids, len(state_ids), events.sign, ev_seq)
+        return t
+
+    def _instances(self, ids: np.ndarray, ns: int, ev_sign: np.ndarray, ev_seq: np.ndarray) -> None:
+        """Rows: `ns` carried ones (inserts), then events with signs `ev_sign` at `ev_seq`."""
         self.n_state = ns
-        n = len(self.b)
+        n = len(ids)
         self.seq = seq = np.empty(n, np.int64)
         seq[:ns] = -1
         seq[ns:] = ev_seq
         self.unmatched_deletes = 0
-        ev_ins = events.sign > 0
+        ev_ins = ev_sign > 0
         if ev_ins.all():
             # no deletes (state rows are all inserts): every row is an instance alive from its seq
             # through the call, and every event acts — the general path's result in a few calls
@@ -161,6 +174,7 @@ class Table:
             self.lo = seq
             self.hi = filled(n, INF, np.int64)
             self.ev = self.inst[ns:]
+            self.retracted = self.inst[:0]
             return
         dead = np.zeros(n, bool)
         is_ins = filled(n, True, bool)
@@ -170,8 +184,10 @@ class Table:
         lo = self.seq[ins]
         hi = filled(len(ins), INF, np.int64)
         keep = filled(len(ins), True, bool)
+        self.retracted = ins[:0]
         if len(dels):
-            x, dels_o = self._match(self.b.id, ins, dels)  # index into `ins`, matched delete rows
+            x, dels_o = self._match(ids, ins, dels)  # index into `ins`, matched delete rows
+            self.retracted = ins.take(x)
             d = self.seq[dels_o]
             hi[x] = d
             empty = d <= lo[x]
@@ -431,22 +447,14 @@ def _member(x: np.ndarray, sorted_u: np.ndarray) -> np.ndarray:
     return sorted_u[r] == x
 
 
-def scan_pairs(
-    pkey: np.ndarray,
-    pvalid: np.ndarray,
-    seq: np.ndarray,
-    ikey: np.ndarray,
-    ivalid: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    total: int | None = None,
-) -> tuple[np.ndarray, np.ndarray] | None:
+def scan_pairs(q: Pairing, total: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Pairs (probe position, instance position) with equal valid keys and the instance alive at
     the probe's seq (lo < seq < hi), found without an index: the instances whose key some probe
     has are grouped by key and every probe meets its key's group. Linear in the instances plus
     the pairs examined; None when that would examine more than a few times the instances (then
     an index is cheaper; `total`: the instances to weigh that against, when `ikey` holds only
     those a probe can meet). Pairs come in (key, seq) order of the probes, then instance order."""
+    pkey, pvalid, seq, ikey, ivalid, lo, hi = q
     p = pvalid.nonzero()[0]
     if not len(p) or not len(ikey):
         z = np.zeros(0, np.int64)
@@ -469,20 +477,11 @@ def scan_pairs(
     return pp[alive], at[alive]
 
 
-def _tiny_scan(
-    pkey: np.ndarray,
-    pvalid: np.ndarray,
-    seq: np.ndarray,
-    ikey: np.ndarray,
-    ivalid: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    total: int,
-) -> tuple[np.ndarray, np.ndarray] | None:
+def _tiny_scan(q: Pairing, total: int) -> tuple[np.ndarray, np.ndarray] | None:
     """`scan_pairs`' result (the same pairs in the same order: probes by (key, seq, position),
     then instance order) for a few probes, by `tiny_pairs`; None where the scan declines."""
-    order = np.lexsort((seq, pkey)) if len(seq) > 1 else None
-    p, at, matched = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, lo, hi, order)
+    order = np.lexsort((q.seq, q.pkey)) if len(q.seq) > 1 else None
+    p, at, matched = tiny_pairs(q, order)
     if matched > 4 * total + 1024:  # (the scan's own limit)
         return None
     return p, at
@@ -1025,10 +1024,11 @@ class JoinOp(Operator):
                 # few probes against many instances (a [Now] window against a relation): no index
                 # over all of them, only the instances whose key some probe has, paired directly;
                 # very few: by one probes × instances table, in the scan's pair order
+                q = Pairing(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi)
                 if len(seq) * len(ikey) <= TP.TINY_CELLS:
-                    scanned = _tiny_scan(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi, n_inst)
+                    scanned = _tiny_scan(q, n_inst)
                 if scanned is None:
-                    scanned = scan_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi, n_inst)
+                    scanned = scan_pairs(q, n_inst)
                 if scanned is None and self._dropped[j]:
                     self._declined = True  # an index over narrowed state: run on the full state
                     return None
@@ -1043,7 +1043,7 @@ class JoinOp(Operator):
                 # probes in (key, seq, position) order: StabIndex.probe), then row; made by one
                 # probes × instances table instead
                 order = np.lexsort((seq, pkey)) if len(seq) > 64 else None
-                p, at, _ = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi, order)
+                p, at, _ = tiny_pairs(Pairing(pkey, pvalid, seq, ikey, ivalid, tj.lo, tj.hi), order)
                 scanned = p, at
             if scanned is not None:
                 p, at = scanned

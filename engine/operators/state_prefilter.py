@@ -107,6 +107,25 @@ def _members(x: np.ndarray, probe: np.ndarray) -> np.ndarray:
     return _in_sorted(x, np.sort(probe))
 
 
+def _sorted_matches(keys: np.ndarray, probe: Col) -> np.ndarray | None:
+    """Positions (ascending) of the ascending int `keys` equal to a valid value of the int
+    `probe` column: one range of `keys` per distinct probe value, found by two binary searches
+    (no pass over `keys`); None when the probe values are not ints."""
+    vals, nulls = probe
+    if vals.dtype.kind != "i" or keys.dtype.kind != "i":
+        return None
+    if nulls is not None:
+        vals = vals[~nulls]
+    u = np.sort(vals)
+    lo = keys.searchsorted(u, side="left")
+    hi = keys.searchsorted(u, side="right")
+    first = np.empty(len(u), bool)  # (each distinct value once: its range once)
+    if len(u):
+        first[0] = True
+        np.not_equal(u[1:], u[:-1], out=first[1:])
+    return concat_ranges(lo[first], hi[first])
+
+
 def reachable_rows(
     state: Batch,
     probes: Batch,
@@ -114,13 +133,23 @@ def reachable_rows(
     sides: Sequence[tuple[X.Expr, X.Expr]],
     ev: Evaluator,
     key_codes: KeyCodes,
+    ascending: bool = False,
 ) -> np.ndarray | None:
     """Positions (ascending) of the rows of `state` that a call can touch: those whose valid key
     on every equi conjunct (state side, probe side) some row of `probes` has, and those whose id
     is in `deleted` (the ids the state's own input deletes in the call); None when that is every
-    row. Key codes as the join's (`key_codes`): equal values ↔ equal codes, NULL/NaN never valid."""
+    row. Key codes as the join's (`key_codes`): equal values ↔ equal codes, NULL/NaN never valid.
+    `ascending`: the first conjunct's state side is an int key, never NULL, ascending along
+    `state` (the stream join tracks it): its matches are ranges found by binary searches."""
     pos: np.ndarray | None = None  # rows still possible after the conjuncts so far (None: all)
+    if ascending:
+        es, ep = sides[0]
+        pos = _sorted_matches(ev.eval(es, state)[0], ev.eval(ep, probes))
+        if pos is not None:
+            sides = sides[1:]
     for es, ep in sides:
+        if pos is not None and not len(pos):
+            break
         vs = ev.eval(es, state)
         if pos is not None:
             vs = (vs[0].take(pos), None if vs[1] is None else vs[1].take(pos))
@@ -128,8 +157,6 @@ def reachable_rows(
         keep = oks & _members(cs, cp if okp.all() else cp[okp])
         at = keep.nonzero()[0]
         pos = at if pos is None else pos.take(at)
-        if not len(pos):
-            break
     assert pos is not None
     if len(deleted):
         ids = state.id

@@ -28,7 +28,7 @@ Compat (STREAM 0.6): like Rstream, nothing at the last input instant.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Self, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
-from cqlstream.engine.batch import Batch, BlankedBatch, concat, placeholder
+from cqlstream.engine.batch import Batch, BlankedBatch, placeholder
 from cqlstream.engine.kernels import filled, run_lengths, run_starts, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators import tiny_pairs as TP
@@ -52,8 +52,9 @@ from cqlstream.engine.operators.join import (
     key_codes,
     scan_pairs,
 )
+from cqlstream.engine.operators.live_rows import LiveRows
 from cqlstream.engine.operators.state_prefilter import reachable_rows
-from cqlstream.engine.operators.tiny_pairs import tiny_pairs
+from cqlstream.engine.operators.tiny_pairs import Pairing, tiny_pairs
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -99,8 +100,26 @@ class StreamJoinOp(Operator):
         self.predicate = predicate
         self.ev = ev
         self.compat = compat
-        self.state: Batch = Batch.empty(self.input_types[self.rel])  # X's live rows, insertion order
+        self.held = LiveRows(self.input_types[self.rel])  # X's live rows, insertion order, kept in place
+        # per equi conjunct: whether its key over the rows held is a non-NULL int, ascending
+        # (Linear Road's minutes), and the last one; then narrowing finds its rows by searches
+        # (None: not looked at yet, see _check_order)
+        self.ascending: list[bool | None] = [None] * len(self.equi)
+        self.last_key: list[int | None] = [None] * len(self.equi)
         self.counters.extra.update(unmatched_deletes=0, candidate_pairs=0, state_tuples=0)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Checkpoints of before LiveRows hold X's live rows as one batch (`state`)."""
+        old = state.pop("state", None) if "held" not in state else None
+        self.__dict__.update(state)
+        if "ascending" not in state:
+            self.ascending, self.last_key = [None] * len(self.equi), [None] * len(self.equi)
+        if old is not None:
+            self._restore_rows(old)
+
+    def _restore_rows(self, rows: Batch) -> None:
+        self.held = LiveRows(self.input_types[self.rel])
+        self.held.append(rows)
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Self:
@@ -138,7 +157,7 @@ class StreamJoinOp(Operator):
         self.produced = cols
 
     def state_bytes(self) -> int:
-        return self.state.nbytes()
+        return self.held.nbytes()
 
     @classmethod
     def state_class(cls, node: Plan, kids: list[int]) -> tuple[int, list[tuple[int, str]]]:
@@ -169,25 +188,27 @@ class StreamJoinOp(Operator):
     def process(self, inputs: list[Batch], bound: int) -> Batch:
         s = self._filtered(self.now, inputs[self.now])
         xe = self._filtered(self.rel, inputs[self.rel])
-        if not len(xe) and (not len(s) or not len(self.state)):
+        held = self.held
+        if not len(xe) and (not len(s) or not len(held)):
             return Batch.empty(self.out_types)
         inst = _instants(s.ts, xe.ts)
         s_rank = _ranks(s.ts, inst)
         x_seq = _ranks(xe.ts, inst) * 2 + 1
-        reach = self._reachable(s, xe)
-        carried = self.state if reach is None else self.state.take(reach)
-        table = Table(carried, xe, x_seq, self.input_types[self.rel])
+        held.compact_if_due()  # (before any position into the held rows is taken)
+        carried = self._reachable(s, xe)
+        # the call's table knows the carried rows by id; their columns stay where they are held
+        ids = held.ids()
+        table = Table.of_ids(ids if carried is None else ids.take(carried), xe, x_seq)
         self.counters.extra["unmatched_deletes"] += table.unmatched_deletes
-        if reach is None:
-            self.state = table.b.take(table.survivors) if len(table.survivors) != len(table.b) else table.b
-        else:
-            self.state = self._maintained(reach, table)
-        self.counters.extra["state_tuples"] = len(self.state)
+        where = self._place(table, carried, xe)  # table row → row held (None: the same)
+        self.counters.extra["state_tuples"] = len(held)
         if not len(s) or not len(table.inst) or not self._const_ok():
             return Batch.empty(self.out_types)
-        p, rows, in_order = self._pairs(s, s_rank * 2 + 2, table, 2 * len(inst) + 4)
+        xb = held.view()
+        p, rows, in_order = self._pairs(s, s_rank * 2 + 2, table, 2 * len(inst) + 4, xb, where)
         if self.theta_pred is not None and len(p):
-            keep = self.ev.predicate(self.theta_pred, self._gather(s, table.b, p, rows, self.theta_cols))
+            at = rows if where is None else where.take(rows)
+            keep = self.ev.predicate(self.theta_pred, self._gather(s, xb, p, at, self.theta_cols))
             at = keep.nonzero()[0]  # (positions: numpy's mask indexing is ~5× slower at this size)
             p, rows = p.take(at), rows.take(at)
         if len(p) and self.compat and self._final(bound):
@@ -196,58 +217,117 @@ class StreamJoinOp(Operator):
         if not len(p):
             return Batch.empty(self.out_types)
         p, rows = self._ordered(p, rows, s_rank, table.seq, in_order)
-        reserve(self, len(p), [s, table.b])  # over a memory limit: stop here
-        out = self._gather(s, table.b, p, rows)
+        reserve(self, len(p), [s, xb])  # over a memory limit: stop here
+        out = self._gather(s, xb, p, rows if where is None else where.take(rows))
         out.id = self.ids.take(len(p))
         return out
 
+    @property
+    def state(self) -> Batch:
+        """X's live rows, in insertion order (a copy)."""
+        return self.held.batch()
+
     def _reachable(self, s: Batch, xe: Batch) -> np.ndarray | None:
-        """Positions of X's carried rows this call can touch (None: all of them): those whose keys
-        on every equi conjunct some S tuple of the call has, and those X's events delete. The
-        others can pair with nothing and stay as they are, so they never enter the call's table
-        (Linear Road: ~1k S tuples a call against ~20k carried rows). Their relative order is
-        kept, so pairs and their order are those of the whole state."""
-        if len(self.state) < NARROW_MIN or not self.equi or len(s) * NARROW_RATIO > len(self.state):
-            return None
+        """Positions of the live held rows this call can touch (None: all rows held, none of
+        them dead): those whose keys on every equi conjunct some S tuple of the call has, and
+        those X's events delete. The others can pair with nothing and stay as they are, so they
+        never enter the call's table (Linear Road: ~1k S tuples a call against ~20k carried
+        rows). Their relative order is kept, so pairs and their order are those of the whole
+        state."""
+        held = self.held
+        live = len(held)
+        everything = None if not held.n_dead else held.live()
+        if live < NARROW_MIN or not self.equi or len(s) * NARROW_RATIO > live:
+            return everything
         gone = xe.id[xe.sign < 0]
-        if len(gone) * NARROW_RATIO > len(self.state):  # X's events delete much of it: all enter
-            return None
+        if len(gone) * NARROW_RATIO > live:  # X's events delete much of it: all enter
+            return everything
         sides = [(e.ea, e.eb) if e.a == self.rel else (e.eb, e.ea) for e in self.equi]
-        return reachable_rows(self.state, s, gone, sides, self.ev, key_codes)
+        if None in self.ascending:
+            self._check_order(sides)
+        up = self.ascending.index(True) if True in self.ascending else None
+        if up is not None:  # that conjunct first: its matches are ranges of the rows held
+            sides.insert(0, sides.pop(up))
+        pos = reachable_rows(held.view(), s, gone, sides, self.ev, key_codes, up is not None)
+        return everything if pos is None else held.alive(pos)
 
-    def _maintained(self, reach: np.ndarray, table: Table) -> Batch:
-        """X's rows alive at the end of a call whose table held only the carried rows `reach`:
-        the carried rows but those the table saw deleted, then the call's surviving inserts
-        (insertion order, as the whole table's survivors would be)."""
-        n = table.n_state
-        surv = table.survivors
-        cut = int(surv.searchsorted(n))  # survivors ascend: carried rows first
-        kept = self.state
-        if cut != n:
-            dead = filled(n, True, bool)
-            dead[surv[:cut]] = False
-            alive = filled(len(self.state), True, bool)
-            alive[reach[dead]] = False
-            kept = self.state.take(alive)
-        if cut == len(surv):
-            return kept
-        return concat([kept, table.b.take(surv[cut:])], self.input_types[self.rel])
+    def _place(self, table: Table, carried: np.ndarray | None, xe: Batch) -> np.ndarray | None:
+        """Keeps X's state: the call's inserts are written after the held rows, and the rows
+        deleted in the call (carried or inserted in it) are marked dead. Returns, per table row,
+        the row held (−1 for a delete event), or None when that is the table row itself (every
+        row held carried, every event an insert); it ascends over the inserts, so pairs sorted
+        by table row are sorted by row held."""
+        held = self.held
+        n0, nc = held.n, table.n_state
+        ins = xe.sign > 0
+        if True in self.ascending:  # (tracked once narrowing looked at the order)
+            self._track_order(xe if ins.all() else xe.take(ins))
+        if ins.all():  # nothing deleted: nothing dies
+            held.append(xe)
+            if carried is None:
+                return None
+            return np.concatenate([carried, np.arange(n0, n0 + len(xe))])
+        at = ins.nonzero()[0]
+        held.append(xe, at)
+        where = np.empty(nc + len(xe), np.int64)
+        where[:nc] = np.arange(nc) if carried is None else carried
+        where[nc:] = -1
+        where[nc + at] = np.arange(n0, n0 + len(at))
+        held.kill(where.take(table.retracted))  # the inserts (carried or new) that did not survive
+        return where
 
-    def _pairs(self, s: Batch, seq: np.ndarray, table: Table, m: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    def _check_order(self, sides: list[tuple[X.Expr, X.Expr]]) -> None:  # (sides: in `equi`'s order)
+        """`ascending` of the conjuncts not yet looked at, from the rows held (once: from
+        then on each call's inserts keep it; small states that never narrow never pay it)."""
+        view = self.held.view()
+        for k in range(len(sides)):
+            if self.ascending[k] is None and len(view):
+                self.ascending[k], self.last_key[k] = True, None
+                self._track_order(view, k)
+
+    def _track_order(self, new: Batch, only: int | None = None) -> None:
+        """Keeps `ascending` for the rows `new` about to be held: a conjunct's key stays
+        ascending while every new key is a non-NULL int at or above the last one held (rows
+        deleted since keep their place until compacted away, which keeps the order). `only`:
+        that conjunct alone."""
+        if not len(new):
+            return
+        for k, e in enumerate(self.equi):
+            if not self.ascending[k] or (only is not None and k != only):
+                continue
+            vals, nulls = self.ev.eval(e.ea if e.a == self.rel else e.eb, new)
+            last = self.last_key[k]
+            ok = (
+                vals.dtype.kind == "i"
+                and (nulls is None or not nulls.any())
+                and (last is None or int(vals[0]) >= last)
+                and (len(vals) < 2 or bool((vals[1:] >= vals[:-1]).all()))
+            )
+            self.ascending[k] = ok
+            if ok:
+                self.last_key[k] = int(vals[-1])
+
+    def _pairs(
+        self, s: Batch, seq: np.ndarray, table: Table, m: int, xb: Batch, where: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
         """(S row, X table row) of every S tuple with each X instance alive at its instant whose
-        equi keys equal its own, and whether they come in (S row, X row) order."""
-        ikey, ivalid, pkey, pvalid = self._keys(s, table.b)
+        equi keys equal its own, and whether they come in (S row, X row) order. X's rows are
+        those of `xb` (the rows held), table row r at `where[r]` (None: at r)."""
         inst = table.inst
-        ikey, ivalid = ikey[inst], ivalid[inst]
+        if where is None:
+            at = None if len(inst) == len(xb) else inst  # (the table's instances: every row, or some)
+        else:
+            at = where.take(inst)
+        ikey, ivalid, pkey, pvalid = self._keys(s, xb, at)
         if len(s) * len(inst) <= TP.TINY_CELLS:
             # a few S tuples: one probes × instances table (tiny_pairs.py), its pairs in (S row,
             # X row) order (`inst` ascends); `_ordered` sorts other paths' pairs fully, so the
             # order they come in never shows
-            p, at, _ = tiny_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
+            p, at, _ = tiny_pairs(Pairing(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi))
             self.counters.extra["candidate_pairs"] += len(p)
             return p, inst.take(at), True
         if SCAN_RATIO * len(s) < len(inst):
-            got = scan_pairs(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi)
+            got = scan_pairs(Pairing(pkey, pvalid, seq, ikey, ivalid, table.lo, table.hi))
             if got is not None:
                 self.counters.extra["candidate_pairs"] += len(got[0])
                 return got[0], inst[got[1]], False
@@ -257,16 +337,22 @@ class StreamJoinOp(Operator):
         self.counters.extra["candidate_pairs"] += index.examined
         return p, rows, False
 
-    def _keys(self, s: Batch, xb: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(X rows' keys, valid, S keys, valid): one int64 code per row for all equi conjuncts."""
+    def _keys(
+        self, s: Batch, xb: Batch, at: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(X rows' keys, valid, S keys, valid): one int64 code per row for all equi conjuncts;
+        X's rows are those of `xb` at positions `at` (None: all)."""
         if not self.equi:
-            n, k = len(xb), len(s)
+            n, k = len(xb) if at is None else len(at), len(s)
             return np.zeros(n, np.int64), filled(n, True, bool), np.zeros(k, np.int64), filled(k, True, bool)
         xs: list[Keyed] = []
         ss: list[Keyed] = []
         for e in self.equi:
             es, ex = (e.ea, e.eb) if e.a == self.now else (e.eb, e.ea)
-            (cs, oks, _), (cx, okx, _) = key_codes([self.ev.eval(es, s), self.ev.eval(ex, xb)])
+            vx, nx = self.ev.eval(ex, xb)
+            if at is not None:
+                vx, nx = vx.take(at), (None if nx is None else nx.take(at))
+            (cs, oks, _), (cx, okx, _) = key_codes([self.ev.eval(es, s), (vx, nx)])
             ss.append((cs, oks))
             xs.append((cx, okx))
         (ik, iv), (pk, pv) = combine_keys(xs, ss)

@@ -11,6 +11,8 @@ probes × instances is at most `TINY_CELLS` (read at call time, so tests can for
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 # largest probes × instances table the broadcast path builds: measured on Linear Road's replayed
@@ -19,21 +21,27 @@ import numpy as np
 TINY_CELLS = 1 << 15
 
 
-def tiny_pairs(
-    pkey: np.ndarray,
-    pvalid: np.ndarray,
-    seq: np.ndarray,
-    ikey: np.ndarray,
-    ivalid: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    order: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, int]:
+class Pairing(NamedTuple):
+    """What a pairing path (this one, `scan_pairs`, the joins' callers) pairs: probes (int64 key
+    codes, valid mask, seq) against instances (key codes, valid mask, alive for lo < seq < hi).
+    (A named tuple: built once per probe step, it costs what a tuple costs.)"""
+
+    pkey: np.ndarray
+    pvalid: np.ndarray
+    seq: np.ndarray
+    ikey: np.ndarray
+    ivalid: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def tiny_pairs(q: Pairing, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """(probe positions, instance positions, key matches) of every probe with the instances of
     its (valid) key alive at its seq (lo < seq < hi). Pairs come by probe, in `order` when given
     (positions of the probes in the order wanted) else in position order, then in instance
     order. Key matches: the pairs with equal valid keys before the alive test (what the scan
     counts as candidate pairs)."""
+    pkey, pvalid, seq, ikey, ivalid, lo, hi = q
     if order is not None:
         pkey, pvalid, seq = pkey.take(order), pvalid.take(order), seq.take(order)
     # only the key comparison is done on the whole table; validity and liveness are tested on
