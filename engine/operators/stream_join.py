@@ -22,6 +22,9 @@ which the join's event order decides): with S the join's first input, S's tuples
 X's events of t, so first every S tuple (arrival order) with its partners inserted before t
 (insertion order), then every X row inserted at t (insertion order) with its S partners (arrival
 order); with S second, X's events of t come first and all pairs are in (S tuple, partner) order.
+When X is not arrival-ordered (`StreamJoin.order`, cql/logical/instant_order.py), X's insertion
+order follows the rounds, so each instant's pairs are then sorted by the value of the plan's output
+columns instead, as Rstream sorts the unfused plan's rows.
 Compat (STREAM 0.6): like Rstream, nothing at the last input instant.
 """
 
@@ -55,6 +58,7 @@ from cqlstream.engine.operators.join import (
 from cqlstream.engine.operators.live_rows import LiveRows
 from cqlstream.engine.operators.state_prefilter import reachable_rows
 from cqlstream.engine.operators.tiny_pairs import Pairing, tiny_pairs
+from cqlstream.engine.operators.valuecount import instant_value_order
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -73,6 +77,9 @@ class StreamJoinOp(Operator):
     whose live rows (`state`, insertion order) the operator keeps."""
 
     kind = "stream join"
+    # the plan's output columns over the joined rows, each instant's output sorted by their value
+    # (None: the join's order; set per operator, a checkpoint pickled before it keeps None)
+    order: tuple[X.Expr, ...] | None = None
 
     def __init__(
         self,
@@ -147,9 +154,11 @@ class StreamJoinOp(Operator):
                 ctx.options,
             )
             return cast(Self, band)
-        return cls(
+        op = cls(
             ctx.inputs, ctx.output, ctx.ids, node.predicate, types, ctx.ev, node.now, ctx.options.compat, ctx.options
         )
+        op.order = node.order
+        return op
 
     def produce_only(self, cols: frozenset[int] | None) -> None:
         """Gather only the output columns `cols` (engine/column_pruning.py); the state keeps
@@ -217,6 +226,8 @@ class StreamJoinOp(Operator):
         if not len(p):
             return Batch.empty(self.out_types)
         p, rows = self._ordered(p, rows, s_rank, table.seq, in_order)
+        if self.order is not None:
+            p, rows = self._by_value(s, xb, p, rows, where)
         reserve(self, len(p), [s, xb])  # over a memory limit: stop here
         out = self._gather(s, xb, p, rows if where is None else where.take(rows))
         out.id = self.ids.take(len(p))
@@ -378,6 +389,27 @@ class StreamJoinOp(Operator):
             minor = np.where(late, p, rows)
             o = np.lexsort((minor, major, late, s_rank[p]))
         return p[o], rows[o]
+
+    def _by_value(
+        self, s: Batch, xb: Batch, p: np.ndarray, rows: np.ndarray, where: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs (in instant order) sorted within each instant by the value of `order` over
+        their joined rows: the order Rstream gives the unfused plan's output (equal values are
+        equal output rows, so their order among themselves never shows)."""
+        assert self.order is not None
+        exprs = [e for e in self.order if X.columns(e)]  # (a constant column orders nothing)
+        if len(p) < 2 or not exprs:
+            return p, rows
+        read = frozenset(c for e in exprs for c in X.columns(e))
+        joined = self._gather(s, xb, p, rows if where is None else where.take(rows), read)
+        cols: list[np.ndarray] = []
+        nulls: list[np.ndarray | None] = []
+        for e in exprs:
+            v, m = self.ev.eval(e, joined)
+            cols.append(np.broadcast_to(v, len(p)) if np.ndim(v) == 0 else v)
+            nulls.append(None if m is None else np.broadcast_to(m, len(p)))
+        o, _ = instant_value_order(joined.ts, cols, nulls)
+        return p.take(o), rows.take(o)
 
     def _gather(
         self,
