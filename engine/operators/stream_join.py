@@ -40,7 +40,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, BlankedBatch, placeholder
-from cqlstream.engine.kernels import filled, run_lengths, run_starts, stable_order
+from cqlstream.engine.kernels import combine_codes, filled, run_lengths, run_starts, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators import tiny_pairs as TP
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
@@ -58,7 +58,6 @@ from cqlstream.engine.operators.join import (
 from cqlstream.engine.operators.live_rows import LiveRows
 from cqlstream.engine.operators.state_prefilter import reachable_rows
 from cqlstream.engine.operators.tiny_pairs import Pairing, tiny_pairs
-from cqlstream.engine.operators.valuecount import instant_value_order
 from cqlstream.engine.queues import Queue
 
 if TYPE_CHECKING:
@@ -80,6 +79,8 @@ class StreamJoinOp(Operator):
     # the plan's output columns over the joined rows, each instant's output sorted by their value
     # (None: the join's order; set per operator, a checkpoint pickled before it keeps None)
     order: tuple[X.Expr, ...] | None = None
+    _keys_of_order: list[tuple[X.Expr | None, tuple[int, int]]] | None = None  # (`_order_keys`)
+    _order_reads: frozenset[int] = frozenset()  # the columns its computed expressions read
 
     def __init__(
         self,
@@ -225,9 +226,10 @@ class StreamJoinOp(Operator):
             p, rows = p[keep], rows[keep]
         if not len(p):
             return Batch.empty(self.out_types)
-        p, rows = self._ordered(p, rows, s_rank, table.seq, in_order)
-        if self.order is not None:
-            p, rows = self._by_value(s, xb, p, rows, where)
+        if self.order is None:
+            p, rows = self._ordered(p, rows, s_rank, table.seq, in_order)
+        else:  # (instead of the join's order: one sort)
+            p, rows = self._by_value(s, xb, p, rows, where, s_rank, len(inst))
         reserve(self, len(p), [s, xb])  # over a memory limit: stop here
         out = self._gather(s, xb, p, rows if where is None else where.take(rows))
         out.id = self.ids.take(len(p))
@@ -391,25 +393,65 @@ class StreamJoinOp(Operator):
         return p[o], rows[o]
 
     def _by_value(
-        self, s: Batch, xb: Batch, p: np.ndarray, rows: np.ndarray, where: np.ndarray | None
+        self,
+        s: Batch,
+        xb: Batch,
+        p: np.ndarray,
+        rows: np.ndarray,
+        where: np.ndarray | None,
+        s_rank: np.ndarray,
+        n_inst: int,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The pairs (in instant order) sorted within each instant by the value of `order` over
-        their joined rows: the order Rstream gives the unfused plan's output (equal values are
-        equal output rows, so their order among themselves never shows)."""
-        assert self.order is not None
-        exprs = [e for e in self.order if X.columns(e)]  # (a constant column orders nothing)
-        if len(p) < 2 or not exprs:
+        """The pairs sorted by instant (S's rank `s_rank` among the call's `n_inst` instants) and
+        within it by the value of `order` over their joined rows: the order Rstream gives the
+        unfused plan's output. Equal keys are equal output rows, so one sort of packed codes
+        does, with no tie order to keep."""
+        if len(p) < 2:
             return p, rows
-        read = frozenset(c for e in exprs for c in X.columns(e))
-        joined = self._gather(s, xb, p, rows if where is None else where.take(rows), read)
+        keys = self._order_keys()
+        inst = s_rank.take(p)
+        if not keys:  # (constant output columns: by instant alone)
+            o = stable_order(inst, 0, max(n_inst - 1, 0))
+            return p.take(o), rows.take(o)
+        at = rows if where is None else where.take(rows)
+        joined = None
+        if self._order_reads:  # only the columns the computed expressions read are gathered
+            joined = self._gather(s, xb, p, at, self._order_reads)
         cols: list[np.ndarray] = []
         nulls: list[np.ndarray | None] = []
-        for e in exprs:
+        for e, (k, c) in keys:
+            if e is None:  # a column of one side, taken from it directly
+                b, r = (s, p) if k == self.now else (xb, at)
+                m = b.nulls[c]
+                cols.append(b.cols[c].take(r))
+                nulls.append(None if m is None else m.take(r))
+                continue
+            assert joined is not None
             v, m = self.ev.eval(e, joined)
             cols.append(np.broadcast_to(v, len(p)) if np.ndim(v) == 0 else v)
             nulls.append(None if m is None else np.broadcast_to(m, len(p)))
-        o, _ = instant_value_order(joined.ts, cols, nulls)
+        key, width = combine_codes(cols, nulls, inst.astype(np.int64), max(n_inst, 1))
+        o = stable_order(key, 0, width - 1)
         return p.take(o), rows.take(o)
+
+    def _order_keys(self) -> list[tuple[X.Expr | None, tuple[int, int]]]:
+        """`order` as sort keys, worked out once: (None, (side, column)) for a plain column, else
+        (expression, _); constant expressions order nothing and are left out."""
+        keys = self._keys_of_order
+        if keys is None:
+            assert self.order is not None
+            keys = []
+            for e in self.order:
+                if not X.columns(e):
+                    continue
+                if isinstance(e, X.ColRef):
+                    k = 0 if e.index < self.offsets[1] else 1
+                    keys.append((None, (k, e.index - self.offsets[k])))
+                else:
+                    keys.append((e, (-1, -1)))
+            self._keys_of_order = keys
+            self._order_reads = frozenset(c for e, _ in keys if e is not None for c in X.columns(e))
+        return keys
 
     def _gather(
         self,
