@@ -24,6 +24,7 @@ state never shrinks, so nothing is saved).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from cqlstream.cql.logical import expr as X
@@ -67,16 +68,20 @@ def stream_join(node: L.Plan) -> L.Plan | None:
     return out
 
 
-def output_exprs(join: L.Join, chain: list[L.Plan]) -> tuple[X.Expr, ...]:
+def output_exprs(join: L.Join, chain: Sequence[L.Plan]) -> tuple[X.Expr, ...]:
     """The plan's output columns as expressions over the join's columns, through the projections
     of `chain` (top first; selections keep the columns): what the Rstream of the unfused plan sorts
     by value when X is not arrival-ordered (cql/logical/instant_order.py)."""
     exprs: tuple[X.Expr, ...] = tuple(X.ColRef(i, a.type, a.name) for i, a in enumerate(join.schema))
     for n in reversed(chain):
         if isinstance(n, L.Project):
-            below = exprs
-            exprs = tuple(X.remap(e, lambda c: below[c.index]) for e in n.exprs)
+            exprs = _through(n, exprs)
     return exprs
+
+
+def _through(project: L.Project, below: tuple[X.Expr, ...]) -> tuple[X.Expr, ...]:
+    """The projection's expressions with each column read replaced by its expression `below`."""
+    return tuple(X.remap(e, lambda c: below[c.index]) for e in project.exprs)
 
 
 def band_window(x: L.Plan) -> L.RangeSpec | None:
