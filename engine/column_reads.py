@@ -72,13 +72,16 @@ def _aggregate(node: L.Plan, read: Cols) -> list[Cols]:
 
 
 def _join(node: L.Plan, read: Cols) -> list[Cols]:
-    """The predicate's columns and the read output columns, each given to the input it comes from."""
+    """The predicate's columns and the read output columns (and those a stream join sorts its
+    output by), each given to the input it comes from."""
     assert isinstance(node, (L.Join, L.StreamJoin))
     offs, out = [], 0
     for i in node.inputs_:
         offs.append(out)
         out += len(i.schema)
     need = set(read) | X.columns(node.predicate) if node.predicate is not None else set(read)
+    for e in getattr(node, "order", None) or ():
+        need |= X.columns(e)
     return [frozenset(c - o for c in need if o <= c < o + len(i.schema)) for o, i in zip(offs, node.inputs_)]
 
 

@@ -73,12 +73,34 @@ QUERIES = [
 ]
 
 
-# Rstream over a [Now] join keeps the join's order, which the stream-join rewrite gives (not the
-# reference's nested loops: compared with itself over the cuts only)
+# Rstream over a [Now] join with an arrival-ordered relation keeps the join's order, which the
+# stream-join rewrite gives (not the reference's nested loops: compared with itself over the cuts
+# only); with any other relation (its rows' order follows the rounds) it is by value, which the
+# stream join gives by sorting on the plan's output columns (StreamJoin.order)
 NOW_JOINS = [
     ("Rstream(select S.a, T.b from S [Now], T [Range 3] where S.b = T.b)", False),
     ("Rstream(select S.a, R.b from S [Now], R where S.b = R.b)", False),
     ("Rstream(select S.a, T.a from S [Now], T [Rows 3] where S.b < T.b)", False),
+    # the reproduction of session 19 (cut-dependent on main at b480e3e)
+    (
+        "Rstream(select S.a, A.c from S [Now], (select b, count(*) as c from T [Range 3] group by b) as A where S.b = A.b)",
+        True,
+    ),
+    ("Rstream(select A.b, S.a from (select distinct b from T [Rows 3]) as A, S [Now] where S.b = A.b)", True),
+    (
+        "Rstream(select S.a, J.a, J.b from S [Now], (select T.a, R.b from T [Range 2], R where T.b = R.a) as J where S.b = J.b)",
+        True,
+    ),
+    (
+        "Rstream(select S.a + A.c, A.b from S [Now], (select b, sum(a) as c from T [Range 2] group by b) as A where S.b <= A.b)",
+        True,
+    ),
+    ("Rstream(select S.a, A.n from S [Now], (select a, count(*) as n from R group by a) as A where S.b = A.a)", True),
+    ("Rstream(select * from S [Now], (select a from T [Range 2] union select b from R) as V where S.a = V.a)", True),
+    (
+        "Rstream(select A.c from S [Now], (select b, max(a) as c from T [Range 3] group by b) as A where S.b = A.b and S.a > 1)",
+        True,
+    ),
     ("Istream(select S.a, T.b from S [Now], T [Range 3] where S.b = T.b)", True),
 ]
 
@@ -327,3 +349,42 @@ def test_the_server_publishes_one_order(query):
         for push in (1, None):
             chunks, resumed = _published(query, inputs, push)
             assert chunks == want and resumed == want, f"seed={seed} push={push}"
+
+
+VALUE_NOW_JOINS = [q for q, v in NOW_JOINS if v and q.startswith("Rstream")]
+
+
+@pytest.mark.parametrize("query", VALUE_NOW_JOINS)
+def test_unfused_now_join_gives_the_same_sequence(query, monkeypatch):
+    """Without the stream-join rewrite, Rstream over the general join sorts by value what the
+    stream join sorts by `StreamJoin.order`: the same sequence as the reference's and the fused
+    plan's, at every cut (the order is the plan's, not the rewrite's)."""
+    from cqlstream.cql.logical import rewrites
+    from cqlstream.cql.logical.rewrites.stream_join import stream_join
+
+    for seed in range(4):
+        inputs = _inputs(seed)
+        fused = run_cut(query, inputs, None, ALL)
+        with monkeypatch.context() as m:
+            m.setattr(rewrites, "FINAL_RULES", tuple(x for x in rewrites.FINAL_RULES if x is not stream_join))
+            for push, every in ((1, 1), (7, 1), (None, 1), (None, ALL)):
+                assert run_cut(query, inputs, push, every) == fused, f"seed={seed} push={push} every={every}"
+        assert fused == reference_sequence(query, inputs), f"seed={seed}"
+
+
+@pytest.mark.parametrize(("query", "value"), [(q, v) for q, v in NOW_JOINS if q.startswith("Rstream")])
+def test_the_stream_join_carries_the_order(query, value):
+    """The rewrite sets `StreamJoin.order` exactly when the rule says by value: the plan's output
+    columns (through the projections above the node) over the join's columns."""
+    from cqlstream.cql.logical.rewrites.stream_join import stream_join
+
+    plan = _plan(query)
+    assert isinstance(plan, L.RelToStream)
+    out = stream_join(plan)
+    while isinstance(out, (L.Filter, L.Project)):
+        out = out.input
+    assert isinstance(out, L.StreamJoin)
+    assert (out.order is not None) is value is instant_order.by_value(plan)
+    if out.order is not None:
+        assert len(out.order) == len(plan.schema)
+        assert [e.type for e in out.order] == [a.type for a in plan.schema]

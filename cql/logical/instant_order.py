@@ -14,10 +14,13 @@ rounds. Istream/Dstream/Rstream therefore emit an instant's rows
   column, NULL first (NaN after the other floats, text by code point); equal tuples are
   interchangeable.
 
-One exception: `Rstream` over a binary join with a `[Now]` window input keeps the join's order
-(each S element of t in arrival order with its matches), because the stream-join rewrite
-(rewrites/stream_join.py) computes that plan with the stream–relation join, which gives that
-order; by value, the two plans of one query would write different bytes.
+One exception: `Rstream` over a binary join with a `[Now]` window input whose other input X is
+arrival-ordered keeps the join's order (each S element of t in arrival order with its matches),
+because the stream-join rewrite (rewrites/stream_join.py) computes that plan with the
+stream–relation join, which gives that order (Linear Road's band join keeps its bytes). When X is
+not arrival-ordered (an aggregate, a join, DISTINCT ...) the join's matches would follow X's
+internal row order, which follows the rounds: that Rstream emits by value like the others, and the
+stream–relation join sorts its output by the plan's output columns (`StreamJoin.order`).
 
 The engine (engine/operators/r2s.py) and the reference evaluator both read this rule (`by_value`).
 """
@@ -38,15 +41,15 @@ def by_value(node: L.RelToStream) -> bool:
 
 
 def _now_join(node: L.Plan) -> bool:
-    """The shape the stream-join rewrite takes: row-wise operators over a binary join with a
-    `[Now]` window input."""
+    """The shape the stream-join rewrite takes whose join order is kept: row-wise operators over
+    a binary join with a `[Now]` window input (the first, if both are) and an arrival-ordered
+    other input."""
     while isinstance(node, _ROWWISE):
         node = node.input
-    return (
-        isinstance(node, L.Join)
-        and len(node.inputs_) == 2
-        and any(isinstance(i, L.Window) and i.spec == L.RangeSpec(0) for i in node.inputs_)
-    )
+    if not (isinstance(node, L.Join) and len(node.inputs_) == 2):
+        return False
+    now = [k for k, i in enumerate(node.inputs_) if isinstance(i, L.Window) and i.spec == L.RangeSpec(0)]
+    return bool(now) and arrival_ordered(node.inputs_[1 - now[0]])
 
 
 def arrival_ordered(node: L.Plan) -> bool:

@@ -515,12 +515,18 @@ class StreamJoin(Plan):
     (engine/operators/band_join.py). X is then `inputs_[1 - now] [window]`, and that input is the
     window's stream, read directly: each of its tuples is in X for the instants its lifetime
     covers, so the join needs no window and no delete events (`relation_input` gives X as the
-    plan that would compute it)."""
+    plan that would compute it).
+
+    `order` set (X not arrival-ordered: an aggregate, a join, DISTINCT ...): each instant's output
+    is sorted by the value of these expressions over the node's rows — the plan's final output
+    columns, through the projections above the node — as Rstream sorts the unfused plan's rows
+    (cql/logical/instant_order.py); None: the join's own order (X arrival-ordered)."""
 
     inputs_: tuple[Plan, ...]
     now: int
     predicate: Expr | None = None
     window: RangeSpec | None = None
+    order: tuple[Expr, ...] | None = None
 
     def __post_init__(self) -> None:
         _check(len(self.inputs_) == 2 and self.now in (0, 1), "StreamJoin joins a stream with one relation")
@@ -533,6 +539,8 @@ class StreamJoin(Plan):
             _check(self.inputs_[1 - self.now].is_stream, "StreamJoin: a band side must be a stream")
         if self.predicate is not None:
             self._check_expr(self.predicate, len(self.schema), "predicate")
+        for e in self.order or ():
+            self._check_expr(e, len(self.schema), "order")
 
     @property
     def relation_input(self) -> Plan:

@@ -22,6 +22,9 @@ which the join's event order decides): with S the join's first input, S's tuples
 X's events of t, so first every S tuple (arrival order) with its partners inserted before t
 (insertion order), then every X row inserted at t (insertion order) with its S partners (arrival
 order); with S second, X's events of t come first and all pairs are in (S tuple, partner) order.
+When X is not arrival-ordered (`StreamJoin.order`, cql/logical/instant_order.py), X's insertion
+order follows the rounds, so each instant's pairs are then sorted by the value of the plan's output
+columns instead, as Rstream sorts the unfused plan's rows.
 Compat (STREAM 0.6): like Rstream, nothing at the last input instant.
 """
 
@@ -37,7 +40,7 @@ from cqlstream.cql.logical import nodes as L
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, BlankedBatch, placeholder
-from cqlstream.engine.kernels import filled, run_lengths, run_starts, stable_order
+from cqlstream.engine.kernels import combine_codes, filled, run_lengths, run_starts, stable_order
 from cqlstream.engine.limits import reserve
 from cqlstream.engine.operators import tiny_pairs as TP
 from cqlstream.engine.operators.base import RATE, BuildContext, IdSource, Operator
@@ -73,6 +76,11 @@ class StreamJoinOp(Operator):
     whose live rows (`state`, insertion order) the operator keeps."""
 
     kind = "stream join"
+    # the plan's output columns over the joined rows, each instant's output sorted by their value
+    # (None: the join's order; set per operator, a checkpoint pickled before it keeps None)
+    order: tuple[X.Expr, ...] | None = None
+    _keys_of_order: list[tuple[X.Expr | None, tuple[int, int]]] | None = None  # (`_order_keys`)
+    _order_reads: frozenset[int] = frozenset()  # the columns its computed expressions read
 
     def __init__(
         self,
@@ -147,9 +155,11 @@ class StreamJoinOp(Operator):
                 ctx.options,
             )
             return cast(Self, band)
-        return cls(
+        op = cls(
             ctx.inputs, ctx.output, ctx.ids, node.predicate, types, ctx.ev, node.now, ctx.options.compat, ctx.options
         )
+        op.order = node.order
+        return op
 
     def produce_only(self, cols: frozenset[int] | None) -> None:
         """Gather only the output columns `cols` (engine/column_pruning.py); the state keeps
@@ -216,7 +226,10 @@ class StreamJoinOp(Operator):
             p, rows = p[keep], rows[keep]
         if not len(p):
             return Batch.empty(self.out_types)
-        p, rows = self._ordered(p, rows, s_rank, table.seq, in_order)
+        if self.order is None:
+            p, rows = self._ordered(p, rows, s_rank, table.seq, in_order)
+        else:  # (instead of the join's order: one sort)
+            p, rows = self._by_value(s, xb, p, rows, where, s_rank, len(inst))
         reserve(self, len(p), [s, xb])  # over a memory limit: stop here
         out = self._gather(s, xb, p, rows if where is None else where.take(rows))
         out.id = self.ids.take(len(p))
@@ -378,6 +391,67 @@ class StreamJoinOp(Operator):
             minor = np.where(late, p, rows)
             o = np.lexsort((minor, major, late, s_rank[p]))
         return p[o], rows[o]
+
+    def _by_value(
+        self,
+        s: Batch,
+        xb: Batch,
+        p: np.ndarray,
+        rows: np.ndarray,
+        where: np.ndarray | None,
+        s_rank: np.ndarray,
+        n_inst: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs sorted by instant (S's rank `s_rank` among the call's `n_inst` instants) and
+        within it by the value of `order` over their joined rows: the order Rstream gives the
+        unfused plan's output. Equal keys are equal output rows, so one sort of packed codes
+        does, with no tie order to keep."""
+        if len(p) < 2:
+            return p, rows
+        keys = self._order_keys()
+        inst = s_rank.take(p)
+        if not keys:  # (constant output columns: by instant alone)
+            o = stable_order(inst, 0, max(n_inst - 1, 0))
+            return p.take(o), rows.take(o)
+        at = rows if where is None else where.take(rows)
+        joined = None
+        if self._order_reads:  # only the columns the computed expressions read are gathered
+            joined = self._gather(s, xb, p, at, self._order_reads)
+        cols: list[np.ndarray] = []
+        nulls: list[np.ndarray | None] = []
+        for e, (k, c) in keys:
+            if e is None:  # a column of one side, taken from it directly
+                b, r = (s, p) if k == self.now else (xb, at)
+                m = b.nulls[c]
+                cols.append(b.cols[c].take(r))
+                nulls.append(None if m is None else m.take(r))
+                continue
+            assert joined is not None
+            v, m = self.ev.eval(e, joined)
+            cols.append(np.broadcast_to(v, len(p)) if np.ndim(v) == 0 else v)
+            nulls.append(None if m is None else np.broadcast_to(m, len(p)))
+        key, width = combine_codes(cols, nulls, inst.astype(np.int64), max(n_inst, 1))
+        o = stable_order(key, 0, width - 1)
+        return p.take(o), rows.take(o)
+
+    def _order_keys(self) -> list[tuple[X.Expr | None, tuple[int, int]]]:
+        """`order` as sort keys, worked out once: (None, (side, column)) for a plain column, else
+        (expression, _); constant expressions order nothing and are left out."""
+        keys = self._keys_of_order
+        if keys is None:
+            assert self.order is not None
+            keys = []
+            for e in self.order:
+                if not X.columns(e):
+                    continue
+                if isinstance(e, X.ColRef):
+                    k = 0 if e.index < self.offsets[1] else 1
+                    keys.append((None, (k, e.index - self.offsets[k])))
+                else:
+                    keys.append((e, (-1, -1)))
+            self._keys_of_order = keys
+            self._order_reads = frozenset(c for e, _ in keys if e is not None for c in X.columns(e))
+        return keys
 
     def _gather(
         self,

@@ -154,8 +154,13 @@ class _Reference:
             now = L.Window(n.inputs_[n.now], L.RangeSpec(0))
             x = n.relation_input  # a band join's stream read as its window
             join = L.Join(tuple(now if k == n.now else x for k in range(2)), n.predicate)
-            # (the order of the join's list, S's elements in arrival order: not by value)
-            return self._rel_to_stream("rstream", join, by_value=False)
+            # (the order of the join's list, S's elements in arrival order, when X is arrival-
+            # ordered; else each instant by the value of the plan's output columns, `order`)
+            out = self._rel_to_stream("rstream", join, by_value=False)
+            if n.order is not None:
+                order = n.order
+                out.sort(key=lambda el: (el[0], value_order_key(tuple(self.ev(e, el[1]) for e in order))))
+            return out
         raise TypeError(f"{type(n).__name__} is not a stream operator")
 
     def _rel_to_stream(self, op: str, rel, by_value: bool) -> list[tuple[int, tuple]]:

@@ -4,7 +4,9 @@ Under Rstream a `[Now]` side makes only the instants where S has tuples produce 
 result is S(t) ⋈ X(t). The general join processes every insert and expiry of the `[Now]` window and
 every change of X as delta events, and the Rstream re-expands the result; the stream–relation
 join (engine/operators/stream_join.py) keeps X's live rows and has each S tuple probe them as of
-its instant. Selections and projections are per tuple, so they commute with Rstream (a tuple of
+its instant. When X is not arrival-ordered (cql/logical/instant_order.py) the Rstream emits an
+instant's rows by value: the node then carries the plan's output columns as expressions over its
+own (`StreamJoin.order`) and sorts each instant's rows by them. Selections and projections are per tuple, so they commute with Rstream (a tuple of
 R(t) maps to a tuple of the projected R(t), in the same insertion order): they stay above the new
 node (selections directly above the join join its predicate). Exact in both modes: the operator gives the Rstream's order within an instant and, in compat
 mode, its silence at the last instant. Binary joins only, with a `[Now]` window (no slide) over a
@@ -22,10 +24,12 @@ state never shrinks, so nothing is saved).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from cqlstream.cql.logical import expr as X
 from cqlstream.cql.logical import nodes as L
+from cqlstream.cql.logical.instant_order import arrival_ordered
 from cqlstream.cql.logical.probe_aggregates import probe_aggregates
 
 
@@ -57,10 +61,27 @@ def stream_join(node: L.Plan) -> L.Plan | None:
     else:
         x = probe_aggregates(other, window.input)  # aggregates read only at S's instants
     inputs = tuple(window.input if j == k else x for j in range(2))
-    out: L.Plan = L.StreamJoin(inputs, k, predicate, band)
+    order = None if arrival_ordered(other) else output_exprs(base, chain)
+    out: L.Plan = L.StreamJoin(inputs, k, predicate, band, order)
     for n in reversed(chain):
         out = replace(n, input=out)
     return out
+
+
+def output_exprs(join: L.Join, chain: Sequence[L.Plan]) -> tuple[X.Expr, ...]:
+    """The plan's output columns as expressions over the join's columns, through the projections
+    of `chain` (top first; selections keep the columns): what the Rstream of the unfused plan sorts
+    by value when X is not arrival-ordered (cql/logical/instant_order.py)."""
+    exprs: tuple[X.Expr, ...] = tuple(X.ColRef(i, a.type, a.name) for i, a in enumerate(join.schema))
+    for n in reversed(chain):
+        if isinstance(n, L.Project):
+            exprs = _through(n, exprs)
+    return exprs
+
+
+def _through(project: L.Project, below: tuple[X.Expr, ...]) -> tuple[X.Expr, ...]:
+    """The projection's expressions with each column read replaced by its expression `below`."""
+    return tuple(X.remap(e, lambda c: below[c.index]) for e in project.exprs)
 
 
 def band_window(x: L.Plan) -> L.RangeSpec | None:
