@@ -212,11 +212,22 @@ def main(argv=None) -> int:
     return 0
 
 
+def pair_speedups(runs: list[dict], counts: list[int | None], t: int | None) -> list[float]:
+    """Per round of the alternation (one run at each count, in `counts` order), the first count's
+    wall over count `t`'s: a ratio of neighbouring runs, which a slow spell of the machine moves
+    far less than the ratio of walls taken minutes apart."""
+    n, j = len(counts), counts.index(t)
+    rounds = [runs[k : k + n] for k in range(0, len(runs) - n + 1, n)]
+    return [r[0]["wall_s"] / r[j]["wall_s"] for r in rounds if r[j]["wall_s"] > 0]
+
+
 def _summary(report: dict[str, dict], counts: list[int | None]) -> None:
-    """Per query and thread count: the range and median of wall and CPU seconds over the runs, and
-    the ratio of the best walls against the first count."""
+    """Per query and thread count: the range and median of wall and CPU seconds over the runs, the
+    ratio of the best walls against the first count, and the median and range of the ratios within
+    each round of the alternation."""
     print(
         f"\n{'query':5} {'thr':>3} {'wall s (range)':>15} {'median':>7} {'cpu s (range)':>15} {'best-wall speed-up':>19}"
+        f" {'per-round speed-up: median (range)':>35}"
     )
     for q, r in report.items():
         runs = r.get("runs", [r])
@@ -224,9 +235,16 @@ def _summary(report: dict[str, dict], counts: list[int | None]) -> None:
         for t in counts:
             mine = [x for x in runs if x["threads"] == t]
             walls, cpus = [x["wall_s"] for x in mine], [x["cpu_s"] for x in mine]
+            pairs = pair_speedups(runs, counts, t)
+            per_round = (
+                f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}–{max(pairs):.2f})"
+                if pairs and t != counts[0]
+                else ""
+            )
             print(
                 f"{q:5} {'-' if t is None else t:>3} {min(walls):6.2f}–{max(walls):<8.2f} "
                 f"{statistics.median(walls):7.2f} {min(cpus):6.2f}–{max(cpus):<8.2f} {base / min(walls):18.2f}x"
+                f" {per_round:>35}"
             )
 
 

@@ -34,6 +34,15 @@ def test_stream_queries_run_through_the_cli(tmp_path):
     assert data["results"]["Q5"]["input_tuples"] == 3 * 2000
 
 
+def test_stream_queries_pair_speedups_within_rounds():
+    """The per-round ratio pairs each first-count run with the runs of its own round, in order."""
+    walls = [(1, 1.0), (2, 0.5), (1, 2.0), (2, 1.6), (1, 0.9), (2, 0.9)]
+    runs = [{"threads": t, "wall_s": w} for t, w in walls]
+    assert stream_queries.pair_speedups(runs, [1, 2], 2) == [2.0, 1.25, 1.0]
+    assert stream_queries.pair_speedups(runs, [1, 2], 1) == [1.0, 1.0, 1.0]
+    assert stream_queries.pair_speedups(runs[:3], [1, 2], 2) == [2.0]  # an unfinished round is left out
+
+
 def test_stream_queries_clocks_and_writer_processes(tmp_path):
     """--clocks reports per-thread clocks; with --writer process the 2-thread run's formatting is a
     child's CPU (the 1-thread run has none; its few ms are a library lookup)."""
