@@ -37,6 +37,7 @@ from cqlstream.engine.queues import Queue
 if TYPE_CHECKING:
     from cqlstream.engine.limits import LimitGuard
     from cqlstream.engine.operators.base import Operator
+    from cqlstream.engine.synopses import Synopsis
 
 
 @dataclass
@@ -79,10 +80,6 @@ class Report:
     appended: list[tuple[int, list[int]]]  # (queue model index, appended batches' bytes)
 
 
-def _members(op: Operator) -> list[Any]:
-    return list(getattr(op, "members", ()) or ())
-
-
 class Ledger:
     """The limit check's view of one pass (see the module doc). Built when the pass begins, on the
     calling thread, with no operator running."""
@@ -111,7 +108,7 @@ class Ledger:
         pos = {id(op): i for i, op in enumerate(ops)}
         self.touch: list[list[int]] = [[] for _ in ops]
         for i, op in enumerate(ops):
-            near = [op, *op.shared_stores(), *op.shared_operators(), *_members(op)]
+            near = [op, *op.shared_stores(), *op.shared_operators()]  # (a hub's members are its shared operators)
             seen: set[int] = set()
             for x in near:
                 for k in by_obj.get(id(x), ()):
@@ -120,7 +117,7 @@ class Ledger:
                         self.touch[i].append(k)
         for k, s in enumerate(self.slots):  # stores changed by the operators that use them
             if s.kind == "store":
-                for u in list(getattr(s.obj, "users", ()) or ()):
+                for u in list(s.obj.users):
                     at = pos.get(id(u))
                     if at is not None and k not in self.touch[at]:
                         self.touch[at].append(k)
@@ -128,11 +125,9 @@ class Ledger:
         # members' readers, and the readers of the stores it shares (a window store reads its queue)
         self.reader_owner: dict[int, set[int]] = {}
         for i, op in enumerate(ops):
-            for o in (op, *_members(op), *op.shared_stores(), *op.shared_operators()):
-                rs = list(getattr(o, "readers", ()) or ())
-                if (r1 := getattr(o, "reader", None)) is not None:
-                    rs.append(r1)
-                for r in rs:
+            near_all: list[Operator | Synopsis] = [op, *op.shared_stores(), *op.shared_operators()]
+            for o in near_all:
+                for r in o.cursors():
                     self.reader_owner.setdefault(id(r), set()).add(i)
         self.models: list[QueueModel] = []
         self.reads: list[list[int]] = [[] for _ in ops]  # position → models whose cursors it moves

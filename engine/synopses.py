@@ -42,6 +42,11 @@ class Synopsis(ABC):
         def users(self) -> list[Any]:
             """The operators reading the store (their progress bounds purging)."""
 
+    def cursors(self) -> list[Any]:
+        """The queue readers whose positions the store's advancing moves: its queue's reader (none
+        for a view, which reads nothing itself)."""
+        return [] if self.reader is None else [self.reader]
+
     @abstractmethod
     def __len__(self) -> int:
         """Rows the store holds."""

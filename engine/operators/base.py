@@ -236,6 +236,11 @@ class Operator(ABC):
         parallel scheduler never runs it beside them. Default: none."""
         return []
 
+    def cursors(self) -> list[Reader]:
+        """The queue readers whose positions this operator's calls move (its inputs'); the limit
+        ledger of a parallel pass tracks them (engine/limits_ledger.py)."""
+        return list(self.readers)
+
     @property
     def inputs(self) -> list[Queue]:
         return [r.q for r in self.readers]
