@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -77,10 +78,26 @@ def _info(target: Target | None, unit: str, stream: str, where: str) -> StreamIn
     return StreamInfo(target, UNIT_MS[unit] * 1000)
 
 
+_ENGINE_LOCKS: weakref.WeakKeyDictionary[Dsms, threading.RLock] = weakref.WeakKeyDictionary()
+_ENGINE_LOCKS_GUARD = threading.Lock()
+
+
+def engine_lock(dsms: Dsms) -> threading.RLock:
+    """The one lock of `dsms` that every EngineSink made without a lock of its own takes: two
+    Spark sources into one engine apply their batches from two driver threads, and a `Dsms` is
+    not thread-safe (a lock per sink let both run it at once)."""
+    with _ENGINE_LOCKS_GUARD:
+        lock = _ENGINE_LOCKS.get(dsms)
+        if lock is None:
+            lock = _ENGINE_LOCKS[dsms] = threading.RLock()
+        return lock
+
+
 class EngineSink(Sink):
     """Into `dsms`, under `lock` (shared with every other caller of that engine: callbacks of two
-    streaming queries run concurrently on driver threads). The server has its own sink, which goes
-    through its push path (server/spark_host.py)."""
+    streaming queries run concurrently on driver threads; default: `engine_lock(dsms)`, shared by
+    every sink into that engine). The server has its own sink, which goes through its push path
+    (server/spark_host.py)."""
 
     where = "this process"
 
@@ -90,7 +107,7 @@ class EngineSink(Sink):
         lock: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.dsms = dsms
-        self.lock = lock if lock is not None else threading.RLock()
+        self.lock = lock if lock is not None else engine_lock(dsms)
         self.applied: dict[tuple[str, str], int] = {}  # (stream, run id) -> last batch id applied
 
     def stream_info(self, stream: str) -> StreamInfo:

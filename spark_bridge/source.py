@@ -36,7 +36,8 @@ IDLE_WAIT = 5.0  # seconds stop() waits for the micro-batch under way to end
 
 class SparkSource:
     """Binds `df` (a streaming DataFrame) to `config.stream` of `into`: a `Dsms` (then an `EngineSink`
-    over it, under `lock`) or any `Sink`. `on_applied(batch_id, table)` is called after a batch was
+    over it, under `lock`: default the engine's one lock, shared by every source into it) or any `Sink`.
+    `on_applied(batch_id, table)` is called after a batch was
     applied, with the Arrow table Spark delivered. `label` says where the rows come from (for the
     control table: "csv:/data/orders", ...)."""
 
