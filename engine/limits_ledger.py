@@ -201,27 +201,26 @@ class Ledger:
 
     # ------------------------------------------------------------ commits (in plan order)
     def _add(self, k: int, size: int) -> None:
+        self._set(k, "size", size, self.held)
+
+    def _set(self, k: int, field: str, value: float, totals: dict[int, float]) -> None:
+        """Slot `k`'s `field` (size or cpu) becomes `value`; each limited user's total in `totals`
+        moves by its share of the change, and that user is checked again."""
         s = self.slots[k]
-        if size != s.size:
-            delta = (size - s.size) / self.share[k] if self.share[k] else 0.0
-            s.size = size
+        old = getattr(s, field)
+        if value != old:
+            delta = (value - old) / self.share[k] if self.share[k] else 0.0
+            setattr(s, field, value)
             for u in s.users:
-                if u in self.held:
-                    self.held[u] += delta
+                if u in totals:
+                    totals[u] += delta
                     self.dirty.add(u)
 
     def commit(self, r: Report) -> None:
         for k, n in r.sizes:
             self._add(k, n)
         for k, c in r.cpu:
-            s = self.slots[k]
-            if c != s.cpu:
-                delta = (c - s.cpu) / self.share[k] if self.share[k] else 0.0
-                s.cpu = c
-                for u in s.users:
-                    if u in self.cpu:
-                        self.cpu[u] += delta
-                        self.dirty.add(u)
+            self._set(k, "cpu", c, self.cpu)
         touched = set()
         for m, rid, b in r.cursors:
             cur = self.models[m].cursor
