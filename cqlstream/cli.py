@@ -99,7 +99,8 @@ def _run(
     """run_script with user errors turned into (message, exit code 2).
 
     With threads, the sources' readers start before the engine is imported (io/early_readers.py):
-    they parse while the main thread imports, checks and plans."""
+    they parse while the main thread imports, checks and plans; writer processes (`writer`
+    "process") are spawned then too, so their interpreters start on the other core meanwhile."""
     from cqlstream import run_process
     from cqlstream.cql import parse_cache
     from cqlstream.io import run_settings
@@ -108,8 +109,14 @@ def _run(
 
     parse_cache.enable()  # the script's statements parsed by an earlier run are not parsed again
     early: EarlyReaders | None = None
+    spawned: Any = None  # SpawnedWriters (io/writer_process.py), imported only to write in processes
     try:
-        if (run_settings.default_threads() if threads is None else threads) > 1 and batch_rows >= 1:
+        n = run_settings.default_threads() if threads is None else threads
+        if n > 1 and batch_rows >= 1:
+            if writer == "process":  # first: a child's start-up is the longest to overlap
+                from cqlstream.io.writer_process import SpawnedWriters
+
+                spawned = SpawnedWriters(n - 1)
             run_settings.tune_malloc()  # before the readers' first blocks
             early = start_early_readers(script, source_dir, run_settings.block_bytes(batch_rows))
         from cqlstream.io.script_runner import run_script  # the engine: imported while they read
@@ -129,6 +136,7 @@ def _run(
                 on_registered=run_process.resume_gc,  # after `main`'s pause_gc (a no-op without it)
                 column_pruning=column_pruning,
                 early=early,
+                spawned=spawned,
             ),
             None,
         )
@@ -140,6 +148,8 @@ def _run(
     finally:
         if early is not None:
             early.close()  # (run_script stopped them already, unless it was never reached)
+        if spawned is not None:
+            spawned.close()  # the writer processes the run did not take (a run that failed early)
         run_process.resume_gc()  # a run that failed before its script was registered
 
 

@@ -31,7 +31,7 @@ from cqlstream.io.run_settings import DEFAULT_BATCH_ROWS, block_bytes, default_t
 from cqlstream.io.stream_script import Registrar, Step, parse_script
 
 if TYPE_CHECKING:  # imported by a run that writes in processes (it brings subprocess)
-    from cqlstream.io.writer_process import WriterProcess
+    from cqlstream.io.writer_process import SpawnedWriters, WriterProcess
 
 # where `cqlstream run --threads N` (N ≥ 2) formats and writes results
 WRITERS = ("process", "thread")
@@ -69,6 +69,7 @@ def run_script(
     on_registered: Callable[[], None] | None = None,
     column_pruning: bool = True,
     early: EarlyReaders | None = None,
+    spawned: SpawnedWriters | None = None,
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -94,6 +95,8 @@ def run_script(
     `early`: readers a first pass over this script already started (io/early_readers.py; the CLI
     starts them before it imports the engine); a threaded run takes those whose table its check
     accepts and stops the rest when it ends. Without, a threaded run makes that pass itself.
+    `spawned`: writer processes already started (the CLI spawns them before it imports the engine);
+    a run with `writer` "process" takes those it needs, the caller stops any it leaves.
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
     try:
         if batch_rows < 1:
@@ -120,7 +123,8 @@ def run_script(
         if threads > 1 and writer == "process":
             from cqlstream.io.writer_process import WriterProcess
 
-            procs = [WriterProcess.spawn() for _ in range(threads - 1)]
+            procs = spawned.take(threads - 1) if spawned is not None else []
+            procs += [WriterProcess.spawn() for _ in range(threads - 1 - len(procs))]
         before = parallel.threads()
         try:
             parallel.set_threads(engine_threads)
