@@ -216,3 +216,20 @@ def test_no_writer_process_for_a_thread_writer(tmp_path, monkeypatch):
     made = _spawns(monkeypatch)
     counts, err = cli._run(script, tmp_path / "out", False, 100, threads=2, writer="thread")
     assert err is None and counts is not None and made == []
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, ImportError])
+def test_the_cli_stops_writer_processes_the_run_never_took(tmp_path, monkeypatch, stop):
+    """Ctrl-C (or a failure) while the engine is imported, before the run takes the processes."""
+    from cqlstream.io import script_runner
+
+    script, _ = _aggregates(tmp_path, 200)
+    made = _spawns(monkeypatch)
+
+    def interrupted(*a, **kw):
+        raise stop
+
+    monkeypatch.setattr(script_runner, "run_script", interrupted)
+    with pytest.raises(stop):
+        cli._run(script, tmp_path / "out", False, 100, threads=3, writer="process")
+    assert len(made) == 2 and all(p.proc.returncode is not None for p in made)
