@@ -834,8 +834,10 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
         choices=["process", "thread"],
         default="thread",
         help="with --threads N >= 2, where results are formatted and written: 'thread' (default) on N-1 "
-        "threads of this process; 'process' in N-1 writer processes fed through pipes, which share no "
-        "interpreter lock with the engine but cost ~0.3 s more CPU per run (bench/README.md)",
+        "threads of this process; 'process' in N-1 writer processes, started with the run and fed through "
+        "pipes (a grouped aggregate's changes as compact records), which share no interpreter lock with the "
+        "engine but cost ~0.2 s more CPU per run (the processes' start-up); on a busy 2-core machine they "
+        "were not faster than threads (bench/README.md)",
     )
     r.add_argument(
         "--engine-threads",

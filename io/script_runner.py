@@ -79,7 +79,8 @@ def run_script(
     and parses each source ahead on a thread of its own and formats and writes results on N − 1
     workers while the engine runs on the calling one: `writer` "thread" (the default) on N − 1
     threads, "process" in N − 1 writer processes (io/writer_process.py: no GIL shared with the
-    engine, but ~0.3 s more CPU per run; bench/README.md). The output is the same bytes either way.
+    engine, but ~0.2 s more CPU per run, their start-up; bench/README.md). The output is the same
+    bytes either way.
     `block_size`: bytes of source text parsed at a time (default: from `batch_rows`).
     Sources are read from `source_dir` when given (same file name). `approximate` "static":
     every query is registered with static approximation approved (docs/approximation.md).

@@ -5,10 +5,11 @@ A writer thread shares the engine's GIL: numpy's many short calls in both, and t
 assembly's GIL-held steps, can make the engine wait (bench/README.md, "Threads in `cqlstream
 run`": the engine's rounds took 0.83-0.93 s of wall for 0.55 s of CPU beside a writer thread). A
 process has its own interpreter, so the engine and the formatting run side by side on two cores;
-the costs are the child's start-up (~0.25 s of CPU, numpy's import, on the other core) and one
-copy of the result columns through a pipe (~15 MB per round of Q2). Opt-in (`cqlstream run
---writer process`): measured only on a saturated machine so far, where it cost CPU and gained
-nothing (bench/README.md, "Writer processes and lazy imports").
+the costs are the child's start-up (~0.2 s of CPU: the interpreter and numpy's import; the CLI
+spawns it before it imports the engine, so it runs on the other core while the parent starts up)
+and one copy of what is formatted through a pipe. Opt-in (`cqlstream run --writer process`): on a
+busy 2-core machine it took the engine's thread's waits from 0.3-0.5 s to ~0.1 s, but was not
+faster than a writer thread (bench/README.md, "Writer processes and lazy imports", and session 20).
 
 Protocol, parent → child on the child's stdin: one message per round — a header (`<QI`: pickle
 length, buffer count), the round's batches pickled with protocol 5 (arrays travel out of band),
@@ -348,7 +349,6 @@ def _child_main() -> int:
     # imported before the first round arrives (the parent is still starting up meanwhile)
     from cqlstream.io import change_text  # noqa: F401  (formats the change records)
     from cqlstream.io.result_writer import write_text
-
     from cqlstream.io.run_settings import tune_malloc
 
     tune_malloc()  # every round's arrays reused, not mapped afresh (Q4: 55k -> 17k page faults)

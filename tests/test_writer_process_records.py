@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from cqlstream import cli
-from cqlstream.engine.batch import Batch
 from cqlstream.engine.deferred_batch import ChangeRows, DeferredBatch, change_batch
 from cqlstream.io import writer_process
 from cqlstream.io.script_runner import run_script
@@ -120,7 +119,10 @@ def _aggregates(tmp_path: Path, rows: int = 4000) -> tuple[Path, list[str]]:
     list reordering the record's columns, an aggregate over a view."""
     rng = np.random.default_rng(11)
     ts = np.sort(rng.integers(1, rows // 5, rows))
-    lines = [f"{t},{a},{b:.4g},{c}" for t, a, b, c in zip(ts, rng.integers(-40, 400, rows), rng.normal(0, 50, rows), rng.integers(0, 30, rows))]
+    lines = [
+        f"{t},{a},{b:.4g},{c}"
+        for t, a, b, c in zip(ts, rng.integers(-40, 400, rows), rng.normal(0, 50, rows), rng.integers(0, 30, rows))
+    ]
     write(
         tmp_path,
         {
@@ -152,21 +154,21 @@ def test_records_through_writer_processes_same_bytes_at_every_batch_size(tmp_pat
         return real(*a)
 
     monkeypatch.setattr(writer_process, "_gathered", counting)
-    for batch_rows in (1, 7, 1000, 100_000):
-        out = tmp_path / f"b{batch_rows}"
 
-        def run(name: str, threads: int, writer: str) -> dict[str, bytes]:
-            run_script(script, out_dir=out / name, threads=threads, writer=writer, batch_rows=batch_rows)
-            return {d: (out / name / d).read_bytes() for d in dests}
+    def run(out: Path, batch_rows: int, threads: int, writer: str) -> dict[str, bytes]:
+        run_script(script, out_dir=out, threads=threads, writer=writer, batch_rows=batch_rows)
+        return {d: (out / d).read_bytes() for d in dests}
 
-        want = run("one", 1, "thread")
+    for n in (1, 7, 1000, 100_000):
+        out = tmp_path / f"b{n}"
+        want = run(out / "one", n, 1, "thread")
         assert all(want.values())
-        assert run("thread", 2, "thread") == want, batch_rows
-        assert run("process", 2, "process") == want, batch_rows
-        assert run("two-processes", 3, "process") == want, batch_rows
+        assert run(out / "thread", n, 2, "thread") == want, n
+        assert run(out / "process", n, 2, "process") == want, n
+        assert run(out / "two-processes", n, 3, "process") == want, n
         for behind in (0, 1):  # rounds formatted by the parent: all of them, most
             monkeypatch.setattr(writer_process, "BEHIND", behind)
-            assert run(f"behind{behind}", 2, "process") == want, (batch_rows, behind)
+            assert run(out / f"behind{behind}", n, 2, "process") == want, (n, behind)
         monkeypatch.setattr(writer_process, "BEHIND", 2)
     assert gathered > 0, "no change record was shipped"
 
