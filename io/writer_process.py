@@ -212,6 +212,10 @@ class WriterProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=1 << 16,
+            # a process group of its own: a terminal's Ctrl-C goes to the parent's group only (the
+            # parent then stops this process), never to a child still importing, which would die
+            # printing a traceback of its own
+            process_group=0,
         )
         try:
             import fcntl
@@ -346,13 +350,13 @@ class SpawnedWriters:
 
 
 def _child_main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it ends this process
     # imported before the first round arrives (the parent is still starting up meanwhile)
     from cqlstream.io import change_text  # noqa: F401  (formats the change records)
     from cqlstream.io.result_writer import write_text
     from cqlstream.io.run_settings import tune_malloc
 
     tune_malloc()  # every round's arrays reused, not mapped afresh (Q4: 55k -> 17k page faults)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it ends this process
     inp = sys.stdin.buffer
     report = sys.stdout.buffer
     paths = _receive(inp)

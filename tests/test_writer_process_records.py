@@ -235,3 +235,55 @@ def test_the_cli_stops_writer_processes_the_run_never_took(tmp_path, monkeypatch
     with pytest.raises(stop):
         cli._run(script, tmp_path / "out", False, 100, threads=3, writer="process")
     assert len(made) == 2 and all(p.proc.returncode is not None for p in made)
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes whose environment holds `mark` (a run's writer processes inherit it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if mark.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_ctrl_c_at_start_up_ends_the_run_and_its_writer_processes(tmp_path):
+    """A terminal's Ctrl-C goes to the foreground process group: sent again and again from when
+    the CLI has spawned its writer processes (they are still starting) until the run ends, the run
+    ends, no child is left, and no child prints a traceback of its own."""
+    import os
+    import signal
+    import subprocess
+    import time
+    import uuid
+
+    from tests.test_stream_script import CQLSTREAM
+
+    script, _ = _aggregates(tmp_path, 4000)
+    mark = f"wproc-{uuid.uuid4().hex}"
+    proc = subprocess.Popen(
+        [CQLSTREAM, "run", str(script), "--threads", "3", "--writer", "process", "--out-dir", str(tmp_path / "o")],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "CQLSTREAM_TEST_MARK": mark},
+        process_group=0,  # its own group, signalled as a terminal would signal the foreground job
+    )
+    deadline = time.monotonic() + 60
+    while len(_marked(mark)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            break
+        time.sleep(0.005)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    deadline = time.monotonic() + 10
+    while _marked(mark) and time.monotonic() < deadline:  # (a child's end may lag its parent's)
+        time.sleep(0.05)
+    assert _marked(mark) == []
+    # (a child's traceback runs through runpy or its main; the parent's, through its console script)
+    assert b"runpy" not in err and b"_child_main" not in err, err.decode(errors="replace")
