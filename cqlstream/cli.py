@@ -95,11 +95,13 @@ def _run(
     writer: str = "thread",
     engine_threads: int | None = None,
     column_pruning: bool = True,
+    reader: str = "thread",
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2).
 
     With threads, the sources' readers start before the engine is imported (io/early_readers.py):
-    they parse while the main thread imports, checks and plans."""
+    they parse while the main thread imports, checks and plans (`reader` "process": in one child
+    process, started before numpy is imported here, io/reader_process.py)."""
     from cqlstream import run_process
     from cqlstream.cql import parse_cache
     from cqlstream.io import run_settings
@@ -111,7 +113,7 @@ def _run(
     try:
         if (run_settings.default_threads() if threads is None else threads) > 1 and batch_rows >= 1:
             run_settings.tune_malloc()  # before the readers' first blocks
-            early = start_early_readers(script, source_dir, run_settings.block_bytes(batch_rows))
+            early = start_early_readers(script, source_dir, run_settings.block_bytes(batch_rows), reader)
         from cqlstream.io.script_runner import run_script  # the engine: imported while they read
 
         return (
@@ -129,6 +131,7 @@ def _run(
                 on_registered=run_process.resume_gc,  # after `main`'s pause_gc (a no-op without it)
                 column_pruning=column_pruning,
                 early=early,
+                reader=reader,
             ),
             None,
         )
@@ -208,6 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.writer,
         args.engine_threads,
         args.column_pruning == "on",
+        args.reader,
     )
     if counts is None:
         print(err, file=sys.stderr)
@@ -826,6 +830,14 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
         help="with --threads N >= 2, where results are formatted and written: 'thread' (default) on N-1 "
         "threads of this process; 'process' in N-1 writer processes fed through pipes, which share no "
         "interpreter lock with the engine but cost ~0.3 s more CPU per run (bench/README.md)",
+    )
+    r.add_argument(
+        "--reader",
+        choices=["process", "thread"],
+        default="thread",
+        help="with --threads N >= 2, where sources are parsed: 'thread' (default) a thread per source in "
+        "this process; 'process' one reader process for them all, started first and fed to the engine "
+        "through a pipe (no interpreter lock shared with the engine; the same bytes either way)",
     )
     r.add_argument(
         "--engine-threads",

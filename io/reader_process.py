@@ -1,0 +1,392 @@
+"""Reading a run's sources in a child process: the input stage of a pipeline of processes.
+
+A reader thread shares the engine's GIL, and its parsing starts only once numpy and pyarrow are
+imported on the main thread (~0.15 s of its start-up); half of it then runs beside the engine's
+first steps and the writer (bench/README.md, session 20). `cqlstream run --reader process` starts
+one child at the very start of the run (before the parent imports numpy): it makes the first pass
+over the script itself (io/early_readers.py `first_pass`), parses every source it finds there with
+the same SourceReader code (`instants()`, a thread per source) and streams the blocks to the parent.
+
+Protocol. Child → parent on its stdout (a pipe widened to `_PIPE_SIZE` where allowed): messages of a
+header (`<QI`: pickle length, buffer count), a pickle of protocol 5, then its out-of-band buffers
+(`<Q` length, bytes) — the blocks' columns travel as raw bytes. The first message lists the sources
+started, `[(file, SourceDef)]`; then, for source k, `("block", k, ts, sign, cols, nulls, next_ts)`
+in order, ending with `("end", k)`, `("error", k, path, line, reason, column)` (a ScriptError) or
+`("fail", k, exception)`. Parent → child on its stdin: `<BI` records, `(_CREDIT, k)` (room for one
+more block of source k) or `(_DROP, k)` (stop reading k). A source sends `READ_AHEAD_EARLY` blocks
+before its first is taken, and the parent grants credits so that `READ_AHEAD` are under way after
+that, as the thread readers' Prefetch bounds them. End of the child's stdin (the parent closed it,
+or died) ends the child at once: no child outlives its run.
+
+The parent's `ProcessReaders` offers what `EarlyReaders` does (`take` a source's reader and block
+iterator, `close`); a receiver thread demultiplexes the blocks into a queue per source. A block's
+error is raised where the thread reader raises it (after the blocks before it); a child that dies
+is a ScriptError naming it and its exit code at the next block wanted, never a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from cqlstream.io.early_readers import Block, BlockStream, EarlyReaders, SourceFile
+from cqlstream.io.errors import ScriptError
+from cqlstream.io.line_blocks import line_of_row
+from cqlstream.io.run_settings import READ_AHEAD, READ_AHEAD_EARLY
+
+if TYPE_CHECKING:
+    from cqlstream.cql.catalog import SourceDef
+
+_HEAD = struct.Struct("<QI")
+_LEN = struct.Struct("<Q")
+_CTL = struct.Struct("<BI")
+_CREDIT, _DROP = 1, 2
+_PIPE_SIZE = 1 << 20  # bytes of the child → parent pipe (Linux F_SETPIPE_SZ; the default is 64 KB)
+_F_SETPIPE_SZ = 1031
+
+
+def _send(pipe: IO[bytes], payload: Any) -> None:
+    bufs: list[pickle.PickleBuffer] = []
+    meta = pickle.dumps(payload, protocol=5, buffer_callback=bufs.append)
+    pipe.write(_HEAD.pack(len(meta), len(bufs)) + meta)
+    for b in bufs:
+        raw = b.raw()
+        pipe.write(_LEN.pack(raw.nbytes))
+        pipe.write(raw)  # a large buffer is written straight through, the GIL released
+    pipe.flush()
+
+
+def _read_exact(pipe: IO[bytes], n: int) -> bytearray | None:
+    """n bytes from the pipe, or None at its end (also mid-message: the writer is gone)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = pipe.readinto(view[got:])  # type: ignore[attr-defined]
+        if not k:
+            return None
+        got += k
+    return buf
+
+
+def _receive(pipe: IO[bytes]) -> Any | None:
+    """The next message, or None at the end of the pipe."""
+    head = _read_exact(pipe, _HEAD.size)
+    if head is None:
+        return None
+    meta_len, nbuf = _HEAD.unpack(head)
+    meta = _read_exact(pipe, meta_len)
+    if meta is None:
+        return None
+    bufs = []
+    for _ in range(nbuf):
+        size = _read_exact(pipe, _LEN.size)
+        data = None if size is None else _read_exact(pipe, _LEN.unpack(size)[0])
+        if data is None:
+            return None
+        bufs.append(data)
+    return pickle.loads(meta, buffers=bufs)
+
+
+def _widen(fd: int) -> None:
+    """Make a pipe hold `_PIPE_SIZE` bytes where the system allows (fewer round trips per block)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
+    except (ImportError, OSError):  # not Linux, or above /proc/sys/fs/pipe-max-size: the default pipe
+        pass
+
+
+class _Done:
+    """A source's end in its queue."""
+
+
+class RemoteSource:
+    """The parent's view of a source read by the child: its file, to name a rejected row's line."""
+
+    def __init__(self, path: Path, source: SourceDef, block_size: int) -> None:
+        self.path = path
+        self.source = source
+        self.block_size = block_size
+
+    def line_of_row(self, row: int) -> int:
+        return line_of_row(self.path, row)
+
+
+class RemoteBlocks:
+    """Source k's blocks as the child sends them (what Prefetch over `SourceReader.instants()`
+    yields in a thread reader), granting the child a credit for each block taken."""
+
+    def __init__(self, owner: ProcessReaders, k: int, path: Path) -> None:
+        self._owner = owner
+        self._k = k
+        self._path = path
+        self.q: queue.Queue[Block | _Done | BaseException] = queue.Queue()
+        self._under_way = READ_AHEAD_EARLY  # blocks the child may send before its next credit
+        self.done = False
+
+    def __iter__(self) -> RemoteBlocks:
+        return self
+
+    def __next__(self) -> Block:
+        if self.done:
+            raise StopIteration
+        item = self.q.get()
+        if isinstance(item, _Done):
+            self._finish(drop=False)
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._finish(drop=False)
+            raise item
+        self._under_way -= 1
+        if self._under_way < READ_AHEAD:
+            self._under_way += 1
+            self._owner.tell(_CREDIT, self._k)
+        return item
+
+    def _finish(self, drop: bool) -> None:
+        if not self.done:
+            self.done = True
+            if drop:
+                self._owner.tell(_DROP, self._k)
+            self._owner.closed_one()
+
+    def close(self) -> None:
+        """Stop reading this source (the child drops what it read ahead)."""
+        self._finish(drop=True)
+
+
+class ProcessReaders(EarlyReaders):
+    """The parent's handle on a reader process: the sources it reads, each taken by the run's
+    check of its table (`take`, as `EarlyReaders.take`) or stopped by `close`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], block_size: int) -> None:
+        super().__init__()  # (readers `add`ed here are threads, as EarlyReaders' own)
+        self.proc = proc
+        self.block_size = block_size
+        self._started = threading.Event()  # the child's list of sources arrived (or it died)
+        self._sources: list[tuple[Path, SourceDef]] = []
+        self._streams: list[RemoteBlocks] = []
+        self._taken: set[int] = set()
+        self._closed = False
+        self._open = 0  # streams neither finished nor closed
+        self._lock = threading.Lock()
+        self._receiver = threading.Thread(target=self._receive_all, name="cqlstream-read-receive", daemon=True)
+        self._receiver.start()
+
+    @classmethod
+    def spawn(
+        cls, script: str | os.PathLike[str], source_dir: str | os.PathLike[str] | None, block_size: int
+    ) -> ProcessReaders:
+        args = [str(script), "" if source_dir is None else str(source_dir), str(block_size)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cqlstream.io.reader_process", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        _widen(proc.stdout.fileno())
+        return cls(proc, block_size)
+
+    # ------------------------------------------------------------------ receiving (its own thread)
+    def _receive_all(self) -> None:
+        from cqlstream.engine.batch import Batch  # numpy: imported here, off the main thread
+
+        out = self.proc.stdout
+        assert out is not None
+        first = _receive(out)
+        if first is not None:
+            self._sources = [(Path(f), d) for f, d in first]
+            self._streams = [RemoteBlocks(self, k, f) for k, (f, _) in enumerate(self._sources)]
+            self._open = len(self._streams)
+        self._started.set()
+        live = set(range(len(self._streams)))
+        if first is not None:
+            import numpy as np
+
+            while live:
+                msg = _receive(out)
+                if msg is None:
+                    break
+                kind, k = msg[0], msg[1]
+                q = self._streams[k].q
+                if kind == "block":
+                    _, _, ts, sign, cols, nulls, nxt = msg
+                    q.put((Batch(cols, nulls, ts, sign, np.zeros(len(ts), np.uint64)), nxt))
+                    continue
+                live.discard(k)
+                if kind == "end":
+                    q.put(_Done())
+                elif kind == "error":
+                    q.put(ScriptError(*msg[2:]))
+                else:
+                    q.put(msg[2])
+        if live:  # the child ended before these sources did
+            rc = self.proc.wait()
+            for k in live:
+                path = self._sources[k][0]
+                self._streams[k].q.put(
+                    ScriptError(
+                        path,
+                        None,
+                        f"the source reader process (pid {self.proc.pid}) ended unexpectedly "
+                        f"(exit code {rc}) while reading this file",
+                    )
+                )
+
+    # ------------------------------------------------------------------ the run's side
+    def __len__(self) -> int:
+        self._started.wait()
+        return len(self._sources) - len(self._taken) + super().__len__()
+
+    def names(self) -> list[str]:
+        """The sources being read and not taken, in the order they were started."""
+        self._started.wait()
+        return [d.name for k, (_, d) in enumerate(self._sources) if k not in self._taken] + super().names()
+
+    def take(self, file: Path, source: SourceDef, block_size: int) -> tuple[SourceFile, BlockStream] | None:
+        """The reader of this file, definition and block size (the caller owns it from now on:
+        it iterates and closes the blocks), or None (then the caller reads it itself)."""
+        self._started.wait()
+        for k, (f, d) in enumerate(self._sources):
+            if k not in self._taken and f == file and d == source and block_size == self.block_size:
+                self._taken.add(k)
+                return RemoteSource(f, d, block_size), self._streams[k]
+        return super().take(file, source, block_size)
+
+    def tell(self, op: int, k: int) -> None:
+        """Send a control record; a child already gone is noticed by the receiver, not here."""
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        try:
+            stdin.write(_CTL.pack(op, k))
+            stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+
+    def closed_one(self) -> None:
+        with self._lock:
+            self._open -= 1
+            last = self._closed and self._open <= 0
+        if last:
+            self._stop()
+
+    def close(self) -> None:
+        """Stop every source not taken; the process ends now, or when the taken ones are closed."""
+        super().close()
+        if self._closed:
+            return
+        self._started.wait()
+        for k, s in enumerate(self._streams):
+            if k not in self._taken:
+                s.close()
+        with self._lock:
+            self._closed = True
+            last = self._open <= 0
+        if last:
+            self._stop()
+
+    def _stop(self) -> None:
+        """End the child (its stdin closes) and reap it; kill it if it does not end."""
+        stdin = self.proc.stdin
+        if stdin is not None:
+            try:
+                stdin.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._receiver.join()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def kill(self) -> None:
+        """Stop the child now (tests: a child that dies mid-run)."""
+        self.proc.kill()
+
+
+# ------------------------------------------------------------------------------------------ the child
+
+
+def _child_main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it ends this process
+    script, source_dir, block_size = argv[0], argv[1] or None, int(argv[2])
+    out = sys.stdout.buffer
+    lock = threading.Lock()  # one message at a time on the pipe
+
+    def send(payload: Any) -> None:
+        try:
+            with lock:
+                _send(out, payload)
+        except OSError:  # the parent is gone (or closed its end): nothing left to do
+            os._exit(0)
+
+    from cqlstream.io.dat_source import SourceReader
+    from cqlstream.io.early_readers import first_pass
+
+    readers: list[SourceReader] = []
+
+    def add(file: Path, source: SourceDef, block: int) -> None:
+        readers.append(SourceReader(file, source, block_size=block))
+
+    try:
+        first_pass(Path(script), source_dir, block_size, add)
+    except Exception:  # a guess, as the thread readers' pass: the parent's check reports it
+        pass
+    send([(str(r.path), r.source) for r in readers])
+    credits = [threading.Semaphore(READ_AHEAD_EARLY) for _ in readers]
+    dropped = [False] * len(readers)
+
+    def pump(k: int, r: SourceReader) -> None:
+        try:
+            for b, nxt in r.instants():
+                credits[k].acquire()
+                if dropped[k]:
+                    return
+                send(("block", k, b.ts, b.sign, b.cols, b.nulls, nxt))
+            send(("end", k))
+        except ScriptError as e:
+            send(("error", k, e.path, e.line, e.reason, e.column))
+        except Exception as e:
+            try:
+                pickle.loads(pickle.dumps(e))
+                send(("fail", k, e))
+            except Exception:
+                send(("fail", k, RuntimeError(f"reading {r.path}: {type(e).__name__}: {e}")))
+
+    def control() -> None:  # credits and drops from the parent; the end of its stdin ends the child
+        inp = sys.stdin.buffer
+        while True:
+            rec = _read_exact(inp, _CTL.size)
+            if rec is None:
+                os._exit(0)
+            op, k = _CTL.unpack(rec)
+            if op == _DROP:
+                dropped[k] = True
+            credits[k].release()
+
+    threading.Thread(target=control, name="cqlstream-read-control", daemon=True).start()
+    pumps = [threading.Thread(target=pump, args=(k, r), name=f"cqlstream-read-{k}") for k, r in enumerate(readers)]
+    for t in pumps:
+        t.start()
+    for t in pumps:
+        t.join()
+    out.flush()
+    os._exit(0)  # not waiting for the control thread: the parent may keep our stdin open
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))
