@@ -249,7 +249,7 @@ def test_a_child_that_dies_is_an_error_naming_it_not_a_hang(three_sources):
         except BaseException as e:
             errors.append(e)
 
-    t = threading.Thread(target=run, name="test-run")
+    t = threading.Thread(target=run, name="test-run", daemon=True)
     t.start()
     t.join(60)
     assert not t.is_alive(), "the run hangs on a dead reader process"
