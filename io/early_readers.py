@@ -120,8 +120,9 @@ def start_early_readers(
     if reader == "process":
         from cqlstream.io.reader_process import ProcessReaders
 
-        return ProcessReaders.spawn(script, source_dir, block_size)
-    early = EarlyReaders()
+        early: EarlyReaders = ProcessReaders.spawn()
+    else:
+        early = EarlyReaders()
     try:
         first_pass(Path(script), source_dir, block_size, early.add)
     except Exception:  # a guess: the script's check reports every problem with its line

@@ -41,6 +41,7 @@ from cqlstream.io.early_readers import Block, BlockStream, EarlyReaders, SourceF
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.line_blocks import line_of_row
 from cqlstream.io.run_settings import READ_AHEAD, READ_AHEAD_EARLY
+from cqlstream.io.type_line import check_type_line
 
 if TYPE_CHECKING:
     from cqlstream.cql.catalog import SourceDef
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 _HEAD = struct.Struct("<QI")
 _LEN = struct.Struct("<Q")
 _CTL = struct.Struct("<BI")
-_CREDIT, _DROP = 1, 2
+_CREDIT, _DROP, _SOURCE = 1, 2, 3
 _PIPE_SIZE = 1 << 20  # bytes of the child → parent pipe (Linux F_SETPIPE_SZ; the default is 64 KB)
 _F_SETPIPE_SZ = 1031
 
@@ -129,7 +130,7 @@ class RemoteBlocks:
     def __init__(self, owner: ProcessReaders, k: int, path: Path) -> None:
         self._owner = owner
         self._k = k
-        self._path = path
+        self.path = path
         self.q: queue.Queue[Block | _Done | BaseException] = queue.Queue()
         self._under_way = READ_AHEAD_EARLY  # blocks the child may send before its next credit
         self.done = False
@@ -166,15 +167,14 @@ class RemoteBlocks:
 
 
 class ProcessReaders(EarlyReaders):
-    """The parent's handle on a reader process: the sources it reads, each taken by the run's
-    check of its table (`take`, as `EarlyReaders.take`) or stopped by `close`."""
+    """The parent's handle on a reader process: the sources handed to it (`add`, made by the first
+    pass), each taken by the run's check of its table (`take`, as `EarlyReaders.take`) or stopped
+    by `close`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], block_size: int) -> None:
-        super().__init__()  # (readers `add`ed here are threads, as EarlyReaders' own)
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        super().__init__()
         self.proc = proc
-        self.block_size = block_size
-        self._started = threading.Event()  # the child's list of sources arrived (or it died)
-        self._sources: list[tuple[Path, SourceDef]] = []
+        self._sources: list[tuple[Path, SourceDef, int]] = []
         self._streams: list[RemoteBlocks] = []
         self._taken: set[int] = set()
         self._closed = False
@@ -184,59 +184,60 @@ class ProcessReaders(EarlyReaders):
         self._receiver.start()
 
     @classmethod
-    def spawn(
-        cls, script: str | os.PathLike[str], source_dir: str | os.PathLike[str] | None, block_size: int
-    ) -> ProcessReaders:
-        args = [str(script), "" if source_dir is None else str(source_dir), str(block_size)]
+    def spawn(cls) -> ProcessReaders:
+        """Start the child: it imports its parser (numpy, pyarrow) while this process makes the
+        first pass over the script and hands it the sources (`add`)."""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cqlstream.io.reader_process", *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            [sys.executable, "-m", "cqlstream.io.reader_process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert proc.stdout is not None
         _widen(proc.stdout.fileno())
-        return cls(proc, block_size)
+        return cls(proc)
+
+    def add(self, file: Path, source: SourceDef, block_size: int) -> None:
+        """Have the child read `file` for `source` (raises what SourceReader raises on a bad type
+        line, checked here: the first pass stops there, as with reader threads)."""
+        check_type_line(file, source)
+        k = len(self._sources)
+        self._sources.append((file, source, block_size))
+        self._streams.append(RemoteBlocks(self, k, file))
+        with self._lock:
+            self._open += 1
+        data = pickle.dumps((str(file), source, block_size))
+        self._tell(_CTL.pack(_SOURCE, len(data)) + data)
 
     # ------------------------------------------------------------------ receiving (its own thread)
     def _receive_all(self) -> None:
+        import numpy as np
+
         from cqlstream.engine.batch import Batch  # numpy: imported here, off the main thread
 
         out = self.proc.stdout
         assert out is not None
-        first = _receive(out)
-        if first is not None:
-            self._sources = [(Path(f), d) for f, d in first]
-            self._streams = [RemoteBlocks(self, k, f) for k, (f, _) in enumerate(self._sources)]
-            self._open = len(self._streams)
-        self._started.set()
-        live = set(range(len(self._streams)))
-        if first is not None:
-            import numpy as np
-
-            while live:
-                msg = _receive(out)
-                if msg is None:
-                    break
-                kind, k = msg[0], msg[1]
-                q = self._streams[k].q
-                if kind == "block":
-                    _, _, ts, sign, cols, nulls, nxt = msg
-                    q.put((Batch(cols, nulls, ts, sign, np.zeros(len(ts), np.uint64)), nxt))
-                    continue
-                live.discard(k)
-                if kind == "end":
-                    q.put(_Done())
-                elif kind == "error":
-                    q.put(ScriptError(*msg[2:]))
-                else:
-                    q.put(msg[2])
-        if live:  # the child ended before these sources did
-            rc = self.proc.wait()
-            for k in live:
-                path = self._sources[k][0]
-                self._streams[k].q.put(
+        ended: set[int] = set()
+        while True:
+            msg = _receive(out)
+            if msg is None:
+                break
+            kind, k = msg[0], msg[1]
+            q = self._streams[k].q
+            if kind == "block":
+                _, _, ts, sign, cols, nulls, nxt = msg
+                q.put((Batch(cols, nulls, ts, sign, np.zeros(len(ts), np.uint64)), nxt))
+                continue
+            ended.add(k)
+            if kind == "end":
+                q.put(_Done())
+            elif kind == "error":
+                q.put(ScriptError(*msg[2:]))
+            else:
+                q.put(msg[2])
+        rc = self.proc.wait()
+        for k, s in enumerate(self._streams):
+            if k not in ended and not s.done:  # the child ended before this source did
+                s.q.put(
                     ScriptError(
-                        path,
+                        s.path,
                         None,
                         f"the source reader process (pid {self.proc.pid}) ended unexpectedly "
                         f"(exit code {rc}) while reading this file",
@@ -245,31 +246,32 @@ class ProcessReaders(EarlyReaders):
 
     # ------------------------------------------------------------------ the run's side
     def __len__(self) -> int:
-        self._started.wait()
         return len(self._sources) - len(self._taken) + super().__len__()
 
     def names(self) -> list[str]:
         """The sources being read and not taken, in the order they were started."""
-        self._started.wait()
-        return [d.name for k, (_, d) in enumerate(self._sources) if k not in self._taken] + super().names()
+        return [d.name for k, (_, d, _) in enumerate(self._sources) if k not in self._taken] + super().names()
 
     def take(self, file: Path, source: SourceDef, block_size: int) -> tuple[SourceFile, BlockStream] | None:
         """The reader of this file, definition and block size (the caller owns it from now on:
         it iterates and closes the blocks), or None (then the caller reads it itself)."""
-        self._started.wait()
-        for k, (f, d) in enumerate(self._sources):
-            if k not in self._taken and f == file and d == source and block_size == self.block_size:
+        for k, (f, d, size) in enumerate(self._sources):
+            if k not in self._taken and f == file and d == source and size == block_size:
                 self._taken.add(k)
                 return RemoteSource(f, d, block_size), self._streams[k]
         return super().take(file, source, block_size)
 
     def tell(self, op: int, k: int) -> None:
-        """Send a control record; a child already gone is noticed by the receiver, not here."""
+        """A credit or drop for source k."""
+        self._tell(_CTL.pack(op, k))
+
+    def _tell(self, data: bytes) -> None:
+        """Send to the child; a child already gone is noticed by the receiver, not here."""
         stdin = self.proc.stdin
         if stdin is None or stdin.closed:
             return
         try:
-            stdin.write(_CTL.pack(op, k))
+            stdin.write(data)
             stdin.flush()
         except (BrokenPipeError, ValueError, OSError):
             pass
@@ -286,7 +288,6 @@ class ProcessReaders(EarlyReaders):
         super().close()
         if self._closed:
             return
-        self._started.wait()
         for k, s in enumerate(self._streams):
             if k not in self._taken:
                 s.close()
@@ -321,11 +322,15 @@ class ProcessReaders(EarlyReaders):
 # ------------------------------------------------------------------------------------------ the child
 
 
-def _child_main(argv: list[str]) -> int:
+def _child_main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it ends this process
-    script, source_dir, block_size = argv[0], argv[1] or None, int(argv[2])
+    from cqlstream.io.dat_source import SourceReader  # numpy, pyarrow: while the parent reads the script
+
     out = sys.stdout.buffer
+    inp = sys.stdin.buffer
     lock = threading.Lock()  # one message at a time on the pipe
+    credits: list[threading.Semaphore] = []
+    dropped: list[bool] = []
 
     def send(payload: Any) -> None:
         try:
@@ -334,24 +339,9 @@ def _child_main(argv: list[str]) -> int:
         except OSError:  # the parent is gone (or closed its end): nothing left to do
             os._exit(0)
 
-    from cqlstream.io.dat_source import SourceReader
-    from cqlstream.io.early_readers import first_pass
-
-    readers: list[SourceReader] = []
-
-    def add(file: Path, source: SourceDef, block: int) -> None:
-        readers.append(SourceReader(file, source, block_size=block))
-
-    try:
-        first_pass(Path(script), source_dir, block_size, add)
-    except Exception:  # a guess, as the thread readers' pass: the parent's check reports it
-        pass
-    send([(str(r.path), r.source) for r in readers])
-    credits = [threading.Semaphore(READ_AHEAD_EARLY) for _ in readers]
-    dropped = [False] * len(readers)
-
-    def pump(k: int, r: SourceReader) -> None:
+    def pump(k: int, file: str, source: SourceDef, block_size: int) -> None:
         try:
+            r = SourceReader(file, source, block_size=block_size)  # (type line: checked by the parent)
             for b, nxt in r.instants():
                 credits[k].acquire()
                 if dropped[k]:
@@ -365,28 +355,27 @@ def _child_main(argv: list[str]) -> int:
                 pickle.loads(pickle.dumps(e))
                 send(("fail", k, e))
             except Exception:
-                send(("fail", k, RuntimeError(f"reading {r.path}: {type(e).__name__}: {e}")))
+                send(("fail", k, RuntimeError(f"reading {file}: {type(e).__name__}: {e}")))
 
-    def control() -> None:  # credits and drops from the parent; the end of its stdin ends the child
-        inp = sys.stdin.buffer
-        while True:
-            rec = _read_exact(inp, _CTL.size)
-            if rec is None:
+    while True:  # the parent's sources, credits and drops; the end of its stdin ends this process
+        rec = _read_exact(inp, _CTL.size)
+        if rec is None:
+            out.flush()
+            os._exit(0)
+        op, k = _CTL.unpack(rec)
+        if op == _SOURCE:
+            data = _read_exact(inp, k)
+            if data is None:
                 os._exit(0)
-            op, k = _CTL.unpack(rec)
-            if op == _DROP:
-                dropped[k] = True
-            credits[k].release()
-
-    threading.Thread(target=control, name="cqlstream-read-control", daemon=True).start()
-    pumps = [threading.Thread(target=pump, args=(k, r), name=f"cqlstream-read-{k}") for k, r in enumerate(readers)]
-    for t in pumps:
-        t.start()
-    for t in pumps:
-        t.join()
-    out.flush()
-    os._exit(0)  # not waiting for the control thread: the parent may keep our stdin open
+            credits.append(threading.Semaphore(READ_AHEAD_EARLY))
+            dropped.append(False)
+            args = (len(credits) - 1, *pickle.loads(data))
+            threading.Thread(target=pump, args=args, name=f"cqlstream-read-{args[0]}", daemon=True).start()
+            continue
+        if op == _DROP:
+            dropped[k] = True
+        credits[k].release()
 
 
 if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1:]))
+    sys.exit(_child_main())
