@@ -140,6 +140,7 @@ def one(script: str, threads: int, flags: list[str] | None = None) -> int:
         out = {
             "main": cpu,
             "startup": first.get("cpu", cpu),
+            "startup_wall": first.get("wall", 0.0),
             "faults_startup": first.get("faults", faults),
             "faults_after": faults - first.get("faults", faults),
             "steps": sum(steps.values()),
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{q} --threads {t}: main {med['main']:.3f} = start-up {med['startup']:.3f} + steps {med['steps']:.3f}"
             f" + write {med['write']:.3f} (+ waited {med['write_wait']:.3f} wall) + rest"
             f" {med['main'] - med['startup'] - med['steps'] - med['write']:.3f}; faults {med['faults_startup']:.0f}"
-            f" + {med['faults_after']:.0f}; wall {med['wall']:.2f}\n    steps: {ops}; reader {med['read_startup']:.3f}"
+            f" + {med['faults_after']:.0f}; wall {med['wall']:.2f} (first step at {med.get('startup_wall', 0.0):.2f})\n    steps: {ops}; reader {med['read_startup']:.3f}"
             f" + {med['read_after']:.3f}, writer {med['write_startup']:.3f} + {med['write_after']:.3f} (before + after the"
             f" first step), child processes {med.get('children', 0.0):.3f}"
         )

@@ -34,6 +34,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -107,6 +108,68 @@ def _widen(fd: int) -> None:
         pass
 
 
+class _Forked:
+    """A forked child reading the sources, with what the parent uses of a Popen: pid, stdin
+    (its control pipe), stdout (its data pipe), wait, poll, kill."""
+
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+        self.pid = pid
+        self.stdin: IO[bytes] | None = stdin
+        self.stdout: IO[bytes] | None = stdout
+        self.returncode: int | None = None
+        self._reap = threading.Lock()  # the receiver thread and the run's both wait for it
+
+    @classmethod
+    def start(cls) -> _Forked:
+        ctl_r, ctl_w = os.pipe()
+        data_r, data_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the parent's code
+            code = 1
+            try:
+                os.close(ctl_w)
+                os.close(data_r)
+                with open(ctl_r, "rb") as inp, open(data_w, "wb") as out:
+                    code = _child_main(inp, out)
+            finally:
+                os._exit(code)
+        os.close(ctl_r)
+        os.close(data_w)
+        return cls(pid, open(ctl_w, "wb"), open(data_r, "rb"))
+
+    def poll(self) -> int | None:
+        with self._reap:
+            if self.returncode is None:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (rc := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["cqlstream-reader"], timeout)
+            time.sleep(0.005)
+        return rc
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _spawned() -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cqlstream.io.reader_process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+
+
+_Child = _Forked | subprocess.Popen[bytes]
+
+
 class _Done:
     """A source's end in its queue."""
 
@@ -171,7 +234,7 @@ class ProcessReaders(EarlyReaders):
     pass), each taken by the run's check of its table (`take`, as `EarlyReaders.take`) or stopped
     by `close`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: _Child) -> None:
         super().__init__()
         self.proc = proc
         self._sources: list[tuple[Path, SourceDef, int]] = []
@@ -186,10 +249,10 @@ class ProcessReaders(EarlyReaders):
     @classmethod
     def spawn(cls) -> ProcessReaders:
         """Start the child: it imports its parser (numpy, pyarrow) while this process makes the
-        first pass over the script and hands it the sources (`add`)."""
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cqlstream.io.reader_process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
+        first pass over the script and hands it the sources (`add`). Forked where this process
+        has no other thread yet (`cqlstream run`: the child skips the interpreter's start and the
+        imports made so far, ~0.1 s before its first block), else a fresh interpreter."""
+        proc: _Child = _Forked.start() if hasattr(os, "fork") and threading.active_count() == 1 else _spawned()
         assert proc.stdout is not None
         _widen(proc.stdout.fileno())
         return cls(proc)
@@ -208,10 +271,6 @@ class ProcessReaders(EarlyReaders):
 
     # ------------------------------------------------------------------ receiving (its own thread)
     def _receive_all(self) -> None:
-        import numpy as np
-
-        from cqlstream.engine.batch import Batch  # numpy: imported here, off the main thread
-
         out = self.proc.stdout
         assert out is not None
         ended: set[int] = set()
@@ -222,6 +281,12 @@ class ProcessReaders(EarlyReaders):
             kind, k = msg[0], msg[1]
             q = self._streams[k].q
             if kind == "block":
+                # (imported at the first block, not before: numpy's import would compete with the
+                # main thread's start-up, which imports it by then)
+                import numpy as np
+
+                from cqlstream.engine.batch import Batch
+
                 _, _, ts, sign, cols, nulls, nxt = msg
                 q.put((Batch(cols, nulls, ts, sign, np.zeros(len(ts), np.uint64)), nxt))
                 continue
@@ -322,12 +387,11 @@ class ProcessReaders(EarlyReaders):
 # ------------------------------------------------------------------------------------------ the child
 
 
-def _child_main() -> int:
+def _child_main(inp: IO[bytes], out: IO[bytes]) -> int:
+    """Read the sources the parent hands over on `inp`, sending their blocks on `out`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it ends this process
     from cqlstream.io.dat_source import SourceReader  # numpy, pyarrow: while the parent reads the script
 
-    out = sys.stdout.buffer
-    inp = sys.stdin.buffer
     lock = threading.Lock()  # one message at a time on the pipe
     credits: list[threading.Semaphore] = []
     dropped: list[bool] = []
@@ -378,4 +442,4 @@ def _child_main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_child_main())
+    sys.exit(_child_main(sys.stdin.buffer, sys.stdout.buffer))
