@@ -120,9 +120,14 @@ def start_early_readers(
     if reader == "process":
         from cqlstream.io.reader_process import ProcessReaders
 
-        early: EarlyReaders = ProcessReaders.spawn()
-    else:
-        early = EarlyReaders()
+        procs = ProcessReaders.spawn()
+        try:
+            first_pass(Path(script), source_dir, block_size, procs.add)
+        except Exception:  # a guess, as below
+            pass
+        procs.start_receiving()
+        return procs
+    early = EarlyReaders()
     try:
         first_pass(Path(script), source_dir, block_size, early.add)
     except Exception:  # a guess: the script's check reports every problem with its line

@@ -161,6 +161,12 @@ class _Forked:
                 pass
 
 
+def _can_fork() -> bool:
+    """Fork only a process with no other thread (a thread holding a lock at the fork would hold
+    it forever in the child)."""
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
 def _spawned() -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "cqlstream.io.reader_process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -244,7 +250,18 @@ class ProcessReaders(EarlyReaders):
         self._open = 0  # streams neither finished nor closed
         self._lock = threading.Lock()
         self._receiver = threading.Thread(target=self._receive_all, name="cqlstream-read-receive", daemon=True)
-        self._receiver.start()
+
+    def start_receiving(self) -> None:
+        """Start taking the child's blocks, once the first pass handed it the sources. numpy (and
+        Batch) are imported first, here on the calling thread: the engine's start-up imports them
+        next anyway, and numpy imported by two threads at once fails (a partially initialized
+        numpy._core seen by the second: measured, the receiver unpickling a block meanwhile)."""
+        if self._receiver.ident is None:
+            import numpy  # noqa: F401
+
+            import cqlstream.engine.batch  # noqa: F401
+
+            self._receiver.start()
 
     @classmethod
     def spawn(cls) -> ProcessReaders:
@@ -252,7 +269,7 @@ class ProcessReaders(EarlyReaders):
         first pass over the script and hands it the sources (`add`). Forked where this process
         has no other thread yet (`cqlstream run`: the child skips the interpreter's start and the
         imports made so far, ~0.1 s before its first block), else a fresh interpreter."""
-        proc: _Child = _Forked.start() if hasattr(os, "fork") and threading.active_count() == 1 else _spawned()
+        proc: _Child = _Forked.start() if _can_fork() else _spawned()
         assert proc.stdout is not None
         _widen(proc.stdout.fileno())
         return cls(proc)
@@ -281,9 +298,7 @@ class ProcessReaders(EarlyReaders):
             kind, k = msg[0], msg[1]
             q = self._streams[k].q
             if kind == "block":
-                # (imported at the first block, not before: numpy's import would compete with the
-                # main thread's start-up, which imports it by then)
-                import numpy as np
+                import numpy as np  # (imported by start_receiving)
 
                 from cqlstream.engine.batch import Batch
 
@@ -320,6 +335,7 @@ class ProcessReaders(EarlyReaders):
     def take(self, file: Path, source: SourceDef, block_size: int) -> tuple[SourceFile, BlockStream] | None:
         """The reader of this file, definition and block size (the caller owns it from now on:
         it iterates and closes the blocks), or None (then the caller reads it itself)."""
+        self.start_receiving()
         for k, (f, d, size) in enumerate(self._sources):
             if k not in self._taken and f == file and d == source and size == block_size:
                 self._taken.add(k)
@@ -375,7 +391,8 @@ class ProcessReaders(EarlyReaders):
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._receiver.join()
+        if self._receiver.ident is not None:
+            self._receiver.join()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 

@@ -114,8 +114,9 @@ def test_same_bytes_as_one_thread_and_reader_threads(batch_rows, block, three_so
     import cqlstream.io.script_runner as runner
 
     monkeypatch.setattr(runner, "start_reader", no_thread)
-    for writer in ("thread", "process"):
-        folder = out / f"proc-{writer}"
+    for writer, fork in (("thread", True), ("process", True), ("thread", False)):
+        monkeypatch.setattr(reader_process, "_can_fork", lambda fork=fork: fork)  # forked / a fresh interpreter
+        folder = out / f"proc-{writer}-{fork}"
         run_script(
             three_sources,
             out_dir=folder,
@@ -125,19 +126,24 @@ def test_same_bytes_as_one_thread_and_reader_threads(batch_rows, block, three_so
             reader="process",
             writer=writer,
         )
-        assert _outputs(folder) == want, writer
+        assert _outputs(folder) == want, (writer, fork)
 
 
 def test_the_cli_spawns_the_child_before_numpy_and_never_imports_pyarrow(three_sources, capsys):
-    """In a fresh `cqlstream run --reader process`, the child is spawned before the parent imports
+    """In a fresh `cqlstream run --reader process`, the child is forked before the parent imports
     numpy, and the parent never imports pyarrow (here: no text column written, which formatting
     would use it for); the dests are those of one thread."""
     out = three_sources.parent
     lines = SCRIPT.splitlines(keepends=True)
     three_sources.write_text("".join(x for k, x in enumerate(lines) if k not in (4, 5, 10, 11)))
     code = textwrap.dedent(f"""
-        import json, subprocess, sys
+        import json, os, subprocess, sys
         events = []
+        fork = os.fork
+        def spy_fork():
+            events.append("fork")
+            return fork()
+        os.fork = spy_fork
         class Spy:
             def find_spec(self, name, path=None, target=None):
                 if name in ("numpy", "pyarrow", "cqlstream.engine.dsms"):
@@ -158,7 +164,7 @@ def test_the_cli_spawns_the_child_before_numpy_and_never_imports_pyarrow(three_s
     assert r.returncode == 0, r.stderr
     rc, events, pyarrow = json.loads(r.stdout.strip().splitlines()[-1])
     assert rc == 0 and not pyarrow, events
-    assert events.index("spawn cqlstream.io.reader_process") < events.index("import numpy"), events
+    assert events.index("fork") < events.index("import numpy"), events  # (no other thread yet: forked)
     run_script(three_sources, out_dir=out / "one", threads=1)
     assert not (out / "cli" / "rel").exists()
     for d in ("agg", "join", "sel"):
