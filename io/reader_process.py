@@ -149,7 +149,7 @@ class _Forked:
         deadline = None if timeout is None else time.monotonic() + timeout
         while (rc := self.poll()) is None:
             if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(["cqlstream-reader"], timeout)
+                raise subprocess.TimeoutExpired(["cqlstream-reader"], timeout or 0.0)
             time.sleep(0.005)
         return rc
 

@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,25 @@ def three_sources(tmp_path: Path) -> Path:
     return tmp_path / "run.cql"
 
 
+def _bounded(run: Callable[[], object], seconds: float = 120) -> None:
+    """Call `run` on a daemon thread: a run that hangs (a lost block, a missing credit) fails the
+    test instead of hanging it; an exception is raised here."""
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            run()
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=call, name="test-run", daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "the run hangs"
+    if errors:
+        raise errors[0]
+
+
 def _outputs(folder: Path) -> dict[str, bytes]:
     return {d: (folder / d).read_bytes() for d in DESTS}
 
@@ -117,14 +137,16 @@ def test_same_bytes_as_one_thread_and_reader_threads(batch_rows, block, three_so
     for writer, fork in (("thread", True), ("process", True), ("thread", False)):
         monkeypatch.setattr(reader_process, "_can_fork", lambda fork=fork: fork)  # forked / a fresh interpreter
         folder = out / f"proc-{writer}-{fork}"
-        run_script(
-            three_sources,
-            out_dir=folder,
-            threads=2,
-            batch_rows=batch_rows,
-            block_size=block,
-            reader="process",
-            writer=writer,
+        _bounded(
+            lambda folder=folder, writer=writer: run_script(
+                three_sources,
+                out_dir=folder,
+                threads=2,
+                batch_rows=batch_rows,
+                block_size=block,
+                reader="process",
+                writer=writer,
+            )
         )
         assert _outputs(folder) == want, (writer, fork)
 
@@ -328,3 +350,28 @@ def test_reader_option_is_checked(tmp_path):
         run_script(tmp_path / "x.cql", threads=2, reader="fork")
     with pytest.raises(SystemExit):
         cli_main(["run", str(tmp_path / "x.cql"), "--reader", "fork"])
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        None,  # no script
+        SCRIPT.replace("source : t.dat", "source : missing.dat"),  # stops at the missing file
+        SCRIPT.replace("register stream T (A integer, B integer)", "register stream T (A integer)"),  # type line
+        SCRIPT.replace("register stream T", "register stream S"),  # S twice
+        SCRIPT,
+    ],
+)
+def test_the_first_pass_hands_the_child_what_the_threads_would_read(script, tmp_path):
+    write(tmp_path, {"s.dat": _rows(300), "t.dat": _rows(300), "r.dat": _relation(30)})
+    if script is not None:
+        write(tmp_path, {"run.cql": script})
+    names = {}
+    for reader in ("thread", "process"):
+        early = start_early_readers(tmp_path / "run.cql", None, 1000, reader)
+        try:
+            names[reader] = early.names()
+        finally:
+            early.close()
+    assert names["process"] == names["thread"]
+    assert names["thread"] == (["S", "T", "R"] if script == SCRIPT else [] if script is None else ["S"])
