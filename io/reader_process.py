@@ -1,27 +1,31 @@
 """Reading a run's sources in a child process: the input stage of a pipeline of processes.
 
 A reader thread shares the engine's GIL, and its parsing starts only once numpy and pyarrow are
-imported on the main thread (~0.15 s of its start-up); half of it then runs beside the engine's
-first steps and the writer (bench/README.md, session 20). `cqlstream run --reader process` starts
-one child at the very start of the run (before the parent imports numpy): it makes the first pass
-over the script itself (io/early_readers.py `first_pass`), parses every source it finds there with
-the same SourceReader code (`instants()`, a thread per source) and streams the blocks to the parent.
+imported on the main thread; half of it then runs beside the engine's first steps and the writer
+(bench/README.md, session 20). `cqlstream run --reader process` starts one child first (forked
+while the process has no other thread, else a fresh interpreter), before the parent imports
+numpy: the child imports its parser (numpy, pyarrow) while the parent makes the first pass over
+the script (io/early_readers.py `first_pass`) and hands it each source found there; a thread per
+source in the child parses it with the same SourceReader code (`instants()`) and streams the
+blocks to the parent.
 
-Protocol. Child → parent on its stdout (a pipe widened to `_PIPE_SIZE` where allowed): messages of a
-header (`<QI`: pickle length, buffer count), a pickle of protocol 5, then its out-of-band buffers
-(`<Q` length, bytes) — the blocks' columns travel as raw bytes. The first message lists the sources
-started, `[(file, SourceDef)]`; then, for source k, `("block", k, ts, sign, cols, nulls, next_ts)`
-in order, ending with `("end", k)`, `("error", k, path, line, reason, column)` (a ScriptError) or
-`("fail", k, exception)`. Parent → child on its stdin: `<BI` records, `(_CREDIT, k)` (room for one
-more block of source k) or `(_DROP, k)` (stop reading k). A source sends `READ_AHEAD_EARLY` blocks
-before its first is taken, and the parent grants credits so that `READ_AHEAD` are under way after
-that, as the thread readers' Prefetch bounds them. End of the child's stdin (the parent closed it,
-or died) ends the child at once: no child outlives its run.
+Protocol. Parent → child on the child's stdin: `<BI` records, `(_SOURCE, n)` followed by n bytes
+pickling `(file, SourceDef, block_size)` (source k is the k-th), `(_CREDIT, k)` (room for one more
+block of source k), `(_DROP, k)` (stop reading k). The end of that pipe (the parent closed it, or
+died) ends the child at once: no child outlives its run. Child → parent on a pipe widened to
+`_PIPE_SIZE` where allowed: messages of a header (`<QI`: pickle length, buffer count), a pickle
+of protocol 5, then its out-of-band buffers (`<Q` length, bytes), so the blocks' columns travel
+as raw bytes: `("block", k, ts, sign, cols, nulls, next_ts)` in order, ending with `("end", k)`,
+`("error", k, path, line, reason, column)` (a ScriptError) or `("fail", k, exception)`. A source
+sends `READ_AHEAD_EARLY` blocks before its first is taken, and the parent grants credits so that
+`READ_AHEAD` are under way after that, as the thread readers' Prefetch bounds them.
 
-The parent's `ProcessReaders` offers what `EarlyReaders` does (`take` a source's reader and block
-iterator, `close`); a receiver thread demultiplexes the blocks into a queue per source. A block's
-error is raised where the thread reader raises it (after the blocks before it); a child that dies
-is a ScriptError naming it and its exit code at the next block wanted, never a hang.
+The parent's `ProcessReaders` offers what `EarlyReaders` does (`add` from the first pass, `take`
+a source's reader and block iterator, `close`); a receiver thread demultiplexes the blocks into a
+queue per source. A block's error is raised where the thread reader raises it (after the blocks
+before it); a child that dies is a ScriptError naming it and its exit code at the next block
+wanted, never a hang. Opt-in: the child's own imports cost ~0.25 s of CPU, which paid on a
+loaded machine more than the lighter engine thread gained (bench/README.md, session 20).
 """
 
 from __future__ import annotations
