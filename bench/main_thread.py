@@ -1,6 +1,7 @@
 """Where the main thread's time goes in `cqlstream run`: start-up, operator steps, hand-overs.
 
     python -m bench.main_thread [--rows 1000000] [--only Q2,Q4] [--threads 1,2] [--rounds 3] [--json F]
+                                [--flags "--reader process"]
 
 Runs each query's script (bench/stream_queries.py) in a fresh process per run, the thread counts
 alternated, and prints the medians per query and thread count of what the main thread (the
@@ -21,6 +22,7 @@ import importlib.util
 import json
 import os
 import resource
+import shlex
 import sys
 import threading
 import time
@@ -98,7 +100,7 @@ def _when_loaded(name: str, patch: Callable[[ModuleType], None]) -> None:
     sys.meta_path.insert(0, Finder())
 
 
-def one(script: str, threads: int) -> int:
+def one(script: str, threads: int, flags: list[str] | None = None) -> int:
     """One `cqlstream run` in this process, as the program, with the main thread's clocks
     (wrapping the operators' `step` and `ResultWriter.write` once their modules load), printed
     to stderr at exit."""
@@ -138,12 +140,15 @@ def one(script: str, threads: int) -> int:
         out = {
             "main": cpu,
             "startup": first.get("cpu", cpu),
+            "startup_wall": first.get("wall", 0.0),
             "faults_startup": first.get("faults", faults),
             "faults_after": faults - first.get("faults", faults),
             "steps": sum(steps.values()),
             "write": w["cpu"],
             "write_wait": max(0.0, w["wall"] - w["cpu"]),
             "wall": time.perf_counter() - began,
+            # reaped child processes (a reader or writer process): their CPU, on the other core
+            "children": (lambda u: u.ru_utime + u.ru_stime)(resource.getrusage(resource.RUSAGE_CHILDREN)),
         }
         out.update({f"step:{k}": v for k, v in steps.items()})
         for k, v in _others().items():  # the reader's and writer's CPU before the first step and after
@@ -157,7 +162,8 @@ def one(script: str, threads: int) -> int:
     atexit.register(report)
     from cqlstream.cli import main as cli_main
 
-    sys.argv = ["cqlstream", "run", script, "--threads", str(threads)]  # as the program: gc paused at start-up
+    # as the program: gc paused at start-up
+    sys.argv = ["cqlstream", "run", script, "--threads", str(threads), *(flags or [])]
     return cli_main()
 
 
@@ -168,10 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", default="1,2", help="comma-separated `cqlstream run --threads` counts")
     p.add_argument("--rounds", type=int, default=3, help="runs per query and thread count, alternated")
     p.add_argument("--json", help="also write the medians here, per query and thread count")
+    p.add_argument("--flags", default="", help="more `cqlstream run` options for the runs at 2 threads or more")
     p.add_argument("--one", nargs=2, metavar=("SCRIPT", "THREADS"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.one:
-        return one(a.one[0], int(a.one[1]))
+        return one(a.one[0], int(a.one[1]), shlex.split(a.flags))
     import statistics
     import subprocess
 
@@ -185,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             script = str(write_script(q, a.rows)[0])
             for t in counts:
                 cmd = [sys.executable, "-m", "bench.main_thread", "--one", script, str(t)]
+                cmd += ["--flags", a.flags] if t > 1 and a.flags else []
                 r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
                 line = next(x for x in r.stderr.splitlines() if x.startswith(MARK))
                 runs[(q, t)].append(json.loads(line[len(MARK) :]))
@@ -198,9 +206,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{q} --threads {t}: main {med['main']:.3f} = start-up {med['startup']:.3f} + steps {med['steps']:.3f}"
             f" + write {med['write']:.3f} (+ waited {med['write_wait']:.3f} wall) + rest"
             f" {med['main'] - med['startup'] - med['steps'] - med['write']:.3f}; faults {med['faults_startup']:.0f}"
-            f" + {med['faults_after']:.0f}; wall {med['wall']:.2f}\n    steps: {ops}; reader {med['read_startup']:.3f}"
+            f" + {med['faults_after']:.0f}; wall {med['wall']:.2f} (first step at {med.get('startup_wall', 0.0):.2f})\n    steps: {ops}; reader {med['read_startup']:.3f}"
             f" + {med['read_after']:.3f}, writer {med['write_startup']:.3f} + {med['write_after']:.3f} (before + after the"
-            " first step)"
+            f" first step), child processes {med.get('children', 0.0):.3f}"
         )
     if a.json:
         Path(a.json).write_text(json.dumps(medians, indent=1))

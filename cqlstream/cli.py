@@ -95,12 +95,14 @@ def _run(
     writer: str = "thread",
     engine_threads: int | None = None,
     column_pruning: bool = True,
+    reader: str = "thread",
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2).
 
     With threads, the sources' readers start before the engine is imported (io/early_readers.py):
-    they parse while the main thread imports, checks and plans; writer processes (`writer`
-    "process") are spawned then too, so their interpreters start on the other core meanwhile."""
+    they parse while the main thread imports, checks and plans (`reader` "process": in one child
+    process, started before numpy is imported here, io/reader_process.py); writer processes
+    (`writer` "process") are spawned then too, so their interpreters start on the other core."""
     from cqlstream import run_process
     from cqlstream.cql import parse_cache
     from cqlstream.io import run_settings
@@ -113,12 +115,12 @@ def _run(
     try:
         n = run_settings.default_threads() if threads is None else threads
         if n > 1 and batch_rows >= 1:
-            if writer == "process":  # first: a child's start-up is the longest to overlap
+            run_settings.tune_malloc()  # before the readers' first blocks
+            early = start_early_readers(script, source_dir, run_settings.block_bytes(batch_rows), reader)
+            if writer == "process":  # right after: a reader process is forked before any other child
                 from cqlstream.io.writer_process import SpawnedWriters
 
                 spawned = SpawnedWriters(n - 1)
-            run_settings.tune_malloc()  # before the readers' first blocks
-            early = start_early_readers(script, source_dir, run_settings.block_bytes(batch_rows))
         from cqlstream.io.script_runner import run_script  # the engine: imported while they read
 
         return (
@@ -137,6 +139,7 @@ def _run(
                 column_pruning=column_pruning,
                 early=early,
                 spawned=spawned,
+                reader=reader,
             ),
             None,
         )
@@ -218,6 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.writer,
         args.engine_threads,
         args.column_pruning == "on",
+        args.reader,
     )
     if counts is None:
         print(err, file=sys.stderr)
@@ -838,6 +842,14 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
         "pipes (a grouped aggregate's changes as compact records), which share no interpreter lock with the "
         "engine but cost ~0.2 s more CPU per run (the processes' start-up); on a busy 2-core machine they "
         "were not faster than threads (bench/README.md)",
+    )
+    r.add_argument(
+        "--reader",
+        choices=["process", "thread"],
+        default="thread",
+        help="with --threads N >= 2, where sources are parsed: 'thread' (default) a thread per source in "
+        "this process; 'process' one reader process for them all, started first and fed to the engine "
+        "through a pipe (no interpreter lock shared with the engine; the same bytes either way)",
     )
     r.add_argument(
         "--engine-threads",

@@ -24,99 +24,10 @@ from cqlstream.cql.types import DataType
 from cqlstream.engine.batch import Batch, concat
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.lazy_compute import pc
-from cqlstream.io.line_blocks import line_blocks
+from cqlstream.io.line_blocks import line_blocks, line_of_row
+from cqlstream.io.type_line import LETTER_DESC, check_type_line, read_first_line
 
-LETTER_DESC = "i integer, f float, b byte, cN char(N)"
-
-_LETTER = re.compile(r"^(i|f|b|c(\d+))$")
 _LINE = re.compile(rb"[^\r\n]+")  # a row's text: pyarrow ends rows at LF, CR or CRLF and skips empty lines
-
-
-def _letter_for(t: DataType) -> str | None:
-    """The type letter a column of DataType `t` is declared with (None: not readable)."""
-    if t.kind in ("int", "timestamp"):
-        return "i"
-    if t.kind == "float":
-        return "f"
-    if t.kind == "byte":
-        return "b"
-    if t.kind == "char":
-        return f"c{t.length}"
-    if t.kind == "varchar":
-        return "c"
-    return None
-
-
-def _read_first_line(path: Path) -> tuple[str, int]:
-    """(type line text, byte length of the first line including its newline)."""
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(1 << 16)
-    except FileNotFoundError:
-        raise ScriptError(path, None, "source file not found") from None
-    except OSError as e:
-        raise ScriptError(path, None, f"cannot read source file: {e.strerror or e}") from None
-    try:
-        return first.decode("utf-8").rstrip("\r\n"), len(first)
-    except UnicodeDecodeError:
-        raise ScriptError(path, 1, "the type line is not UTF-8 text") from None
-
-
-def check_type_line(path: str | os.PathLike[str], source: SourceDef) -> list[str]:
-    """Check a source file's first line against the registered attributes; returns the letters."""
-    path = Path(path)
-    text, _ = _read_first_line(path)
-    if not text.strip():
-        raise ScriptError(
-            path, 1, f"expected a type line listing the columns ({LETTER_DESC}), e.g. {_example_line(source)}"
-        )
-    letters = [x.strip() for x in text.split(",")]
-    for j, x in enumerate(letters):
-        if not _LETTER.match(x):
-            raise ScriptError(path, 1, f"unknown type {x!r} in column {j + 1} (known: {LETTER_DESC})")
-    rel = source.kind == "relation"
-    want = 1 + rel + len(source.attrs)
-    if len(letters) != want:
-        lead = "a timestamp (i), a sign (b)" if rel else "a timestamp (i)"
-        raise ScriptError(
-            path,
-            1,
-            f"the type line lists {len(letters)} columns but {source.kind} "
-            f"'{source.name}' needs {want}: {lead}, then "
-            f"{', '.join(f'{a.name} {a.type}' for a in source.attrs)} "
-            f"(e.g. {_example_line(source)})",
-        )
-    if letters[0] != "i":
-        raise ScriptError(path, 1, f"column 1 is the timestamp and must be 'i', not {letters[0]!r}")
-    if rel and letters[1] != "b":
-        raise ScriptError(path, 1, f"column 2 of a relation is the sign (+/-) and must be 'b', not {letters[1]!r}")
-    for j, (x, a) in enumerate(zip(letters[1 + rel :], source.attrs)):
-        want_letter = _letter_for(a.type)
-        if want_letter is None:
-            raise ScriptError(
-                path,
-                1,
-                f"attribute {a.name} of '{source.name}' has type {a.type}, which STREAM "
-                f"source files cannot hold ({LETTER_DESC})",
-            )
-        ok = x == want_letter or (want_letter == "c" and x.startswith("c"))
-        if not ok:
-            raise ScriptError(
-                path,
-                1,
-                f"column {j + 2 + rel} is {x!r} but attribute {a.name} of '{source.name}' "
-                f"is {a.type} ({want_letter if want_letter != 'c' else 'cN'})",
-            )
-    return letters
-
-
-def _example_line(source: SourceDef) -> str:
-    """A type line that fits the source (varchar shown as c16)."""
-    letters = ["i"] + (["b"] if source.kind == "relation" else [])
-    for a in source.attrs:
-        x = _letter_for(a.type) or "?"
-        letters.append("c16" if x == "c" else x)
-    return ",".join(letters)
 
 
 def _numbers(arr: pa.Array, dtype: type[np.generic]) -> np.ndarray:
@@ -199,7 +110,7 @@ class SourceReader:
         return batches[0] if len(batches) == 1 else table.combine_chunks().to_batches()[0]
 
     def __iter__(self) -> Iterator[Batch]:
-        _, first_len = _read_first_line(self.path)
+        _, first_len = read_first_line(self.path)
         for data in line_blocks(self.path, first_len, self.block_size):
             try:
                 rb = self._parse_block(data)
@@ -222,7 +133,7 @@ class SourceReader:
         converted twice but parsed again: their text is carried into the next parse block, so no
         batch is ever copied together from parts (this runs on the reader's thread; the engine's
         thread takes each batch whole). The same rows, checks and error lines as iterating."""
-        _, first_len = _read_first_line(self.path)
+        _, first_len = read_first_line(self.path)
         blocks = line_blocks(self.path, first_len, self.block_size)
         data = next(blocks, None)
         while data is not None:
@@ -330,16 +241,7 @@ class SourceReader:
     # ---------------------------------------------------------------- error paths (slow, exact)
     def line_of_row(self, row: int) -> int:
         """File line (1-based) of data row `row` (0-based; empty lines are not rows)."""
-        with open(self.path, "rb") as f:
-            f.readline()
-            lineno, k = 1, -1
-            for raw in f:
-                lineno += 1
-                if raw.rstrip(b"\r\n"):
-                    k += 1
-                    if k == row:
-                        return lineno
-        return lineno
+        return line_of_row(self.path, row)
 
     def _parses(self, data: bytes) -> bool:
         if not data.strip(b"\r\n"):

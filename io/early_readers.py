@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cqlstream.io.run_settings import READ_AHEAD, READ_AHEAD_EARLY
 
@@ -35,6 +36,30 @@ if TYPE_CHECKING:
 # a source's parsed rows in whole instants, and the instant its next rows start with
 # (SourceReader.instants; None: the file's end or an instant that may continue)
 Block = tuple["Batch", "int | None"]
+
+# where a threaded run's sources are parsed: a thread per source in this process, or one reader
+# process for them all (io/reader_process.py)
+READERS = ("process", "thread")
+
+
+class SourceFile(Protocol):
+    """What a run reads of a source's reader besides its blocks: the file, to name a rejected row's line."""
+
+    path: Path
+    block_size: int
+
+    def line_of_row(self, row: int) -> int: ...
+
+
+class BlockStream(Protocol):
+    """A source's blocks in order (its error raised at the block where it was found); `close`
+    stops the reading early."""
+
+    def __iter__(self) -> Iterator[Block]: ...
+
+    def __next__(self) -> Block: ...
+
+    def close(self) -> None: ...
 
 
 def start_reader(file: Path, source: SourceDef, block_size: int) -> tuple[SourceReader, Prefetch[Block]]:
@@ -66,7 +91,7 @@ class EarlyReaders:
         r, it = start_reader(file, source, block_size)
         self._readers.append((file, source, r, it))
 
-    def take(self, file: Path, source: SourceDef, block_size: int) -> tuple[SourceReader, Prefetch[Block]] | None:
+    def take(self, file: Path, source: SourceDef, block_size: int) -> tuple[SourceFile, BlockStream] | None:
         """The reader started for this file, definition and block size (the caller owns it from
         now on), or None."""
         for k, (f, d, r, it) in enumerate(self._readers):
@@ -82,21 +107,42 @@ class EarlyReaders:
 
 
 def start_early_readers(
-    script: str | os.PathLike[str], source_dir: str | os.PathLike[str] | None, block_size: int
+    script: str | os.PathLike[str],
+    source_dir: str | os.PathLike[str] | None,
+    block_size: int,
+    reader: str = "thread",
 ) -> EarlyReaders:
     """Start a reader for every `table` + `source` pair of `script` whose statement and type line
     are good, up to the first that is not (see the module docstring); none when the script cannot
     be read or split into statements. Never raises for what is wrong in the script or its sources:
-    the check that follows reports it."""
+    the check that follows reports it. `reader` "process": one child process makes this pass and
+    reads them all (io/reader_process.py; it is started here, before anything else is imported)."""
+    if reader == "process":
+        from cqlstream.io.reader_process import ProcessReaders
+
+        procs = ProcessReaders.spawn()
+        try:
+            first_pass(Path(script), source_dir, block_size, procs.add)
+        except Exception:  # a guess, as below
+            pass
+        procs.start_receiving()
+        return procs
     early = EarlyReaders()
     try:
-        _first_pass(Path(script), source_dir, block_size, early)
+        first_pass(Path(script), source_dir, block_size, early.add)
     except Exception:  # a guess: the script's check reports every problem with its line
         pass
     return early
 
 
-def _first_pass(path: Path, source_dir: str | os.PathLike[str] | None, block_size: int, early: EarlyReaders) -> None:
+def first_pass(
+    path: Path,
+    source_dir: str | os.PathLike[str] | None,
+    block_size: int,
+    add: Callable[[Path, SourceDef, int], None],
+) -> None:
+    """Call `add(file, definition, block_size)` for each leading `table` + `source` pair of the
+    script at `path` (raises at the first thing it cannot read, or what `add` raises)."""
     from cqlstream.cql import ast, ddl
     from cqlstream.cql.catalog import Catalog
     from cqlstream.cql.parser import parse_statement
@@ -112,7 +158,16 @@ def _first_pass(path: Path, source_dir: str | os.PathLike[str] | None, block_siz
         stmt = parse_statement(text)
         if not isinstance(stmt, ast.RegisterSource):
             return
-        early.add(source_file(path.parent, name, source_dir), ddl.register_source(catalog, stmt), block_size)
+        add(source_file(path.parent, name, source_dir), ddl.register_source(catalog, stmt), block_size)
 
 
-__all__ = ["Block", "EarlyReaders", "start_early_readers", "start_reader"]
+__all__ = [
+    "READERS",
+    "Block",
+    "BlockStream",
+    "EarlyReaders",
+    "SourceFile",
+    "first_pass",
+    "start_early_readers",
+    "start_reader",
+]

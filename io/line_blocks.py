@@ -45,4 +45,19 @@ def line_blocks(path: str | os.PathLike[str], start: int, block_size: int) -> It
             data = nxt
 
 
-__all__ = ["line_blocks"]
+def line_of_row(path: str | os.PathLike[str], row: int) -> int:
+    """File line (1-based) of data row `row` (0-based) of a source file: the first line is the
+    type line and empty lines are not rows (the last line when the file has fewer rows)."""
+    with open(path, "rb") as f:
+        f.readline()
+        lineno, k = 1, -1
+        for raw in f:
+            lineno += 1
+            if raw.rstrip(b"\r\n"):
+                k += 1
+                if k == row:
+                    return lineno
+    return lineno
+
+
+__all__ = ["line_blocks", "line_of_row"]

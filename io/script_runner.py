@@ -22,10 +22,16 @@ from cqlstream.engine.batch import Batch
 from cqlstream.engine.dsms import Dsms, QueryHandle, Subscription
 from cqlstream.engine.inputs import InputError
 from cqlstream.engine.scheduler import for_threads
-from cqlstream.io.dat_source import SourceReader
-from cqlstream.io.early_readers import Block, EarlyReaders, start_early_readers, start_reader
+from cqlstream.io.early_readers import (
+    READERS,
+    Block,
+    BlockStream,
+    EarlyReaders,
+    SourceFile,
+    start_early_readers,
+    start_reader,
+)
 from cqlstream.io.errors import ScriptError
-from cqlstream.io.prefetch import Prefetch
 from cqlstream.io.result_writer import ResultWriter, Round, empty_file
 from cqlstream.io.run_settings import DEFAULT_BATCH_ROWS, block_bytes, default_threads, tune_malloc
 from cqlstream.io.stream_script import Registrar, Step, parse_script
@@ -70,6 +76,7 @@ def run_script(
     column_pruning: bool = True,
     early: EarlyReaders | None = None,
     spawned: SpawnedWriters | None = None,
+    reader: str = "thread",
 ) -> dict[str, int]:
     """Run a STREAM script: register its tables, views and queries in a Dsms, feed every source in
     global timestamp order (at most about `batch_rows` rows per push, the scheduler running between
@@ -95,7 +102,9 @@ def run_script(
     (engine/column_pruning.py); False: every column (the same bytes either way).
     `early`: readers a first pass over this script already started (io/early_readers.py; the CLI
     starts them before it imports the engine); a threaded run takes those whose table its check
-    accepts and stops the rest when it ends. Without, a threaded run makes that pass itself.
+    accepts and stops the rest when it ends. Without, a threaded run makes that pass itself, its
+    sources read by a thread each (`reader` "thread") or all by one child process ("process",
+    io/reader_process.py: parsing shares no GIL with the engine; the same bytes either way).
     `spawned`: writer processes already started (the CLI spawns them before it imports the engine);
     a run with `writer` "process" takes those it needs, the caller stops any it leaves.
     Returns {dest path: lines written}. Raises ScriptError for any user error."""
@@ -107,6 +116,8 @@ def run_script(
             raise ValueError("threads must be at least 1")
         if writer not in WRITERS:
             raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
+        if reader not in READERS:
+            raise ValueError(f"reader must be one of {', '.join(READERS)}")
         if engine_threads is None:  # see DEFAULT_ENGINE_THREADS; `threads` 1 means all on one thread
             engine_threads = 1 if threads == 1 else min(DEFAULT_ENGINE_THREADS, default_threads())
         if engine_threads < 1:
@@ -118,7 +129,7 @@ def run_script(
         elif threads > 1 and early is None:
             # each source starts being read before the rest of the script is checked (the check's
             # queries and views, the registration and planning overlap the reading)
-            early = start_early_readers(path, source_dir, block)
+            early = start_early_readers(path, source_dir, block, reader)
         # writer processes start first: their start-up overlaps parsing and registering the script
         procs: list[WriterProcess] = []
         if threads > 1 and writer == "process":
@@ -174,7 +185,7 @@ def _run(
     # planning it. What a reader finds wrong in its input is raised only when the feed takes that
     # block, after the whole script was checked and registered: a script error is always reported
     # first, as at --threads 1.
-    early: dict[int, tuple[SourceDef, SourceReader, Prefetch[Block]]] = {}  # id(step) → reader started
+    early: dict[int, tuple[SourceDef, SourceFile, BlockStream]] = {}  # id(step) → reader started
 
     def start_reading(step: Step, src: SourceDef) -> None:
         started = early_readers.take(step.paired_file, src, block) if early_readers is not None else None
@@ -251,6 +262,8 @@ def _run(
             if started is not None:
                 started[2].close()
             if threads == 1:
+                from cqlstream.io.dat_source import SourceReader  # (pyarrow: only where this process parses)
+
                 r = SourceReader(step.paired_file, src, block_size=block)
                 feeds.append(_Feed(src.name, r, r.instants()))
             else:
@@ -263,8 +276,7 @@ def _run(
         for _, _, pre in early.values():
             pre.close()  # a run that failed before feeding: the readers started early stop here
         for feed in feeds:
-            if isinstance(feed.it, Prefetch):
-                feed.it.close()
+            feed.close()
         try:
             if writer is not None:
                 writer.close()  # what was handed over is written, as the inline path wrote it
@@ -289,7 +301,7 @@ def _open_dest(dest: Path, keep: bool) -> IO[bytes]:
 
 
 class _Feed:
-    def __init__(self, name: str, reader: SourceReader, it: Iterator[Block]) -> None:
+    def __init__(self, name: str, reader: SourceFile, it: Iterator[Block]) -> None:
         self.name = name
         self.reader = reader
         self.it = it
@@ -299,6 +311,12 @@ class _Feed:
         self.done = False  # the iterator is exhausted
         self.pushed = 0  # rows pushed so far (to name the file line of a rejected row)
         self.max_ts: int | None = None
+
+    def close(self) -> None:
+        """Stop the source's reading (a reader thread or process; a generator's file closes)."""
+        close = getattr(self.it, "close", None)
+        if close is not None:
+            close()
 
     def fill(self) -> None:
         while not self.done and (self.buf is None or self.pos >= len(self.buf)):

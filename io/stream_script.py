@@ -29,9 +29,9 @@ from cqlstream.cql.frontend import CompiledQuery, compile_query
 from cqlstream.cql.logical.nodes import Plan
 from cqlstream.cql.parser import parse_query, parse_statement
 from cqlstream.cql.types import resolve as resolve_type
-from cqlstream.io.dat_source import check_type_line
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.script_items import KEYWORDS, _read_items, _resolve, source_file
+from cqlstream.io.type_line import check_type_line
 from cqlstream.io.view_kinds import view_kind
 
 if TYPE_CHECKING:
