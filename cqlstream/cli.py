@@ -95,7 +95,7 @@ def _run(
     writer: str = "thread",
     engine_threads: int | None = None,
     column_pruning: bool = True,
-    reader: str = "auto",
+    reader: str = "thread",
 ) -> tuple[dict[str, int] | None, str | None]:
     """run_script with user errors turned into (message, exit code 2).
 
@@ -845,12 +845,11 @@ def _build_parser(command: str | None) -> tuple[argparse.ArgumentParser, bool]:
     )
     r.add_argument(
         "--reader",
-        choices=["auto", "process", "thread"],
-        default="auto",
-        help="with --threads N >= 2, where sources are parsed: 'thread' a thread per source in this "
-        "process; 'process' one reader process for them all, started first and fed to the engine through "
-        "a pipe (no interpreter lock shared with the engine; the same bytes either way); 'auto' (default) "
-        "the process when the sources hold 8 MB or more and this process can fork, else threads",
+        choices=["process", "thread"],
+        default="thread",
+        help="with --threads N >= 2, where sources are parsed: 'thread' (default) a thread per source in "
+        "this process; 'process' one reader process for them all, started first and fed to the engine "
+        "through a pipe (no interpreter lock shared with the engine; the same bytes either way)",
     )
     r.add_argument(
         "--engine-threads",

@@ -38,15 +38,8 @@ if TYPE_CHECKING:
 Block = tuple["Batch", "int | None"]
 
 # where a threaded run's sources are parsed: a thread per source in this process, or one reader
-# process for them all (io/reader_process.py), or "auto": the process for large inputs (below)
-READERS = ("auto", "process", "thread")
-
-# "auto" reads in a process from this much source text on, when the process can fork (no other
-# thread). Measured on an idle 2-core machine (bench/README.md, session 20): Q2/Q4 at 1M rows (12.7 MB)
-# 2-thread wall 1.05 -> 0.99 s and 1.08 -> 1.02 s (medians of 5; speed-up over one thread 1.35 -> 1.45x,
-# 1.31 -> 1.36x), Linear Road at 720k unchanged. The child's own imports (~0.2 s of CPU on the other
-# core) are a fixed cost a small input does not repay, and a spawned interpreter costs ~0.1 s more.
-PROCESS_READER_BYTES = 8 << 20
+# process for them all (io/reader_process.py)
+READERS = ("process", "thread")
 
 
 class SourceFile(Protocol):
@@ -124,8 +117,6 @@ def start_early_readers(
     be read or split into statements. Never raises for what is wrong in the script or its sources:
     the check that follows reports it. `reader` "process": one child process makes this pass and
     reads them all (io/reader_process.py; it is started here, before anything else is imported)."""
-    if reader == "auto":
-        reader = auto_reader(Path(script), source_dir)
     if reader == "process":
         from cqlstream.io.reader_process import ProcessReaders
 
@@ -142,21 +133,6 @@ def start_early_readers(
     except Exception:  # a guess: the script's check reports every problem with its line
         pass
     return early
-
-
-def auto_reader(path: Path, source_dir: str | os.PathLike[str] | None) -> str:
-    """What `reader` "auto" reads with: "process" when the files the script's `source` lines name
-    hold at least PROCESS_READER_BYTES together and this process can fork, else "thread"."""
-    from cqlstream.io.reader_process import can_fork
-    from cqlstream.io.script_items import _read_items, source_file
-
-    try:
-        items = _read_items(path, path.read_text(encoding="utf-8"))
-        files = {source_file(path.parent, text, source_dir) for kw, text, _, _ in items if kw == "source"}
-        size = sum(f.stat().st_size for f in files if f.is_file())
-    except Exception:  # an unreadable script or a bad item: the script's check reports it
-        return "thread"
-    return "process" if size >= PROCESS_READER_BYTES and can_fork() else "thread"
 
 
 def first_pass(
@@ -186,13 +162,11 @@ def first_pass(
 
 
 __all__ = [
-    "PROCESS_READER_BYTES",
     "READERS",
     "Block",
     "BlockStream",
     "EarlyReaders",
     "SourceFile",
-    "auto_reader",
     "first_pass",
     "start_early_readers",
     "start_reader",

@@ -176,7 +176,7 @@ def _max_fd() -> int:
         return 1 << 16
 
 
-def can_fork() -> bool:
+def _can_fork() -> bool:
     """Fork only a process with no other thread (a thread holding a lock at the fork would hold
     it forever in the child)."""
     return hasattr(os, "fork") and threading.active_count() == 1
@@ -284,7 +284,7 @@ class ProcessReaders(EarlyReaders):
         first pass over the script and hands it the sources (`add`). Forked where this process
         has no other thread yet (`cqlstream run`: the child skips the interpreter's start and the
         imports made so far, ~0.1 s before its first block), else a fresh interpreter."""
-        proc: _Child = _Forked.start() if can_fork() else _spawned()
+        proc: _Child = _Forked.start() if _can_fork() else _spawned()
         assert proc.stdout is not None
         _widen(proc.stdout.fileno())
         return cls(proc)

@@ -135,7 +135,7 @@ def test_same_bytes_as_one_thread_and_reader_threads(batch_rows, block, three_so
 
     monkeypatch.setattr(runner, "start_reader", no_thread)
     for writer, fork in (("thread", True), ("process", True), ("thread", False)):
-        monkeypatch.setattr(reader_process, "can_fork", lambda fork=fork: fork)  # forked / a fresh interpreter
+        monkeypatch.setattr(reader_process, "_can_fork", lambda fork=fork: fork)  # forked / a fresh interpreter
         folder = out / f"proc-{writer}-{fork}"
         _bounded(
             lambda folder=folder, writer=writer: run_script(
@@ -375,55 +375,3 @@ def test_the_first_pass_hands_the_child_what_the_threads_would_read(script, tmp_
             early.close()
     assert names["process"] == names["thread"]
     assert names["thread"] == (["S", "T", "R"] if script == SCRIPT else [] if script is None else ["S"])
-
-
-@pytest.mark.parametrize("threshold,fork,want", [(1, True, "process"), (1, False, "thread"), (1 << 40, True, "thread")])
-def test_auto_reads_in_a_process_only_large_inputs_and_where_it_can_fork(
-    threshold, fork, want, three_sources, monkeypatch
-):
-    """`--reader auto` (the CLI's default): the process from PROCESS_READER_BYTES of source text on,
-    and only forked (a fresh interpreter's start would cost more than it saves)."""
-    monkeypatch.setattr(early_readers, "PROCESS_READER_BYTES", threshold)
-    monkeypatch.setattr(reader_process, "can_fork", lambda: fork)
-    assert early_readers.auto_reader(three_sources, None) == want
-    readers = start_early_readers(three_sources, None, 1 << 20, "auto")
-    try:
-        assert isinstance(readers, ProcessReaders) == (want == "process")
-        assert readers.names() == ["S", "T", "R"]
-    finally:
-        readers.close()
-
-
-def test_auto_sums_the_sources_a_script_names(three_sources, monkeypatch):
-    sizes = sum((three_sources.parent / f).stat().st_size for f in ("s.dat", "t.dat", "r.dat"))
-    monkeypatch.setattr(reader_process, "can_fork", lambda: True)
-    for threshold, want in ((sizes, "process"), (sizes + 1, "thread")):
-        monkeypatch.setattr(early_readers, "PROCESS_READER_BYTES", threshold)
-        assert early_readers.auto_reader(three_sources, None) == want
-    # elsewhere with --source-dir: the files there count; a missing or unreadable script: threads
-    monkeypatch.setattr(early_readers, "PROCESS_READER_BYTES", 1)
-    assert early_readers.auto_reader(three_sources, three_sources.parent / "nowhere") == "thread"
-    assert early_readers.auto_reader(three_sources.parent / "missing.cql", None) == "thread"
-    (three_sources.parent / "bad.cql").write_text("nonsense : here\n")
-    assert early_readers.auto_reader(three_sources.parent / "bad.cql", None) == "thread"
-
-
-def test_cli_default_is_auto(three_sources, monkeypatch):
-    """A CLI run without --reader takes the auto choice: a process for large inputs (the threshold
-    lowered here), with the same bytes as one thread."""
-    out = three_sources.parent
-    assert cli_main(["run", str(three_sources), "--out-dir", str(out / "one"), "--threads", "1"]) == 0
-    chosen: list[str] = []
-    real = early_readers.auto_reader
-
-    def spy(*a):
-        chosen.append(real(*a))
-        forks.append(reader_process.can_fork())
-        return chosen[-1]
-
-    monkeypatch.setattr(early_readers, "auto_reader", spy)
-    monkeypatch.setattr(early_readers, "PROCESS_READER_BYTES", 1)
-    forks: list[bool] = []  # (fork not forced: this test process has other threads, the run's own here)
-    _bounded(lambda: cli_main(["run", str(three_sources), "--out-dir", str(out / "auto"), "--threads", "2"]))
-    assert chosen == ["process" if forks[0] else "thread"]
-    assert _outputs(out / "auto") == _outputs(out / "one")
