@@ -13,7 +13,7 @@ Protocol. Parent → child on the child's stdin: `<BI` records, `(_SOURCE, n)` f
 pickling `(file, SourceDef, block_size)` (source k is the k-th), `(_CREDIT, k)` (room for one more
 block of source k), `(_DROP, k)` (stop reading k). The end of that pipe (the parent closed it, or
 died) ends the child at once: no child outlives its run. Child → parent on a pipe widened to
-`_PIPE_SIZE` where allowed: messages of a header (`<QI`: pickle length, buffer count), a pickle
+io/pipe_messages.PIPE_BYTES where allowed: messages of a header (`<QI`: pickle length, buffer count), a pickle
 of protocol 5, then its out-of-band buffers (`<Q` length, bytes), so the blocks' columns travel
 as raw bytes: `("block", k, ts, sign, cols, nulls, next_ts)` in order, ending with `("end", k)`,
 `("error", k, path, line, reason, column)` (a ScriptError) or `("fail", k, exception)`. A source
@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from cqlstream.io import pipe_messages as msgs
 from cqlstream.io.early_readers import Block, BlockStream, EarlyReaders, SourceFile
 from cqlstream.io.errors import ScriptError
 from cqlstream.io.line_blocks import line_of_row
@@ -51,65 +52,8 @@ from cqlstream.io.type_line import check_type_line
 if TYPE_CHECKING:
     from cqlstream.cql.catalog import SourceDef
 
-_HEAD = struct.Struct("<QI")
-_LEN = struct.Struct("<Q")
 _CTL = struct.Struct("<BI")
 _CREDIT, _DROP, _SOURCE = 1, 2, 3
-_PIPE_SIZE = 1 << 20  # bytes of the child → parent pipe (Linux F_SETPIPE_SZ; the default is 64 KB)
-_F_SETPIPE_SZ = 1031
-
-
-def _send(pipe: IO[bytes], payload: Any) -> None:
-    bufs: list[pickle.PickleBuffer] = []
-    meta = pickle.dumps(payload, protocol=5, buffer_callback=bufs.append)
-    pipe.write(_HEAD.pack(len(meta), len(bufs)) + meta)
-    for b in bufs:
-        raw = b.raw()
-        pipe.write(_LEN.pack(raw.nbytes))
-        pipe.write(raw)  # a large buffer is written straight through, the GIL released
-    pipe.flush()
-
-
-def _read_exact(pipe: IO[bytes], n: int) -> bytearray | None:
-    """n bytes from the pipe, or None at its end (also mid-message: the writer is gone)."""
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = pipe.readinto(view[got:])  # type: ignore[attr-defined]
-        if not k:
-            return None
-        got += k
-    return buf
-
-
-def _receive(pipe: IO[bytes]) -> Any | None:
-    """The next message, or None at the end of the pipe."""
-    head = _read_exact(pipe, _HEAD.size)
-    if head is None:
-        return None
-    meta_len, nbuf = _HEAD.unpack(head)
-    meta = _read_exact(pipe, meta_len)
-    if meta is None:
-        return None
-    bufs = []
-    for _ in range(nbuf):
-        size = _read_exact(pipe, _LEN.size)
-        data = None if size is None else _read_exact(pipe, _LEN.unpack(size)[0])
-        if data is None:
-            return None
-        bufs.append(data)
-    return pickle.loads(meta, buffers=bufs)
-
-
-def _widen(fd: int) -> None:
-    """Make a pipe hold `_PIPE_SIZE` bytes where the system allows (fewer round trips per block)."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
-    except (ImportError, OSError):  # not Linux, or above /proc/sys/fs/pipe-max-size: the default pipe
-        pass
 
 
 class _Forked:
@@ -286,7 +230,7 @@ class ProcessReaders(EarlyReaders):
         imports made so far, ~0.1 s before its first block), else a fresh interpreter."""
         proc: _Child = _Forked.start() if _can_fork() else _spawned()
         assert proc.stdout is not None
-        _widen(proc.stdout.fileno())
+        msgs.widen(proc.stdout.fileno())
         return cls(proc)
 
     def add(self, file: Path, source: SourceDef, block_size: int) -> None:
@@ -307,7 +251,7 @@ class ProcessReaders(EarlyReaders):
         assert out is not None
         ended: set[int] = set()
         while True:
-            msg = _receive(out)
+            msg = msgs.receive(out)
             if msg is None:
                 break
             kind, k = msg[0], msg[1]
@@ -431,7 +375,7 @@ def _child_main(inp: IO[bytes], out: IO[bytes]) -> int:
     def send(payload: Any) -> None:
         try:
             with lock:
-                _send(out, payload)
+                msgs.send(out, payload)
         except OSError:  # the parent is gone (or closed its end): nothing left to do
             os._exit(0)
 
@@ -454,13 +398,13 @@ def _child_main(inp: IO[bytes], out: IO[bytes]) -> int:
                 send(("fail", k, RuntimeError(f"reading {file}: {type(e).__name__}: {e}")))
 
     while True:  # the parent's sources, credits and drops; the end of its stdin ends this process
-        rec = _read_exact(inp, _CTL.size)
+        rec = msgs.read_exact(inp, _CTL.size)
         if rec is None:
             out.flush()
             os._exit(0)
         op, k = _CTL.unpack(rec)
         if op == _SOURCE:
-            data = _read_exact(inp, k)
+            data = msgs.read_exact(inp, k)
             if data is None:
                 os._exit(0)
             credits.append(threading.Semaphore(READ_AHEAD_EARLY))

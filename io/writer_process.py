@@ -38,11 +38,12 @@ import pickle
 import queue
 import select
 import signal
-import struct
 import subprocess
 import sys
 import threading
 from typing import IO, TYPE_CHECKING, Any
+
+from cqlstream.io import pipe_messages as msgs
 
 if TYPE_CHECKING:  # (imported by the child and by `_pack`: spawning needs neither numpy nor the engine)
     import numpy as np
@@ -50,62 +51,11 @@ if TYPE_CHECKING:  # (imported by the child and by `_pack`: spawning needs neith
     from cqlstream.engine.batch import Batch
     from cqlstream.engine.deferred_batch import ChangeRows
 
-_HEAD = struct.Struct("<QI")
-_LEN = struct.Struct("<Q")
 Round = list[tuple[int, "Batch"]]
-
-# Bytes the pipe to a writer process holds (F_SETPIPE_SZ; Linux's default is 64 KB, and its
-# default limit for an unprivileged process 1 MB): a round of Q2/Q4 is a few MB, which through a
-# 64 KB pipe the parent writes in as many ping-pongs with the child.
-PIPE_BYTES = 1 << 20
 
 # Rounds handed over and not yet written from which the parent formats the next one itself: the
 # child formats one and holds the next (its receiving thread); a third would wait in the pipe.
 BEHIND = 2
-
-
-def _send(pipe: IO[bytes], payload: Any) -> None:
-    bufs: list[pickle.PickleBuffer] = []
-    meta = pickle.dumps(payload, protocol=5, buffer_callback=bufs.append)
-    pipe.write(_HEAD.pack(len(meta), len(bufs)))
-    pipe.write(meta)
-    for b in bufs:
-        raw = b.raw()
-        pipe.write(_LEN.pack(raw.nbytes))
-        pipe.write(raw)  # a buffered pipe writes large buffers straight through (GIL released)
-    pipe.flush()
-
-
-def _read_exact(pipe: IO[bytes], n: int) -> bytearray | None:
-    """n bytes from the pipe, or None at end of input (also mid-message: the parent is gone)."""
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = pipe.readinto(view[got:])  # type: ignore[attr-defined]
-        if not k:
-            return None
-        got += k
-    return buf
-
-
-def _receive(pipe: IO[bytes]) -> Any | None:
-    """The next message, or None at end of input."""
-    head = _read_exact(pipe, _HEAD.size)
-    if head is None:
-        return None
-    meta_len, nbuf = _HEAD.unpack(head)
-    meta = _read_exact(pipe, meta_len)
-    if meta is None:
-        return None
-    bufs = []
-    for _ in range(nbuf):
-        size = _read_exact(pipe, _LEN.size)
-        data = None if size is None else _read_exact(pipe, _LEN.unpack(size)[0])
-        if data is None:
-            return None
-        bufs.append(data)
-    return pickle.loads(meta, buffers=bufs)
 
 
 # One batch of a round as shipped: (dest, ts, signs, columns, NULL masks) for rows laid out;
@@ -217,12 +167,7 @@ class WriterProcess:
             # printing a traceback of its own
             process_group=0,
         )
-        try:
-            import fcntl
-
-            fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[union-attr]
-        except (OSError, AttributeError, ValueError):  # not Linux, or over the user's pipe limit: 64 KB
-            pass
+        msgs.widen(proc.stdin.fileno())  # type: ignore[union-attr]
         return cls(proc)
 
     def _reports(self, wait: bool) -> None:
@@ -241,17 +186,17 @@ class WriterProcess:
                 self._ended = True
                 return
             self._inbox += data
-            while len(self._inbox) >= _LEN.size:
-                (n,) = _LEN.unpack_from(self._inbox)
+            while len(self._inbox) >= msgs.LEN.size:
+                (n,) = msgs.LEN.unpack_from(self._inbox)
                 if n == 0:
                     self.done += 1
-                elif len(self._inbox) >= _LEN.size + n:
+                elif len(self._inbox) >= msgs.LEN.size + n:
                     if self.error is None:
-                        code, text = pickle.loads(self._inbox[_LEN.size : _LEN.size + n])
+                        code, text = pickle.loads(self._inbox[msgs.LEN.size : msgs.LEN.size + n])
                         self.error = OSError(code, text)
                 else:
                     break  # the rest of the error report is on its way
-                del self._inbox[: _LEN.size + n]
+                del self._inbox[: msgs.LEN.size + n]
 
     def _failed(self) -> BaseException:
         """The child's reported write error (it reports one as soon as a write fails); else, at the
@@ -275,7 +220,7 @@ class WriterProcess:
         self._check()
         assert self.proc.stdin is not None
         try:
-            _send(self.proc.stdin, payload)
+            msgs.send(self.proc.stdin, payload)
         except (BrokenPipeError, ValueError):  # ValueError: the pipe was closed after an earlier failure
             self.error = self._failed()
             raise self.error from None
@@ -359,7 +304,7 @@ def _child_main() -> int:
     tune_malloc()  # every round's arrays reused, not mapped afresh (Q4: 55k -> 17k page faults)
     inp = sys.stdin.buffer
     report = sys.stdout.buffer
-    paths = _receive(inp)
+    paths = msgs.receive(inp)
     if paths is None:
         return 0
     files: list[IO[bytes]] = []
@@ -367,7 +312,7 @@ def _child_main() -> int:
 
     def receive() -> None:  # the next round is read from the pipe while this one is formatted
         while True:
-            msg = _receive(inp)
+            msg = msgs.receive(inp)
             rounds.put(msg)
             if msg is None:
                 return
@@ -376,11 +321,11 @@ def _child_main() -> int:
 
     def tell(e: OSError) -> None:  # reported at once: the parent raises it at its next hand-over
         data = pickle.dumps((e.errno, e.strerror or str(e)))
-        report.write(_LEN.pack(len(data)) + data)
+        report.write(msgs.LEN.pack(len(data)) + data)
         report.flush()
 
     def written() -> None:  # a round is written: a zero length (the parent balances the work by it)
-        report.write(_LEN.pack(0))
+        report.write(msgs.LEN.pack(0))
         report.flush()
 
     try:
