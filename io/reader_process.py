@@ -12,10 +12,9 @@ blocks to the parent.
 Protocol. Parent → child on the child's stdin: `<BI` records, `(_SOURCE, n)` followed by n bytes
 pickling `(file, SourceDef, block_size)` (source k is the k-th), `(_CREDIT, k)` (room for one more
 block of source k), `(_DROP, k)` (stop reading k). The end of that pipe (the parent closed it, or
-died) ends the child at once: no child outlives its run. Child → parent on a pipe widened to
-io/pipe_messages.PIPE_BYTES where allowed: messages of a header (`<QI`: pickle length, buffer count), a pickle
-of protocol 5, then its out-of-band buffers (`<Q` length, bytes), so the blocks' columns travel
-as raw bytes: `("block", k, ts, sign, cols, nulls, next_ts)` in order, ending with `("end", k)`,
+died) ends the child at once: no child outlives its run. Child → parent on a widened pipe, in
+io/pipe_messages.py's messages (the blocks' columns travel as raw bytes):
+`("block", k, ts, sign, cols, nulls, next_ts)` in order, ending with `("end", k)`,
 `("error", k, path, line, reason, column)` (a ScriptError) or `("fail", k, exception)`. A source
 sends `READ_AHEAD_EARLY` blocks before its first is taken, and the parent grants credits so that
 `READ_AHEAD` are under way after that, as the thread readers' Prefetch bounds them.

@@ -11,9 +11,8 @@ and one copy of what is formatted through a pipe. Opt-in (`cqlstream run --write
 busy 2-core machine it took the engine's thread's waits from 0.3-0.5 s to ~0.1 s, but was not
 faster than a writer thread (bench/README.md, "Writer processes and lazy imports", and session 20).
 
-Protocol, parent → child on the child's stdin: one message per round — a header (`<QI`: pickle
-length, buffer count), the round's batches pickled with protocol 5 (arrays travel out of band),
-then each buffer (`<Q` length, bytes). A batch goes as its rows laid out; a change record's rows
+Protocol, parent → child on the child's stdin: one message per round (io/pipe_messages.py: the
+round's batches pickled, their arrays out of band). A batch goes as its rows laid out; a change record's rows
 not laid out yet (engine/deferred_batch.py) as the record, gathered to the round's changed cells,
 which the child formats from (io/change_text.py), so the parent never lays them out; and when the
 child is two rounds behind, as the text the parent formatted itself (the two then share the

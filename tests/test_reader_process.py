@@ -16,7 +16,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,25 +28,8 @@ from cqlstream.io.errors import ScriptError
 from cqlstream.io.reader_process import ProcessReaders, RemoteSource
 from cqlstream.io.run_settings import READ_AHEAD, READ_AHEAD_EARLY
 from cqlstream.io.script_runner import run_script
+from tests.child_processes import children
 from tests.test_stream_script import write
-
-
-def _reader_processes() -> list[int]:
-    """Reader processes that are children of this one (running or not yet reaped)."""
-    me = os.getpid()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-            cmd = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = next((int(x.split()[1]) for x in status.splitlines() if x.startswith("PPid:")), None)
-        if ppid == me and b"cqlstream.io.reader_process" in cmd:
-            found.append(int(entry.name))
-    return found
 
 
 def _threads() -> list[str]:
@@ -54,10 +37,13 @@ def _threads() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_left():
-    assert _reader_processes() == [] and _threads() == []
-    yield
-    assert _reader_processes() == [], "a reader process outlived its run"
+def nothing_left() -> Iterator[set[int]]:
+    """Yields the children the test process had before: a reader process, forked (no marker on its
+    command line) or spawned, is any child beyond them."""
+    assert _threads() == []
+    before = children()
+    yield before
+    assert not children() - before, "a reader process outlived its run"
     assert _threads() == [], "a reader thread outlived its run"
 
 
@@ -240,7 +226,7 @@ def test_a_malformed_row_through_the_cli(tmp_path, capsys):
         ("table : register stream S (A integer);\nsource : s.dat\n", "'S'", 7),
     ],
 )
-def test_a_bad_script_stops_the_child_before_any_output(later, needle, line, tmp_path, capsys):
+def test_a_bad_script_stops_the_child_before_any_output(later, needle, line, tmp_path, capsys, nothing_left):
     write(
         tmp_path,
         {
@@ -255,7 +241,7 @@ def test_a_bad_script_stops_the_child_before_any_output(later, needle, line, tmp
         assert cli_main(["run", str(script), "--reader", reader, "--out-dir", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"{script}:{line}: ") and needle in err, err
-        assert _reader_processes() == []
+        assert not children() - nothing_left
 
 
 def test_a_child_that_dies_is_an_error_naming_it_not_a_hang(three_sources):

@@ -29,6 +29,7 @@ from cqlstream.io.line_blocks import line_blocks
 from cqlstream.io.prefetch import Prefetch
 from cqlstream.io.result_writer import ResultWriter
 from cqlstream.io.script_runner import run_script
+from tests.child_processes import children
 from tests.test_stream_script import CQLSTREAM, S_DDL, _src, write
 
 THREADS = [1, 2, 3]  # 2 and 3: reader threads and writer processes
@@ -44,30 +45,17 @@ def _workers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(_MINE)]
 
 
-def _writer_processes() -> list[int]:
+def _writer_processes() -> set[int]:
     """Writer processes that are children of this one (running or not yet reaped)."""
-    me = os.getpid()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-            cmd = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = next((int(x.split()[1]) for x in status.splitlines() if x.startswith("PPid:")), None)
-        if ppid == me and b"cqlstream.io.writer_process" in cmd:
-            found.append(int(entry.name))
-    return found
+    return children(b"cqlstream.io.writer_process")
 
 
 @pytest.fixture(autouse=True)
 def no_thread_left():
-    assert _workers() == [] and _writer_processes() == []
+    assert _workers() == [] and not _writer_processes()
     yield
     assert _workers() == [], "a worker thread outlived its run"
-    assert _writer_processes() == [], "a writer process outlived its run"
+    assert not _writer_processes(), "a writer process outlived its run"
 
 
 def _run_all(script: Path, out: Path, dests: list[str], **kw) -> dict[object, dict[str, bytes]]:
