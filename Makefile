@@ -24,7 +24,7 @@ setup: $(STAMP) bytecode java browser
 # (~0.2 s a process). Up-to-date files are skipped, so this costs ~0.1 s once done.
 bytecode: $(STAMP)
 	@echo "==> byte-compiling the tree (.pyc, as an install has them)"
-	@$(PY) -m compileall -q -j0 cqlstream cql engine io server spark_bridge grammar demo bench
+	@$(PY) -m bench.bytecode
 
 java:
 	@echo "==> checking for Java (Spark)"

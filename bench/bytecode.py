@@ -4,12 +4,15 @@ An installed package has its .pyc files (pip writes them); a checkout run with
 `PYTHONDONTWRITEBYTECODE=1` in the environment (some sandboxes and CI images set it) has none, and
 every process then compiles its ~150 modules again: ~0.2 s more CPU per start, serial, which is a
 tenth of a Linear Road run at 720k and a quarter of a Q2 run. Whole-process benchmarks call
-`compile_for` on each executable they will time before the first timed run.
+`compile_for` on each executable they will time before the first timed run; `make setup` runs
+`python -m bench.bytecode` for the checkout's own venv.
 """
 
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
 # Run by the executable's own interpreter: the folders its `cqlstream` package is imported from (an
 # editable install maps sub-packages to the tree's top-level folders), each compiled in place.
@@ -42,3 +45,7 @@ def compile_for(executable: str) -> None:
     done = subprocess.run([interpreter_of(executable), "-c", _COMPILE], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"byte-compiling {executable}'s cqlstream failed:\n{done.stdout}{done.stderr}")
+
+
+if __name__ == "__main__":  # python -m bench.bytecode [EXECUTABLE]: default, the cqlstream beside this Python
+    compile_for(sys.argv[1] if len(sys.argv) > 1 else str(Path(sys.executable).with_name("cqlstream")))

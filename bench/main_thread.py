@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     bytecode.compile_for(default_cqlstream())  # the first run starts as the others (and an install) do
     counts = [int(t) for t in a.threads.split(",")]
     runs: dict[tuple[str, int], list[dict[str, float]]] = defaultdict(list)
+    # the child runs this module too (`--one`), outside the package compile_for compiles: its own
+    # .pyc is written by the first run
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for _ in range(a.rounds):
         for q in a.only.split(","):

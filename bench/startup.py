@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import bytecode
+
 PACKAGE = Path(__file__).resolve().parent
 LINEAR_ROAD = PACKAGE / "linear_road" / "linearroad.cql"
 TRIVIAL = (
@@ -74,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
     new = str(Path(sys.executable).parent / "cqlstream")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as installed: bytecode kept
+    for exe in [new] + ([args.old] if args.old else []):
+        bytecode.compile_for(exe)  # as installed: every run, the first too, starts from .pyc files
+    env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="cqlstream-startup-") as tmp:
         work = Path(tmp)
         cases = _cases(work, args.input)

@@ -29,6 +29,7 @@ from cqlstream.io.reader_process import ProcessReaders, RemoteSource
 from cqlstream.io.run_settings import READ_AHEAD, READ_AHEAD_EARLY
 from cqlstream.io.script_runner import run_script
 from tests.child_processes import children
+from tests.test_run_threads import MALFORMED_ROWS
 from tests.test_stream_script import write
 
 
@@ -179,14 +180,7 @@ def test_the_cli_spawns_the_child_before_numpy_and_never_imports_pyarrow(three_s
         assert (out / "cli" / d).read_bytes() == (out / "one" / d).read_bytes() != b""
 
 
-@pytest.mark.parametrize(
-    "bad,needle",
-    [
-        ("2400,7,zz", "'zz' is not an integer"),  # pyarrow rejects the block
-        ("2400,7", "expected 3 comma-separated values"),
-        ("3,7,1", "timestamp 3 is smaller than the previous one"),  # found converting the block
-    ],
-)
+@pytest.mark.parametrize("bad,needle", MALFORMED_ROWS)
 def test_a_malformed_row_is_the_same_error_at_the_same_block(bad, needle, tmp_path):
     """The child meets the row many blocks ahead of the engine: the error is raised where the feed
     takes that block, with the rounds before it written, as at one thread."""

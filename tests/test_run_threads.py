@@ -153,14 +153,15 @@ def _errors_and_outputs(script: Path, out: Path, dests: list[str], **kw) -> dict
     return got
 
 
-@pytest.mark.parametrize(
-    "bad,needle",
-    [
-        ("2400,7,zz", "'zz' is not an integer"),  # pyarrow rejects the block
-        ("2400,7,1,1", "expected 3 comma-separated values"),
-        ("3,7,1", "timestamp 3 is smaller than the previous one"),  # found converting the block
-    ],
-)
+# a malformed row of a 3-column source (after rows at ts ~2400) and the error it is reported with
+MALFORMED_ROWS = [
+    ("2400,7,zz", "'zz' is not an integer"),  # pyarrow rejects the block
+    ("2400,7,1,1", "expected 3 comma-separated values"),
+    ("3,7,1", "timestamp 3 is smaller than the previous one"),  # found converting the block
+]
+
+
+@pytest.mark.parametrize("bad,needle", MALFORMED_ROWS)
 def test_bad_source_row_same_error_and_output(bad, needle, tmp_path):
     rows = [f"{i // 4 + 1},{i % 50},{i % 7}" for i in range(12000)]
     rows[9000] = bad  # far into the file: the reader thread meets it many blocks ahead of the engine
