@@ -305,7 +305,7 @@ def test_workers_time_on_a_callers_tasks_counts_as_the_callers(monkeypatch):
             h0 = parallel.helped()
             ran = _handed_over(count)
             assert ran.startswith("cqlstream-engine")
-            assert parallel.helped() - h0 == want
+            assert parallel.helped() - h0 == pytest.approx(want)  # the box may hold earlier real times
     finally:
         parallel.set_threads(before)
 
